@@ -1,0 +1,32 @@
+"""Shared fixtures: one local Ray cluster per test session, GPU skipping."""
+
+import os
+
+import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """Start one local Ray cluster shared by every Ray test of the session."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=int(os.environ.get("VERL_TEST_RAY_CPUS", "8")),
+            include_dashboard=False,
+            log_to_driver=True,
+            runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}},
+        )
+    yield ray
+    ray.shutdown()
