@@ -118,12 +118,16 @@ class _ChunkedLogProbs(torch.autograd.Function):
         return grad, None, None
 
 
-def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
+def logprobs_from_logits(
+    logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = True, chunk_size: int | None = None
+) -> torch.Tensor:
     """Log-probability of each label under ``softmax(logits)``.
 
     Args:
         logits: ``[..., V]`` scores in any float dtype (bf16/fp16 are computed in float32).
         labels: ``[...]`` integer token ids matching the leading dims of ``logits``.
+        inplace_backward: accepted for verl compatibility (flash-attn's kernel flag); this kernel never
+            writes into ``logits``, so other users of the same logits (e.g. entropy) stay correct.
         chunk_size: rows processed at once; default keeps one float32 chunk around 256 MiB.
 
     Returns:
@@ -142,25 +146,70 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, chunk_size:
     return _ChunkedLogProbs.apply(logits, labels.long(), rows)
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of ``softmax(logits)`` over the last dim, ``logsumexp(l) - sum(p * l)``.
+class _ChunkedEntropy(torch.autograd.Function):
+    """Row-chunked entropy that saves three numbers per row instead of ``softmax`` copies.
 
-    Written with ``logsumexp`` so huge or ``-inf`` logits don't overflow; computed in float32 for half inputs.
+    With ``xs = x - max(x)``, ``lse = logsumexp(xs)``, ``p = exp(xs - lse)`` and ``mu = sum(p * xs)``:
+    ``H = lse - mu`` and ``dH/dx = -p * (xs - mu)``; the backward pass recomputes ``p`` chunk by chunk.
+    Centring on the row max avoids the cancellation of ``lse - mu`` for large logits.
     """
-    x = logits.to(_compute_dtype(logits.dtype))
-    probs = torch.softmax(x, dim=-1)
-    # where() keeps masked (-inf) logits from producing 0 * -inf = nan.
-    weighted = torch.where(probs > 0, probs * x, torch.zeros((), dtype=x.dtype, device=x.device))
-    return torch.logsumexp(x, dim=-1) - weighted.sum(dim=-1)
+
+    @staticmethod
+    def _centred(block: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        block = block.to(dtype)
+        row_max = block.amax(dim=-1, keepdim=True)
+        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+        return block - row_max, row_max.squeeze(-1)
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, rows: int) -> torch.Tensor:
+        dtype = _compute_dtype(logits.dtype)
+        n_rows = math.prod(logits.shape[:-1])
+        stats = torch.empty(3, n_rows, dtype=dtype, device=logits.device)  # row max, lse, mu
+        for start, block in _row_blocks(logits, rows):
+            stop = start + block.shape[0]
+            xs, row_max = _ChunkedEntropy._centred(block, dtype)
+            lse = torch.logsumexp(xs, dim=-1)
+            probs = torch.exp(xs - lse.unsqueeze(-1))
+            # where() keeps masked (-inf) logits from producing 0 * -inf = nan.
+            mu = torch.where(probs > 0, probs * xs, torch.zeros((), dtype=dtype, device=xs.device)).sum(-1)
+            stats[0, start:stop], stats[1, start:stop], stats[2, start:stop] = row_max, lse, mu
+        ctx.save_for_backward(logits, stats)
+        ctx.rows = rows
+        return (stats[1] - stats[2]).view(logits.shape[:-1])
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out: torch.Tensor):
+        logits, stats = ctx.saved_tensors
+        grad_out = grad_out.reshape(-1).to(stats.dtype)
+        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+        grad_flat = grad.view(-1, logits.shape[-1])
+        for start, block in _row_blocks(logits, ctx.rows):
+            stop = start + block.shape[0]
+            xs = block.to(stats.dtype) - stats[0, start:stop].unsqueeze(-1)
+            probs = torch.exp(xs - stats[1, start:stop].unsqueeze(-1))
+            centred = torch.where(probs > 0, xs - stats[2, start:stop].unsqueeze(-1), torch.zeros_like(xs))
+            grad_flat[start:stop] = probs.mul_(centred).mul_(-grad_out[start:stop].unsqueeze(-1))
+        return grad, None
+
+
+def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
+    """Entropy of ``softmax(logits)`` over the last dim, differentiable.
+
+    Stable for huge and ``-inf`` (masked) logits, float32 inside for half inputs, and computed in row
+    chunks (``chunk_size`` rows, default ~256 MiB of float32) so no full-vocab probability copy is kept.
+    """
+    if logits.dim() < 1 or not logits.is_floating_point():
+        raise TypeError(f"entropy_from_logits expects floating-point [..., V] logits, got {logits.dtype}")
+    return _ChunkedEntropy.apply(logits, _rows_per_chunk(logits.shape[-1], chunk_size))
 
 
 def entropy_from_logits_with_chunking(logits: torch.Tensor, chunk_size: int = 2048) -> torch.Tensor:
-    """``entropy_from_logits`` over row chunks of a ``[T, V]`` tensor to bound the float32 temporaries."""
+    """:func:`entropy_from_logits` on ``[T, V]`` logits with an explicit row chunk size."""
     if logits.dim() != 2:
         raise ValueError(f"entropy_from_logits_with_chunking expects [T, V] logits, got {tuple(logits.shape)}")
-    if chunk_size <= 0:
-        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
-    return torch.cat([entropy_from_logits(logits[i : i + chunk_size]) for i in range(0, logits.shape[0], chunk_size)])
+    return entropy_from_logits(logits, chunk_size=chunk_size)
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis: int | Sequence[int] | None = None) -> torch.Tensor:
@@ -256,9 +305,7 @@ def pad_2d_list_to_length(
     target = longest if max_length is None else max_length
     if target < longest:
         row = max(range(len(response)), key=lambda i: len(response[i]))
-        raise ValueError(
-            f"pad_2d_list_to_length: row {row} has {longest} tokens, more than max_length={max_length}"
-        )
+        raise ValueError(f"pad_2d_list_to_length: row {row} has {longest} tokens, more than max_length={max_length}")
     padded = []
     for row in response:
         fill = [pad_token_id] * (target - len(row))
@@ -304,9 +351,7 @@ def postprocess_data(
     return input_ids, attention_mask
 
 
-def clip_by_value(
-    x: torch.Tensor, tensor_min: torch.Tensor | float, tensor_max: torch.Tensor | float
-) -> torch.Tensor:
+def clip_by_value(x: torch.Tensor, tensor_min: torch.Tensor | float, tensor_max: torch.Tensor | float) -> torch.Tensor:
     """Element-wise clamp where the bounds may be tensors (e.g. ``old_values -/+ clip``) or numbers."""
     lo = torch.as_tensor(tensor_min, dtype=x.dtype, device=x.device)
     hi = torch.as_tensor(tensor_max, dtype=x.dtype, device=x.device)

@@ -1,0 +1,28 @@
+"""Trainer config: typed groups, the packaged YAML (ppo_trainer.yaml + one file per group), legacy translation
+and the batch plan. See docs/config.md."""
+
+from verl.trainer.config.algo_config import AlgoConfig, KLControlConfig, RolloutCorrectionConfig
+from verl.trainer.config.async_config import AsyncTrainingConfig
+from verl.trainer.config.batch_plan import compute_batch_plan, format_batch_plan
+from verl.trainer.config.data_config import CustomClsConfig, DataConfig, SamplerConfig
+from verl.trainer.config.legacy import translate_legacy_config, translate_legacy_overrides
+from verl.trainer.config.ppo_config import GROUPS, PPOConfig, build_ppo_config
+from verl.trainer.config.trainer_config import TrainerConfig
+
+__all__ = [
+    "GROUPS",
+    "AlgoConfig",
+    "AsyncTrainingConfig",
+    "CustomClsConfig",
+    "DataConfig",
+    "KLControlConfig",
+    "PPOConfig",
+    "RolloutCorrectionConfig",
+    "SamplerConfig",
+    "TrainerConfig",
+    "build_ppo_config",
+    "compute_batch_plan",
+    "format_batch_plan",
+    "translate_legacy_config",
+    "translate_legacy_overrides",
+]

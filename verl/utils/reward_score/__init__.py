@@ -1,0 +1,79 @@
+"""Rule-based reward functions and the ``default_compute_score`` dispatcher used by the reward managers.
+
+A reward manager calls ``default_compute_score(data_source, solution_str, ground_truth, extra_info)`` for each
+response; ``data_source`` (a column of every verl data set) picks the scorer. Users plug in their own function
+with the same signature through the custom-reward-function config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import addition, arith_seq, gsm8k, target_digit, tool_calc
+from . import math as math_light
+
+SYNTHETIC_SCORERS: dict[str, Callable[[str, str], float]] = {
+    "synthetic/target_digit": target_digit.compute_score,
+    "synthetic/arith_seq": arith_seq.compute_score,
+    "synthetic/addition": addition.compute_score,
+    "synthetic/tool_calc": tool_calc.compute_score,
+}
+GSM8K_SOURCES = ("openai/gsm8k",)
+MATH_SOURCES = (
+    "lighteval/MATH",
+    "DigitalLearningGmbH/MATH-lighteval",
+    "HuggingFaceH4/MATH-500",
+    "math",
+    "math_dapo",
+)
+# Data sources whose names start with one of these are competition-math sets scored like MATH.
+MATH_SOURCE_PREFIXES = ("aime",)
+MATH_BACKENDS = ("light", "math_verify")
+
+
+def known_data_sources() -> list[str]:
+    return [*SYNTHETIC_SCORERS, *GSM8K_SOURCES, *MATH_SOURCES, *(f"{p}*" for p in MATH_SOURCE_PREFIXES)]
+
+
+def _score_math(solution_str: str, ground_truth: str, backend: str) -> float:
+    if backend == "light":
+        return math_light.compute_score(solution_str, ground_truth)
+    if backend == "math_verify":
+        from . import math_verify
+
+        return math_verify.compute_score(solution_str, ground_truth)
+    raise ValueError(f"math_backend must be one of {MATH_BACKENDS}, got {backend!r}")
+
+
+def default_compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: str,
+    extra_info: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> float | dict[str, Any]:
+    """Score one response with the rule for its ``data_source``.
+
+    Keyword options: ``math_backend`` ("light", the default, or "math_verify") for math data sets, and
+    ``gsm8k_method`` ("strict", the default, or "flexible"). Other keyword arguments (reward-manager extras such
+    as a sandbox URL) are accepted and ignored, so callers can pass one kwargs dict to any scorer.
+    """
+    if not isinstance(data_source, str):
+        raise TypeError(f"data_source must be a str, got {type(data_source).__name__}: {data_source!r}")
+    if data_source in SYNTHETIC_SCORERS:
+        return SYNTHETIC_SCORERS[data_source](solution_str, ground_truth)
+    if data_source in GSM8K_SOURCES:
+        return gsm8k.compute_score(solution_str, ground_truth, method=kwargs.get("gsm8k_method", "strict"))
+    if data_source in MATH_SOURCES or data_source.startswith(MATH_SOURCE_PREFIXES):
+        return _score_math(solution_str, ground_truth, kwargs.get("math_backend", "light"))
+    raise NotImplementedError(
+        f"Reward function is not implemented for data_source={data_source!r}; known data sources: "
+        f"{', '.join(known_data_sources())}. Configure a custom reward function for other data sets."
+    )
+
+
+# verl's older name for the same function.
+_default_compute_score = default_compute_score
+
+__all__ = ["default_compute_score", "known_data_sources", "SYNTHETIC_SCORERS", "GSM8K_SOURCES", "MATH_SOURCES"]

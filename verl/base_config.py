@@ -1,0 +1,98 @@
+"""BaseConfig: the parent of every typed config (frozen dataclass that also reads like a Mapping).
+
+Why both: worker and trainer code reads configs by attribute (``config.actor.clip_ratio``), while a lot of code
+written against verl's DictConfig-era API reads them like dicts (``config["clip_ratio"]``, ``config.get("x", d)``,
+``**config``). A read-only Mapping view over the dataclass fields serves both without copying.
+
+Instances are frozen once built: a typo such as ``cfg.clip_ratoi = 0.3`` or a late mutation that only some workers see
+would silently split the configuration across processes. A subclass may name fields in ``_mutable_fields`` for the few
+values verl itself normalises at run time (e.g. mini-batch sizes per rank); everything else raises
+``dataclasses.FrozenInstanceError``. Subclasses use a plain ``@dataclass`` decorator: the freezing lives here.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+from typing import Any, ClassVar
+
+__all__ = ["BaseConfig", "ConfigError", "check"]
+
+
+class ConfigError(ValueError):
+    """An invalid config value or key. ``key`` is the field (dotted when known); the message starts with it."""
+
+    def __init__(self, detail: str, key: str | None = None) -> None:
+        self.key = key
+        self.detail = detail
+        super().__init__(f"{key}: {detail}" if key else detail)
+
+
+def check(condition: bool, key: str, detail: str) -> None:
+    """Raise :class:`ConfigError` for ``key`` unless ``condition`` holds (used by ``__post_init__`` validations)."""
+    if not condition:
+        raise ConfigError(detail, key=key)
+
+
+@dataclasses.dataclass
+class BaseConfig(collections.abc.Mapping):
+    """Frozen dataclass with a Mapping view over its public fields.
+
+    ``_target_`` names the class so that Hydra's ``instantiate`` and :func:`verl.utils.config.omega_conf_to_dataclass`
+    can build it from a YAML node; it is filled in automatically for every subclass.
+    """
+
+    _target_: ClassVar[str] = "verl.base_config.BaseConfig"
+    _mutable_fields: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_target_" not in cls.__dict__:
+            cls._target_ = f"{cls.__module__}.{cls.__qualname__}"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The generated __init__ assigns each field once; any later assignment is a mutation.
+        if name in self.__dict__ and name not in self._mutable_fields:
+            raise dataclasses.FrozenInstanceError(
+                f"{type(self).__name__}.{name} is frozen; build a new config with dataclasses.replace() instead"
+            )
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"{type(self).__name__}.{name} cannot be deleted")
+
+    # -- Mapping view -------------------------------------------------------------------------------------------
+    def __getitem__(self, key: str) -> Any:
+        if key in self._public_field_names():
+            return getattr(self, key)
+        raise KeyError(f"{type(self).__name__} has no field {key!r}")
+
+    def __iter__(self):
+        return iter(self._public_field_names())
+
+    def __len__(self) -> int:
+        return len(self._public_field_names())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._public_field_names()
+
+    # Mapping defines __eq__ (and so drops __hash__); the dataclass __eq__ of each subclass takes precedence.
+    __hash__ = None  # type: ignore[assignment]
+
+    @classmethod
+    def _public_field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain nested dict (nested configs become dicts too), e.g. for logging or ``OmegaConf.create``."""
+        return {name: _plain(getattr(self, name)) for name in self._public_field_names()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseConfig):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,121 @@
+"""Errors a worker group raises on the driver, and the bounded wait that produces them.
+
+Every error names the worker (role, rank, actor name) and the method waited on; a raising worker's own traceback
+is carried along; a dead worker's first logged error is quoted.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from verl.single_controller.ray.worker_process import read_first_error
+
+TIMEOUT_ENV = "VERL_WORKER_CALL_TIMEOUT_S"
+DEFAULT_CALL_TIMEOUT_S = 1800.0
+
+
+def default_call_timeout_s() -> float:
+    """Seconds a driver waits for a worker call: $VERL_WORKER_CALL_TIMEOUT_S, else 1800 (long training steps)."""
+    raw = os.environ.get(TIMEOUT_ENV)
+    if not raw:
+        return DEFAULT_CALL_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"environment variable {TIMEOUT_ENV} must be > 0, got {raw!r}")
+    return value
+
+
+class WorkerError(RuntimeError):
+    """A worker call failed; ``role``, ``rank``, ``method`` say where, ``worker_traceback`` says why."""
+
+    def __init__(self, message: str, *, role: str, rank: int | None, method: str,
+                 worker_traceback: str | None = None) -> None:
+        super().__init__(message)
+        self.role = role
+        self.rank = rank
+        self.method = method
+        self.worker_traceback = worker_traceback
+
+
+class WorkerDiedError(WorkerError):
+    """The worker's process died; ``first_logged_error`` is the first error it recorded before dying, if any."""
+
+    def __init__(self, message: str, *, first_logged_error: str | None = None, **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.first_logged_error = first_logged_error
+
+
+class WorkerTimeoutError(WorkerError, TimeoutError):
+    """No answer within the call timeout; ``pending_ranks`` lists who did not answer."""
+
+    def __init__(self, message: str, *, pending_ranks: list[int], **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.pending_ranks = pending_ranks
+
+
+def _who(role: str, rank: int, worker_names: list[str] | None) -> str:
+    name = worker_names[rank] if worker_names and rank < len(worker_names) else None
+    return f"{role} rank {rank}" + (f" (actor {name})" if name else "")
+
+
+def translate_ray_error(err: Exception, *, role: str, rank: int, method: str, actor_id: str | None = None,
+                        worker_names: list[str] | None = None) -> WorkerError:
+    """Turn Ray's error for one worker call into a WorkerError naming the worker."""
+    who = _who(role, rank, worker_names)
+    if isinstance(err, RayTaskError):
+        cause = err.cause if isinstance(getattr(err, "cause", None), BaseException) else None
+        summary = f"{type(cause).__name__}: {cause}" if cause is not None else str(err).splitlines()[0]
+        tb = getattr(err, "traceback_str", None) or str(err)
+        message = f"{who} failed in {method}(): {summary}\n--- traceback from {who} ---\n{tb}"
+        return WorkerError(message, role=role, rank=rank, method=method, worker_traceback=tb)
+    if isinstance(err, RayActorError):
+        first = read_first_error(actor_id) if actor_id else None
+        message = f"{who} died during {method}(): {err}"
+        if first:
+            message += f"\n--- first error logged by {who} ---\n{first}"
+        else:
+            message += "\n(the worker logged no error before dying)"
+        return WorkerDiedError(message, role=role, rank=rank, method=method, first_logged_error=first,
+                               worker_traceback=first)
+    return WorkerError(f"{who} failed in {method}(): {type(err).__name__}: {err}", role=role, rank=rank, method=method)
+
+
+def wait_for_workers(refs: list, *, ranks: list[int], method: str, role: str, timeout_s: float,
+                     actor_ids: list[str] | None = None, worker_names: list[str] | None = None) -> list[Any]:
+    """ray.get for one call on several ranks, bounded by ``timeout_s``; the first failure is raised at once
+    (other ranks may be blocked in a collective with the failed one, so waiting for them could hang)."""
+    results: list[Any] = [None] * len(refs)
+    pending = {ref: i for i, ref in enumerate(refs)}
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            late = sorted(ranks[i] for i in pending.values())
+            raise WorkerTimeoutError(
+                f"timed out after {timeout_s:g}s waiting for {role}.{method}() on rank(s) {late} "
+                f"(raise the limit with {TIMEOUT_ENV} or the group's call_timeout_s)",
+                role=role, rank=late[0], method=method, pending_ranks=late,
+            )
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=min(remaining, 5.0))
+        if ready:
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+        for ref in ready:
+            i = pending.pop(ref)
+            rank = ranks[i]
+            try:
+                results[i] = ray.get(ref, timeout=max(deadline - time.monotonic(), 1.0))
+            except GetTimeoutError:
+                pending[ref] = i
+            except (RayTaskError, RayActorError) as err:
+                actor_id = actor_ids[rank] if actor_ids and rank < len(actor_ids) else None
+                raise translate_ray_error(err, role=role, rank=rank, method=method, actor_id=actor_id,
+                                          worker_names=worker_names) from err
+    return results

@@ -1,0 +1,112 @@
+"""RayResourcePool: placement groups reserving one slot per worker process, on GPU nodes or CPU-only clusters."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import ray
+from ray.exceptions import GetTimeoutError
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+
+from verl.single_controller.base.resource_pool import ResourcePool
+
+CPU_PER_PROCESS_ENV = "VERL_CPUS_PER_PROCESS"
+# A CPU-only slot reserves a quarter core: a 2-core laptop hosts 8 worker processes. GPU slots reserve one core
+# next to their GPU.
+DEFAULT_CPUS_PER_PROCESS_CPU_ONLY = 0.25
+DEFAULT_CPUS_PER_PROCESS_GPU = 1.0
+PLACEMENT_TIMEOUT_ENV = "VERL_PLACEMENT_TIMEOUT_S"
+DEFAULT_PLACEMENT_TIMEOUT_S = 120.0
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be a number, got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"environment variable {name} must be > 0, got {raw!r}")
+    return value
+
+
+class RayResourcePool(ResourcePool):
+    """One placement group per node entry of ``process_on_nodes``; bundle i of a group is the slot of local rank i.
+
+    ``use_gpu=True``: each slot holds 1 GPU and ``cpus_per_process`` CPUs. ``use_gpu=False``: each slot holds only
+    ``cpus_per_process`` CPUs (default 0.25, or $VERL_CPUS_PER_PROCESS). Up to ``max_colocate_count`` worker groups may
+    share a slot; each of their actors takes 1/max_colocate_count of it. Names get a random suffix so a second run
+    in the same cluster never collides with the first.
+    """
+
+    def __init__(self, process_on_nodes: list[int] | None = None, use_gpu: bool = True, name_prefix: str | None = None,
+                 max_colocate_count: int = 10, detached: bool = False, accelerator_type: str | None = None,
+                 cpus_per_process: float | None = None, placement_timeout_s: float | None = None) -> None:
+        super().__init__(process_on_nodes, max_colocate_count)
+        if not self.store:
+            raise ValueError("RayResourcePool needs process_on_nodes with at least one node, e.g. [2]")
+        self.use_gpu = bool(use_gpu)
+        default_cpus = DEFAULT_CPUS_PER_PROCESS_GPU if self.use_gpu else DEFAULT_CPUS_PER_PROCESS_CPU_ONLY
+        if cpus_per_process is None:
+            cpus_per_process = _env_float(CPU_PER_PROCESS_ENV, default_cpus)
+        if not isinstance(cpus_per_process, int | float) or cpus_per_process <= 0:
+            raise ValueError(f"cpus_per_process must be > 0, got {cpus_per_process!r}")
+        self.cpus_per_process = float(cpus_per_process)
+        self.name_prefix = f"{name_prefix or 'verl_pool'}_{uuid.uuid4().hex[:8]}"
+        self.detached = detached
+        self.accelerator_type = accelerator_type
+        self.placement_timeout_s = placement_timeout_s or _env_float(PLACEMENT_TIMEOUT_ENV, DEFAULT_PLACEMENT_TIMEOUT_S)
+        self.pgs: list[PlacementGroup] | None = None
+
+    def bundle(self) -> dict[str, float]:
+        """Resources of one process slot."""
+        b: dict[str, float] = {"CPU": self.cpus_per_process}
+        if self.use_gpu:
+            b["GPU"] = 1
+            if self.accelerator_type:
+                b[f"accelerator_type:{self.accelerator_type}"] = 1e-3
+        return b
+
+    def actor_resources(self) -> dict[str, float]:
+        """num_cpus / num_gpus of one actor: a 1/max_colocate_count share of its slot."""
+        share = {"num_cpus": self.cpus_per_process / self.max_colocate_count}
+        if self.use_gpu:
+            share["num_gpus"] = 1.0 / self.max_colocate_count
+        return share
+
+    def get_placement_groups(self, strategy: str = "STRICT_PACK", name: str | None = None,
+                             device_name: str | None = None) -> list[PlacementGroup]:
+        """Create (once) and wait for the placement groups; a clear error if the cluster cannot host them."""
+        if self.pgs is not None:
+            return self.pgs
+        prefix = name or self.name_prefix
+        lifetime = "detached" if self.detached else None
+        pgs = [
+            placement_group([self.bundle() for _ in range(n)], strategy=strategy, name=f"{prefix}_pg{i}",
+                            lifetime=lifetime)
+            for i, n in enumerate(self.store)
+        ]
+        try:
+            ray.get([pg.ready() for pg in pgs], timeout=self.placement_timeout_s)
+        except GetTimeoutError:
+            for pg in pgs:
+                remove_placement_group(pg)
+            raise TimeoutError(
+                f"resource pool {self.name_prefix!r}: could not reserve {self.store} process slot(s) of "
+                f"{self.bundle()} within {self.placement_timeout_s:g}s; cluster has {ray.available_resources()} "
+                f"available (lower cpus_per_process / ${CPU_PER_PROCESS_ENV}, or the process counts)"
+            ) from None
+        self.pgs = pgs
+        return pgs
+
+    def release(self) -> None:
+        """Give the reserved slots back to the cluster (actors placed in them are killed by Ray)."""
+        for pg in self.pgs or []:
+            try:
+                remove_placement_group(pg)
+            except Exception:
+                pass
+        self.pgs = None

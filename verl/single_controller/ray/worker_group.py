@@ -1,0 +1,228 @@
+"""RayWorkerGroup: one Ray actor per rank, driven as one object."""
+
+from __future__ import annotations
+
+import functools
+import time
+import uuid
+from typing import Any
+
+import ray
+
+from verl.single_controller.base.decorator import get_register_attrs
+from verl.single_controller.base.worker import BACKEND_ENV
+from verl.single_controller.base.worker_group import WorkerGroup
+from verl.single_controller.ray.class_with_init_args import RayClassWithInitArgs
+from verl.single_controller.ray.errors import (
+    WorkerDiedError,
+    WorkerError,
+    default_call_timeout_s,
+    translate_ray_error,
+    wait_for_workers,
+)
+from verl.single_controller.ray.resource_pool import RayResourcePool
+from verl.single_controller.ray.worker_process import (
+    RENDEZVOUS_ENV,
+    clear_first_error,
+    clear_rendezvous,
+    read_rendezvous,
+)
+
+# Attribute create_colocated_worker_cls puts on its class: {role: {method name on the role: name on the class}}.
+ROLE_METHODS_ATTR = "_verl_role_methods"
+
+
+class RayWorkerGroup(WorkerGroup):
+    """Spawn ``ray_cls_with_init`` once per slot of ``resource_pool`` and expose its ``@register`` methods.
+
+    Each actor gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (rank 0 picks a
+    free port on its node, so every group has its own). Every wait is bounded by ``call_timeout_s`` (default
+    $VERL_WORKER_CALL_TIMEOUT_S or 1800 s). Alternatively attach to running actors with ``worker_names`` or
+    ``worker_handles``.
+    """
+
+    def __init__(self, resource_pool: RayResourcePool | None = None,
+                 ray_cls_with_init: RayClassWithInitArgs | None = None, bin_pack: bool = True,
+                 name_prefix: str | None = None, detached: bool = False, worker_names: list[str] | None = None,
+                 worker_handles: list[Any] | None = None, call_timeout_s: float | None = None,
+                 role: str | None = None, **kwargs) -> None:
+        if ray_cls_with_init is not None and not isinstance(ray_cls_with_init, RayClassWithInitArgs):
+            raise TypeError(f"ray_cls_with_init must be a RayClassWithInitArgs, got {type(ray_cls_with_init).__name__}")
+        role = role or (ray_cls_with_init.user_cls.__name__ if ray_cls_with_init is not None else "worker")
+        super().__init__(resource_pool, role=role)
+        if call_timeout_s is not None and call_timeout_s <= 0:
+            raise ValueError(f"call_timeout_s must be > 0, got {call_timeout_s!r}")
+        self.call_timeout_s = float(call_timeout_s) if call_timeout_s is not None else default_call_timeout_s()
+        self.ray_cls_with_init = ray_cls_with_init
+        self.resource_pool = resource_pool
+        self.detached = detached
+        self.name_prefix = name_prefix or f"{role}_{uuid.uuid4().hex[:8]}"
+        self.master_address: str | None = None
+        self.master_port: str | None = None
+        self._health: dict[str, WorkerError | None] = {"failure": None}
+        self._actor_ids: list[str] = []
+
+        if worker_names is not None or worker_handles is not None:
+            self._attach(worker_names, worker_handles)
+        elif resource_pool is not None and ray_cls_with_init is not None:
+            if not isinstance(resource_pool, RayResourcePool):
+                raise TypeError(f"resource_pool must be a RayResourcePool, got {type(resource_pool).__name__}")
+            self._spawn_workers(resource_pool, ray_cls_with_init, bin_pack)
+        else:
+            raise ValueError("RayWorkerGroup needs resource_pool and ray_cls_with_init, or worker_names/worker_handles")
+        if ray_cls_with_init is not None:
+            self._bind_worker_method(ray_cls_with_init.user_cls)
+
+    # -- creation ---------------------------------------------------------------------------------------------
+    def _attach(self, worker_names: list[str] | None, worker_handles: list[Any] | None) -> None:
+        if worker_handles is None:
+            worker_handles = []
+            for name in worker_names:
+                try:
+                    worker_handles.append(ray.get_actor(name))
+                except ValueError:
+                    raise ValueError(f"no running actor named {name!r} to attach the {self.role} group to") from None
+        self._workers = list(worker_handles)
+        self._worker_names = list(worker_names) if worker_names is not None else [f"{self.role}_{i}" for i in
+                                                                                   range(len(worker_handles))]
+        self._actor_ids = [w._actor_id.hex() for w in self._workers]
+
+    def _spawn_workers(self, pool: RayResourcePool, cls_with_init: RayClassWithInitArgs, bin_pack: bool) -> None:
+        pgs = pool.get_placement_groups(strategy="STRICT_PACK" if bin_pack else "PACK")
+        world_size = pool.world_size
+        rendezvous_key = f"rendezvous/{self.name_prefix}_{uuid.uuid4().hex[:8]}"
+        resources = pool.actor_resources()
+        rank = 0
+        try:
+            for pg, local_world_size in zip(pgs, pool.store):
+                for local_rank in range(local_world_size):
+                    env = {
+                        "RANK": str(rank),
+                        "WORLD_SIZE": str(world_size),
+                        "LOCAL_RANK": str(local_rank),
+                        "LOCAL_WORLD_SIZE": str(local_world_size),
+                        "WG_PREFIX": self.name_prefix,
+                        "WG_BACKEND": "ray",
+                        BACKEND_ENV: "ray",
+                        RENDEZVOUS_ENV: rendezvous_key,
+                    }
+                    if rank > 0:
+                        env["MASTER_ADDR"], env["MASTER_PORT"] = self.master_address, self.master_port
+                    name = f"{self.name_prefix}_rank{rank}"
+                    actor = cls_with_init(pg, local_rank, env_vars=env, name=name, detached=self.detached, **resources)
+                    self._workers.append(actor)
+                    self._worker_names.append(name)
+                    self._actor_ids.append(actor._actor_id.hex())
+                    if rank == 0:
+                        self.master_address, self.master_port = self._wait_rendezvous(rendezvous_key, actor)
+                    rank += 1
+        finally:
+            clear_rendezvous(rendezvous_key)
+
+    def _wait_rendezvous(self, key: str, rank0: Any) -> tuple[str, str]:
+        """Rank 0 publishes MASTER_ADDR/PORT before its constructor runs; wait for it, or for rank 0's failure."""
+        ready = rank0.__ray_ready__.remote()
+        deadline = time.monotonic() + self.call_timeout_s
+        while time.monotonic() < deadline:
+            found = read_rendezvous(key)
+            if found:
+                return found
+            done, _ = ray.wait([ready], timeout=0.05)
+            if done:
+                try:
+                    ray.get(done[0])
+                except Exception as err:
+                    raise translate_ray_error(err, role=self.role, rank=0, method="__init__",
+                                              actor_id=self._actor_ids[0], worker_names=self._worker_names) from err
+                found = read_rendezvous(key)
+                if found:
+                    return found
+                raise RuntimeError(f"{self.role} rank 0 started but published no MASTER_ADDR/MASTER_PORT")
+        raise TimeoutError(
+            f"{self.role} rank 0 ({self._worker_names[0]}) did not start within {self.call_timeout_s:g}s; its pool "
+            f"slot may be full (more groups than max_colocate_count share it) or the cluster lacks resources"
+        )
+
+    # -- backend hooks ------------------------------------------------------------------------------------------
+    def _remote_call(self, rank: int, method_name: str, args: tuple, kwargs: dict) -> Any:
+        try:
+            method = getattr(self._workers[rank], method_name)
+        except AttributeError:
+            raise AttributeError(f"{self.role} workers have no method {method_name!r}") from None
+        return method.remote(*args, **kwargs)
+
+    def _wait(self, method_name: str, handles: list, ranks: list[int]) -> list:
+        try:
+            return wait_for_workers(handles, ranks=ranks, method=method_name, role=self.role,
+                                    timeout_s=self.call_timeout_s, actor_ids=self._actor_ids,
+                                    worker_names=self._worker_names)
+        except WorkerDiedError as err:
+            self._health["failure"] = err
+            raise
+
+    def _make_data_proto_future(self, method_name: str, handles: list, ranks: list[int], pad_size: int) -> Any:
+        from verl.single_controller.ray.future import RayDataProtoFuture, concat_and_unpad
+
+        return RayDataProtoFuture(
+            collect_fn=functools.partial(concat_and_unpad, pad_size=pad_size), futures=list(handles), role=self.role,
+            method=method_name, ranks=list(ranks), timeout_s=self.call_timeout_s, actor_ids=list(self._actor_ids),
+            worker_names=list(self._worker_names),
+        )
+
+    def _check_usable(self) -> None:
+        failure = self._health["failure"]
+        if failure is not None:
+            raise WorkerDiedError(
+                f"{self.role} worker group is unusable: {failure.role} rank {failure.rank} died earlier.\n{failure}",
+                role=failure.role, rank=failure.rank, method=failure.method,
+                first_logged_error=getattr(failure, "first_logged_error", None),
+            )
+
+    # -- colocated roles ----------------------------------------------------------------------------------------
+    def spawn(self, prefix_set) -> dict[str, RayWorkerGroup]:
+        """One group per role of a colocated group: same actors, each exposing only that role's methods."""
+        user_cls = self.ray_cls_with_init.user_cls if self.ray_cls_with_init is not None else None
+        role_methods = getattr(user_cls, ROLE_METHODS_ATTR, None)
+        if role_methods is None:
+            raise ValueError("spawn() needs a group built from create_colocated_worker_cls(...)")
+        groups = {}
+        for prefix in prefix_set:
+            if prefix not in role_methods:
+                raise KeyError(f"role {prefix!r} is not part of this colocated group; roles: {sorted(role_methods)}")
+            groups[prefix] = self._derive(prefix, role_methods[prefix])
+        return groups
+
+    def _derive(self, role: str, methods: dict[str, str]) -> RayWorkerGroup:
+        group = object.__new__(type(self))
+        WorkerGroup.__init__(group, None, role=role)
+        group._is_init_with_detached_workers = False
+        for attr in ("call_timeout_s", "ray_cls_with_init", "resource_pool", "detached", "name_prefix",
+                     "master_address", "master_port", "_health"):
+            setattr(group, attr, getattr(self, attr))
+        group._workers, group._worker_names, group._actor_ids = self._workers, self._worker_names, self._actor_ids
+        group._method_prefix = f"{role}_"
+        user_cls = self.ray_cls_with_init.user_cls
+        for name, full_name in methods.items():
+            setattr(group, name, group._make_group_method(full_name, get_register_attrs(getattr(user_cls, full_name))))
+            group._bound_methods[name] = full_name
+        return group
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+    @classmethod
+    def from_detached(cls, name_prefix: str | None = None, worker_names: list[str] | None = None,
+                      worker_handles: list[Any] | None = None, ray_cls_with_init: RayClassWithInitArgs | None = None,
+                      **kwargs) -> RayWorkerGroup:
+        """Attach to actors started elsewhere (e.g. by another driver with detached=True)."""
+        return cls(name_prefix=name_prefix, worker_names=worker_names, worker_handles=worker_handles,
+                   ray_cls_with_init=ray_cls_with_init, **kwargs)
+
+    def shutdown(self) -> None:
+        """Kill this group's actors and forget their recorded errors."""
+        for worker, actor_id in zip(self._workers, self._actor_ids):
+            try:
+                ray.kill(worker)
+            except Exception:
+                pass
+            clear_first_error(actor_id)
+        self._health["failure"] = WorkerDiedError(f"{self.role} worker group was shut down", role=self.role,
+                                                  rank=None, method="shutdown")

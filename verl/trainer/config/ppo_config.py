@@ -1,0 +1,73 @@
+"""PPOConfig: the whole resolved trainer config as one typed object, with the cross-group checks.
+
+The trainer keeps passing the composed DictConfig around (verl's API); :func:`build_ppo_config` is the start-up gate
+that turns it into typed groups once, so that every bad key or value fails before any process starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig
+
+from verl.base_config import BaseConfig, check
+from verl.trainer.config.algo_config import AlgoConfig
+from verl.trainer.config.async_config import AsyncTrainingConfig
+from verl.trainer.config.data_config import DataConfig
+from verl.trainer.config.trainer_config import TrainerConfig
+from verl.utils.config import omega_conf_to_dataclass
+from verl.workers.config import (
+    ActorConfig,
+    CriticConfig,
+    FSDPActorConfig,
+    FSDPCriticConfig,
+    HFModelConfig,
+    RewardConfig,
+    RolloutConfig,
+)
+
+__all__ = ["GROUPS", "PPOConfig", "build_ppo_config"]
+
+GROUPS = ("data", "model", "actor", "ref", "rollout", "critic", "reward", "algorithm", "trainer", "async_training")
+
+
+@dataclass
+class PPOConfig(BaseConfig):
+    """All groups of ``ppo_trainer.yaml``; ``__post_init__`` checks what involves more than one group."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    model: HFModelConfig = field(default_factory=HFModelConfig)
+    actor: ActorConfig = field(default_factory=FSDPActorConfig)
+    ref: ActorConfig = field(default_factory=FSDPActorConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    critic: CriticConfig = field(default_factory=FSDPCriticConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algorithm: AlgoConfig = field(default_factory=AlgoConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+    ray_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for group in ("actor", "ref", "critic"):
+            value = getattr(self, group).rollout_n
+            check(value == self.rollout.n, f"{group}.rollout_n",
+                  f"({value}) must equal rollout.n ({self.rollout.n}); set rollout.n only")
+        check(self.rollout.prompt_length >= self.data.max_prompt_length, "rollout.prompt_length",
+              f"({self.rollout.prompt_length}) must be >= data.max_prompt_length ({self.data.max_prompt_length})")
+        from verl.trainer.config.batch_plan import _plan
+
+        _plan(self)  # raises ConfigError for an impossible batch plan
+
+    @property
+    def use_critic(self) -> bool:
+        return self.critic.is_enabled(self.algorithm.adv_estimator)
+
+    @property
+    def use_reference_policy(self) -> bool:
+        return self.actor.use_kl_loss or self.algorithm.use_kl_in_reward
+
+
+def build_ppo_config(cfg: DictConfig | dict) -> PPOConfig:
+    """Resolve and validate a composed config; raises :class:`~verl.base_config.ConfigError` naming the key."""
+    return omega_conf_to_dataclass(cfg, PPOConfig)

@@ -1,0 +1,84 @@
+"""TrainerConfig (group ``trainer``): resources, schedule, logging and checkpointing of the driver loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from verl.base_config import BaseConfig, check
+
+__all__ = ["DEVICES", "LOGGERS", "RESUME_MODES", "TrainerConfig"]
+
+DEVICES = ("auto", "cpu", "cuda")
+LOGGERS = ("console", "file", "tensorboard", "wandb", "mlflow")
+RESUME_MODES = ("auto", "disable", "resume_path")
+
+
+@dataclass
+class TrainerConfig(BaseConfig):
+    """Driver settings.
+
+    ``device``: ``auto`` picks cuda when available; on CPU ``n_gpus_per_node`` means worker processes per node and
+    the process-group backend is gloo. ``total_training_steps=None`` derives the step count from
+    ``total_epochs`` and the data size. ``save_freq``/``test_freq`` of ``-1`` (or 0) disable saving/validation.
+    ``resume_mode``: ``auto`` resumes from the newest checkpoint in ``default_local_dir`` if any, ``disable``
+    starts fresh, ``resume_path`` loads ``resume_from_path``.
+    """
+
+    project_name: str = "verl_examples"
+    experiment_name: str = "demo"
+    logger: list[str] = field(default_factory=lambda: ["console"])
+    log_val_generations: int = 0
+    nnodes: int = 1
+    n_gpus_per_node: int = 1
+    device: str = "auto"
+    seed: int = 1
+    total_epochs: int = 30
+    total_training_steps: int | None = None
+    save_freq: int = -1
+    test_freq: int = -1
+    val_before_train: bool = True
+    val_only: bool = False
+    critic_warmup: int = 0
+    balance_batch: bool = True
+    default_local_dir: str = "checkpoints/verl_examples/demo"
+    default_hdfs_dir: str | None = None
+    resume_mode: str = "auto"
+    resume_from_path: str | None = None
+    del_local_ckpt_after_load: bool = False
+    max_actor_ckpt_to_keep: int | None = None
+    max_critic_ckpt_to_keep: int | None = None
+    ray_wait_register_center_timeout: int = 300
+    rollout_data_dir: str | None = None
+    validation_data_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        bad = [name for name in self.logger if name not in LOGGERS]
+        check(not bad, "logger", f"unknown logger(s) {bad}; allowed: {list(LOGGERS)}")
+        check(self.nnodes >= 1, "nnodes", f"must be >= 1, got {self.nnodes}")
+        check(self.n_gpus_per_node >= 1, "n_gpus_per_node", f"must be >= 1, got {self.n_gpus_per_node}")
+        check(self.device in DEVICES, "device", f"must be one of {list(DEVICES)}, got {self.device!r}")
+        check(self.total_epochs >= 1, "total_epochs", f"must be >= 1, got {self.total_epochs}")
+        check(self.total_training_steps is None or self.total_training_steps >= 1, "total_training_steps",
+              f"must be >= 1 or null, got {self.total_training_steps}")
+        check(self.critic_warmup >= 0, "critic_warmup", f"must be >= 0, got {self.critic_warmup}")
+        check(self.resume_mode in RESUME_MODES, "resume_mode",
+              f"must be one of {list(RESUME_MODES)}, got {self.resume_mode!r}")
+        check(self.resume_mode != "resume_path" or bool(self.resume_from_path), "resume_from_path",
+              "must be set when resume_mode=resume_path")
+        for key in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep"):
+            value = getattr(self, key)
+            check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
+        check(self.log_val_generations >= 0, "log_val_generations", f"must be >= 0, got {self.log_val_generations}")
+
+    @property
+    def world_size(self) -> int:
+        """Trainer processes in total: ``nnodes * n_gpus_per_node``."""
+        return self.nnodes * self.n_gpus_per_node
+
+    def resolved_device(self) -> str:
+        """``cpu`` or ``cuda``: resolves ``auto`` by asking torch whether CUDA is available."""
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,234 @@
+"""Policy losses and their registry.
+
+A policy loss is ``fn(old_log_prob, log_prob, advantages, response_mask,
+loss_agg_mode="token-mean", config=None, rollout_is_weights=None) -> (loss, metrics)``
+with [N, R] inputs, a scalar loss to minimise, and float metrics
+``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``.
+
+``config`` is the actor config read by attribute (or key): ``clip_ratio`` (default 0.2),
+``clip_ratio_low`` / ``clip_ratio_high`` (default ``clip_ratio``; a larger high bound is
+DAPO's clip-higher), ``clip_ratio_c`` (dual-clip bound, default 3.0).
+``rollout_is_weights`` [N, R] (importance weights correcting for the rollout engine's
+policy differing from the trainer's) multiply the per-token loss before aggregation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from verl.trainer.ppo._util import cfg_get, same_function
+from verl.trainer.ppo.losses import agg_loss
+from verl.utils.torch_functional import masked_mean
+
+__all__ = [
+    "POLICY_LOSS_REGISTRY",
+    "register_policy_loss",
+    "get_policy_loss_fn",
+    "compute_policy_loss_vanilla",
+    "compute_policy_loss_gspo",
+    "compute_policy_loss_gpg",
+    "compute_policy_loss_cispo",
+]
+
+PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+
+POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator registering a policy loss under ``name`` (``actor.policy_loss.loss_mode``).
+
+    Re-registering the same function is a no-op; a different function under a taken name raises.
+    """
+
+    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
+        existing = POLICY_LOSS_REGISTRY.get(name)
+        if existing is not None and not same_function(existing, fn):
+            raise ValueError(
+                f"Policy loss {name!r} is already registered to {existing.__module__}.{existing.__qualname__}; "
+                f"refusing to replace it with {fn.__module__}.{fn.__qualname__}"
+            )
+        POLICY_LOSS_REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_policy_loss_fn(name: str) -> PolicyLossFn:
+    """Return the policy loss registered under ``name``; unknown names list the registered ones."""
+    if name not in POLICY_LOSS_REGISTRY:
+        raise ValueError(
+            f"Unknown policy loss {name!r} (actor.policy_loss.loss_mode); registered: {sorted(POLICY_LOSS_REGISTRY)}"
+        )
+    return POLICY_LOSS_REGISTRY[name]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _clip_bounds(config: Any) -> tuple[float, float, float]:
+    clip_ratio = float(cfg_get(config, "clip_ratio", 0.2))
+    low = float(cfg_get(config, "clip_ratio_low", clip_ratio))
+    high = float(cfg_get(config, "clip_ratio_high", clip_ratio))
+    clip_c = float(cfg_get(config, "clip_ratio_c", 3.0))
+    if low < 0 or high < 0:
+        raise ValueError(f"actor.clip_ratio_low / clip_ratio_high must be >= 0, got {low} / {high}")
+    if clip_c <= 1.0:
+        raise ValueError(f"actor.clip_ratio_c must be > 1.0 for dual-clip PPO, got {clip_c}")
+    return low, high, clip_c
+
+
+def _log_ratio(old_log_prob: torch.Tensor, log_prob: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    if not (old_log_prob.shape == log_prob.shape == response_mask.shape):
+        raise ValueError(
+            f"policy loss: old_log_prob {tuple(old_log_prob.shape)}, log_prob {tuple(log_prob.shape)} and "
+            f"response_mask {tuple(response_mask.shape)} must have the same shape"
+        )
+    # Clamped so a wildly stale sample cannot overflow exp(); the clip makes its gradient 0 anyway.
+    return torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+
+
+def _apply_is_weights(pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor | None) -> torch.Tensor:
+    if rollout_is_weights is None:
+        return pg_losses
+    if rollout_is_weights.shape != pg_losses.shape:
+        raise ValueError(
+            f"rollout_is_weights shape {tuple(rollout_is_weights.shape)} must match the per-token loss "
+            f"shape {tuple(pg_losses.shape)}"
+        )
+    return pg_losses * rollout_is_weights.detach()
+
+
+def _metrics(ppo_kl: torch.Tensor, clipfrac: torch.Tensor | float, clipfrac_lower: torch.Tensor | float) -> dict:
+    def _f(x: torch.Tensor | float) -> float:
+        return float(x.detach().item()) if isinstance(x, torch.Tensor) else float(x)
+
+    return {
+        "actor/pg_clipfrac": _f(clipfrac),
+        "actor/ppo_kl": _f(ppo_kl),
+        "actor/pg_clipfrac_lower": _f(clipfrac_lower),
+    }
+
+
+# ----------------------------------------------------------------------------- losses
+
+
+@register_policy_loss("vanilla")
+def compute_policy_loss_vanilla(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO clipped surrogate with asymmetric bounds and dual clip.
+
+    Per token: max(-A*r, -A*clip(r, 1-low, 1+high)); for A < 0 this is further capped at
+    -A*clip_ratio_c, so a token whose ratio exploded cannot dominate the update
+    (dual-clip PPO). ``pg_clipfrac`` counts tokens where the clipped branch won,
+    ``pg_clipfrac_lower`` tokens where the dual-clip cap was hit.
+    """
+    low, high, clip_c = _clip_bounds(config)
+    log_ratio = _log_ratio(old_log_prob, log_prob, response_mask)
+    ratio = torch.exp(log_ratio)
+    ppo_kl = masked_mean(-log_ratio, response_mask)
+
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
+    pessimistic = torch.maximum(unclipped, clipped)
+    clipfrac = masked_mean(torch.gt(clipped, unclipped).to(ratio.dtype), response_mask)
+
+    cap = -advantages * clip_c
+    dual = torch.minimum(pessimistic, cap)
+    clipfrac_lower = masked_mean((torch.gt(pessimistic, cap) & (advantages < 0)).to(ratio.dtype), response_mask)
+    pg_losses = torch.where(advantages < 0, dual, pessimistic)
+
+    pg_losses = _apply_is_weights(pg_losses, rollout_is_weights)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return pg_loss, _metrics(ppo_kl, clipfrac, clipfrac_lower)
+
+
+@register_policy_loss("gspo")
+def compute_policy_loss_gspo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GSPO: PPO clipping on the sequence-level ratio s = exp(mean_t log(pi/pi_old)).
+
+    Each token carries the value s of its sequence while its gradient flows through its own
+    log-prob (log s_t = sg(log s) + log p_t - sg(log p_t)), so a token-level advantage still
+    works. Clip bounds are ``clip_ratio_low`` / ``clip_ratio_high`` (GSPO uses ~3e-4 / 4e-4);
+    verl recommends ``loss_agg_mode=seq-mean-token-mean``.
+    """
+    low, high, _ = _clip_bounds(config)
+    log_ratio = _log_ratio(old_log_prob, log_prob, response_mask)
+    mask = response_mask.to(log_ratio.dtype)
+    seq_log_ratio = (log_ratio * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)
+    token_log_ratio = log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1)
+    ratio = torch.exp(torch.clamp(token_log_ratio, max=10.0))
+    ppo_kl = masked_mean(-log_ratio, response_mask)
+
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
+    pg_losses = torch.maximum(unclipped, clipped)
+    clipfrac = masked_mean(torch.gt(clipped, unclipped).to(ratio.dtype), response_mask)
+
+    pg_losses = _apply_is_weights(pg_losses, rollout_is_weights)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return pg_loss, _metrics(ppo_kl, clipfrac, 0.0)
+
+
+@register_policy_loss("gpg")
+def compute_policy_loss_gpg(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GPG: plain policy gradient -A * log pi, no ratio and no clipping (clip fractions are 0)."""
+    log_ratio = _log_ratio(old_log_prob, log_prob, response_mask)
+    ppo_kl = masked_mean(-log_ratio, response_mask)
+    pg_losses = _apply_is_weights(-advantages * log_prob, rollout_is_weights)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return pg_loss, _metrics(ppo_kl, 0.0, 0.0)
+
+
+@register_policy_loss("cispo")
+def compute_policy_loss_cispo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """CISPO: -sg(clip(r, 1-low, 1+high)) * A * log pi.
+
+    Clipping the (stopped-gradient) importance weight instead of the surrogate keeps every
+    token's gradient, so rare but important tokens are not silenced once their ratio leaves
+    the trust region. ``pg_clipfrac`` / ``pg_clipfrac_lower`` count weights clipped above / below.
+    """
+    low, high, _ = _clip_bounds(config)
+    log_ratio = _log_ratio(old_log_prob, log_prob, response_mask)
+    ratio = torch.exp(log_ratio)
+    ppo_kl = masked_mean(-log_ratio, response_mask)
+    weight = torch.clamp(ratio, 1.0 - low, 1.0 + high).detach()
+    clipfrac = masked_mean(torch.gt(ratio, 1.0 + high).to(ratio.dtype), response_mask)
+    clipfrac_lower = masked_mean(torch.lt(ratio, 1.0 - low).to(ratio.dtype), response_mask)
+    pg_losses = _apply_is_weights(-weight * advantages * log_prob, rollout_is_weights)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return pg_loss, _metrics(ppo_kl, clipfrac, clipfrac_lower)

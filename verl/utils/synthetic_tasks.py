@@ -1,0 +1,155 @@
+"""Synthetic tasks small enough for the tiny model to learn on a CPU, written as verl-format rows.
+
+Each task turns a ``random.Random`` into one ``Example`` (question, answer, task parameters). ``make_rows`` wraps
+examples into the row format every verl data set uses, so the trainer reads them like gsm8k:
+
+    data_source: "synthetic/<task>"            # selects the scorer in verl.utils.reward_score
+    prompt: [{"role": "user", "content": question}]
+    ability: str
+    reward_model: {"style": "rule", "ground_truth": answer}
+    extra_info: {"split", "index", "task", "question", "answer"}   # question/answer also feed SFT warm starts
+
+The three single-turn tasks share one ``extra_info`` schema, so their parquet files can be concatenated.
+``tool_calc`` adds ``need_tools_kwargs``/``tools_kwargs`` and an ``agent_name`` column for the multi-turn tool agent.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_SOURCE_PREFIX = "synthetic/"
+
+TARGET_DIGIT_LENGTH = 8
+ARITH_SEQ_SHOWN = 3
+ARITH_SEQ_NEXT = 3
+TOOL_NAME = "calculator"
+TOOL_AGENT_NAME = "tool_agent"
+
+
+@dataclass(frozen=True)
+class Example:
+    question: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    ability: str
+    make: Callable[[random.Random], Example]
+    description: str
+
+    @property
+    def data_source(self) -> str:
+        return DATA_SOURCE_PREFIX + self.name
+
+
+def target_digit(rng: random.Random) -> Example:
+    """``"7="`` -> ``"77777777"``: repeat the digit; learnable by GRPO from random init."""
+    digit = str(rng.randrange(10))
+    return Example(question=f"{digit}=", answer=digit * TARGET_DIGIT_LENGTH)
+
+
+def arith_seq(rng: random.Random) -> Example:
+    """``"2,5,8,"`` -> ``"11,14,17"``: continue an arithmetic sequence by three terms."""
+    start, step = rng.randrange(10), rng.randrange(1, 6)
+    terms = [start + step * i for i in range(ARITH_SEQ_SHOWN + ARITH_SEQ_NEXT)]
+    shown = "".join(f"{t}," for t in terms[:ARITH_SEQ_SHOWN])
+    return Example(question=shown, answer=",".join(str(t) for t in terms[ARITH_SEQ_SHOWN:]))
+
+
+def addition(rng: random.Random) -> Example:
+    """``"12+35="`` -> ``"47"``: add two numbers below 50."""
+    a, b = rng.randrange(50), rng.randrange(50)
+    return Example(question=f"{a}+{b}=", answer=str(a + b))
+
+
+def tool_calc(rng: random.Random) -> Example:
+    """``"What is 23*17?"`` -> ``"391"``: meant to be solved by calling the calculator tool."""
+    op = rng.choice("+-*")
+    a, b = rng.randrange(10, 100), rng.randrange(10, 100)
+    value = {"+": a + b, "-": a - b, "*": a * b}[op]
+    return Example(question=f"What is {a}{op}{b}?", answer=str(value))
+
+
+TASKS: dict[str, TaskSpec] = {
+    spec.name: spec
+    for spec in (
+        TaskSpec("target_digit", "pattern", target_digit, target_digit.__doc__ or ""),
+        TaskSpec("arith_seq", "math", arith_seq, arith_seq.__doc__ or ""),
+        TaskSpec("addition", "math", addition, addition.__doc__ or ""),
+        TaskSpec("tool_calc", "math", tool_calc, tool_calc.__doc__ or ""),
+    )
+}
+
+
+def get_task(name: str) -> TaskSpec:
+    if name not in TASKS:
+        raise ValueError(f"unknown synthetic task {name!r}; known tasks: {sorted(TASKS)}")
+    return TASKS[name]
+
+
+def _split_rng(seed: int, split: str) -> random.Random:
+    # A string seed is hashed deterministically (not with Python's salted hash), so runs are reproducible.
+    return random.Random(f"verl-synthetic-{seed}-{split}")
+
+
+def make_row(spec: TaskSpec, example: Example, split: str, index: int) -> dict:
+    """One verl-format row for ``example``."""
+    row = {
+        "data_source": spec.data_source,
+        "prompt": [{"role": "user", "content": example.question}],
+        "ability": spec.ability,
+        "reward_model": {"style": "rule", "ground_truth": example.answer},
+        "extra_info": {
+            "split": split,
+            "index": index,
+            "task": spec.name,
+            "question": example.question,
+            "answer": example.answer,
+        },
+    }
+    if spec.name == "tool_calc":
+        row["agent_name"] = TOOL_AGENT_NAME
+        row["extra_info"]["need_tools_kwargs"] = True
+        row["extra_info"]["tools_kwargs"] = {TOOL_NAME: {"create_kwargs": {"ground_truth": example.answer}}}
+    return row
+
+
+def make_rows(task: str, size: int, seed: int = 0, split: str = "train") -> list[dict]:
+    """``size`` rows of ``task``; the same (task, size, seed, split) always gives the same rows."""
+    spec = get_task(task)
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ValueError(f"size must be a non-negative int, got {size!r}")
+    rng = _split_rng(seed, split)
+    return [make_row(spec, spec.make(rng), split, i) for i in range(size)]
+
+
+def write_rows(rows: list[dict], path: str | os.PathLike) -> Path:
+    """Write rows to one parquet file (nested columns stay structs/lists, as `datasets` expects)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not rows:
+        raise ValueError(f"refusing to write an empty parquet file to {path}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def write_task_files(
+    task: str, local_dir: str | os.PathLike, train_size: int, test_size: int, seed: int = 0
+) -> dict[str, Path]:
+    """Write ``local_dir/train.parquet`` and ``local_dir/test.parquet``; return {"train": path, "test": path}."""
+    if train_size <= 0 or test_size <= 0:
+        raise ValueError(f"train_size and test_size must be positive, got {train_size} and {test_size}")
+    local_dir = Path(local_dir)
+    return {
+        split: write_rows(make_rows(task, size, seed, split), local_dir / f"{split}.parquet")
+        for split, size in (("train", train_size), ("test", test_size))
+    }

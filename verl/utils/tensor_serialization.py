@@ -1,0 +1,86 @@
+"""Pickle tensors as flat byte arrays so that pickle protocol 5 can ship them out of band.
+
+WHY: torch pickles a tensor through its storage: the bytes go in-band (copied into the pickle payload, then
+copied again on load), and a view pickles its *whole* storage, so a small chunk of a large batch drags the full
+batch along. Ray pickles with protocol 5 and a ``buffer_callback``; numpy arrays then travel as out-of-band
+buffers that Ray writes straight into its object store and maps back without a copy. Exposing each tensor as a
+numpy ``uint8`` view of exactly its own bytes (any dtype, bfloat16 and float8 included, since numpy lacks those)
+puts tensors on that fast path.
+
+Copies: encoding copies nothing for a contiguous CPU tensor (non-contiguous tensors are made contiguous, CUDA
+tensors are moved to host first). Decoding wraps a writable buffer without a copy and copies a read-only buffer
+(what Ray's object store hands out) exactly once, so every decoded tensor is writable and owns safe memory.
+Decoded tensors always live on CPU; callers move them with ``.to(device)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+__all__ = [
+    "decode_tensor",
+    "decode_tensordict",
+    "encode_tensor",
+    "encode_tensordict",
+    "ensure_writable",
+]
+
+_RAW = "raw"  # flat uint8 bytes + dtype + shape: goes out of band under protocol 5
+_OBJ = "obj"  # anything else (sparse, quantized, non-tensor leaves): pickled the ordinary way
+
+
+def ensure_writable(array: np.ndarray) -> np.ndarray:
+    """Return ``array`` itself when writable, else one private copy (read-only buffers come from Ray's store)."""
+    return array if array.flags.writeable else array.copy()
+
+
+def encode_tensor(tensor: Any) -> tuple:
+    """Describe ``tensor`` as ``("raw", dtype_name, shape, uint8 ndarray view)``; the array shares its memory."""
+    if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided or tensor.is_quantized:
+        return (_OBJ, tensor)
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.resolve_conj().resolve_neg()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    flat = t.reshape(-1)
+    raw = flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)
+    return (_RAW, str(t.dtype).removeprefix("torch."), tuple(t.shape), raw.numpy())
+
+
+def decode_tensor(state: tuple) -> Any:
+    """Inverse of :func:`encode_tensor`; at most one copy (only when the buffer is read-only)."""
+    kind = state[0]
+    if kind == _OBJ:
+        return state[1]
+    if kind != _RAW:
+        raise ValueError(f"unknown encoded tensor kind {kind!r}; expected {_RAW!r} or {_OBJ!r}")
+    _, dtype_name, shape, array = state
+    dtype = getattr(torch, dtype_name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"encoded tensor names unknown torch dtype {dtype_name!r}")
+    flat = torch.from_numpy(ensure_writable(array))
+    if dtype != torch.uint8:
+        flat = flat.view(dtype)
+    return flat.view(shape)
+
+
+def encode_tensordict(td: TensorDict) -> dict:
+    """Flatten a TensorDict (nested keys become tuples) into picklable, out-of-band friendly state."""
+    return {
+        "batch_size": list(td.batch_size),
+        "items": [(key, encode_tensor(value)) for key, value in td.items(include_nested=True, leaves_only=True)],
+    }
+
+
+def decode_tensordict(state: dict) -> TensorDict:
+    """Rebuild the TensorDict written by :func:`encode_tensordict` (tensors on CPU)."""
+    td = TensorDict({}, batch_size=state["batch_size"])
+    for key, encoded in state["items"]:
+        td.set(key, decode_tensor(encoded))
+    return td

@@ -1,0 +1,206 @@
+"""DataParallelPPOActor: the policy's log-probs and its PPO update on one data-parallel rank.
+
+The module is a plain Hugging Face causal LM, possibly wrapped by the worker
+(FSDP2, PEFT); nothing here depends on the wrapping. Sizes in the config are
+samples on this rank: the worker converts prompt counts to samples and divides
+by the data-parallel size before building the actor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from verl.protocol import DataProto
+from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
+from verl.workers.actor.base import BasePPOActor
+from verl.workers.actor.batching import positive_int, read_meta, restore_order, select_batch, split_micro_batches
+from verl.workers.actor.token_forward import forward_for_responses
+from verl.workers.actor.update_loop import UpdatePlan, run_updates
+
+__all__ = ["DataParallelPPOActor"]
+
+_FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
+
+
+def read_temperature(data: DataProto, where: str) -> float:
+    """Required: log-probs under a different temperature than the rollout's would be silently wrong."""
+    temperature = float(read_meta(data, "temperature", where))
+    if not temperature > 0:
+        raise ValueError(f"{where}: meta_info['temperature'] must be positive, got {temperature!r}")
+    return temperature
+
+
+class DataParallelPPOActor(BasePPOActor):
+    """Scores responses (``compute_log_prob``) and runs PPO-style policy updates (``update_policy``).
+
+    Without an optimizer it is a reference policy: it can score but not learn.
+    ``config`` is an ``ActorConfig``-like object read by attribute; the fields used
+    are the ``ppo_*`` sizes, ``shuffle``, ``data_loader_seed``, ``grad_clip``,
+    ``loss_agg_mode``, ``policy_loss.loss_mode`` (plus what the policy loss reads,
+    e.g. ``clip_ratio*``), ``entropy_coeff``, ``use_kl_loss``, ``kl_loss_coef``,
+    ``kl_loss_type``, ``log_prob_*`` defaults and ``use_remove_padding``.
+    """
+
+    def __init__(self, config: Any, actor_module: nn.Module, actor_optimizer: torch.optim.Optimizer | None = None):
+        super().__init__(config)
+        self.actor_module = actor_module
+        self.actor_optimizer = actor_optimizer
+        self.use_remove_padding = bool(getattr(config, "use_remove_padding", False))
+        seed = getattr(config, "data_loader_seed", None)
+        self._shuffle_generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
+
+    # ------------------------------------------------------------------ forward
+
+    def _forward_micro_batch(
+        self, micro: TensorDict, temperature: float, calculate_entropy: bool, entropy_grad: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs ([B, R], float32) of the responses under ``logits / temperature``, and optionally entropy.
+
+        Values at padded response slots are unspecified (0 under padding removal);
+        callers mask them with ``response_mask``.
+        """
+        responses = micro["responses"]
+        flat_logits, slots = forward_for_responses(
+            self.actor_module,
+            micro["input_ids"],
+            micro["attention_mask"],
+            micro["position_ids"],
+            responses.shape[-1],
+            self.use_remove_padding,
+        )
+        logits = slots.take(flat_logits).float() / temperature
+        log_probs = slots.clean(logprobs_from_logits(logits, responses))
+        entropy = None
+        if calculate_entropy:
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                source = logits if entropy_grad else logits.detach()
+                if getattr(self.config, "entropy_from_logits_with_chunking", False):
+                    flat = entropy_from_logits_with_chunking(source.reshape(-1, source.shape[-1]))
+                    entropy = flat.view(source.shape[:-1])
+                else:
+                    entropy = entropy_from_logits(source)
+                entropy = slots.clean(entropy)
+        return log_probs, entropy
+
+    def compute_log_prob(
+        self, data: DataProto, calculate_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-token log-probs ([N, R]) of ``responses`` and, with ``calculate_entropy``, entropy ([N, R]).
+
+        meta_info: ``temperature`` (required), ``micro_batch_size`` or
+        ``use_dynamic_bsz`` + ``max_token_len`` (defaulting to the config's
+        ``log_prob_*`` fields). Needs batch keys responses, input_ids,
+        attention_mask, position_ids.
+        """
+        where = "DataParallelPPOActor.compute_log_prob"
+        temperature = read_temperature(data, where)
+        cfg = self.config
+        use_dynamic = bool(read_meta(data, "use_dynamic_bsz", where, getattr(cfg, "log_prob_use_dynamic_bsz", False)))
+        micro_size = max_token_len = None
+        if use_dynamic:
+            max_token_len = positive_int(
+                read_meta(data, "max_token_len", where, getattr(cfg, "log_prob_max_token_len_per_gpu", None)),
+                "meta_info['max_token_len']",
+            )
+        else:
+            micro_size = positive_int(
+                read_meta(data, "micro_batch_size", where, getattr(cfg, "log_prob_micro_batch_size_per_gpu", None)),
+                "meta_info['micro_batch_size']",
+            )
+        batch = select_batch(data, _FORWARD_KEYS, where)
+        micro_batches, batch_idx = split_micro_batches(
+            batch, micro_batch_size=micro_size, use_dynamic_bsz=use_dynamic, max_token_len=max_token_len
+        )
+        self.actor_module.eval()
+        log_probs, entropies = [], []
+        with torch.no_grad():
+            for micro in micro_batches:
+                log_prob, entropy = self._forward_micro_batch(micro, temperature, calculate_entropy)
+                log_probs.append(log_prob)
+                entropies.append(entropy)
+        log_prob = restore_order(log_probs, batch_idx)
+        entropy = restore_order(entropies, batch_idx) if calculate_entropy else None
+        return log_prob, entropy
+
+    # ------------------------------------------------------------------ update
+
+    def update_policy(self, data: DataProto) -> dict[str, list[float]]:
+        """PPO update over ``ppo_epochs x`` mini-batches of ``ppo_mini_batch_size`` samples.
+
+        Needs responses, response_mask, input_ids, attention_mask, position_ids,
+        advantages, old_log_probs (unless the update is on-policy: one epoch over
+        one mini-batch, where the ratio is 1 by construction), ref_log_prob when
+        ``use_kl_loss``; uses rollout_is_weights when present. Returns lists of
+        per-micro-batch ``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/ppo_kl``,
+        ``actor/entropy`` (and ``actor/kl_loss``, ``actor/kl_coef``), per-step
+        ``actor/grad_norm`` and ``actor/step_skipped``, and ``actor/lr``.
+        """
+        where = "DataParallelPPOActor.update_policy"
+        if self.actor_optimizer is None:
+            raise RuntimeError(f"{where}: this actor has no optimizer (a reference policy); pass actor_optimizer")
+        cfg = self.config
+        temperature = read_temperature(data, where)
+        plan = UpdatePlan.from_config(cfg, "actor")
+        policy_loss_fn = get_policy_loss_fn(_loss_mode(cfg))
+        entropy_coeff = float(getattr(cfg, "entropy_coeff", 0.0) or 0.0)
+        use_kl_loss = bool(getattr(cfg, "use_kl_loss", False))
+        kl_loss_coef = float(getattr(cfg, "kl_loss_coef", 0.0) or 0.0)
+        kl_loss_type = str(getattr(cfg, "kl_loss_type", "low_var_kl"))
+        on_policy = plan.epochs == 1 and plan.mini_batch_size >= len(data)
+
+        keys = [*_FORWARD_KEYS, "response_mask", "advantages"]
+        if not on_policy:
+            keys.append("old_log_probs")
+        if use_kl_loss:
+            keys.append("ref_log_prob")
+        if data.batch is not None and "rollout_is_weights" in data.batch.keys():
+            keys.append("rollout_is_weights")
+        batch = select_batch(data, keys, where)
+
+        def micro_loss(micro: TensorDict, scale: float) -> dict[str, Any]:
+            response_mask = micro["response_mask"].float()
+            log_prob, entropy = self._forward_micro_batch(
+                micro, temperature, calculate_entropy=True, entropy_grad=entropy_coeff != 0
+            )
+            if response_mask.sum() == 0:
+                # Nothing to learn from, but keep the backward so sharded wrappers run their hooks on every rank.
+                (log_prob.sum() * 0.0).backward()
+                return {}
+            old_log_prob = log_prob.detach() if on_policy else micro["old_log_probs"]
+            pg_loss, pg_metrics = policy_loss_fn(
+                old_log_prob,
+                log_prob,
+                micro["advantages"],
+                response_mask,
+                loss_agg_mode=plan.loss_agg_mode,
+                config=cfg,
+                rollout_is_weights=micro.get("rollout_is_weights", None),
+            )
+            entropy_agg = agg_loss(entropy, response_mask, plan.loss_agg_mode)
+            loss = pg_loss - entropy_coeff * entropy_agg if entropy_coeff != 0 else pg_loss
+            metrics: dict[str, Any] = {"actor/pg_loss": pg_loss.detach(), "actor/entropy": entropy_agg.detach()}
+            if use_kl_loss:
+                kld = kl_penalty(log_prob, micro["ref_log_prob"], kl_loss_type)
+                kl_loss = agg_loss(kld, response_mask, plan.loss_agg_mode)
+                loss = loss + kl_loss_coef * kl_loss
+                metrics["actor/kl_loss"] = kl_loss.detach()
+                metrics["actor/kl_coef"] = kl_loss_coef
+            (loss * scale).backward()
+            metrics.update(pg_metrics)
+            return metrics
+
+        return run_updates(
+            batch, plan, micro_loss, self.actor_module, self.actor_optimizer, self._shuffle_generator, "actor"
+        )
+
+
+def _loss_mode(cfg: Any) -> str:
+    policy_loss = getattr(cfg, "policy_loss", None)
+    mode = getattr(policy_loss, "loss_mode", None) if policy_loss is not None else None
+    return "vanilla" if mode is None else str(mode)
+

@@ -1,0 +1,100 @@
+"""Run a Hugging Face model over a batch and pick out the slots that score the response.
+
+For a sequence ``prompt (P, left padded) + response (R, right padded)`` the
+output at position ``t`` predicts token ``t + 1``, so the response is scored by
+positions ``P - 1 .. P + R - 2`` (``[-R-1:-1]`` of the padded layout).
+
+Padding removal packs every real token of the micro-batch into one row and
+passes ``position_ids`` that restart at 0 for each sequence with no attention
+mask. Transformers (5.x) then builds a block-diagonal causal mask from the
+position restarts for the ``sdpa`` and ``eager`` kernels on any device, and
+``flash_attention_2`` reads the same restarts as varlen boundaries, so the
+same call serves a laptop CPU and a GPU node. Packing skips the compute on
+padding; the result equals the padded forward on every real token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = ["ResponseSlots", "forward_for_responses"]
+
+
+@dataclass(frozen=True)
+class ResponseSlots:
+    """Where the outputs that score each response token live in the flattened model output.
+
+    ``index`` ([B, R]) points into the token axis of the flat output; ``valid``
+    ([B, R], or ``None`` when every slot exists) is false where the slot is a
+    padding position that the packed forward never computed.
+    """
+
+    index: torch.Tensor
+    valid: torch.Tensor | None
+
+    def take(self, flat: torch.Tensor) -> torch.Tensor:
+        """``flat`` [T, ...] -> [B, R, ...]; values at invalid slots are arbitrary until :meth:`clean`."""
+        return flat[self.index]
+
+    def clean(self, per_slot: torch.Tensor) -> torch.Tensor:
+        """Zero the invalid slots of a [B, R] result so both layouts agree on padding."""
+        if self.valid is None:
+            return per_slot
+        return per_slot.masked_fill(~self.valid, 0.0)
+
+
+def _model_output(output) -> torch.Tensor:
+    return output.logits if hasattr(output, "logits") else output[0]
+
+
+def _check_packable(positions: torch.Tensor, lengths: torch.Tensor) -> None:
+    """Packed attention finds sequence boundaries where positions do not step by +1; they must be exactly ours."""
+    starts = torch.zeros_like(positions, dtype=torch.bool)
+    offsets = torch.cumsum(lengths, 0) - lengths
+    starts[offsets[lengths > 0]] = True
+    steps = torch.ones_like(starts)
+    steps[1:] = (positions[1:] - positions[:-1]) != 1
+    if not torch.equal(steps, starts):
+        raise ValueError(
+            "use_remove_padding needs position_ids that start each sequence at a value not following the previous "
+            "sequence and increase by 1 over its real tokens (as compute_position_id_with_mask produces); "
+            "disable use_remove_padding for these inputs"
+        )
+
+
+def forward_for_responses(
+    module: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_length: int,
+    remove_padding: bool,
+) -> tuple[torch.Tensor, ResponseSlots]:
+    """Forward ``module`` and return its flat per-token output ([T, ...]) and the response slots into it."""
+    batch_size, seqlen = input_ids.shape
+    if response_length <= 0 or response_length >= seqlen:
+        raise ValueError(f"responses length {response_length} must be in [1, {seqlen - 1}] for input_ids of {seqlen}")
+    columns = torch.arange(seqlen - response_length - 1, seqlen - 1, device=input_ids.device)
+    padded_index = torch.arange(batch_size, device=input_ids.device)[:, None] * seqlen + columns[None, :]
+
+    if not remove_padding:
+        output = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+        flat = _model_output(output)
+        return flat.reshape(batch_size * seqlen, *flat.shape[2:]), ResponseSlots(padded_index, None)
+
+    if position_ids.dim() != 2:
+        raise ValueError(f"use_remove_padding supports position_ids of shape [B, S], got {tuple(position_ids.shape)}")
+    real = attention_mask.reshape(-1).bool()
+    token_index = real.nonzero(as_tuple=True)[0]
+    packed_ids = input_ids.reshape(-1)[token_index].unsqueeze(0)
+    packed_positions = position_ids.reshape(-1)[token_index].unsqueeze(0)
+    _check_packable(packed_positions[0], attention_mask.bool().sum(-1))
+    output = module(input_ids=packed_ids, position_ids=packed_positions, attention_mask=None, use_cache=False)
+    flat = _model_output(output)[0]
+    packed_of_padded = torch.cumsum(real.long(), 0) - 1
+    valid = real[padded_index]
+    index = packed_of_padded[padded_index].clamp(min=0)
+    return flat, ResponseSlots(index, valid)

@@ -1,0 +1,107 @@
+"""The PPO update loop shared by the actor and the critic.
+
+``epochs x mini-batches`` optimizer steps, each accumulating the gradients of
+its micro-batches; the caller supplies only the loss of one micro-batch. Sizes
+come from the actor/critic config and are counted in samples on this rank
+(the worker has already multiplied prompt counts by ``rollout.n`` and divided
+by the data-parallel size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from verl.workers.actor.batching import (
+    append_metrics,
+    iter_mini_batches,
+    micro_loss_scale,
+    positive_int,
+    split_micro_batches,
+)
+from verl.workers.actor.optim_step import clip_and_step, resolve_grad_clip
+
+__all__ = ["UpdatePlan", "MicroLossFn", "run_updates"]
+
+# (micro_batch, loss_scale) -> metrics of that micro-batch; the function calls backward itself.
+MicroLossFn = Callable[[TensorDict, float], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """How one ``update_*`` call walks its data; built from a config so every size is validated once, by name."""
+
+    mini_batch_size: int
+    epochs: int
+    shuffle: bool
+    micro_batch_size: int | None
+    use_dynamic_bsz: bool
+    max_token_len: int | None
+    max_grad_norm: float
+    loss_agg_mode: str
+
+    @classmethod
+    def from_config(cls, config: Any, section: str) -> UpdatePlan:
+        """Read the ``ppo_*`` sizes of an actor or critic config; ``section`` names it in errors."""
+        use_dynamic = bool(getattr(config, "use_dynamic_bsz", False))
+        if use_dynamic:
+            max_token_len = positive_int(
+                getattr(config, "ppo_max_token_len_per_gpu", None), f"{section}.ppo_max_token_len_per_gpu"
+            )
+            micro = None
+        else:
+            max_token_len = None
+            micro = positive_int(
+                getattr(config, "ppo_micro_batch_size_per_gpu", None), f"{section}.ppo_micro_batch_size_per_gpu"
+            )
+        return cls(
+            mini_batch_size=positive_int(
+                getattr(config, "ppo_mini_batch_size", None), f"{section}.ppo_mini_batch_size"
+            ),
+            epochs=positive_int(getattr(config, "ppo_epochs", 1), f"{section}.ppo_epochs"),
+            shuffle=bool(getattr(config, "shuffle", False)),
+            micro_batch_size=micro,
+            use_dynamic_bsz=use_dynamic,
+            max_token_len=max_token_len,
+            max_grad_norm=resolve_grad_clip(getattr(config, "grad_clip", None), f"{section}.grad_clip"),
+            loss_agg_mode=str(getattr(config, "loss_agg_mode", "token-mean")),
+        )
+
+
+def run_updates(
+    batch: TensorDict,
+    plan: UpdatePlan,
+    micro_loss: MicroLossFn,
+    module: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    generator: torch.Generator,
+    prefix: str,
+) -> dict[str, list[float]]:
+    """Run every optimizer step of ``plan`` over ``batch``.
+
+    Metrics: whatever ``micro_loss`` returns (one entry per micro-batch), plus
+    ``{prefix}/grad_norm`` and ``{prefix}/step_skipped`` (1.0 when the norm was
+    not finite and the step was skipped) per optimizer step, and ``{prefix}/lr``.
+    """
+    module.train()
+    optimizer.zero_grad(set_to_none=True)
+    metrics: dict[str, list[float]] = {}
+    for mini in iter_mini_batches(batch, plan.mini_batch_size, plan.epochs, plan.shuffle, generator):
+        micro_batches, _ = split_micro_batches(
+            mini,
+            micro_batch_size=plan.micro_batch_size,
+            use_dynamic_bsz=plan.use_dynamic_bsz,
+            max_token_len=plan.max_token_len,
+        )
+        for micro in micro_batches:
+            scale = micro_loss_scale(micro["response_mask"], mini["response_mask"], plan.loss_agg_mode)
+            append_metrics(metrics, micro_loss(micro, scale))
+        grad_norm, stepped = clip_and_step(module, optimizer, plan.max_grad_norm, who=f"{prefix} update")
+        append_metrics(metrics, {f"{prefix}/grad_norm": grad_norm, f"{prefix}/step_skipped": 0.0 if stepped else 1.0})
+    append_metrics(metrics, {f"{prefix}/lr": float(optimizer.param_groups[0]["lr"])})
+    return metrics

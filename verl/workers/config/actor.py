@@ -1,0 +1,168 @@
+"""ActorConfig / FSDPActorConfig (groups ``actor`` and ``ref``), with PolicyLossConfig and CheckpointConfig.
+
+Batch-size units follow verl: ``ppo_mini_batch_size`` counts prompts (each expands to ``rollout_n`` samples),
+``*_micro_batch_size_per_gpu`` counts samples per process. The worker normalises ``ppo_mini_batch_size`` to samples
+per rank once it knows the data-parallel size; that is why the batch sizes are the mutable fields here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from verl.base_config import BaseConfig, check
+from verl.workers.config.engine import FSDPEngineConfig
+from verl.workers.config.optimizer import OptimizerConfig
+
+__all__ = [
+    "CHECKPOINT_CONTENTS",
+    "KL_LOSS_TYPES",
+    "LOSS_AGG_MODES",
+    "ActorConfig",
+    "CheckpointConfig",
+    "FSDPActorConfig",
+    "PolicyLossConfig",
+]
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+# "k1+"-style names (a trailing "+") ask for the straight-through estimator of the same penalty.
+KL_LOSS_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
+CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+
+
+def check_kl_type(key: str, value: str) -> None:
+    """Shared by ``actor.kl_loss_type`` and ``algorithm.kl_penalty``."""
+    check(value.rstrip("+") in KL_LOSS_TYPES, key,
+          f"must be one of {list(KL_LOSS_TYPES)} (optionally with a trailing '+'), got {value!r}")
+
+
+def check_loss_agg_mode(key: str, value: str) -> None:
+    check(value in LOSS_AGG_MODES, key, f"must be one of {list(LOSS_AGG_MODES)}, got {value!r}")
+
+
+@dataclass
+class PolicyLossConfig(BaseConfig):
+    """Which registered policy loss to use (``loss_mode``) and the knobs of the losses that need extra ones."""
+
+    loss_mode: str = "vanilla"
+    clip_cov_ratio: float = 0.0002
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    kl_cov_ratio: float = 0.0002
+    ppo_kl_coef: float = 0.1
+
+    def __post_init__(self) -> None:
+        check(bool(self.loss_mode), "loss_mode", "must name a registered policy loss")
+
+
+@dataclass
+class CheckpointConfig(BaseConfig):
+    """What a checkpoint holds. ``load_contents`` defaults to ``save_contents``."""
+
+    save_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
+    load_contents: list[str] | None = None
+    async_save: bool = False
+
+    def __post_init__(self) -> None:
+        if self.load_contents is None:
+            object.__setattr__(self, "load_contents", list(self.save_contents))
+        for key in ("save_contents", "load_contents"):
+            bad = [c for c in getattr(self, key) if c not in CHECKPOINT_CONTENTS]
+            check(not bad, key, f"unknown entries {bad}; allowed: {list(CHECKPOINT_CONTENTS)}")
+
+
+@dataclass
+class ActorConfig(BaseConfig):
+    """The policy's training knobs, independent of the parallel backend.
+
+    ``clip_ratio_low`` / ``clip_ratio_high`` default to ``clip_ratio`` (asymmetric clipping when set, as in DAPO);
+    ``clip_ratio_c`` is the dual-clip bound for negative advantages and must exceed 1.
+    ``ppo_micro_batch_size_per_gpu=None`` means one micro-batch per mini-batch (no gradient accumulation);
+    ``log_prob_micro_batch_size_per_gpu=None`` means the whole per-rank batch in one forward pass.
+    """
+
+    _mutable_fields = frozenset(
+        {"ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
+         "log_prob_micro_batch_size_per_gpu"}
+    )
+
+    strategy: str = "fsdp"
+    ppo_mini_batch_size: int = 256
+    ppo_micro_batch_size: int | None = None  # deprecated global size; prefer ppo_micro_batch_size_per_gpu
+    ppo_micro_batch_size_per_gpu: int | None = None
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 16384
+    ppo_epochs: int = 1
+    shuffle: bool = False
+    data_loader_seed: int | None = 42
+    clip_ratio: float = 0.2
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
+    clip_ratio_c: float = 3.0
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    loss_agg_mode: str = "token-mean"
+    entropy_coeff: float = 0.0
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    grad_clip: float = 1.0
+    use_torch_compile: bool = False
+    optim: OptimizerConfig = field(default_factory=OptimizerConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    log_prob_micro_batch_size_per_gpu: int | None = None
+    log_prob_use_dynamic_bsz: bool = False
+    log_prob_max_token_len_per_gpu: int = 16384
+    rollout_n: int = 1
+
+    def __post_init__(self) -> None:
+        check(bool(self.strategy), "strategy", "must not be empty")
+        check(self.ppo_mini_batch_size >= 1, "ppo_mini_batch_size", f"must be >= 1, got {self.ppo_mini_batch_size}")
+        check(self.ppo_micro_batch_size is None or self.ppo_micro_batch_size_per_gpu is None,
+              "ppo_micro_batch_size", "set only one of ppo_micro_batch_size (deprecated) and "
+              "ppo_micro_batch_size_per_gpu")
+        for key in ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu"):
+            value = getattr(self, key)
+            check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
+        for key in ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu"):
+            check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        check(self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
+        check(self.clip_ratio > 0, "clip_ratio", f"must be > 0, got {self.clip_ratio}")
+        if self.clip_ratio_low is None:
+            object.__setattr__(self, "clip_ratio_low", self.clip_ratio)
+        if self.clip_ratio_high is None:
+            object.__setattr__(self, "clip_ratio_high", self.clip_ratio)
+        check(self.clip_ratio_low >= 0, "clip_ratio_low", f"must be >= 0, got {self.clip_ratio_low}")
+        check(self.clip_ratio_high >= 0, "clip_ratio_high", f"must be >= 0, got {self.clip_ratio_high}")
+        check(self.clip_ratio_c > 1.0, "clip_ratio_c",
+              f"must be > 1 (dual-clip bound on the ratio for negative advantages), got {self.clip_ratio_c}")
+        check_loss_agg_mode("loss_agg_mode", self.loss_agg_mode)
+        check_kl_type("kl_loss_type", self.kl_loss_type)
+        check(self.kl_loss_coef >= 0, "kl_loss_coef", f"must be >= 0, got {self.kl_loss_coef}")
+        check(self.grad_clip > 0, "grad_clip", f"must be > 0, got {self.grad_clip}")
+        check(self.rollout_n >= 1, "rollout_n", f"must be >= 1, got {self.rollout_n}")
+
+    # -- derived sizes (pure; the batch plan and the workers share them) ------------------------------------------
+    def mini_batch_samples(self) -> int:
+        """Samples in one mini-batch over all ranks: ``ppo_mini_batch_size * rollout_n``."""
+        return self.ppo_mini_batch_size * self.rollout_n
+
+    def micro_batch_size_per_gpu(self, world_size: int) -> int | None:
+        """Per-rank micro-batch size, translating the deprecated global ``ppo_micro_batch_size`` if used."""
+        if self.ppo_micro_batch_size is not None:
+            return max(1, self.ppo_micro_batch_size // world_size)
+        return self.ppo_micro_batch_size_per_gpu
+
+
+@dataclass
+class FSDPActorConfig(ActorConfig):
+    """ActorConfig for the FSDP/FSDP2 backend: adds sharding, offload and sequence-parallel knobs."""
+
+    strategy: str = "fsdp"
+    fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
+    ulysses_sequence_parallel_size: int = 1
+    entropy_from_logits_with_chunking: bool = False
+    entropy_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.strategy in ("fsdp", "fsdp2"), "strategy", f"must be 'fsdp' or 'fsdp2', got {self.strategy!r}")
+        check(self.ulysses_sequence_parallel_size >= 1, "ulysses_sequence_parallel_size",
+              f"must be >= 1, got {self.ulysses_sequence_parallel_size}")

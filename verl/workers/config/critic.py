@@ -1,0 +1,88 @@
+"""CriticConfig / FSDPCriticConfig (group ``critic``): the value model used by GAE-style estimators.
+
+``enable=None`` means "decide from the algorithm": the trainer turns the critic on exactly when
+``algorithm.adv_estimator == "gae"`` (see :meth:`CriticConfig.is_enabled`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from verl.base_config import BaseConfig, check
+from verl.workers.config.actor import CheckpointConfig, check_loss_agg_mode
+from verl.workers.config.engine import FSDPEngineConfig
+from verl.workers.config.model import HFModelConfig
+from verl.workers.config.optimizer import OptimizerConfig
+
+__all__ = ["CriticConfig", "FSDPCriticConfig"]
+
+
+@dataclass
+class CriticConfig(BaseConfig):
+    """Value-model training knobs; batch-size units are those of :class:`ActorConfig`."""
+
+    _mutable_fields = frozenset(
+        {"ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
+         "forward_micro_batch_size_per_gpu"}
+    )
+
+    enable: bool | None = None
+    strategy: str = "fsdp"
+    rollout_n: int = 1
+    model: HFModelConfig = field(default_factory=HFModelConfig)
+    optim: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=1e-5))
+    ppo_mini_batch_size: int = 256
+    ppo_micro_batch_size: int | None = None
+    ppo_micro_batch_size_per_gpu: int | None = None
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 32768
+    forward_micro_batch_size_per_gpu: int | None = None
+    forward_max_token_len_per_gpu: int = 32768
+    ppo_epochs: int = 1
+    shuffle: bool = False
+    data_loader_seed: int | None = 42
+    cliprange_value: float = 0.5
+    loss_agg_mode: str = "token-mean"
+    grad_clip: float = 1.0
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def __post_init__(self) -> None:
+        check(bool(self.strategy), "strategy", "must not be empty")
+        check(self.rollout_n >= 1, "rollout_n", f"must be >= 1, got {self.rollout_n}")
+        check(self.ppo_mini_batch_size >= 1, "ppo_mini_batch_size", f"must be >= 1, got {self.ppo_mini_batch_size}")
+        check(self.ppo_micro_batch_size is None or self.ppo_micro_batch_size_per_gpu is None,
+              "ppo_micro_batch_size", "set only one of ppo_micro_batch_size (deprecated) and "
+              "ppo_micro_batch_size_per_gpu")
+        for key in ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "forward_micro_batch_size_per_gpu"):
+            value = getattr(self, key)
+            check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
+        check(self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
+        check(self.cliprange_value > 0, "cliprange_value", f"must be > 0, got {self.cliprange_value}")
+        check_loss_agg_mode("loss_agg_mode", self.loss_agg_mode)
+        check(self.grad_clip > 0, "grad_clip", f"must be > 0, got {self.grad_clip}")
+
+    def is_enabled(self, adv_estimator: str) -> bool:
+        """Whether the critic runs: ``enable`` when set, otherwise only for the GAE estimator."""
+        return self.enable if self.enable is not None else adv_estimator == "gae"
+
+    def mini_batch_samples(self) -> int:
+        return self.ppo_mini_batch_size * self.rollout_n
+
+    def micro_batch_size_per_gpu(self, world_size: int) -> int | None:
+        if self.ppo_micro_batch_size is not None:
+            return max(1, self.ppo_micro_batch_size // world_size)
+        return self.ppo_micro_batch_size_per_gpu
+
+
+@dataclass
+class FSDPCriticConfig(CriticConfig):
+    """CriticConfig for the FSDP/FSDP2 backend."""
+
+    fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
+    ulysses_sequence_parallel_size: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.strategy in ("fsdp", "fsdp2"), "strategy", f"must be 'fsdp' or 'fsdp2', got {self.strategy!r}")
+        check(self.ulysses_sequence_parallel_size >= 1, "ulysses_sequence_parallel_size",
+              f"must be >= 1, got {self.ulysses_sequence_parallel_size}")

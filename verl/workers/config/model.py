@@ -1,0 +1,53 @@
+"""HFModelConfig: the Hugging Face checkpoint shared by actor, ref and rollout (group ``model``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.base_config import BaseConfig, check
+
+__all__ = ["BUILTIN_TINY_MODEL", "HFModelConfig"]
+
+# Sentinel for ``model.path``: "build the project's tiny demo model (verl.utils.tiny_model) and use that folder".
+# It lets `python -m verl.trainer.main_ppo` run with no arguments on a machine that cannot reach a model hub.
+BUILTIN_TINY_MODEL = "verl:tiny-demo"
+
+
+@dataclass
+class HFModelConfig(BaseConfig):
+    """Where the model lives and how to load it; the worker does the loading, this only describes it.
+
+    ``tokenizer_path`` defaults to ``path``. ``lora_rank > 0`` turns on LoRA with ``lora_alpha`` / ``target_modules``.
+    """
+
+    path: str = BUILTIN_TINY_MODEL
+    tokenizer_path: str | None = None
+    hf_config_path: str | None = None
+    trust_remote_code: bool = False
+    override_config: dict[str, Any] = field(default_factory=dict)
+    enable_gradient_checkpointing: bool = False
+    enable_activation_offload: bool = False
+    use_remove_padding: bool = False
+    use_fused_kernels: bool = False
+    use_liger: bool = False
+    use_shm: bool = False
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    target_modules: str | list[str] = "all-linear"
+    exclude_modules: str | None = None
+    lora_adapter_path: str | None = None
+    external_lib: str | None = None
+    custom_chat_template: str | None = None
+
+    def __post_init__(self) -> None:
+        check(isinstance(self.path, str) and self.path != "", "path", "must name a model folder or hub id")
+        check(self.lora_rank >= 0, "lora_rank", f"must be >= 0, got {self.lora_rank}")
+        check(self.lora_alpha > 0, "lora_alpha", f"must be > 0, got {self.lora_alpha}")
+        if self.tokenizer_path is None:
+            object.__setattr__(self, "tokenizer_path", self.path)
+
+    @property
+    def is_builtin_tiny(self) -> bool:
+        """True when ``path`` is the built-in demo sentinel :data:`BUILTIN_TINY_MODEL`."""
+        return self.path == BUILTIN_TINY_MODEL

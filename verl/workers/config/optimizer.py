@@ -1,0 +1,48 @@
+"""OptimizerConfig: AdamW plus learning-rate schedule (``actor.optim``, ``critic.optim``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from verl.base_config import BaseConfig, check
+
+__all__ = ["LR_SCHEDULER_TYPES", "OptimizerConfig"]
+
+LR_SCHEDULER_TYPES = ("constant", "cosine")
+
+
+@dataclass
+class OptimizerConfig(BaseConfig):
+    """Optimizer and schedule. ``total_training_steps`` is injected by the trainer once the data size is known,
+    which is why it is the one mutable field. ``lr_warmup_steps > 0`` wins over ``lr_warmup_steps_ratio``."""
+
+    _mutable_fields = frozenset({"total_training_steps"})
+
+    optimizer: str = "AdamW"
+    lr: float = 1e-6
+    lr_warmup_steps: int = -1
+    lr_warmup_steps_ratio: float = 0.0
+    total_training_steps: int = -1
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    clip_grad: float = 1.0
+    lr_scheduler_type: str = "constant"
+    min_lr_ratio: float = 0.0
+    num_cycles: float = 0.5
+
+    def __post_init__(self) -> None:
+        check(self.lr >= 0, "lr", f"must be >= 0, got {self.lr}")
+        check(0.0 <= self.lr_warmup_steps_ratio <= 1.0, "lr_warmup_steps_ratio", f"must be in [0, 1], got "
+              f"{self.lr_warmup_steps_ratio}")
+        check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        check(all(0.0 <= b < 1.0 for b in self.betas), "betas", f"each beta must be in [0, 1), got {self.betas}")
+        check(self.clip_grad > 0, "clip_grad", f"must be > 0, got {self.clip_grad}")
+        check(self.lr_scheduler_type in LR_SCHEDULER_TYPES, "lr_scheduler_type",
+              f"must be one of {list(LR_SCHEDULER_TYPES)}, got {self.lr_scheduler_type!r}")
+        check(0.0 <= self.min_lr_ratio <= 1.0, "min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
+
+    def warmup_steps(self, total_steps: int) -> int:
+        """Number of warm-up steps for a run of ``total_steps`` updates."""
+        if self.lr_warmup_steps > 0:
+            return self.lr_warmup_steps
+        return int(self.lr_warmup_steps_ratio * total_steps)

@@ -1,0 +1,181 @@
+"""RolloutConfig (group ``rollout``) with SamplingConfig, MultiTurnConfig, AgentLoopConfig, CheckpointEngineConfig.
+
+``nnodes == 0`` means the rollout shares the actor's processes (colocated hybrid engine); ``nnodes > 0`` gives it a
+resource pool of its own with ``n_gpus_per_node`` processes per node (standalone, as the async recipes use).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.base_config import BaseConfig, check
+
+__all__ = [
+    "CHECKPOINT_ENGINE_BACKENDS",
+    "ROLLOUT_DTYPES",
+    "AgentLoopConfig",
+    "CheckpointEngineConfig",
+    "CustomAsyncServerConfig",
+    "MultiTurnConfig",
+    "RolloutConfig",
+    "SamplingConfig",
+]
+
+CHECKPOINT_ENGINE_BACKENDS = ("naive", "ray", "collective")
+# "auto": bfloat16 on CUDA, float32 on CPU (CPU bf16 matmuls are slow and change results).
+ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
+
+
+def _check_sampling(temperature: float, top_k: int, top_p: float, n: int) -> None:
+    check(temperature >= 0, "temperature", f"must be >= 0, got {temperature}")
+    check(top_k == -1 or top_k >= 1, "top_k", f"must be -1 (off) or >= 1, got {top_k}")
+    check(0 < top_p <= 1, "top_p", f"must be in (0, 1], got {top_p}")
+    check(n >= 1, "n", f"must be >= 1, got {n}")
+
+
+@dataclass
+class SamplingConfig(BaseConfig):
+    """Sampling parameters used for validation (``rollout.val_kwargs``); greedy by default."""
+
+    temperature: float = 0.0
+    top_k: int = -1
+    top_p: float = 1.0
+    n: int = 1
+    do_sample: bool = False
+
+    def __post_init__(self) -> None:
+        _check_sampling(self.temperature, self.top_k, self.top_p, self.n)
+
+
+@dataclass
+class MultiTurnConfig(BaseConfig):
+    """Tool-calling / multi-turn agent loop settings. ``None`` turn limits mean "up to the response length"."""
+
+    enable: bool = False
+    max_assistant_turns: int | None = None
+    max_user_turns: int | None = None
+    max_parallel_calls: int = 1
+    max_tool_response_length: int = 256
+    tool_response_truncate_side: str = "middle"
+    tool_config_path: str | None = None
+    interaction_config_path: str | None = None
+    use_inference_chat_template: bool = False
+    tokenization_sanity_check_mode: str = "strict"
+    format: str = "hermes"
+
+    def __post_init__(self) -> None:
+        for key in ("max_assistant_turns", "max_user_turns"):
+            value = getattr(self, key)
+            check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
+        check(self.max_parallel_calls >= 1, "max_parallel_calls", f"must be >= 1, got {self.max_parallel_calls}")
+        check(self.tool_response_truncate_side in ("left", "right", "middle"), "tool_response_truncate_side",
+              f"must be left, right or middle, got {self.tool_response_truncate_side!r}")
+        check(self.tokenization_sanity_check_mode in ("strict", "ignore_strippable", "disable"),
+              "tokenization_sanity_check_mode",
+              f"must be strict, ignore_strippable or disable, got {self.tokenization_sanity_check_mode!r}")
+
+
+@dataclass
+class CustomAsyncServerConfig(BaseConfig):
+    """A user-provided rollout server class: ``path`` to a .py file or module, ``name`` of the class."""
+
+    path: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class AgentLoopConfig(BaseConfig):
+    """How many agent-loop workers drive the rollout servers and which loop a sample uses by default."""
+
+    num_workers: int = 2
+    default_agent_loop: str = "single_turn_agent"
+    agent_loop_config_path: str | None = None
+    agent_loop_manager_class: str | None = None
+    custom_async_server: CustomAsyncServerConfig = field(default_factory=CustomAsyncServerConfig)
+
+    def __post_init__(self) -> None:
+        check(self.num_workers >= 1, "num_workers", f"must be >= 1, got {self.num_workers}")
+
+
+@dataclass
+class CheckpointEngineConfig(BaseConfig):
+    """Trainer -> rollout weight transfer: ``naive`` (same process), ``ray`` (object store), ``collective``."""
+
+    backend: str = "naive"
+    bucket_megabytes: int = 512
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        check(self.backend in CHECKPOINT_ENGINE_BACKENDS, "backend",
+              f"must be one of {list(CHECKPOINT_ENGINE_BACKENDS)}, got {self.backend!r}")
+        check(self.bucket_megabytes >= 1, "bucket_megabytes", f"must be >= 1, got {self.bucket_megabytes}")
+        check(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")
+
+
+@dataclass
+class RolloutConfig(BaseConfig):
+    """The generation engine and its sampling parameters.
+
+    ``name`` picks the engine (``hf`` embedded default, ``vllm``, ``sglang``); ``prompt_length`` and
+    ``response_length`` default to the data group's limits through interpolation in the YAML.
+    """
+
+    name: str = "hf"
+    mode: str = "async"
+    temperature: float = 1.0
+    top_k: int = -1
+    top_p: float = 1.0
+    do_sample: bool = True
+    n: int = 1
+    prompt_length: int = 512
+    response_length: int = 512
+    dtype: str = "auto"
+    gpu_memory_utilization: float = 0.5
+    max_num_seqs: int = 1024
+    max_num_batched_tokens: int = 8192
+    max_model_len: int | None = None
+    enforce_eager: bool = False
+    calculate_log_probs: bool = False
+    ignore_eos: bool = False
+    free_cache_engine: bool = True
+    tensor_model_parallel_size: int = 1
+    data_parallel_size: int = 1
+    nnodes: int = 0
+    n_gpus_per_node: int = 1
+    update_weights_bucket_megabytes: int = 512
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
+    checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
+
+    def __post_init__(self) -> None:
+        check(bool(self.name), "name", "must name a rollout engine (hf, vllm, sglang)")
+        check(self.mode in ("async", "sync"), "mode", f"must be 'async' (or legacy 'sync'), got {self.mode!r}")
+        _check_sampling(self.temperature, self.top_k, self.top_p, self.n)
+        check(self.prompt_length >= 1, "prompt_length", f"must be >= 1, got {self.prompt_length}")
+        check(self.response_length >= 1, "response_length", f"must be >= 1, got {self.response_length}")
+        check(self.dtype in ROLLOUT_DTYPES, "dtype", f"must be one of {list(ROLLOUT_DTYPES)}, got {self.dtype!r}")
+        check(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization",
+              f"must be in (0, 1], got {self.gpu_memory_utilization}")
+        check(self.max_num_seqs >= 1, "max_num_seqs", f"must be >= 1, got {self.max_num_seqs}")
+        check(self.max_model_len is None or self.max_model_len >= self.prompt_length + 1, "max_model_len",
+              f"must exceed prompt_length ({self.prompt_length}), got {self.max_model_len}")
+        check(self.tensor_model_parallel_size >= 1, "tensor_model_parallel_size",
+              f"must be >= 1, got {self.tensor_model_parallel_size}")
+        check(self.data_parallel_size >= 1, "data_parallel_size", f"must be >= 1, got {self.data_parallel_size}")
+        check(self.nnodes >= 0, "nnodes", f"must be >= 0 (0 = share the actor's processes), got {self.nnodes}")
+        check(self.n_gpus_per_node >= 1, "n_gpus_per_node", f"must be >= 1, got {self.n_gpus_per_node}")
+        check(self.update_weights_bucket_megabytes >= 1, "update_weights_bucket_megabytes",
+              f"must be >= 1, got {self.update_weights_bucket_megabytes}")
+
+    @property
+    def standalone(self) -> bool:
+        """True when the rollout has its own resource pool (``nnodes > 0``)."""
+        return self.nnodes > 0
+
+    @property
+    def max_total_length(self) -> int:
+        """Longest sequence a rollout produces: prompt plus response (or ``max_model_len`` when set)."""
+        return self.max_model_len or self.prompt_length + self.response_length

@@ -1,0 +1,133 @@
+"""DataParallelPPOCritic: values over response tokens and the value regression, on one data-parallel rank.
+
+The module is a Hugging Face model with one output per token (see
+``verl.workers.critic.value_model``). The value of response token ``j`` is the
+output at the position before it, the state in which the token was chosen,
+which matches how the actor scores the same token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from verl.protocol import DataProto
+from verl.trainer.ppo.core_algos import compute_value_loss
+from verl.utils.torch_functional import masked_mean
+from verl.workers.actor.batching import positive_int, read_meta, restore_order, select_batch, split_micro_batches
+from verl.workers.actor.token_forward import forward_for_responses
+from verl.workers.actor.update_loop import UpdatePlan, run_updates
+from verl.workers.critic.base import BasePPOCritic
+
+__all__ = ["DataParallelPPOCritic"]
+
+_FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids", "response_mask"]
+
+
+class DataParallelPPOCritic(BasePPOCritic):
+    """Computes values (``compute_values``) and fits them to returns (``update_critic``).
+
+    ``config`` is a ``CriticConfig``-like object read by attribute: the ``ppo_*``
+    sizes (samples on this rank), ``forward_micro_batch_size_per_gpu``,
+    ``forward_max_token_len_per_gpu``, ``shuffle``, ``data_loader_seed``,
+    ``grad_clip``, ``cliprange_value``, ``loss_agg_mode``, ``use_remove_padding``.
+    """
+
+    def __init__(self, config: Any, critic_module: nn.Module, critic_optimizer: torch.optim.Optimizer | None):
+        super().__init__(config)
+        self.critic_module = critic_module
+        self.critic_optimizer = critic_optimizer
+        self.use_remove_padding = bool(getattr(config, "use_remove_padding", False))
+        seed = getattr(config, "data_loader_seed", None)
+        self._shuffle_generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
+
+    def _forward_micro_batch(self, micro: TensorDict) -> torch.Tensor:
+        """Values ([B, R], float32) before each response token; unspecified at padded slots."""
+        flat, slots = forward_for_responses(
+            self.critic_module,
+            micro["input_ids"],
+            micro["attention_mask"],
+            micro["position_ids"],
+            micro["responses"].shape[-1],
+            self.use_remove_padding,
+        )
+        values = slots.take(flat)
+        if values.dim() == 3:
+            if values.shape[-1] != 1:
+                raise ValueError(f"the critic module must output one value per token, got {values.shape[-1]}")
+            values = values.squeeze(-1)
+        return slots.clean(values.float())
+
+    def compute_values(self, data: DataProto) -> torch.Tensor:
+        """Values [N, R], zero outside ``response_mask``.
+
+        meta_info: ``micro_batch_size`` or ``use_dynamic_bsz`` + ``max_token_len``,
+        defaulting to the config's ``forward_*`` fields and ``use_dynamic_bsz``.
+        """
+        where = "DataParallelPPOCritic.compute_values"
+        cfg = self.config
+        use_dynamic = bool(read_meta(data, "use_dynamic_bsz", where, getattr(cfg, "use_dynamic_bsz", False)))
+        micro_size = max_token_len = None
+        if use_dynamic:
+            max_token_len = positive_int(
+                read_meta(data, "max_token_len", where, getattr(cfg, "forward_max_token_len_per_gpu", None)),
+                "meta_info['max_token_len']",
+            )
+        else:
+            micro_size = positive_int(
+                read_meta(data, "micro_batch_size", where, getattr(cfg, "forward_micro_batch_size_per_gpu", None)),
+                "meta_info['micro_batch_size']",
+            )
+        batch = select_batch(data, _FORWARD_KEYS, where)
+        micro_batches, batch_idx = split_micro_batches(
+            batch, micro_batch_size=micro_size, use_dynamic_bsz=use_dynamic, max_token_len=max_token_len
+        )
+        self.critic_module.eval()
+        with torch.no_grad():
+            values = restore_order([self._forward_micro_batch(micro) for micro in micro_batches], batch_idx)
+        return values * batch["response_mask"].to(values.dtype)
+
+    def update_critic(self, data: DataProto) -> dict[str, list[float]]:
+        """Clipped value regression over ``ppo_epochs x`` mini-batches.
+
+        Needs the forward keys plus ``values`` (the values at rollout time, for
+        clipping) and ``returns``. Returns lists of per-micro-batch
+        ``critic/vf_loss``, ``critic/vf_clipfrac``, ``critic/vpred_mean``, per-step
+        ``critic/grad_norm`` and ``critic/step_skipped``, and ``critic/lr``.
+        """
+        where = "DataParallelPPOCritic.update_critic"
+        if self.critic_optimizer is None:
+            raise RuntimeError(f"{where}: this critic has no optimizer; pass critic_optimizer")
+        plan = UpdatePlan.from_config(self.config, "critic")
+        cliprange_value = getattr(self.config, "cliprange_value", None)
+        if cliprange_value is None:
+            raise ValueError("critic.cliprange_value must be set (a positive float)")
+        batch = select_batch(data, [*_FORWARD_KEYS, "values", "returns"], where)
+
+        def micro_loss(micro: TensorDict, scale: float) -> dict[str, Any]:
+            response_mask = micro["response_mask"].float()
+            vpreds = self._forward_micro_batch(micro)
+            if response_mask.sum() == 0:
+                (vpreds.sum() * 0.0).backward()
+                return {}
+            vf_loss, vf_clipfrac = compute_value_loss(
+                vpreds,
+                micro["returns"],
+                micro["values"],
+                response_mask,
+                cliprange_value=cliprange_value,
+                loss_agg_mode=plan.loss_agg_mode,
+            )
+            (vf_loss * scale).backward()
+            return {
+                "critic/vf_loss": vf_loss.detach(),
+                "critic/vf_clipfrac": vf_clipfrac,
+                "critic/vpred_mean": masked_mean(vpreds.detach(), response_mask),
+            }
+
+        return run_updates(
+            batch, plan, micro_loss, self.critic_module, self.critic_optimizer, self._shuffle_generator, "critic"
+        )

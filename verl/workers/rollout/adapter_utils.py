@@ -1,0 +1,76 @@
+"""Pieces shared by the adapters that wrap external engines (vLLM, SGLang) behind the rollout contract."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from verl.workers.rollout.registry import require_package
+
+__all__ = ["PauseGate", "require_engine", "finish_reason_to_stop_reason"]
+
+
+def require_engine(package: str, name: str) -> None:
+    """Fail early and clearly when an optional engine cannot run here (package missing or no GPU)."""
+    require_package(package, package, name)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"rollout.name={name!r} needs a CUDA GPU and none is visible; use rollout.name=hf on CPU machines"
+        )
+
+
+def finish_reason_to_stop_reason(reason: Any) -> str:
+    """Map an engine's finish reason ('stop', 'length', 'abort', dicts with a 'type') to the contract's."""
+    if isinstance(reason, dict):
+        reason = reason.get("type")
+    reason = str(reason or "").lower()
+    if reason.startswith("abort"):
+        return "aborted"
+    if reason == "length":
+        return "length"
+    return "stop"
+
+
+class PauseGate:
+    """Admission gate: closed by abort_all/sleep, opened by resume/wake_up; waiters time out by name."""
+
+    def __init__(self, timeout_s: float = 600.0):
+        self.timeout_s = timeout_s
+        self.paused = False
+        self.sleeping = False
+        self._event: asyncio.Event | None = None
+
+    def _get(self) -> asyncio.Event:
+        if self._event is None:
+            self._event = asyncio.Event()
+            self._refresh()
+        return self._event
+
+    def _refresh(self) -> None:
+        event = self._get()
+        if self.paused or self.sleeping:
+            event.clear()
+        else:
+            event.set()
+
+    def set(self, *, paused: bool | None = None, sleeping: bool | None = None) -> None:
+        if paused is not None:
+            self.paused = paused
+        if sleeping is not None:
+            self.sleeping = sleeping
+        self._refresh()
+
+    async def wait(self, request_id: str) -> None:
+        event = self._get()
+        if event.is_set():
+            return
+        try:
+            await asyncio.wait_for(event.wait(), timeout=self.timeout_s)
+        except asyncio.TimeoutError:
+            state = "asleep" if self.sleeping else "paused"
+            raise TimeoutError(
+                f"request {request_id}: the rollout server stayed {state} for {self.timeout_s}s "
+                "(abort_all/sleep without resume/wake_up)"
+            ) from None

@@ -1,0 +1,98 @@
+"""The rollout contract: a server that speaks tokens, whatever engine sits behind it.
+
+Agent loops, the synchronous trainer and the fully-async rollouter only ever see this interface, so
+the embedded ``hf`` engine, vLLM and SGLang are interchangeable by ``rollout.name``.
+
+Pause semantics (the fully-async trainer relies on them): ``abort_all()`` closes the admission gate
+and makes every in-flight request return what it has with ``stop_reason="aborted"``; ``generate``
+calls made while the gate is closed wait until ``resume()`` (or raise a ``TimeoutError`` naming the
+request id). ``sleep()`` also closes the gate until ``wake_up()``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = [
+    "STOP_REASONS",
+    "TokenOutput",
+    "RolloutServer",
+    "config_value",
+]
+
+STOP_REASONS = ("stop", "length", "aborted")
+
+
+@dataclass
+class TokenOutput:
+    """What one request produced.
+
+    ``log_probs[i]`` is the log-probability of ``token_ids[i]`` under the distribution it was sampled
+    from before top-k/top-p truncation: ``log_softmax(logits / temperature)``, or ``log_softmax(logits)``
+    for greedy requests. That is the quantity the actor recomputes, so the two can be compared.
+    """
+
+    token_ids: list[int]
+    log_probs: list[float] | None = None
+    stop_reason: str = "stop"
+    num_preempted: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.stop_reason not in STOP_REASONS:
+            raise ValueError(f"TokenOutput.stop_reason must be one of {STOP_REASONS}, got {self.stop_reason!r}")
+        if self.log_probs is not None and len(self.log_probs) != len(self.token_ids):
+            raise ValueError(
+                f"TokenOutput.log_probs has {len(self.log_probs)} entries for {len(self.token_ids)} token_ids"
+            )
+
+
+class RolloutServer(abc.ABC):
+    """One inference engine replica behind the token-level contract (DESIGN.md section 5)."""
+
+    @abc.abstractmethod
+    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
+        """Generate a continuation of ``prompt_ids``.
+
+        ``sampling_params`` keys: temperature, top_p, top_k (-1/0 = off), max_tokens, stop_token_ids,
+        logprobs (bool), seed, ignore_eos, do_sample (False = greedy, as is temperature 0).
+        """
+
+    @abc.abstractmethod
+    async def abort_all(self) -> None:
+        """Pause admission; in-flight requests return their partial tokens with stop_reason 'aborted'."""
+
+    @abc.abstractmethod
+    async def resume(self) -> None:
+        """Re-open admission after ``abort_all``; waiting ``generate`` calls proceed."""
+
+    @abc.abstractmethod
+    async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
+        """Load new weights and return ``{"version": version, "checksum": weight_checksum(loaded weights)}``."""
+
+    @abc.abstractmethod
+    async def sleep(self) -> None:
+        """Free the KV cache (and offload weights where the engine can) while the trainer uses the device."""
+
+    @abc.abstractmethod
+    async def wake_up(self) -> None:
+        """Rebuild what ``sleep`` freed and re-open admission."""
+
+    @abc.abstractmethod
+    async def get_version(self) -> int:
+        """Version of the weights currently loaded (0 before any update)."""
+
+
+def config_value(config: Any, name: str, default: Any) -> Any:
+    """Read ``config.name`` by attribute, falling back to ``default`` when absent or None.
+
+    The rollout accepts the real ``RolloutConfig`` or any object with the same attributes (a
+    ``SimpleNamespace`` in tests), so missing optional fields must not be an error.
+    """
+    value = getattr(config, name, None)
+    return default if value is None else value

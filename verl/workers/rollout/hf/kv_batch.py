@@ -1,0 +1,141 @@
+"""The running batch: a padded KV cache whose rows are requests joining and leaving between steps.
+
+Layout: every row is right-aligned, so the newest token of every row sits in the last cache column
+and a row's padding is on its left, hidden by its attention-mask row. Each row keeps its own
+position ids, so a request computes exactly what it would compute alone (up to float rounding).
+
+- admit: newly admitted prompts are prefilled together (left padded) in a fresh cache, which is then
+  left-padded or the running cache is, to a common length, and concatenated on the batch axis.
+- decode: one forward of the last sampled token of every row.
+- retire: rows are dropped with an index select; leading columns that are padding for every
+  remaining row are trimmed so the cache never grows past the longest live row.
+
+The cache always holds every token of a row except the last sampled one, which is the next input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import DynamicCache
+
+__all__ = ["RunningBatch"]
+
+
+def _left_pad(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    if width == 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = width
+    return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+
+class RunningBatch:
+    """KV cache, attention mask, positions and last tokens of the live rows of one model."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, pad_token_id: int = 0):
+        self.model = model
+        self.device = device
+        self.pad_token_id = pad_token_id
+        self.clear()
+
+    def clear(self) -> None:
+        """Drop every row and the cache (used by abort, sleep and errors)."""
+        self.cache: DynamicCache | None = None
+        self.attention_mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)
+        self.next_position = torch.zeros(0, dtype=torch.long, device=self.device)
+        self.last_tokens = torch.zeros(0, dtype=torch.long, device=self.device)
+
+    @property
+    def size(self) -> int:
+        return int(self.last_tokens.shape[0])
+
+    @property
+    def cache_length(self) -> int:
+        return int(self.attention_mask.shape[1])
+
+    def _forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache: DynamicCache
+    ) -> torch.Tensor:
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1, :]
+
+    @staticmethod
+    def _check_layers(cache: DynamicCache) -> None:
+        for index, layer in enumerate(cache.layers):
+            if getattr(layer, "is_sliding", False) or not getattr(layer, "is_initialized", False):
+                raise NotImplementedError(
+                    f"hf rollout: cache layer {index} ({type(layer).__name__}) is not a plain dynamic layer, "
+                    "which the running batch cannot merge"
+                )
+
+    def admit(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Prefill ``prompts`` as new rows appended at the end of the batch; return their last logits [n, V]."""
+        lengths = [len(p) for p in prompts]
+        width = max(lengths)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt) :] = torch.as_tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        logits = self._forward(ids, mask, positions, cache)
+        self._check_layers(cache)
+        self._merge(cache, mask)
+        self.next_position = torch.cat([self.next_position, torch.as_tensor(lengths, device=self.device)])
+        self.last_tokens = torch.cat(
+            [self.last_tokens, torch.zeros(len(prompts), dtype=torch.long, device=self.device)]
+        )
+        return logits
+
+    def _merge(self, new_cache: DynamicCache, new_mask: torch.Tensor) -> None:
+        if self.size == 0 or self.cache is None:
+            self.cache, self.attention_mask = new_cache, new_mask
+            return
+        length = max(self.cache_length, new_mask.shape[1])
+        pad_old, pad_new = length - self.cache_length, length - new_mask.shape[1]
+        for old, new in zip(self.cache.layers, new_cache.layers):
+            old.keys = torch.cat([_left_pad(old.keys, pad_old, 2), _left_pad(new.keys, pad_new, 2)], dim=0)
+            old.values = torch.cat([_left_pad(old.values, pad_old, 2), _left_pad(new.values, pad_new, 2)], dim=0)
+        self.attention_mask = torch.cat(
+            [_left_pad(self.attention_mask, pad_old, 1), _left_pad(new_mask, pad_new, 1)], dim=0
+        )
+
+    def set_last_tokens(self, rows: slice | torch.Tensor, tokens: torch.Tensor) -> None:
+        self.last_tokens[rows] = tokens
+
+    def decode(self) -> torch.Tensor:
+        """Feed every row's last sampled token; return next-token logits [B, V]."""
+        mask = torch.cat([self.attention_mask, self.attention_mask.new_ones(self.size, 1)], dim=1)
+        logits = self._forward(self.last_tokens.unsqueeze(1), mask, self.next_position.unsqueeze(1), self.cache)
+        self.attention_mask = mask
+        self.next_position = self.next_position + 1
+        return logits
+
+    def keep(self, rows: Sequence[int]) -> None:
+        """Keep only ``rows`` (in that order) and trim columns that are padding for all of them."""
+        if len(rows) == self.size:
+            return
+        if not rows:
+            self.clear()
+            return
+        index = torch.as_tensor(rows, dtype=torch.long, device=self.device)
+        mask = self.attention_mask.index_select(0, index)
+        live = mask.any(dim=0).nonzero()
+        start = int(live[0]) if live.numel() else mask.shape[1]
+        self.attention_mask = mask[:, start:]
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(0, index)[:, :, start:]
+            layer.values = layer.values.index_select(0, index)[:, :, start:]
+        self.next_position = self.next_position.index_select(0, index)
+        self.last_tokens = self.last_tokens.index_select(0, index)

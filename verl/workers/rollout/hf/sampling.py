@@ -1,0 +1,169 @@
+"""Per-request sampling parameters and batched next-token sampling for rows with mixed parameters.
+
+Rows of the running batch belong to different requests, each with its own temperature, top-k,
+top-p and seed, so sampling is vectorised over rows with per-row parameter tensors. A seeded
+request draws from its own generator, so its tokens do not depend on what else is in the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["SamplingParams", "RowSamplingState", "sample_next_tokens"]
+
+_KNOWN_KEYS = {
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_tokens",
+    "stop_token_ids",
+    "logprobs",
+    "seed",
+    "ignore_eos",
+    "do_sample",
+    "n",
+    "repetition_penalty",
+    "min_p",
+    "detokenize",
+}
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Validated sampling parameters of one request."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int = 16
+    stop_token_ids: tuple[int, ...] = ()
+    logprobs: bool = False
+    seed: int | None = None
+    ignore_eos: bool = False
+    greedy: bool = False
+
+    @classmethod
+    def from_dict(cls, params: dict[str, Any] | None, *, defaults: dict[str, Any], request_id: str) -> SamplingParams:
+        """Parse the ``sampling_params`` dict of ``generate``; unknown or unsupported keys are errors.
+
+        ``defaults`` fills keys the caller left out (from the rollout config: max_tokens, logprobs, ...).
+        """
+        params = dict(params or {})
+        unknown = sorted(set(params) - _KNOWN_KEYS)
+        if unknown:
+            raise ValueError(
+                f"request {request_id}: unknown sampling_params key(s) {unknown}; known: {sorted(_KNOWN_KEYS)}"
+            )
+        merged = {**defaults, **{k: v for k, v in params.items() if v is not None}}
+
+        def fail(key: str, why: str) -> ValueError:
+            return ValueError(f"request {request_id}: sampling_params[{key!r}]={merged.get(key)!r} {why}")
+
+        if int(merged.get("n", 1)) != 1:
+            raise fail("n", "is not supported: send n separate requests")
+        if float(merged.get("repetition_penalty", 1.0)) != 1.0:
+            raise fail("repetition_penalty", "is not supported by the hf engine (only 1.0)")
+        if float(merged.get("min_p", 0.0)) != 0.0:
+            raise fail("min_p", "is not supported by the hf engine (only 0.0)")
+        temperature = float(merged.get("temperature", 1.0))
+        if temperature < 0:
+            raise fail("temperature", "must be >= 0")
+        top_p = float(merged.get("top_p", 1.0))
+        if not 0.0 < top_p <= 1.0:
+            raise fail("top_p", "must be in (0, 1]")
+        top_k = merged.get("top_k", -1)
+        if isinstance(top_k, bool) or int(top_k) != top_k or top_k < -1:
+            raise fail("top_k", "must be an integer >= -1 (-1 or 0 turn it off)")
+        max_tokens = merged.get("max_tokens")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise fail("max_tokens", "must be an integer >= 1")
+        stop = merged.get("stop_token_ids") or ()
+        if isinstance(stop, int) or not all(isinstance(t, int) and not isinstance(t, bool) for t in stop):
+            raise fail("stop_token_ids", "must be a list of integer token ids")
+        seed = merged.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise fail("seed", "must be an integer or None")
+        greedy = temperature == 0.0 or merged.get("do_sample", True) is False
+        return cls(
+            temperature=1.0 if greedy else temperature,
+            top_p=top_p,
+            top_k=0 if int(top_k) <= 0 else int(top_k),
+            max_tokens=max_tokens,
+            stop_token_ids=tuple(stop),
+            logprobs=bool(merged.get("logprobs", False)),
+            seed=seed,
+            ignore_eos=bool(merged.get("ignore_eos", False)),
+            greedy=greedy,
+        )
+
+
+class RowSamplingState:
+    """Per-row parameter tensors of the running batch, rebuilt whenever rows join or leave."""
+
+    def __init__(self, params: list[SamplingParams], generators: list[torch.Generator | None], device: torch.device):
+        self.generators = generators
+        self.all_greedy = all(p.greedy for p in params)
+        self.any_greedy = any(p.greedy for p in params)
+        self.any_logprobs = any(p.logprobs for p in params)
+        self.any_seeded = any(g is not None for g in generators)
+        self.any_top_k = any(p.top_k > 0 and not p.greedy for p in params)
+        self.any_top_p = any(p.top_p < 1.0 and not p.greedy for p in params)
+        self.uniform_temperature = len({p.temperature for p in params}) <= 1
+        self.temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device)
+        self.top_k = torch.tensor([p.top_k for p in params], dtype=torch.long, device=device)
+        self.top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
+        self.greedy = torch.tensor([p.greedy for p in params], dtype=torch.bool, device=device)
+
+
+def _filter_top_k_top_p(scaled: torch.Tensor, state: RowSamplingState) -> torch.Tensor:
+    """Mask logits outside each row's top-k / nucleus with -inf (one sort serves both filters)."""
+    vocab = scaled.shape[-1]
+    sorted_logits, sorted_idx = torch.sort(scaled, dim=-1, descending=True)
+    remove = torch.zeros_like(sorted_logits, dtype=torch.bool)
+    if state.any_top_k:
+        k = torch.where(state.top_k > 0, state.top_k.clamp(max=vocab), torch.full_like(state.top_k, vocab))
+        ranks = torch.arange(vocab, device=scaled.device).unsqueeze(0)
+        remove |= ranks >= k.unsqueeze(1)
+        sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+    if state.any_top_p:
+        probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = torch.cumsum(probs, dim=-1) - probs
+        remove |= mass_before >= state.top_p.unsqueeze(1)
+    remove[:, 0] = False  # the most likely token always survives
+    mask = torch.zeros_like(remove).scatter(1, sorted_idx, remove)
+    return scaled.masked_fill(mask, float("-inf"))
+
+
+def sample_next_tokens(
+    logits: torch.Tensor, state: RowSamplingState, default_generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Pick one token per row; return ``(tokens [B], log_probs [B] or None)``.
+
+    ``log_probs`` are those of the chosen tokens under ``log_softmax(logits / temperature)``
+    (temperature 1 for greedy rows), computed only when some row asked for them.
+    """
+    logits = logits.float()
+    greedy_tokens = torch.argmax(logits, dim=-1) if state.any_greedy else None
+    if state.uniform_temperature and float(state.temperature[0]) == 1.0:
+        scaled = logits
+    else:
+        scaled = logits / state.temperature.unsqueeze(1)
+    if state.all_greedy:
+        tokens = greedy_tokens
+    else:
+        filtered = _filter_top_k_top_p(scaled, state) if (state.any_top_k or state.any_top_p) else scaled
+        probs = torch.softmax(filtered, dim=-1)
+        tokens = torch.multinomial(probs, 1, generator=default_generator).squeeze(1)
+        if state.any_seeded:
+            for row, gen in enumerate(state.generators):
+                if gen is not None:
+                    tokens[row] = torch.multinomial(probs[row], 1, generator=gen)[0]
+        if greedy_tokens is not None:
+            tokens = torch.where(state.greedy, greedy_tokens, tokens)
+    log_probs = None
+    if state.any_logprobs:
+        log_probs = torch.log_softmax(scaled, dim=-1).gather(1, tokens.unsqueeze(1)).squeeze(1)
+    return tokens, log_probs

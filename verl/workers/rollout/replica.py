@@ -1,0 +1,208 @@
+"""Replicas: where a rollout server lives, behind the same async interface.
+
+- ``HybridReplica``: the server runs inside the caller's process (the actor worker in the colocated
+  "hybrid engine" layout); weight updates are in-place copies with no serialisation.
+- ``StandaloneReplica``: the server is its own Ray actor on the rollout resource pool (a placement
+  group bundle or plain Ray options); every call is a remote call with a timeout.
+
+Both forward the ``RolloutServer`` contract unchanged, so callers never care which one they hold.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
+from verl.workers.rollout.registry import get_rollout_class
+
+__all__ = ["RolloutReplica", "HybridReplica", "StandaloneReplica", "RolloutServerActor", "build_server"]
+
+
+def build_server(
+    config: Any, model_path: str | None = None, *, name: str | None = None, **kwargs: Any
+) -> RolloutServer:
+    """Instantiate the server class registered for ``name`` (default ``config.name``, else ``hf``)."""
+    cls = get_rollout_class(name or config_value(config, "name", "hf"))
+    return cls(config, model_path, **kwargs)
+
+
+class RolloutReplica(abc.ABC):
+    """A handle on one rollout server; the methods mirror ``RolloutServer``."""
+
+    @abc.abstractmethod
+    async def generate(
+        self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str
+    ) -> TokenOutput: ...
+
+    @abc.abstractmethod
+    async def abort_all(self) -> None: ...
+
+    @abc.abstractmethod
+    async def resume(self) -> None: ...
+
+    @abc.abstractmethod
+    async def update_weights(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int
+    ) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    async def sleep(self) -> None: ...
+
+    @abc.abstractmethod
+    async def wake_up(self) -> None: ...
+
+    @abc.abstractmethod
+    async def get_version(self) -> int: ...
+
+
+class HybridReplica(RolloutReplica):
+    """The server lives in this process; calls are direct awaits."""
+
+    def __init__(self, server: RolloutServer):
+        if not isinstance(server, RolloutServer):
+            raise TypeError(f"HybridReplica needs a RolloutServer, got {type(server).__name__}")
+        self.server = server
+
+    @classmethod
+    def create(cls, config: Any, model_path: str | None = None, **kwargs: Any) -> HybridReplica:
+        """Build the server named by ``config.name`` in this process (``model=`` may pass a live module)."""
+        return cls(build_server(config, model_path, **kwargs))
+
+    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
+        return await self.server.generate(prompt_ids, sampling_params, request_id)
+
+    async def abort_all(self) -> None:
+        await self.server.abort_all()
+
+    async def resume(self) -> None:
+        await self.server.resume()
+
+    async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
+        return await self.server.update_weights(named_tensors, version)
+
+    async def sleep(self) -> None:
+        await self.server.sleep()
+
+    async def wake_up(self) -> None:
+        await self.server.wake_up()
+
+    async def get_version(self) -> int:
+        return await self.server.get_version()
+
+
+class RolloutServerActor:
+    """Body of the Ray actor that hosts a server on the rollout pool (wrapped with ``ray.remote``)."""
+
+    def __init__(self, config: Any, model_path: str | None, name: str | None, server_kwargs: dict[str, Any]):
+        self.server = build_server(config, model_path, name=name, **server_kwargs)
+
+    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
+        return await self.server.generate(prompt_ids, sampling_params, request_id)
+
+    async def abort_all(self) -> None:
+        await self.server.abort_all()
+
+    async def resume(self) -> None:
+        await self.server.resume()
+
+    async def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
+        return await self.server.update_weights(named_tensors, version)
+
+    async def sleep(self) -> None:
+        await self.server.sleep()
+
+    async def wake_up(self) -> None:
+        await self.server.wake_up()
+
+    async def get_version(self) -> int:
+        return await self.server.get_version()
+
+
+class StandaloneReplica(RolloutReplica):
+    """The server is a Ray actor of its own, placed on a placement-group bundle or by plain Ray options.
+
+    Args:
+        config: the rollout config (pickled to the actor).
+        model_path: Hugging Face folder the actor loads.
+        name: engine name (default ``config.name``).
+        placement_group / bundle_index: where to place the actor on the rollout pool.
+        num_cpus / num_gpus: the actor's resource request.
+        ray_options: extra ``.options(...)`` for the actor (override the above).
+        server_kwargs: extra keyword arguments of the server class.
+        call_timeout_s: limit on every remote call; a timeout names the replica and the method.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        model_path: str | None,
+        *,
+        name: str | None = None,
+        placement_group: Any = None,
+        bundle_index: int = 0,
+        num_cpus: float = 1,
+        num_gpus: float = 0,
+        ray_options: dict[str, Any] | None = None,
+        server_kwargs: dict[str, Any] | None = None,
+        call_timeout_s: float = 600.0,
+    ):
+        import ray
+
+        self.name = name or config_value(config, "name", "hf")
+        get_rollout_class(self.name)  # fail here, on the driver, when the engine's package is missing
+        options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_concurrency": 1000}
+        if placement_group is not None:
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                placement_group=placement_group, placement_group_bundle_index=bundle_index
+            )
+        options.update(ray_options or {})
+        self.call_timeout_s = call_timeout_s
+        self.actor = (
+            ray.remote(RolloutServerActor)
+            .options(**options)
+            .remote(config, model_path, self.name, dict(server_kwargs or {}))
+        )
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        ref = getattr(self.actor, method).remote(*args)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=self.call_timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(
+                f"rollout replica {self.name!r}: {method} got no answer within {self.call_timeout_s}s"
+            ) from None
+
+    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
+        return await self._call("generate", list(prompt_ids), dict(sampling_params or {}), request_id)
+
+    async def abort_all(self) -> None:
+        await self._call("abort_all")
+
+    async def resume(self) -> None:
+        await self._call("resume")
+
+    async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
+        items = named_tensors.items() if isinstance(named_tensors, dict) else named_tensors
+        return await self._call("update_weights", [(n, t.detach().cpu()) for n, t in items], version)
+
+    async def sleep(self) -> None:
+        await self._call("sleep")
+
+    async def wake_up(self) -> None:
+        await self._call("wake_up")
+
+    async def get_version(self) -> int:
+        return await self._call("get_version")
+
+    def kill(self) -> None:
+        """Stop the actor (its in-flight requests fail on the caller's side)."""
+        import ray
+
+        ray.kill(self.actor)
