@@ -2,7 +2,8 @@
 
 Variants, all in one process, median of ``--repeats`` runs each:
 
-- ``floor: one memcpy``: clone every tensor once, the least any receiver that must own its memory pays;
+- ``floor: one memcpy``: copy every tensor's bytes once into fresh memory (all alive together), the least a
+  receiver that must own its memory pays;
 - ``raw tensors, torch pickle``: the bare dict of tensors through pickle (what Ray does to plain tensors);
 - ``TensorDict, default pickle``: tensordict's own pickling of the batch;
 - ``DataProto, out-of-band (Ray path)``: protocol 5 with ``buffer_callback``; the buffers are turned into
@@ -101,9 +102,11 @@ def run(rows: int, seq: int, repeats: int, with_ray: bool) -> dict:
     raw = {key: dp.batch[key] for key in dp.batch.keys()}
     nbytes = sum(t.numel() * t.element_size() for t in raw.values())
 
+    flat_views = [t.reshape(-1).view(torch.uint8).numpy() for t in raw.values()]
+
     def floor() -> None:
-        for tensor in raw.values():
-            tensor.clone()
+        copies = [view.copy() for view in flat_views]  # all alive at once, like a decoded batch
+        del copies
 
     def torch_pickle() -> None:
         pickle.loads(pickle.dumps(raw, protocol=5))

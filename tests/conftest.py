@@ -1,8 +1,11 @@
 """Shared fixtures: one local Ray cluster per test session, GPU skipping."""
 
 import os
+import sys
 
 import pytest
+
+TESTS_ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -22,11 +25,17 @@ def ray_cluster():
     import ray
 
     if not ray.is_initialized():
+        # Worker processes must import the test modules that define Ray actor classes: give them the test
+        # folders pytest put on sys.path, plus the repository root.
+        repo_root = os.path.dirname(TESTS_ROOT)
+        paths = [p for p in sys.path if p and os.path.abspath(p).startswith(TESTS_ROOT)] + [repo_root]
+        if os.environ.get("PYTHONPATH"):
+            paths.append(os.environ["PYTHONPATH"])
         ray.init(
             num_cpus=int(os.environ.get("VERL_TEST_RAY_CPUS", "8")),
             include_dashboard=False,
             log_to_driver=True,
-            runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}},
+            runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(paths)}},
         )
     yield ray
     ray.shutdown()

@@ -50,6 +50,13 @@ def prompts_first_col(dp: DataProto) -> list[int]:
 # ------------------------------------------------------------------------------------------------ construction
 
 
+def test_package_exports_dataproto_and_version():
+    import verl
+
+    assert verl.DataProto is DataProto
+    assert isinstance(verl.__version__, str) and verl.__version__
+
+
 def test_from_dict_builds_aligned_parts():
     dp = make_dp(4)
     assert len(dp) == 4
@@ -377,6 +384,21 @@ def test_concat_rejects_mismatched_keys_and_inputs():
 
 
 # ------------------------------------------------------------------------------------------------------- union
+
+
+def test_values_equal_is_structural():
+    from verl.utils.dataproto_merge import values_equal
+
+    class Ambiguous:
+        def __eq__(self, other):
+            raise RuntimeError("no comparison")
+
+    assert values_equal({"a": [1, np.array([2, 3])]}, {"a": [1, np.array([2, 3])]})
+    assert not values_equal({"a": [1, 2]}, {"a": (1, 2)})
+    assert not values_equal(np.array([1, 2]), [1, 2])
+    assert not values_equal(torch.ones(2), torch.ones(2, dtype=torch.float64))
+    assert values_equal(np.array([{"x": 1}], dtype=object), np.array([{"x": 1}], dtype=object))
+    assert not values_equal(Ambiguous(), Ambiguous())
 
 
 def test_union_adds_keys_and_returns_self():

@@ -188,3 +188,7 @@ def test_ray_object_store_round_trip_and_future(ray_cluster):
     assert future.chunk(4)[3].get(timeout=60).batch["ids"].tolist() == list(range(768, BIG_ROWS))
     with pytest.raises(TypeError, match="ref 0 resolved to a int, not a DataProto"):
         DataProtoFuture.concat([ray.put(1)]).get(timeout=60)
+    never = ray.remote(num_cpus=0)(lambda: __import__("time").sleep(60)).remote()
+    with pytest.raises(TimeoutError, match="DataProtoFuture timed out after 0.2s waiting on 1 object refs"):
+        DataProtoFuture.concat([never]).get(timeout=0.2)
+    ray.cancel(never, force=True)

@@ -10,7 +10,8 @@ Every operation selects, reorders or joins the three parts together, so a sample
 can never drift apart. Derived DataProtos get a shallow copy of ``meta_info``; slices and chunks are views.
 
 Pickling (what Ray uses) ships each tensor as an out-of-band protocol-5 buffer, see
-:mod:`verl.utils.tensor_serialization`: tensors are copied at most once and always arrive on CPU.
+:mod:`verl.utils.tensor_serialization`: a CPU tensor is copied at most once on the way, and tensors always
+arrive on CPU.
 """
 
 from __future__ import annotations

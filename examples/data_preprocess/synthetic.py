@@ -14,7 +14,10 @@ from verl.utils.synthetic_tasks import TASKS, write_task_files
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    tasks = "\n".join(f"  {name}: {spec.description}" for name, spec in sorted(TASKS.items()))
+    parser = argparse.ArgumentParser(
+        description=__doc__, epilog=f"tasks:\n{tasks}", formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--task", required=True, choices=sorted(TASKS), help="which synthetic task to write")
     parser.add_argument("--local_dir", required=True, help="output folder for train.parquet and test.parquet")
     parser.add_argument("--train_size", type=int, default=1024)

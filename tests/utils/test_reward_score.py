@@ -65,7 +65,7 @@ def test_tool_calc_uses_last_number():
 @pytest.mark.parametrize(
     ("response", "method", "score"),
     [
-        ("so 3+4=7\n#### 7", "strict", 1.0),
+        ("so 999+1=1000\n#### 1000", "strict", 1.0),
         ("#### 1,000", "strict", 1.0),
         ("#### $1,000", "strict", 1.0),
         ("#### 5 then #### 1000", "strict", 1.0),  # the last marked answer counts

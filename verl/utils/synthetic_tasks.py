@@ -79,10 +79,10 @@ def tool_calc(rng: random.Random) -> Example:
 TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (
-        TaskSpec("target_digit", "pattern", target_digit, target_digit.__doc__ or ""),
-        TaskSpec("arith_seq", "math", arith_seq, arith_seq.__doc__ or ""),
-        TaskSpec("addition", "math", addition, addition.__doc__ or ""),
-        TaskSpec("tool_calc", "math", tool_calc, tool_calc.__doc__ or ""),
+        TaskSpec("target_digit", "pattern", target_digit, '"7=" -> "77777777" (repeat the digit 8 times)'),
+        TaskSpec("arith_seq", "math", arith_seq, '"2,5,8," -> "11,14,17" (next 3 terms)'),
+        TaskSpec("addition", "math", addition, '"12+35=" -> "47" (operands below 50)'),
+        TaskSpec("tool_calc", "math", tool_calc, '"What is 23*17?" -> "391" (multi-turn, calculator tool)'),
     )
 }
 

@@ -19,6 +19,15 @@ PROMPT_LEN = 6
 RESPONSE_LEN = 5
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Tiny matmuls run ~15x slower when torch's threads fight other processes for 2 cores."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="module")
 def base_model(tiny_model_dir):
     torch.manual_seed(0)

@@ -22,8 +22,8 @@ async def _gather(server, prompts, params_list, prefix="r"):
 @pytest.mark.parametrize("min_admit_chunk", [1, None])
 def test_greedy_output_same_alone_and_in_busy_batch(make_server, tiny_causal_lm, min_admit_chunk):
     server = make_server(min_admit_chunk=min_admit_chunk)
-    prompts = random_prompts(12, server.vocab_size, seed=1)
-    params = [dict(GREEDY, max_tokens=3 + 3 * i) for i in range(len(prompts))]
+    prompts = random_prompts(9, server.vocab_size, seed=1)
+    params = [dict(GREEDY, max_tokens=2 + 2 * i) for i in range(len(prompts))]
 
     async def run():
         alone = [await server.generate(p, params[i], f"alone{i}") for i, p in enumerate(prompts)]
@@ -34,7 +34,7 @@ def test_greedy_output_same_alone_and_in_busy_batch(make_server, tiny_causal_lm,
     for i, (a, b) in enumerate(zip(alone, busy)):
         assert b.token_ids == a.token_ids, f"request {i} differs in a busy batch"
         assert b.stop_reason == "length" and len(b.token_ids) == params[i]["max_tokens"]
-    for i in (0, 5, 11):  # the engine (cache, padding, merging) matches plain full forwards
+    for i in (0, 8):  # the engine (cache, padding, merging) matches plain full forwards
         assert busy[i].token_ids == reference_greedy(tiny_causal_lm, prompts[i], params[i]["max_tokens"])
 
 

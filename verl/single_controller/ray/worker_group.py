@@ -56,7 +56,8 @@ class RayWorkerGroup(WorkerGroup):
         self.ray_cls_with_init = ray_cls_with_init
         self.resource_pool = resource_pool
         self.detached = detached
-        self.name_prefix = name_prefix or f"{role}_{uuid.uuid4().hex[:8]}"
+        # A random suffix keeps actor names unique when a run is retried in the same cluster.
+        self.name_prefix = f"{name_prefix or role}_{uuid.uuid4().hex[:8]}"
         self.master_address: str | None = None
         self.master_port: str | None = None
         self._health: dict[str, WorkerError | None] = {"failure": None}

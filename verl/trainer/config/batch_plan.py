@@ -50,8 +50,7 @@ def _plan(cfg: PPOConfig) -> dict[str, Any]:
     tp = cfg.rollout.tensor_model_parallel_size
     if rollout_world % tp != 0:
         raise ConfigError(
-            f"{rollout_world} rollout processes ({rollout_world_keys}) are not a multiple of "
-            f"rollout.tensor_model_parallel_size ({tp})",
+            f"({tp}) does not divide the {rollout_world} rollout processes ({rollout_world_keys})",
             key="rollout.tensor_model_parallel_size",
         )
     pad = (-samples) % world
@@ -92,21 +91,20 @@ def _update_plan(group: str, role: Any, cfg: PPOConfig, world: int) -> dict[str,
     mini = role.ppo_mini_batch_size
     if mini > prompts:
         raise ConfigError(
-            f"{group}.ppo_mini_batch_size ({mini}) is larger than data.train_batch_size ({prompts}); "
-            "both count prompts",
+            f"({mini}) is larger than data.train_batch_size ({prompts}); both count prompts",
             key=f"{group}.ppo_mini_batch_size",
         )
     if (prompts * n) % world != 0:
         raise ConfigError(
-            f"data.train_batch_size * rollout.n = {prompts * n} samples do not split evenly over the {world} "
-            "trainer processes (trainer.nnodes * trainer.n_gpus_per_node)",
+            f"({prompts}) x rollout.n ({n}) = {prompts * n} samples do not split evenly over the {world} "
+            "trainer processes (trainer.nnodes x trainer.n_gpus_per_node)",
             key="data.train_batch_size",
         )
     mini_samples = mini * n
     if mini_samples % world != 0:
         raise ConfigError(
-            f"{group}.ppo_mini_batch_size * rollout.n = {mini_samples} samples do not split evenly over the {world} "
-            "trainer processes (trainer.nnodes * trainer.n_gpus_per_node)",
+            f"({mini}) x rollout.n ({n}) = {mini_samples} samples do not split evenly over the {world} "
+            "trainer processes (trainer.nnodes x trainer.n_gpus_per_node)",
             key=f"{group}.ppo_mini_batch_size",
         )
     per_rank = mini_samples // world
@@ -127,8 +125,8 @@ def _update_plan(group: str, role: Any, cfg: PPOConfig, world: int) -> dict[str,
     micro = role.micro_batch_size_per_gpu(world) or per_rank
     if per_rank % micro != 0:
         raise ConfigError(
-            f"{group}.ppo_micro_batch_size_per_gpu ({micro}) does not divide the {per_rank} samples per rank of a "
-            f"mini-batch ({group}.ppo_mini_batch_size * rollout.n / {world} processes)",
+            f"({micro}) does not divide the {per_rank} samples per rank of a mini-batch "
+            f"({group}.ppo_mini_batch_size x rollout.n / {world} trainer processes)",
             key=f"{group}.ppo_micro_batch_size_per_gpu",
         )
     out["micro_batch_size_per_gpu"] = micro

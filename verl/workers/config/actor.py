@@ -87,7 +87,7 @@ class ActorConfig(BaseConfig):
     strategy: str = "fsdp"
     ppo_mini_batch_size: int = 256
     ppo_micro_batch_size: int | None = None  # deprecated global size; prefer ppo_micro_batch_size_per_gpu
-    ppo_micro_batch_size_per_gpu: int | None = None
+    ppo_micro_batch_size_per_gpu: int | None = 8
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 16384
     ppo_epochs: int = 1
@@ -107,7 +107,7 @@ class ActorConfig(BaseConfig):
     use_torch_compile: bool = False
     optim: OptimizerConfig = field(default_factory=OptimizerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    log_prob_micro_batch_size_per_gpu: int | None = None
+    log_prob_micro_batch_size_per_gpu: int | None = 16
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = 16384
     rollout_n: int = 1

@@ -33,10 +33,10 @@ class CriticConfig(BaseConfig):
     optim: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=1e-5))
     ppo_mini_batch_size: int = 256
     ppo_micro_batch_size: int | None = None
-    ppo_micro_batch_size_per_gpu: int | None = None
+    ppo_micro_batch_size_per_gpu: int | None = 8
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 32768
-    forward_micro_batch_size_per_gpu: int | None = None
+    forward_micro_batch_size_per_gpu: int | None = 16
     forward_max_token_len_per_gpu: int = 32768
     ppo_epochs: int = 1
     shuffle: bool = False

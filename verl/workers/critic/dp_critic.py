@@ -33,14 +33,15 @@ class DataParallelPPOCritic(BasePPOCritic):
     ``config`` is a ``CriticConfig``-like object read by attribute: the ``ppo_*``
     sizes (samples on this rank), ``forward_micro_batch_size_per_gpu``,
     ``forward_max_token_len_per_gpu``, ``shuffle``, ``data_loader_seed``,
-    ``grad_clip``, ``cliprange_value``, ``loss_agg_mode``, ``use_remove_padding``.
+    ``grad_clip``, ``cliprange_value``, ``loss_agg_mode``, and ``use_remove_padding``
+    (its own or ``config.model.use_remove_padding``; also a public attribute).
     """
 
     def __init__(self, config: Any, critic_module: nn.Module, critic_optimizer: torch.optim.Optimizer | None):
         super().__init__(config)
         self.critic_module = critic_module
         self.critic_optimizer = critic_optimizer
-        self.use_remove_padding = bool(getattr(config, "use_remove_padding", False))
+        self.use_remove_padding = _remove_padding_flag(config)
         seed = getattr(config, "data_loader_seed", None)
         self._shuffle_generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
 
@@ -131,3 +132,10 @@ class DataParallelPPOCritic(BasePPOCritic):
         return run_updates(
             batch, plan, micro_loss, self.critic_module, self.critic_optimizer, self._shuffle_generator, "critic"
         )
+
+
+def _remove_padding_flag(config: Any) -> bool:
+    flag = getattr(config, "use_remove_padding", None)
+    if flag is None:
+        flag = getattr(getattr(config, "model", None), "use_remove_padding", False)
+    return bool(flag)

@@ -1,0 +1,394 @@
+"""Worker groups on the shared local Ray cluster: every dispatch mode, padding, futures, colocation, two pools,
+async methods, gloo collectives and failure surfacing.
+
+Groups are module-scoped and reused: on 2 cores every extra process costs seconds.
+"""
+
+import logging
+import os
+import signal
+import time
+
+import pytest
+import ray
+import torch
+
+from verl.protocol import DataProto, DataProtoFuture
+from verl.single_controller.base import Dispatch, Execute, Worker, make_nd_compute_dataproto_dispatch_fn, register
+from verl.single_controller.base.decorator import register_dispatch_mode
+from verl.single_controller.ray import (
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    ResourcePoolManager,
+    WorkerDiedError,
+    WorkerError,
+    WorkerTimeoutError,
+    create_colocated_worker_cls,
+)
+from verl.trainer.ppo.roles import Role
+
+pytestmark = pytest.mark.ray
+
+
+def _dispatch_to_first_two(worker_group, value):
+    # rank 0 and 1 get value and value + 1; other ranks get None
+    per_rank = [value, value + 1] + [None] * (worker_group.world_size - 2)
+    return (per_rank,), {}
+
+
+def _collect_non_none(worker_group, outputs):
+    return [o for o in outputs if o is not None]
+
+
+FIRST_TWO = register_dispatch_mode("FIRST_TWO_TEST", _dispatch_to_first_two, _collect_non_none)
+TP_MESH = make_nd_compute_dataproto_dispatch_fn("tp")
+
+
+def rows(n):
+    return DataProto.from_dict({"x": torch.arange(n)}, meta_info={"tag": "t"})
+
+
+class DemoWorker(Worker):
+    """Three ranks; ranks 0 and 1 form a tensor-parallel pair on mesh 'tp' (dp rank 0), rank 2 is dp rank 1."""
+
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+        self.seen = None
+        self._register_dispatch_collect_info("tp", dp_rank=0 if self.rank < 2 else 1, is_collect=self.rank != 1)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def env(self):
+        keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+        return {k: os.environ.get(k) for k in keys} | {"rank": self.rank, "pid": os.getpid()}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def scaled(self, x, offset=0):
+        return x * self.scale + offset + self.rank
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def pair(self, a, b):
+        return (a, b, self.rank)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE)
+    def square(self, v):
+        return v * v
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def mark(self, data):
+        data.batch["rank"] = torch.full((len(data),), self.rank)
+        return data
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    def mark_later(self, data):
+        time.sleep(0.2)
+        data.batch["doubled"] = data.batch["x"] * 2
+        return data
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
+    def metric(self, data):
+        return {"rank": self.rank, "rows": len(data), "sum": int(data.batch["x"].sum())}
+
+    @register(dispatch_mode=Dispatch.RANK_ZERO)
+    def rank_zero_only(self, v):
+        return (v, self.rank)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, execute_mode=Execute.RANK_ZERO)
+    def one_to_all_on_zero(self, v):
+        return (v, self.rank)
+
+    @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
+    def direct(self, v):
+        return ("direct", v, self.rank)
+
+    @register(dispatch_mode=FIRST_TWO)
+    def custom(self, v):
+        return None if v is None else (v, self.rank)
+
+    @register(dispatch_mode=TP_MESH)
+    def mesh_mark(self, data):
+        self.seen = data.batch["x"].tolist()
+        data.batch["rank"] = torch.full((len(data),), self.rank)
+        return data
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def last_seen(self):
+        return self.seen
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    async def async_scaled(self, x):
+        import asyncio
+
+        await asyncio.sleep(0.01)
+        return x * self.scale + self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def fail_on(self, bad_rank):
+        if self.rank == bad_rank:
+            self._explode()
+        return self.rank
+
+    def _explode(self):
+        raise ValueError(f"bad input on rank {self.rank}")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def hang_on(self, slow_rank, seconds):
+        if self.rank == slow_rank:
+            time.sleep(seconds)
+        return self.rank
+
+
+class GlooWorker(Worker):
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_process_group(self):
+        import datetime
+
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", rank=self.rank, world_size=self.world_size,
+                                timeout=datetime.timedelta(seconds=60))
+        return dist.get_world_size()
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE)
+    def all_reduce(self, value):
+        import torch.distributed as dist
+
+        t = torch.tensor([float(value)])
+        dist.all_reduce(t)
+        return t.item()
+
+
+class ActorRole(Worker):
+    def __init__(self, lr):
+        super().__init__()
+        self.lr = lr
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def describe(self):
+        return ("actor", self.rank, os.getpid(), self.lr)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update(self, data):
+        data.batch["x"] = data.batch["x"] + 100
+        return data
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    async def ping(self):
+        return "actor-pong"
+
+
+class CriticRole(Worker):
+    def __init__(self, value_scale):
+        super().__init__()
+        self.value_scale = value_scale
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def describe(self):
+        return ("critic", self.rank, os.getpid(), self.value_scale)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def values(self, data):
+        data.batch["values"] = data.batch["x"].float() * self.value_scale
+        return data
+
+
+class DyingWorker(Worker):
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def die_on(self, rank, survivor_sleep_s):
+        if self.rank == rank:
+            logging.getLogger("dying_worker").error("fatal: optimizer state is corrupted on rank %d", self.rank)
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(survivor_sleep_s)  # the survivor is "blocked in a collective" with the dead rank
+        return self.rank
+
+
+# ------------------------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def pools(ray_cluster):
+    manager = ResourcePoolManager({"main": [3], "side": [2]}, {Role.ActorRollout: "main", Role.Critic: "side"},
+                                  device="cpu")
+    manager.create_resource_pool()
+    yield manager
+    for pool in manager.resource_pool_dict.values():
+        pool.release()
+
+
+@pytest.fixture(scope="module")
+def demo(pools):
+    wg = RayWorkerGroup(pools.get_resource_pool(Role.ActorRollout), RayClassWithInitArgs(DemoWorker, scale=10))
+    yield wg
+    wg.shutdown()
+
+
+@pytest.fixture(scope="module")
+def gloo(pools):
+    wg = RayWorkerGroup(pools.get_resource_pool(Role.Critic), RayClassWithInitArgs(ray.remote(GlooWorker)))
+    yield wg
+    wg.shutdown()
+
+
+@pytest.fixture(scope="module")
+def colocated(pools):
+    cls = create_colocated_worker_cls({
+        "actor": RayClassWithInitArgs(ActorRole, lr=0.5),
+        "critic": RayClassWithInitArgs(CriticRole, value_scale=2.0),
+    })
+    wg = RayWorkerGroup(pools.get_resource_pool(Role.Critic), cls)
+    yield wg
+    wg.shutdown()
+
+
+# ------------------------------------------------------------------------------------------------ tests
+
+
+def test_ranks_get_distributed_env_and_a_shared_master(demo):
+    envs = demo.env()
+    assert [e["RANK"] for e in envs] == ["0", "1", "2"] and {e["WORLD_SIZE"] for e in envs} == {"3"}
+    assert [e["LOCAL_RANK"] for e in envs] == ["0", "1", "2"]
+    assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs}) == 1
+    assert envs[0]["MASTER_PORT"] == demo.master_port
+    assert len({e["pid"] for e in envs}) == 3
+
+
+def test_one_to_all_all_to_all_and_dp_compute(demo):
+    assert demo.scaled(2, offset=1) == [21, 22, 23]
+    assert demo.pair([1, 2, 3], ["a", "b", "c"]) == [(1, "a", 0), (2, "b", 1), (3, "c", 2)]
+    assert demo.pair(7, 8) == [(7, 8, 0), (7, 8, 1), (7, 8, 2)]  # non-list arguments are broadcast
+    assert demo.square([1, 2, 3]) == [1, 4, 9]
+    with pytest.raises(ValueError, match="one entry per rank \\(3\\)"):
+        demo.square([1, 2])
+
+
+def test_dp_compute_proto_pads_and_unpads_uneven_batches(demo):
+    out = demo.mark(rows(7))
+    assert len(out) == 7
+    assert out.batch["x"].tolist() == list(range(7))
+    assert out.batch["rank"].tolist() == [0, 0, 0, 1, 1, 1, 2]
+    assert out.meta_info["tag"] == "t"
+
+
+def test_metric_mode_returns_one_result_per_rank(demo):
+    metrics = demo.metric(rows(6))
+    assert [m["rank"] for m in metrics] == [0, 1, 2] and [m["rows"] for m in metrics] == [2, 2, 2]
+    assert sum(m["sum"] for m in metrics) == sum(range(6))
+
+
+def test_with_func_rank_zero_direct_and_custom_modes(demo):
+    def tag_rank(worker, data):
+        data.batch["r"] = torch.full((len(data),), worker.rank * worker.scale)
+        return data
+
+    assert demo.execute_with_func_generator(tag_rank, rows(3)).batch["r"].tolist() == [0, 10, 20]
+    assert demo.rank_zero_only("v") == ("v", 0)
+    assert demo.one_to_all_on_zero("w") == ("w", 0)
+    assert demo.execute_func_rank_zero(max, 3, 9) == 9
+    assert ray.get(demo.workers[2].direct.remote(5)) == ("direct", 5, 2)
+    with pytest.raises(RuntimeError, match="DIRECT_ROLLOUT_METHOD"):
+        demo.direct(5)
+    assert demo.custom(40) == [(40, 0), (41, 1)]
+
+
+def test_mesh_dispatch_gives_tp_replicas_the_same_shard(demo):
+    out = demo.mesh_mark(rows(5))  # dp size 2: padded to 6, shards of 3
+    assert out.batch["x"].tolist() == [0, 1, 2, 3, 4]
+    assert out.batch["rank"].tolist() == [0, 0, 0, 2, 2]  # rank 1's duplicate answer is dropped
+    assert demo.last_seen() == [[0, 1, 2], [0, 1, 2], [3, 4, 0]]
+
+
+def test_nonblocking_call_returns_a_future(demo):
+    start = time.monotonic()
+    future = demo.mark_later(rows(5))
+    assert time.monotonic() - start < 0.2 * 3  # did not wait for the workers
+    assert isinstance(future, DataProtoFuture)
+    out = future.get()
+    assert out.batch["doubled"].tolist() == [0, 2, 4, 6, 8]  # padding stripped
+    chained = demo.mark(demo.mark_later(rows(6)))  # workers resolve the future themselves
+    assert chained.batch["doubled"].tolist() == [0, 2, 4, 6, 8, 10]
+    assert chained.batch["rank"].tolist() == [0, 0, 1, 1, 2, 2]
+
+
+def test_async_registered_method(demo):
+    assert demo.async_scaled(3) == [30, 31, 32]
+
+
+def test_raising_worker_names_role_rank_and_carries_its_traceback(demo):
+    with pytest.raises(WorkerError) as info:
+        demo.fail_on(1)
+    err = info.value
+    assert (err.role, err.rank, err.method) == ("DemoWorker", 1, "fail_on")
+    message = str(err)
+    assert "DemoWorker rank 1" in message and "ValueError: bad input on rank 1" in message
+    assert "_explode" in err.worker_traceback and "_explode" in message
+    assert demo.scaled(1) == [10, 11, 12]  # an exception does not break the group
+
+
+def test_call_timeout_names_the_late_rank(demo):
+    demo.call_timeout_s = 1.0
+    try:
+        start = time.monotonic()
+        with pytest.raises(WorkerTimeoutError, match=r"DemoWorker.hang_on\(\) on rank\(s\) \[2\]") as info:
+            demo.hang_on(2, 3.0)
+        assert time.monotonic() - start < 2.5
+        assert info.value.pending_ranks == [2]
+    finally:
+        demo.call_timeout_s = 60.0
+    assert demo.scaled(0) == [0, 1, 2]  # waits for the slow call to drain, then works again
+
+
+def test_gloo_all_reduce_in_a_second_pool(gloo, demo):
+    assert gloo.init_process_group() == [2, 2]
+    assert gloo.all_reduce([1.5, 2.5]) == [4.0, 4.0]
+    assert gloo.master_port != demo.master_port  # each group has its own rendezvous
+    assert gloo.role == "GlooWorker"
+
+
+def test_colocated_roles_share_processes(colocated, gloo):
+    groups = colocated.spawn(prefix_set={"actor", "critic"})
+    actor, critic = groups["actor"], groups["critic"]
+    a, c = actor.describe(), critic.describe()
+    assert [x[:2] for x in a] == [("actor", 0), ("actor", 1)] and {x[3] for x in a} == {0.5}
+    assert [x[:2] for x in c] == [("critic", 0), ("critic", 1)] and {x[3] for x in c} == {2.0}
+    assert [x[2] for x in a] == [x[2] for x in c]  # same process per rank
+    assert actor.update(rows(3)).batch["x"].tolist() == [100, 101, 102]
+    assert critic.values(rows(3)).batch["values"].tolist() == [0.0, 2.0, 4.0]
+    assert actor.ping() == ["actor-pong", "actor-pong"]
+    assert not hasattr(critic, "update") and not hasattr(actor, "values")
+    assert colocated.actor_describe() == a
+    with pytest.raises(KeyError, match="role 'ref' is not part of this colocated group"):
+        colocated.spawn(prefix_set=["ref"])
+
+
+def test_pool_and_actor_names_are_unique_per_run(pools, demo):
+    second = RayResourcePool([1], use_gpu=False, name_prefix="main")
+    assert second.name_prefix != pools.get_resource_pool(Role.ActorRollout).name_prefix
+    assert len(set(demo.worker_names)) == 3 and all(n.startswith("DemoWorker_") for n in demo.worker_names)
+
+
+def test_unsatisfiable_pool_fails_with_a_named_error(ray_cluster):
+    pool = RayResourcePool([1], use_gpu=False, name_prefix="huge", cpus_per_process=10_000, placement_timeout_s=1)
+    with pytest.raises(TimeoutError, match="resource pool 'huge_[0-9a-f]+': could not reserve"):
+        pool.get_placement_groups()
+    manager = ResourcePoolManager({"big": [4]}, {Role.Actor: "big"}, device="cpu", cpus_per_process=10_000)
+    with pytest.raises(ValueError, match=r"resource pools \['big'\] need 40000 CPU"):
+        manager.create_resource_pool()
+
+
+def test_worker_killed_mid_call_is_reported_without_hanging(pools):
+    wg = RayWorkerGroup(pools.get_resource_pool(Role.ActorRollout), RayClassWithInitArgs(DyingWorker),
+                        call_timeout_s=60)
+    try:
+        start = time.monotonic()
+        with pytest.raises(WorkerDiedError) as info:
+            wg.die_on(1, 45)
+        assert time.monotonic() - start < 30  # well before the survivor finishes or the timeout fires
+        err = info.value
+        assert err.rank == 1 and err.role == "DyingWorker"
+        assert "fatal: optimizer state is corrupted on rank 1" in err.first_logged_error
+        assert "DyingWorker rank 1" in str(err) and "optimizer state is corrupted" in str(err)
+        with pytest.raises(WorkerDiedError, match="unusable: DyingWorker rank 1 died earlier"):
+            wg.die_on(0, 0)
+    finally:
+        wg.shutdown()

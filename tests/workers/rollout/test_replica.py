@@ -1,0 +1,69 @@
+"""Replicas: the in-process hybrid one and the Ray-actor standalone one speak the same contract."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+import pytest
+import torch
+from _rollout_helpers import reference_greedy, rollout_config
+
+from verl.utils.weight_checksum import weight_checksum
+from verl.workers.rollout import HybridReplica, StandaloneReplica
+
+GREEDY = {"temperature": 0.0, "ignore_eos": True}
+
+
+def _shifted_state(model):
+    """The model's weights nudged by a fixed amount: what a trainer step would send."""
+    return {name: tensor + 0.01 * torch.sign(tensor) for name, tensor in model.state_dict().items()}
+
+
+def test_hybrid_replica_builds_by_name_and_updates_weights_in_place(tiny_causal_lm):
+    model = copy.deepcopy(tiny_causal_lm)
+    replica = HybridReplica.create(rollout_config(), model=model)
+    new_state = _shifted_state(tiny_causal_lm)
+
+    async def run():
+        report = await replica.update_weights(new_state.items(), version=2)
+        out = await replica.generate([3, 4, 5], dict(GREEDY, max_tokens=6), "h")
+        return report, out, await replica.get_version()
+
+    report, out, version = asyncio.run(run())
+    assert torch.equal(model.state_dict()["model.embed_tokens.weight"], new_state["model.embed_tokens.weight"])
+    assert report == {"version": 2, "checksum": weight_checksum(new_state)} and version == 2
+    assert out.token_ids == reference_greedy(model, [3, 4, 5], 6)
+
+
+def test_hybrid_replica_rejects_non_servers():
+    with pytest.raises(TypeError, match="HybridReplica needs a RolloutServer, got str"):
+        HybridReplica("hf")
+
+
+@pytest.mark.ray
+def test_standalone_replica_generates_updates_and_aborts(ray_cluster, tiny_model_dir, tiny_causal_lm):
+    replica = StandaloneReplica(
+        rollout_config(response_length=450, max_model_len=460), str(tiny_model_dir), server_kwargs={"device": "cpu"}
+    )
+    new_state = _shifted_state(tiny_causal_lm)
+    updated = copy.deepcopy(tiny_causal_lm)
+    updated.load_state_dict(new_state)
+
+    async def run():
+        report = await replica.update_weights(new_state, version=5)
+        out = await replica.generate([3, 4, 5], dict(GREEDY, max_tokens=6), "s1")
+        long = asyncio.ensure_future(replica.generate([6, 7], dict(GREEDY, max_tokens=450), "s2"))
+        await asyncio.sleep(0.05)
+        await replica.abort_all()
+        aborted = await long
+        await replica.resume()
+        return report, out, aborted, await replica.get_version()
+
+    try:
+        report, out, aborted, version = asyncio.run(run())
+    finally:
+        replica.kill()
+    assert report == {"version": 5, "checksum": weight_checksum(new_state)} and version == 5
+    assert out.token_ids == reference_greedy(updated, [3, 4, 5], 6)
+    assert aborted.stop_reason == "aborted" and len(aborted.token_ids) < 450
