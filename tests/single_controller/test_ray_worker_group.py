@@ -139,7 +139,13 @@ class DemoWorker(Worker):
         return self.rank
 
 
-class GlooWorker(Worker):
+class ActorRole(Worker):
+    """Holds the torch.distributed (gloo) process group of the colocated ranks, as a training actor would."""
+
+    def __init__(self, lr):
+        super().__init__()
+        self.lr = lr
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_process_group(self):
         import datetime
@@ -157,12 +163,6 @@ class GlooWorker(Worker):
         t = torch.tensor([float(value)])
         dist.all_reduce(t)
         return t.item()
-
-
-class ActorRole(Worker):
-    def __init__(self, lr):
-        super().__init__()
-        self.lr = lr
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def describe(self):
@@ -219,13 +219,6 @@ def pools(ray_cluster):
 @pytest.fixture(scope="module")
 def demo(pools):
     wg = RayWorkerGroup(pools.get_resource_pool(Role.ActorRollout), RayClassWithInitArgs(DemoWorker, scale=10))
-    yield wg
-    wg.shutdown()
-
-
-@pytest.fixture(scope="module")
-def gloo(pools):
-    wg = RayWorkerGroup(pools.get_resource_pool(Role.Critic), RayClassWithInitArgs(ray.remote(GlooWorker)))
     yield wg
     wg.shutdown()
 
@@ -338,14 +331,14 @@ def test_call_timeout_names_the_late_rank(demo):
     assert demo.scaled(0) == [0, 1, 2]  # waits for the slow call to drain, then works again
 
 
-def test_gloo_all_reduce_in_a_second_pool(gloo, demo):
-    assert gloo.init_process_group() == [2, 2]
-    assert gloo.all_reduce([1.5, 2.5]) == [4.0, 4.0]
-    assert gloo.master_port != demo.master_port  # each group has its own rendezvous
-    assert gloo.role == "GlooWorker"
+def test_gloo_all_reduce_in_a_second_pool(colocated, demo):
+    actor = colocated.spawn(prefix_set=["actor"])["actor"]
+    assert actor.init_process_group() == [2, 2]
+    assert actor.all_reduce([1.5, 2.5]) == [4.0, 4.0]
+    assert colocated.master_port != demo.master_port  # each group has its own rendezvous
 
 
-def test_colocated_roles_share_processes(colocated, gloo):
+def test_colocated_roles_share_processes(colocated):
     groups = colocated.spawn(prefix_set={"actor", "critic"})
     actor, critic = groups["actor"], groups["critic"]
     a, c = actor.describe(), critic.describe()
@@ -380,9 +373,11 @@ def test_worker_killed_mid_call_is_reported_without_hanging(pools):
     wg = RayWorkerGroup(pools.get_resource_pool(Role.ActorRollout), RayClassWithInitArgs(DyingWorker),
                         call_timeout_s=60)
     try:
+        assert wg.execute_all_sync("get_master_addr_port")[0][1] == wg.master_port  # both ranks are up
         start = time.monotonic()
         with pytest.raises(WorkerDiedError) as info:
             wg.die_on(1, 45)
+        print(f"death reported after {time.monotonic() - start:.1f}s")
         assert time.monotonic() - start < 30  # well before the survivor finishes or the timeout fires
         err = info.value
         assert err.rank == 1 and err.role == "DyingWorker"

@@ -4,8 +4,7 @@ import logging
 
 import pytest
 
-from verl.single_controller.base import Worker
-from verl.single_controller.base import failure_log
+from verl.single_controller.base import Worker, failure_log
 
 
 @pytest.fixture

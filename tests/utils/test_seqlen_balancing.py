@@ -66,6 +66,17 @@ def test_large_batch_is_balanced_within_one_item():
         assert metrics["bal/balanced_minmax_diff"] < metrics["bal/minmax_diff"]
 
 
+def test_many_partitions_skip_karmarkar_karp_but_stay_balanced():
+    rng = random.Random(3)
+    seqlens = [rng.randint(1, 500) for _ in range(3000)]
+    k = 1000
+    assert len(seqlens) * k > sb._KK_MAX_WORK  # greedy-only path
+    parts = sb.get_seqlen_balanced_partitions(seqlens, k, equal_size=True)
+    _check_partition(parts, len(seqlens), k, True)
+    sums = _sums(seqlens, parts)
+    assert max(sums) - min(sums) <= max(seqlens)
+
+
 def test_zero_lengths_still_give_non_empty_partitions():
     parts = sb.get_seqlen_balanced_partitions([0, 0, 0, 0, 0], 4, equal_size=False)
     _check_partition(parts, 5, 4, False)
@@ -144,6 +155,19 @@ def test_rearrange_respects_budget_and_covers_every_sample():
         micro, idx = sb.rearrange_micro_batches(batch, max_token_len=budget)
         _check_micro(batch, micro, idx, lengths, budget)
         assert len(micro) >= math.ceil(sum(lengths) / budget)
+
+
+def test_rearrange_with_samples_near_the_budget_packs_no_worse_than_first_fit():
+    # Long samples make balanced partitions at ceil(total / budget) overflow; the count must still
+    # be no larger than first-fit-decreasing packing needs, and every micro-batch must fit.
+    rng = random.Random(4)
+    for _ in range(20):
+        budget = 100
+        lengths = [rng.randint(30, 100) for _ in range(rng.randint(2, 60))]
+        batch = _batch(lengths)
+        micro, idx = sb.rearrange_micro_batches(batch, max_token_len=budget)
+        _check_micro(batch, micro, idx, lengths, budget)
+        assert len(micro) <= len(sb._first_fit_decreasing(lengths, budget))
 
 
 def test_rearrange_bumps_count_when_ceil_does_not_fit():

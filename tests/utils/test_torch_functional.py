@@ -311,6 +311,21 @@ def test_postprocess_data_pads_and_truncates():
         vF.postprocess_data(ids, mask, 2, 0, truncation="bogus")
 
 
+def test_tokenize_and_postprocess_data_with_a_stub_tokenizer():
+    calls = []
+
+    def tokenizer(text, return_tensors, add_special_tokens):
+        calls.append((text, return_tensors, add_special_tokens))
+        ids = torch.tensor([[ord(c) for c in text]])
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+    ids, mask = vF.tokenize_and_postprocess_data("abc", tokenizer, 5, pad_token_id=0)
+    assert calls == [("abc", "pt", False)]
+    assert ids.tolist() == [[0, 0, 97, 98, 99]] and mask.tolist() == [[0, 0, 1, 1, 1]]
+    with pytest.raises(ValueError, match="length 3 is longer than max_length=2"):
+        vF.tokenize_and_postprocess_data("abc", tokenizer, 2, pad_token_id=0)
+
+
 def test_clip_by_value_tensor_and_scalar_bounds():
     x = torch.tensor([-3.0, 0.5, 3.0])
     assert torch.equal(vF.clip_by_value(x, -1.0, 1.0), torch.tensor([-1.0, 0.5, 1.0]))

@@ -10,6 +10,7 @@ import torch
 
 __all__ = [
     "is_cuda_available",
+    "is_npu_available",
     "get_device_name",
     "get_torch_device",
     "get_device_id",
@@ -17,6 +18,8 @@ __all__ = [
 ]
 
 is_cuda_available: bool = torch.cuda.is_available()
+# Ascend NPUs are not supported; the name exists so code written for verl can test it.
+is_npu_available: bool = False
 
 
 def get_device_name() -> str:

@@ -29,6 +29,7 @@ __all__ = [
     "pad_sequence_to_length",
     "pad_2d_list_to_length",
     "postprocess_data",
+    "tokenize_and_postprocess_data",
     "clip_by_value",
     "split_dict_tensor_into_batches",
     "get_constant_schedule_with_warmup",
@@ -349,6 +350,21 @@ def postprocess_data(
         else:
             raise ValueError(f"truncation must be one of left/right/middle/error, got {truncation!r}")
     return input_ids, attention_mask
+
+
+def tokenize_and_postprocess_data(
+    prompt: str,
+    tokenizer,
+    max_length: int,
+    pad_token_id: int,
+    left_pad: bool = True,
+    truncation: str = "error",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokenize one already-templated prompt (no extra special tokens) into ``[1, max_length]`` ids and mask."""
+    encoded = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+    return postprocess_data(
+        encoded["input_ids"], encoded["attention_mask"], max_length, pad_token_id, left_pad, truncation
+    )
 
 
 def clip_by_value(x: torch.Tensor, tensor_min: torch.Tensor | float, tensor_max: torch.Tensor | float) -> torch.Tensor:

@@ -4,6 +4,7 @@ import dataclasses
 import textwrap
 
 import pytest
+import yaml
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
@@ -13,6 +14,11 @@ from verl.trainer.config import GROUPS, PPOConfig, build_ppo_config
 from verl.trainer.config.compose import compose_ppo_config, default_ppo_config
 from verl.trainer.config.legacy import LegacyConfigWarning
 from verl.workers.config import BUILTIN_TINY_MODEL, FSDPActorConfig, FSDPCriticConfig
+
+
+@pytest.fixture(scope="module")
+def defaults():
+    return default_ppo_config()
 
 
 def test_default_config_composes_and_validates():
@@ -168,9 +174,19 @@ def test_wrong_type_fails_with_the_key():
         (["actor.loss_agg_mode=sum"], r"^actor.loss_agg_mode: must be one of"),
     ],
 )
-def test_inconsistent_values_fail_with_the_keys(overrides, message):
+def test_inconsistent_values_fail_with_the_keys(defaults, overrides, message):
+    cfg = defaults.copy()
+    for override in overrides:
+        key, value = override.split("=")
+        OmegaConf.update(cfg, key, yaml.safe_load(value))
     with pytest.raises(ConfigError, match=message):
-        build_ppo_config(compose_ppo_config(overrides))
+        build_ppo_config(cfg)
+
+
+def test_inconsistent_batch_sizes_through_hydra():
+    cfg = compose_ppo_config(["data.train_batch_size=16", "actor.ppo_mini_batch_size=32"])
+    with pytest.raises(ConfigError, match=r"^actor.ppo_mini_batch_size: \(32\) is larger than data.train_batch_s"):
+        build_ppo_config(cfg)
 
 
 def _field_default(field):
@@ -183,25 +199,27 @@ def _field_default(field):
 _PARTIAL_YAML = {"ref", "critic.model"}
 
 
-def _compare(node, cls, prefix, problems):
-    fields = {f.name: f for f in dataclasses.fields(cls) if not f.name.startswith("_")}
+def _compare(node, instance, prefix, problems):
+    fields = {f.name: f for f in dataclasses.fields(instance) if not f.name.startswith("_")}
     keys = set(node) - {"_target_"}
     if prefix not in _PARTIAL_YAML and keys != set(fields):
         problems.append(f"{prefix}: yaml-only {sorted(keys - set(fields))}, dataclass-only "
                         f"{sorted(set(fields) - keys)}")
     for key in keys & set(fields):
-        value, default = node[key], _field_default(fields[key])
+        value, default = node[key], getattr(instance, key)
         if dataclasses.is_dataclass(default):
-            _compare(value, type(default), f"{prefix}.{key}", problems)
-        elif not (isinstance(value, str) and "${" in value):
-            default = list(default) if isinstance(default, tuple) else default
-            if value != default:
-                problems.append(f"{prefix}.{key}: yaml {value!r} != dataclass {default!r}")
+            _compare(value, default, f"{prefix}.{key}", problems)
+        elif isinstance(value, str) and "${" in value:
+            continue  # interpolated from another key
+        elif value is None and fields[key].default is None:
+            continue  # null in both: derived in __post_init__ (e.g. tokenizer_path from path)
+        elif value != (list(default) if isinstance(default, tuple) else default):
+            problems.append(f"{prefix}.{key}: yaml {value!r} != dataclass {default!r}")
 
 
-def test_yaml_lists_every_field_with_the_dataclass_default():
-    raw = OmegaConf.to_container(default_ppo_config(), resolve=False)
+def test_yaml_lists_every_field_with_the_dataclass_default(defaults):
+    raw = OmegaConf.to_container(defaults, resolve=False)
     problems = []
     for group in GROUPS:
-        _compare(raw[group], type(_field_default(PPOConfig.__dataclass_fields__[group])), group, problems)
+        _compare(raw[group], getattr(PPOConfig(), group), group, problems)
     assert problems == []

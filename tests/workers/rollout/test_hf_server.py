@@ -104,7 +104,9 @@ def test_seeded_sampling_does_not_depend_on_the_batch(make_server):
 def test_top_k_one_is_greedy(make_server, tiny_causal_lm):
     server = make_server()
     prompt = [4, 5, 6]
-    out = asyncio.run(server.generate(prompt, {"temperature": 1.5, "top_k": 1, "max_tokens": 8, "ignore_eos": True}, "k"))
+    out = asyncio.run(
+        server.generate(prompt, {"temperature": 1.5, "top_k": 1, "max_tokens": 8, "ignore_eos": True}, "k")
+    )
     assert out.token_ids == reference_greedy(tiny_causal_lm, prompt, 8)
 
 
@@ -273,3 +275,15 @@ def test_duplicate_request_id_in_flight_is_rejected(make_server):
 
     with pytest.raises(ValueError, match="request dup: a request with this id is already in flight"):
         asyncio.run(run())
+
+
+def test_accepts_the_real_rollout_config(tiny_causal_lm):
+    import copy
+
+    from verl.workers.config.rollout import RolloutConfig
+    from verl.workers.rollout.hf.server import HFRolloutServer
+
+    config = RolloutConfig(prompt_length=16, response_length=8, max_num_seqs=2, calculate_log_probs=True)
+    server = HFRolloutServer(config, model=copy.deepcopy(tiny_causal_lm))
+    out = asyncio.run(server.generate([3, 4, 5], {"temperature": 0.0, "ignore_eos": True}, "cfg"))
+    assert len(out.token_ids) == 8 and len(out.log_probs) == 8  # response_length and calculate_log_probs apply

@@ -42,3 +42,41 @@ def test_register_custom_engine_and_reject_conflicts():
 
     with pytest.raises(TypeError, match="not a RolloutServer subclass"):
         register_rollout("test-bad")(object)
+
+
+def test_optional_engine_without_gpu_says_so():
+    import torch
+
+    from verl.workers.rollout.adapter_utils import require_engine
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    with pytest.raises(RuntimeError, match=r"rollout.name='vllm' needs a CUDA GPU.*use rollout.name=hf"):
+        require_engine("json", "vllm")  # a package that exists, so only the GPU check can fail
+
+
+def test_pause_gate_of_adapters_waits_and_times_out_by_request():
+    import asyncio
+
+    from verl.workers.rollout.adapter_utils import PauseGate, finish_reason_to_stop_reason
+
+    async def run():
+        gate = PauseGate(timeout_s=0.05)
+        await gate.wait("free")
+        gate.set(paused=True)
+        waiter = asyncio.create_task(gate.wait("held"))
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        gate.set(paused=False)
+        await waiter
+        gate.set(sleeping=True)
+        await gate.wait("req-9")
+
+    with pytest.raises(TimeoutError, match="request req-9: the rollout server stayed asleep"):
+        asyncio.run(run())
+    assert [finish_reason_to_stop_reason(r) for r in ("abort", {"type": "length"}, "stop", None)] == [
+        "aborted",
+        "length",
+        "stop",
+        "stop",
+    ]

@@ -24,8 +24,13 @@ def test_defaults_fill_missing_keys_and_greedy_forms():
 
 @pytest.mark.parametrize(
     "params, key",
-    [({"n": 2}, "n"), ({"repetition_penalty": 1.1}, "repetition_penalty"), ({"stop_token_ids": 3}, "stop_token_ids"),
-     ({"seed": "a"}, "seed"), ({"top_k": -2}, "top_k")],
+    [
+        ({"n": 2}, "n"),
+        ({"repetition_penalty": 1.1}, "repetition_penalty"),
+        ({"stop_token_ids": 3}, "stop_token_ids"),
+        ({"seed": "a"}, "seed"),
+        ({"top_k": -2}, "top_k"),
+    ],
 )
 def test_unsupported_values_name_key_and_request(params, key):
     with pytest.raises(ValueError, match=rf"request rq: sampling_params\['{key}'\]"):

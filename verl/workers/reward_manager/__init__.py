@@ -1,0 +1,21 @@
+"""Reward managers: decode responses, score them (rule functions in a process pool, or a reward model's scores) and
+place each score at the last response token. Select one with ``reward.reward_manager``."""
+
+from verl.workers.reward_manager.base import AbstractRewardManager
+from verl.workers.reward_manager.batch import BatchRewardManager
+from verl.workers.reward_manager.dapo import DAPORewardManager
+from verl.workers.reward_manager.naive import NaiveRewardManager
+from verl.workers.reward_manager.registry import REWARD_MANAGER_REGISTRY, get_reward_manager_cls, register
+from verl.workers.reward_manager.runner import RewardRunner, ScoreOutcome
+
+__all__ = [
+    "AbstractRewardManager",
+    "BatchRewardManager",
+    "DAPORewardManager",
+    "NaiveRewardManager",
+    "REWARD_MANAGER_REGISTRY",
+    "RewardRunner",
+    "ScoreOutcome",
+    "get_reward_manager_cls",
+    "register",
+]

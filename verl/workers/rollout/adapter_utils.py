@@ -7,7 +7,7 @@ from typing import Any
 
 from verl.workers.rollout.registry import require_package
 
-__all__ = ["PauseGate", "require_engine", "finish_reason_to_stop_reason"]
+__all__ = ["PauseGate", "require_engine", "finish_reason_to_stop_reason", "engine_kwargs_for"]
 
 
 def require_engine(package: str, name: str) -> None:
@@ -19,6 +19,13 @@ def require_engine(package: str, name: str) -> None:
         raise RuntimeError(
             f"rollout.name={name!r} needs a CUDA GPU and none is visible; use rollout.name=hf on CPU machines"
         )
+
+
+def engine_kwargs_for(config: Any, name: str) -> dict[str, Any]:
+    """Extra engine arguments from ``rollout.engine_kwargs.<name>`` (verl's layout), or none."""
+    kwargs = getattr(config, "engine_kwargs", None) or {}
+    chosen = kwargs.get(name) if hasattr(kwargs, "get") else None
+    return {k: v for k, v in dict(chosen or {}).items() if v is not None}
 
 
 def finish_reason_to_stop_reason(reason: Any) -> str:

@@ -26,21 +26,26 @@ _DTYPES = {
 }
 
 
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """``rollout.dtype`` as a torch dtype; unknown names are an error naming the key."""
-    if isinstance(dtype, torch.dtype):
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    """``rollout.dtype`` as a torch dtype, or None for "auto" (the checkpoint's own dtype).
+
+    Unknown names are an error naming the key.
+    """
+    if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
     key = str(dtype).lower().removeprefix("torch.")
+    if key == "auto":
+        return None
     if key not in _DTYPES:
-        raise ValueError(f"rollout.dtype={dtype!r} is not a known dtype; use one of {sorted(_DTYPES)}")
+        raise ValueError(f"rollout.dtype={dtype!r} is not a known dtype; use auto or one of {sorted(_DTYPES)}")
     return _DTYPES[key]
 
 
-def load_model(path: str, dtype: torch.dtype, device: torch.device, attn_implementation: str | None = None):
-    """A causal LM from a Hugging Face folder, in eval mode on ``device``."""
+def load_model(path: str, dtype: torch.dtype | None, device: torch.device, attn_implementation: str | None = None):
+    """A causal LM from a Hugging Face folder, in eval mode on ``device`` (``dtype=None``: the checkpoint's)."""
     from transformers import AutoModelForCausalLM
 
-    kwargs = {"dtype": dtype}
+    kwargs = {"dtype": "auto" if dtype is None else dtype}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)

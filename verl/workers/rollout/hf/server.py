@@ -72,7 +72,7 @@ class HFRolloutServer(RolloutServer):
 
             target = torch.device(device or get_device_name())
             model = load_model(
-                str(model_path), resolve_dtype(config_value(config, "dtype", "bfloat16")), target, attn_implementation
+                str(model_path), resolve_dtype(config_value(config, "dtype", "auto")), target, attn_implementation
             )
         self.model = model.eval()
         self.device = next(model.parameters()).device

@@ -15,7 +15,12 @@ from typing import Any
 import torch
 
 from verl.utils.weight_checksum import weight_checksum
-from verl.workers.rollout.adapter_utils import PauseGate, finish_reason_to_stop_reason, require_engine
+from verl.workers.rollout.adapter_utils import (
+    PauseGate,
+    engine_kwargs_for,
+    finish_reason_to_stop_reason,
+    require_engine,
+)
 from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
 
 __all__ = ["SGLangRolloutServer"]
@@ -41,6 +46,7 @@ class SGLangRolloutServer(RolloutServer):
             context_length=int(config_value(config, "max_model_len", prompt_length + self.response_length)),
             max_running_requests=int(config_value(config, "max_num_seqs", 256)),
             mem_fraction_static=float(config_value(config, "gpu_memory_utilization", 0.5)),
+            **engine_kwargs_for(config, "sglang"),
             **engine_kwargs,
         )
         self.gate = PauseGate()

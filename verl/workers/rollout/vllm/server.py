@@ -17,7 +17,12 @@ from typing import Any
 import torch
 
 from verl.utils.weight_checksum import weight_checksum
-from verl.workers.rollout.adapter_utils import PauseGate, finish_reason_to_stop_reason, require_engine
+from verl.workers.rollout.adapter_utils import (
+    PauseGate,
+    engine_kwargs_for,
+    finish_reason_to_stop_reason,
+    require_engine,
+)
 from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
 
 __all__ = ["VLLMRolloutServer", "WeightUpdateExtension"]
@@ -57,6 +62,7 @@ class VLLMRolloutServer(RolloutServer):
             gpu_memory_utilization=float(config_value(config, "gpu_memory_utilization", 0.5)),
             enable_sleep_mode=True,
             worker_extension_cls=f"{__name__}.WeightUpdateExtension",
+            **engine_kwargs_for(config, "vllm"),
             **engine_kwargs,
         )
         self.engine = AsyncLLMEngine.from_engine_args(args)

@@ -1,0 +1,46 @@
+"""create_rl_dataset: the built-in RLHFDataset or a user class named by ``data.custom_cls.path``/``name``."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from torch.utils.data import Dataset
+
+from verl.utils.dataset.rl_dataset import RLHFDataset
+from verl.utils.import_utils import load_extern_object
+
+__all__ = ["create_rl_dataset", "get_dataset_class"]
+
+logger = logging.getLogger(__name__)
+
+
+def get_dataset_class(data_config: Any) -> type[Dataset]:
+    """The class ``data.custom_cls`` names (must subclass ``torch.utils.data.Dataset``), else ``RLHFDataset``."""
+    custom = data_config.get("custom_cls") if data_config is not None else None
+    path = custom.get("path") if custom is not None else None
+    if not path:
+        return RLHFDataset
+    name = custom.get("name")
+    cls = load_extern_object(path, name, config_key="data.custom_cls.path", what="dataset class")
+    if not (isinstance(cls, type) and issubclass(cls, Dataset)):
+        raise TypeError(
+            f"data.custom_cls.name={name!r} in {path!r} must be a subclass of torch.utils.data.Dataset, got {cls!r}"
+        )
+    return cls
+
+
+def create_rl_dataset(
+    data_paths: str | os.PathLike | Sequence[str | os.PathLike],
+    data_config: Any,
+    tokenizer: Any,
+    processor: Any = None,
+    is_train: bool = True,
+) -> Dataset:
+    """Build the train (``is_train``) or validation data set as ``cls(data_files, tokenizer, config, processor)``."""
+    cls = get_dataset_class(data_config)
+    dataset = cls(data_files=data_paths, tokenizer=tokenizer, config=data_config, processor=processor)
+    logger.info("%s data set: %s with %d rows", "train" if is_train else "validation", cls.__name__, len(dataset))
+    return dataset

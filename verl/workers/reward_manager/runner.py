@@ -1,0 +1,241 @@
+"""RewardRunner: run a scoring function over many samples in a small pool of processes, one sample per call.
+
+Why processes: user reward functions are arbitrary Python (regexes, math verifiers, sandboxes) that can be slow, hang
+or crash; in a process each one gets a wall-clock timeout and a hung or dead one can be killed without stopping the
+run. Why one sample per call: the timeout, the failure count and the log line then name exactly one sample.
+
+A sample whose function raises, times out or kills its worker scores ``0.0``; the outcome says which happened so the
+caller can count ``reward/num_failed`` and ``reward/num_timeout``, and each failing sample is logged once with its index
+and error. A killed worker is replaced and the remaining samples go on.
+
+Workers are forked from a forkserver that has imported verl once (spawning each worker would re-import torch, which
+takes seconds); the function travels to them by pickle, so a function loaded from a user file must pickle as its path
+and name (see :class:`verl.trainer.ppo.reward.CustomRewardFn`). ``num_workers=0`` scores in the calling process: no
+timeout is enforced there, but exceptions still score 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import pickle
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+__all__ = ["RewardRunner", "ScoreOutcome"]
+
+logger = logging.getLogger(__name__)
+
+_PRELOAD = ["verl.workers.reward_manager.runner", "verl.utils.reward_score"]
+_CONTEXT: Any = None
+
+
+def _context() -> Any:
+    global _CONTEXT
+    if _CONTEXT is None:
+        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        _CONTEXT = multiprocessing.get_context(method)
+        if method == "forkserver":
+            _CONTEXT.set_forkserver_preload(_PRELOAD)
+    return _CONTEXT
+
+
+@dataclass
+class ScoreOutcome:
+    """The result for one sample: ``value`` is what the function returned (0.0 when it did not return)."""
+
+    value: Any = 0.0
+    error: str | None = None
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _describe(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[bool, Any]:
+    try:
+        return True, fn(**kwargs)
+    except Exception as err:  # a scoring bug must cost one sample, not the run
+        logger.debug("reward function raised:\n%s", traceback.format_exc())
+        return False, _describe(err)
+
+
+def _worker_main(conn: Connection, fn: Callable[..., Any]) -> None:
+    """Worker loop: receive ``(index, kwargs)``, send ``(index, ok, value_or_error)``; ``None`` stops it."""
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        index, kwargs = message
+        ok, value = _call(fn, kwargs)
+        try:
+            conn.send((index, ok, value))
+        except Exception as err:  # e.g. an unpicklable return value
+            conn.send((index, False, f"the reward function's result could not be sent back: {_describe(err)}"))
+
+
+class _Worker:
+    def __init__(self, ctx: Any, fn: Callable[..., Any]) -> None:
+        parent, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=_worker_main, args=(child, fn), daemon=True, name="verl-reward-worker")
+        self.process.start()
+        child.close()
+        self.conn: Connection = parent
+        self.job: int | None = None
+        self.started = 0.0
+
+    def submit(self, index: int, kwargs: dict[str, Any]) -> None:
+        self.conn.send((index, kwargs))
+        self.job, self.started = index, time.monotonic()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join(timeout=5)
+        self.conn.close()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, ValueError):
+            pass
+        self.process.join(timeout=1)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self.conn.close()
+
+
+class RewardRunner:
+    """Score samples with ``fn(**kwargs)``; ``num_workers`` processes (0: in-process), ``timeout_s`` per sample.
+
+    The pool starts on first use and is reused by later calls; call :meth:`close` (or use ``with``) to stop it.
+    """
+
+    def __init__(self, fn: Callable[..., Any], num_workers: int = 2, timeout_s: float | None = 300.0) -> None:
+        if num_workers < 0:
+            raise ValueError(f"reward.num_workers must be >= 0, got {num_workers}")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ValueError(f"reward.timeout_s must be > 0, got {timeout_s}")
+        if num_workers > 0:
+            try:
+                pickle.dumps(fn)
+            except Exception as err:
+                logger.warning(
+                    "reward function %r cannot be sent to worker processes (%s); scoring in-process without a "
+                    "timeout. Load it from a file with reward.custom_reward_function.path to use the pool.",
+                    fn, _describe(err),
+                )
+                num_workers = 0
+        self.fn = fn
+        self.num_workers = num_workers
+        self.timeout_s = timeout_s
+        self._workers: list[_Worker] = []
+
+    def __enter__(self) -> RewardRunner:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.stop()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------------------------------------------ scoring
+
+    def run(self, jobs: list[dict[str, Any]], describe: Callable[[int], str] | None = None) -> list[ScoreOutcome]:
+        """One outcome per job, in order. Each failing job is logged once, named by ``describe(index)``
+        (default ``"sample <index>"``)."""
+        if self.num_workers == 0 or not jobs:
+            outcomes = [self._run_inline(kwargs) for kwargs in jobs]
+        else:
+            outcomes = self._run_pool(jobs)
+        for index, outcome in enumerate(outcomes):
+            if not outcome.ok:
+                name = describe(index) if describe is not None else f"sample {index}"
+                logger.warning("reward function failed on %s (scored 0.0): %s", name, outcome.error)
+        return outcomes
+
+    def _run_inline(self, kwargs: dict[str, Any]) -> ScoreOutcome:
+        ok, value = _call(self.fn, kwargs)
+        return ScoreOutcome(value=value) if ok else ScoreOutcome(error=value)
+
+    def _start_workers(self, count: int) -> None:
+        ctx = _context()
+        while len(self._workers) < count:
+            self._workers.append(_Worker(ctx, self.fn))
+
+    def _replace(self, worker: _Worker) -> _Worker:
+        worker.kill()
+        fresh = _Worker(_context(), self.fn)
+        self._workers[self._workers.index(worker)] = fresh
+        return fresh
+
+    def _run_pool(self, jobs: list[dict[str, Any]]) -> list[ScoreOutcome]:
+        self._start_workers(min(self.num_workers, max(len(jobs), len(self._workers))))
+        outcomes: list[ScoreOutcome | None] = [None] * len(jobs)
+        pending = deque(range(len(jobs)))
+        busy: dict[Connection, _Worker] = {}
+
+        def fill() -> None:
+            for worker in self._workers:
+                if not pending:
+                    return
+                if worker.job is None:
+                    index = pending.popleft()
+                    try:
+                        worker.submit(index, jobs[index])
+                    except (BrokenPipeError, OSError):  # the worker died while idle: replace it and retry once
+                        worker = self._replace(worker)
+                        worker.submit(index, jobs[index])
+                    busy[worker.conn] = worker
+
+        fill()
+        while busy:
+            timeout = None
+            if self.timeout_s is not None:
+                deadline = min(w.started for w in busy.values()) + self.timeout_s
+                timeout = max(0.0, deadline - time.monotonic())
+            for conn in wait(list(busy), timeout=timeout):
+                worker = busy.pop(conn)
+                index, worker.job = worker.job, None
+                try:
+                    _, ok, value = conn.recv()
+                except (EOFError, OSError):
+                    code = worker.process.exitcode
+                    outcomes[index] = ScoreOutcome(error=f"reward worker process died (exit code {code})")
+                    self._replace(worker)
+                    continue
+                outcomes[index] = ScoreOutcome(value=value) if ok else ScoreOutcome(error=value)
+            if self.timeout_s is not None:
+                now = time.monotonic()
+                for conn, worker in list(busy.items()):
+                    if now - worker.started >= self.timeout_s:
+                        del busy[conn]
+                        outcomes[worker.job] = ScoreOutcome(
+                            error=f"timed out after {self.timeout_s:g} s (reward.timeout_s); worker killed",
+                            timed_out=True,
+                        )
+                        self._replace(worker)
+            fill()
+        return [outcome if outcome is not None else ScoreOutcome(error="not scored") for outcome in outcomes]
