@@ -1,0 +1,190 @@
+"""Experiment tracking: one `Tracking.log(metrics, step)` call fans out to every configured backend.
+
+Backends are chosen by `trainer.logger` (a list): ``console``, ``file`` (``metrics.jsonl`` in the run
+folder, one JSON object per step), ``tensorboard``, ``wandb`` and ``mlflow``. The last two are optional
+packages, imported only when asked for, with an error that names the extra to install.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+SUPPORTED_BACKENDS = ("console", "file", "tensorboard", "wandb", "mlflow")
+METRICS_FILE_NAME = "metrics.jsonl"
+
+
+class _Backend(Protocol):
+    def log(self, data: dict[str, float], step: int) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+def _scalar(value: Any) -> float | None:
+    """Turn tensors, numpy scalars and numbers into a float; anything else is not a metric."""
+    if hasattr(value, "item") and getattr(value, "numel", lambda: 1)() == 1:
+        value = value.item()
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, numbers.Number):
+        return float(value)
+    return None
+
+
+def flatten_metrics(data: Mapping[str, Any]) -> dict[str, float]:
+    """Keep scalar metrics only; nested dicts become `a/b` keys."""
+    flat: dict[str, float] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            for sub_key, sub_value in flatten_metrics(value).items():
+                flat[f"{key}/{sub_key}"] = sub_value
+            continue
+        scalar = _scalar(value)
+        if scalar is not None:
+            flat[key] = scalar
+    return flat
+
+
+class ConsoleBackend:
+    """Prints one line per step; long runs stay readable because keys are sorted."""
+
+    def log(self, data: dict[str, float], step: int) -> None:
+        parts = [f"{key}:{value:.4g}" for key, value in sorted(data.items())]
+        print(f"step:{step} - " + " - ".join(parts), flush=True)
+
+    def finish(self) -> None:
+        pass
+
+
+class FileBackend:
+    """Appends one JSON object per step to `metrics.jsonl`, so a resumed run extends the same log."""
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.path = Path(run_dir) / METRICS_FILE_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def log(self, data: dict[str, float], step: int) -> None:
+        record = {"step": step}
+        record.update({key: (None if math.isnan(value) else value) for key, value in data.items()})
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def finish(self) -> None:
+        pass
+
+
+class TensorboardBackend:
+    """Scalars under the run folder's `tensorboard/`, or `$TENSORBOARD_DIR` when set."""
+
+    def __init__(self, run_dir: str | os.PathLike):
+        from torch.utils.tensorboard import SummaryWriter
+
+        log_dir = os.environ.get("TENSORBOARD_DIR") or str(Path(run_dir) / "tensorboard")
+        self.writer = SummaryWriter(log_dir=log_dir)
+
+    def log(self, data: dict[str, float], step: int) -> None:
+        for key, value in data.items():
+            self.writer.add_scalar(key, value, global_step=step)
+        self.writer.flush()
+
+    def finish(self) -> None:
+        self.writer.close()
+
+
+def _optional_import(module: str, extra: str):
+    try:
+        return __import__(module)
+    except ImportError as error:
+        raise ImportError(
+            f"trainer.logger asks for '{module}', which is not installed: pip install 'verl[{extra}]'"
+        ) from error
+
+
+class WandbBackend:
+    def __init__(self, project_name: str, experiment_name: str, config: dict | None):
+        self.wandb = _optional_import("wandb", "wandb")
+        self.wandb.init(project=project_name, name=experiment_name, config=config)
+
+    def log(self, data: dict[str, float], step: int) -> None:
+        self.wandb.log(data, step=step)
+
+    def finish(self) -> None:
+        self.wandb.finish()
+
+
+class MlflowBackend:
+    def __init__(self, project_name: str, experiment_name: str, config: dict | None):
+        self.mlflow = _optional_import("mlflow", "mlflow")
+        self.mlflow.set_experiment(project_name)
+        self.mlflow.start_run(run_name=experiment_name)
+        if config:
+            self.mlflow.log_params({key: str(value)[:250] for key, value in config.items()})
+
+    def log(self, data: dict[str, float], step: int) -> None:
+        # mlflow metric names may not contain '@'; keep them otherwise identical.
+        self.mlflow.log_metrics({key.replace("@", "_at_"): value for key, value in data.items()}, step=step)
+
+    def finish(self) -> None:
+        self.mlflow.end_run()
+
+
+class Tracking:
+    """Fan-out logger keyed by `trainer.logger`; unknown backend names fail at construction."""
+
+    def __init__(
+        self,
+        project_name: str,
+        experiment_name: str,
+        default_backend: str | Sequence[str] = "console",
+        config: dict | None = None,
+        local_dir: str | os.PathLike | None = None,
+    ):
+        backends = [default_backend] if isinstance(default_backend, str) else list(default_backend)
+        unknown = [name for name in backends if name not in SUPPORTED_BACKENDS]
+        if unknown:
+            raise ValueError(f"trainer.logger has unknown backend(s) {unknown}; supported: {list(SUPPORTED_BACKENDS)}")
+        self.run_dir = Path(local_dir) if local_dir is not None else Path("outputs") / project_name / experiment_name
+        self.backends: dict[str, _Backend] = {}
+        for name in backends:
+            if name == "console":
+                self.backends[name] = ConsoleBackend()
+            elif name == "file":
+                self.backends[name] = FileBackend(self.run_dir)
+            elif name == "tensorboard":
+                self.backends[name] = TensorboardBackend(self.run_dir)
+            elif name == "wandb":
+                self.backends[name] = WandbBackend(project_name, experiment_name, config)
+            elif name == "mlflow":
+                self.backends[name] = MlflowBackend(project_name, experiment_name, config)
+
+    def log(self, data: Mapping[str, Any], step: int) -> None:
+        flat = flatten_metrics(data)
+        for backend in self.backends.values():
+            backend.log(flat, step)
+
+    def finish(self) -> None:
+        for backend in self.backends.values():
+            backend.finish()
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """Read `metrics.jsonl`; when a resumed run re-logged a step, the last record of that step wins."""
+    path = Path(run_dir) / METRICS_FILE_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"no {METRICS_FILE_NAME} in run folder {run_dir}")
+    by_step: dict[int, dict[str, Any]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{line_number} is not valid JSON: {error}") from error
+            by_step[int(record["step"])] = record
+    return [by_step[step] for step in sorted(by_step)]
