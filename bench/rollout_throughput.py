@@ -80,8 +80,8 @@ def _generate_batch(model, prompts, max_new_tokens: int, pad_id: int):
         max_new_tokens=max_new_tokens,
         do_sample=True,
         temperature=1.0,
-        top_k=None,
-        top_p=None,
+        top_k=0,  # off, as in the engine runs (a GenerationConfig defaults to 50)
+        top_p=1.0,
         eos_token_id=None,
         pad_token_id=pad_id,
     )

@@ -104,3 +104,12 @@ def test_plan_from_a_dictconfig():
     plan = compute_batch_plan(compose_ppo_config(["data.train_batch_size=16", "actor.ppo_mini_batch_size=4",
                                                   "rollout.n=2", "actor.ppo_micro_batch_size_per_gpu=2"]))
     assert plan["samples_per_step"] == 32 and plan["actor"]["micro_batches_per_mini_batch"] == 4
+
+
+def test_committed_reference_matches_the_dataclasses():
+    import pathlib
+
+    from verl.trainer.config.reference import render_reference
+
+    committed = pathlib.Path(__file__).parents[3] / "docs" / "config_reference.md"
+    assert committed.read_text() == render_reference(), "regenerate: python -m verl.trainer.config.reference"

@@ -7,6 +7,8 @@ import sys
 import pytest
 import yaml
 
+from verl.trainer import main_ppo
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
@@ -34,15 +36,35 @@ def test_unknown_key_fails_naming_it():
     assert "foo.bar" in result.stderr
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--cfg", "job", "actor.ppo_epochs=abc"], "actor.ppo_epochs: expected int, got 'abc'"),
-])
-def test_wrong_type_fails_naming_it(argv, message):
-    result = _run(*argv)
-    assert result.returncode == 2 and message in result.stderr
+def test_wrong_type_fails_naming_it(capsys):
+    with pytest.raises(SystemExit) as info:
+        main_ppo.main(["--cfg", "job", "actor.ppo_epochs=abc"])
+    assert info.value.code == 2
+    assert "config error: actor.ppo_epochs: expected int, got 'abc' (str)" in capsys.readouterr().err
 
 
-def test_run_prints_the_batch_plan_then_reaches_the_trainer(tmp_path):
-    result = _run("data.train_batch_size=8", "actor.ppo_mini_batch_size=4", f"hydra.run.dir={tmp_path}")
-    assert "| samples per step | 8 |" in result.stdout
-    assert "trainer is not built yet" in result.stderr
+def test_cfg_job_in_process_prints_yaml(capsys):
+    with pytest.raises(SystemExit) as info:
+        main_ppo.main(["--cfg", "job", "rollout.n=2"])
+    assert info.value.code == 0
+    assert yaml.safe_load(capsys.readouterr().out)["actor"]["rollout_n"] == "${oc.select:rollout.n,1}"
+
+
+def test_run_prints_the_batch_plan_then_reaches_the_trainer(tmp_path, monkeypatch, capsys):
+    def fake_run_ppo(config):
+        assert config.actor.ppo_mini_batch_size == 4  # resolved, flattened DictConfig
+        assert "actor_rollout_ref" not in config
+        raise SystemExit(0)
+
+    monkeypatch.setattr(main_ppo, "run_ppo", fake_run_ppo)
+    monkeypatch.setattr(sys, "argv", ["main_ppo"])
+    with pytest.warns(FutureWarning), pytest.raises(SystemExit) as info:
+        main_ppo.main(["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                       "actor.ppo_micro_batch_size_per_gpu=2", f"hydra.run.dir={tmp_path}"])
+    assert info.value.code == 0
+    assert "| samples per step | 8 |" in capsys.readouterr().out
+
+
+def test_run_ppo_is_a_clear_placeholder():
+    with pytest.raises(NotImplementedError, match="trainer is not built yet"):
+        main_ppo.run_ppo(None)

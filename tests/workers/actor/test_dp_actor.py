@@ -88,7 +88,8 @@ def direct_log_probs(model, data: DataProto, temperature: float) -> tuple[torch.
     """Reference: one full padded forward, logits of positions P-1 .. P+R-2 scored against the responses."""
     b = data.batch
     with torch.no_grad():
-        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"]).logits
+        out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"])
+    logits = out.logits
     logits = logits[:, PROMPT_LEN - 1 : PROMPT_LEN + RESPONSE_LEN - 1].float() / temperature
     log_softmax = torch.log_softmax(logits, dim=-1)
     log_probs = log_softmax.gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)
@@ -379,3 +380,40 @@ def test_update_errors_name_the_culprit(model):
     del data.batch["advantages"]
     with pytest.raises(KeyError, match="advantages"):
         actor.update_policy(data)
+
+
+def test_update_with_remove_padding_equals_padded_update(base_model):
+    data = make_batch(base_model.config.vocab_size, seed=7)
+    flat = []
+    for remove_padding in (False, True):
+        model = copy.deepcopy(base_model)
+        actor = DataParallelPPOActor(make_config(grad_clip=1e6), model, torch.optim.SGD(model.parameters(), lr=1.0))
+        actor.use_remove_padding = remove_padding
+        actor.update_policy(data)
+        flat.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    torch.testing.assert_close(flat[0], flat[1], atol=1e-5, rtol=0)
+
+
+def test_shuffle_is_seeded_by_data_loader_seed(base_model):
+    data = make_batch(base_model.config.vocab_size, seed=11)
+    data.batch["old_log_probs"] = torch.zeros(8, RESPONSE_LEN)
+    losses = {}
+    for name, overrides in {
+        "seed1": {"shuffle": True, "data_loader_seed": 1},
+        "seed1_again": {"shuffle": True, "data_loader_seed": 1},
+        "seed2": {"shuffle": True, "data_loader_seed": 2},
+        "ordered": {"shuffle": False},
+    }.items():
+        model = copy.deepcopy(base_model)
+        config = make_config(ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=2, **overrides)
+        actor = DataParallelPPOActor(config, model, torch.optim.SGD(model.parameters(), lr=0.1))
+        losses[name] = actor.update_policy(data)["actor/pg_loss"]
+    assert losses["seed1"] == losses["seed1_again"]
+    assert losses["seed1"] != losses["seed2"] and losses["seed1"] != losses["ordered"]
+
+
+def test_responses_longer_than_the_sequence_are_rejected(model):
+    data = make_batch(model.config.vocab_size)
+    data.batch["responses"] = data.batch["input_ids"]
+    with pytest.raises(ValueError, match="responses length"):
+        DataParallelPPOActor(make_config(), model).compute_log_prob(data)

@@ -93,7 +93,7 @@ def _warn(old: str, new: str | None, seen: set[str], messages: list[str]) -> Non
     else:
         msg = f"config key '{old}' is deprecated; use '{new}' instead (translated automatically)"
     messages.append(msg)
-    logger.info(msg)
+    logger.debug(msg)
     warnings.warn(msg, LegacyConfigWarning, stacklevel=3)
 
 

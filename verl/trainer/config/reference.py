@@ -1,4 +1,4 @@
-"""Print a markdown reference of every config field: ``python -m verl.trainer.config.reference > docs/config_reference.md``.
+"""Print a markdown reference of every config field (`python -m verl.trainer.config.reference`).
 
 Generated from the dataclasses so that the reference cannot drift from the code; the values shown are the
 dataclass defaults (the packaged YAML may interpolate some of them from other groups, e.g. ``rollout.prompt_length``

@@ -137,8 +137,10 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **rew
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         unknown = sorted(set(kwargs) - set(params))
         if unknown:
-            raise TypeError(f"reward manager {name!r} does not accept {unknown} (reward.reward_kwargs); "
-                            f"it takes {sorted(k for k in params if k not in ('self', 'tokenizer'))}")
+            raise TypeError(
+                f"reward manager {name!r} does not accept {unknown} (reward.reward_kwargs); "
+                f"it takes {sorted(k for k in params if k not in ('self', 'tokenizer'))}"
+            )
     return cls(tokenizer=tokenizer, num_examine=num_examine, **kwargs)
 
 

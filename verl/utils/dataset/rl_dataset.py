@@ -103,7 +103,9 @@ class RLHFDataset(Dataset):
             self._check_prompt_column(table, path)
             tables.append(table)
             origins.extend((file_idx, row) for row in range(table.num_rows))
-        self.dataframe: pa.Table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+        self.dataframe: pa.Table = (
+            pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+        )
         # (file index, row index inside that file) of every kept row, for error messages after filtering.
         self._origins: list[tuple[int, int]] = origins
 
@@ -128,7 +130,10 @@ class RLHFDataset(Dataset):
             self._origins = [self._origins[i] for i in keep]
         logger.info(
             "filter_overlong_prompts: dropped %d of %d prompts longer than max_prompt_length=%d (%s)",
-            self.num_filtered, self.num_filtered + len(keep), self.max_prompt_length, ", ".join(self.data_files),
+            self.num_filtered,
+            self.num_filtered + len(keep),
+            self.max_prompt_length,
+            ", ".join(self.data_files),
         )
 
     # ------------------------------------------------------------------------------------------- per row

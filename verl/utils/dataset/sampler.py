@@ -36,9 +36,7 @@ def create_rl_sampler(data_config: Any, data_source: Any, seed: int | None = Non
     class_path = sampler_cfg.get("class_path")
     if class_path:
         class_name = sampler_cfg.get("class_name")
-        cls = load_extern_object(
-            class_path, class_name, config_key="data.sampler.class_path", what="sampler class"
-        )
+        cls = load_extern_object(class_path, class_name, config_key="data.sampler.class_path", what="sampler class")
         if not (isinstance(cls, type) and issubclass(cls, Sampler)):
             raise TypeError(
                 f"data.sampler.class_name={class_name!r} in {class_path!r} must be a subclass of "

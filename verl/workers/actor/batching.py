@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from tensordict import TensorDict
 
 from verl.protocol import DataProto
@@ -77,16 +78,26 @@ def iter_mini_batches(
 
 
 def split_micro_batches(
-    batch: TensorDict, *, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int | None
+    batch: TensorDict,
+    *,
+    micro_batch_size: int | None,
+    use_dynamic_bsz: bool,
+    max_token_len: int | None,
+    dp_group: Any = None,
 ) -> tuple[list[TensorDict], list[list[int]] | None]:
     """Cut ``batch`` into micro-batches.
 
     Returns the micro-batches and, for dynamic sizing (which reorders samples to
     balance tokens), the original indices of each micro-batch so outputs can be
     put back in order with :func:`restore_order`; ``None`` when order is kept.
+    Under dynamic sizing every rank of ``dp_group`` (default: the whole default
+    process group when torch.distributed is initialised) gets the same number of
+    micro-batches, because sharded models run collectives in every forward.
     """
     if use_dynamic_bsz:
-        micro_batches, batch_idx = rearrange_micro_batches(batch, max_token_len=max_token_len)
+        if dp_group is None and dist.is_available() and dist.is_initialized():
+            dp_group = dist.group.WORLD
+        micro_batches, batch_idx = rearrange_micro_batches(batch, max_token_len=max_token_len, dp_group=dp_group)
         return list(micro_batches), [list(map(int, idx)) for idx in batch_idx]
     return list(batch.split(micro_batch_size)), None
 

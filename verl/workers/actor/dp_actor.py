@@ -19,7 +19,7 @@ from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.actor.batching import positive_int, read_meta, restore_order, select_batch, split_micro_batches
-from verl.workers.actor.token_forward import forward_for_responses
+from verl.workers.actor.token_forward import forward_for_responses, module_device
 from verl.workers.actor.update_loop import UpdatePlan, run_updates
 
 __all__ = ["DataParallelPPOActor"]
@@ -90,7 +90,7 @@ class DataParallelPPOActor(BasePPOActor):
     def compute_log_prob(
         self, data: DataProto, calculate_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per-token log-probs ([N, R]) of ``responses`` and, with ``calculate_entropy``, entropy ([N, R]).
+        """Per-token log-probs ([N, R], float32, on the module's device) of ``responses``, and entropy if asked.
 
         meta_info: ``temperature`` (required), ``micro_batch_size`` or
         ``use_dynamic_bsz`` + ``max_token_len`` (defaulting to the config's
@@ -117,10 +117,11 @@ class DataParallelPPOActor(BasePPOActor):
             batch, micro_batch_size=micro_size, use_dynamic_bsz=use_dynamic, max_token_len=max_token_len
         )
         self.actor_module.eval()
+        device = module_device(self.actor_module)
         log_probs, entropies = [], []
         with torch.no_grad():
             for micro in micro_batches:
-                log_prob, entropy = self._forward_micro_batch(micro, temperature, calculate_entropy)
+                log_prob, entropy = self._forward_micro_batch(micro.to(device), temperature, calculate_entropy)
                 log_probs.append(log_prob)
                 entropies.append(entropy)
         log_prob = restore_order(log_probs, batch_idx)

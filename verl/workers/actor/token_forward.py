@@ -20,7 +20,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["ResponseSlots", "forward_for_responses"]
+from verl.utils.device import get_device_id
+from verl.utils.padding import index_first_axis, unpad_input
+
+__all__ = ["ResponseSlots", "forward_for_responses", "module_device"]
 
 
 @dataclass(frozen=True)
@@ -46,15 +49,30 @@ class ResponseSlots:
         return per_slot.masked_fill(~self.valid, 0.0)
 
 
+def module_device(module: nn.Module) -> torch.device:
+    """Where the module computes, hence where its inputs go.
+
+    Sharded (FSDP2) parameters are DTensors whose mesh names the compute device even
+    while their storage is offloaded to CPU between steps.
+    """
+    param = next(module.parameters(), None)
+    if param is None:
+        return torch.device("cpu")
+    mesh = getattr(param, "device_mesh", None)
+    if mesh is not None and mesh.device_type != "cpu":
+        return torch.device(mesh.device_type, get_device_id())
+    return param.device
+
+
 def _model_output(output) -> torch.Tensor:
     return output.logits if hasattr(output, "logits") else output[0]
 
 
-def _check_packable(positions: torch.Tensor, lengths: torch.Tensor) -> None:
+def _check_packable(positions: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
     """Packed attention finds sequence boundaries where positions do not step by +1; they must be exactly ours."""
     starts = torch.zeros_like(positions, dtype=torch.bool)
-    offsets = torch.cumsum(lengths, 0) - lengths
-    starts[offsets[lengths > 0]] = True
+    lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+    starts[cu_seqlens[:-1][lengths > 0].long()] = True
     steps = torch.ones_like(starts)
     steps[1:] = (positions[1:] - positions[:-1]) != 1
     if not torch.equal(steps, starts):
@@ -87,13 +105,13 @@ def forward_for_responses(
 
     if position_ids.dim() != 2:
         raise ValueError(f"use_remove_padding supports position_ids of shape [B, S], got {tuple(position_ids.shape)}")
-    real = attention_mask.reshape(-1).bool()
-    token_index = real.nonzero(as_tuple=True)[0]
-    packed_ids = input_ids.reshape(-1)[token_index].unsqueeze(0)
-    packed_positions = position_ids.reshape(-1)[token_index].unsqueeze(0)
-    _check_packable(packed_positions[0], attention_mask.bool().sum(-1))
+    packed_ids, token_index, cu_seqlens, _ = unpad_input(input_ids.unsqueeze(-1), attention_mask)
+    packed_positions = index_first_axis(position_ids.reshape(-1, 1), token_index)
+    packed_ids, packed_positions = packed_ids.reshape(1, -1), packed_positions.reshape(1, -1)
+    _check_packable(packed_positions[0], cu_seqlens)
     output = module(input_ids=packed_ids, position_ids=packed_positions, attention_mask=None, use_cache=False)
     flat = _model_output(output)[0]
+    real = attention_mask.reshape(-1).bool()
     packed_of_padded = torch.cumsum(real.long(), 0) - 1
     valid = real[padded_index]
     index = packed_of_padded[padded_index].clamp(min=0)

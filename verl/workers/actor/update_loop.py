@@ -25,6 +25,7 @@ from verl.workers.actor.batching import (
     split_micro_batches,
 )
 from verl.workers.actor.optim_step import clip_and_step, resolve_grad_clip
+from verl.workers.actor.token_forward import module_device
 
 __all__ = ["UpdatePlan", "MicroLossFn", "run_updates"]
 
@@ -89,6 +90,7 @@ def run_updates(
     not finite and the step was skipped) per optimizer step, and ``{prefix}/lr``.
     """
     module.train()
+    device = module_device(module)
     optimizer.zero_grad(set_to_none=True)
     metrics: dict[str, list[float]] = {}
     for mini in iter_mini_batches(batch, plan.mini_batch_size, plan.epochs, plan.shuffle, generator):
@@ -99,7 +101,8 @@ def run_updates(
             max_token_len=plan.max_token_len,
         )
         for micro in micro_batches:
-            scale = micro_loss_scale(micro["response_mask"], mini["response_mask"], plan.loss_agg_mode)
+            micro = micro.to(device)
+            scale = micro_loss_scale(micro["response_mask"], mini["response_mask"].to(device), plan.loss_agg_mode)
             append_metrics(metrics, micro_loss(micro, scale))
         grad_norm, stepped = clip_and_step(module, optimizer, plan.max_grad_norm, who=f"{prefix} update")
         append_metrics(metrics, {f"{prefix}/grad_norm": grad_norm, f"{prefix}/step_skipped": 0.0 if stepped else 1.0})

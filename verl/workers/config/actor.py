@@ -8,6 +8,7 @@ per rank once it knows the data-parallel size; that is why the batch sizes are t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 from verl.base_config import BaseConfig, check
 from verl.workers.config.engine import FSDPEngineConfig
 from verl.workers.config.optimizer import OptimizerConfig

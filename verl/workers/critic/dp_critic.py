@@ -18,7 +18,7 @@ from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import compute_value_loss
 from verl.utils.torch_functional import masked_mean
 from verl.workers.actor.batching import positive_int, read_meta, restore_order, select_batch, split_micro_batches
-from verl.workers.actor.token_forward import forward_for_responses
+from verl.workers.actor.token_forward import forward_for_responses, module_device
 from verl.workers.actor.update_loop import UpdatePlan, run_updates
 from verl.workers.critic.base import BasePPOCritic
 
@@ -87,9 +87,10 @@ class DataParallelPPOCritic(BasePPOCritic):
             batch, micro_batch_size=micro_size, use_dynamic_bsz=use_dynamic, max_token_len=max_token_len
         )
         self.critic_module.eval()
+        device = module_device(self.critic_module)
         with torch.no_grad():
-            values = restore_order([self._forward_micro_batch(micro) for micro in micro_batches], batch_idx)
-        return values * batch["response_mask"].to(values.dtype)
+            values = restore_order([self._forward_micro_batch(micro.to(device)) for micro in micro_batches], batch_idx)
+        return values * batch["response_mask"].to(device=values.device, dtype=values.dtype)
 
     def update_critic(self, data: DataProto) -> dict[str, list[float]]:
         """Clipped value regression over ``ppo_epochs x`` mini-batches.

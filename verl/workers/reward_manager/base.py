@@ -108,9 +108,10 @@ class AbstractRewardManager(ABC):
 
     def decode(self, data: DataProto) -> list[Sample]:
         """Decode every sample's valid prompt and response tokens (lengths from ``attention_mask``)."""
+        present = list(data.batch.keys()) if data.batch is not None else []
         for key in ("prompts", "responses", "attention_mask"):
-            if data.batch is None or key not in data.batch.keys():
-                raise KeyError(f"reward manager needs batch key {key!r}; got {list(data.batch.keys()) if data.batch is not None else []}")
+            if key not in present:
+                raise KeyError(f"reward manager needs batch key {key!r}; the batch has {present}")
         prompts, responses = data.batch["prompts"], data.batch["responses"]
         prompt_len = prompts.shape[-1]
         mask = data.batch["attention_mask"]
@@ -127,7 +128,9 @@ class AbstractRewardManager(ABC):
             extra_info = non_tensor["extra_info"][i] if "extra_info" in non_tensor else None
             samples.append(
                 Sample(
-                    prompt_str=self.tokenizer.decode(prompts[i, prompt_len - p_len :].tolist(), skip_special_tokens=True),
+                    prompt_str=self.tokenizer.decode(
+                        prompts[i, prompt_len - p_len :].tolist(), skip_special_tokens=True
+                    ),
                     response_str=self.tokenizer.decode(responses[i, :r_len].tolist(), skip_special_tokens=True),
                     response_length=r_len,
                     data_source=non_tensor[self.reward_fn_key][i],
@@ -191,7 +194,11 @@ class AbstractRewardManager(ABC):
         reward_tensor = data.batch["rm_scores"]
         if not return_dict:
             return reward_tensor
-        return {"reward_tensor": reward_tensor, "reward_extra_info": {}, "reward_metrics": {NUM_FAILED: 0.0, NUM_TIMEOUT: 0.0}}
+        return {
+            "reward_tensor": reward_tensor,
+            "reward_extra_info": {},
+            "reward_metrics": {NUM_FAILED: 0.0, NUM_TIMEOUT: 0.0},
+        }
 
     @staticmethod
     def result(

@@ -64,7 +64,9 @@ class BatchRewardManager(AbstractRewardManager):
             except (TypeError, ValueError) as err:
                 outcome.error = f"{type(err).__name__}: {err}"
                 scores, extras = [0.0] * len(samples), [{} for _ in samples]
-                logger.warning("batch reward function failed on all %d samples (scored 0.0): %s", len(samples), outcome.error)
+                logger.warning(
+                    "batch reward function failed on all %d samples (scored 0.0): %s", len(samples), outcome.error
+                )
         reward_tensor = self.place_scores(samples, scores, data.batch["responses"].shape[-1])
         self.examine(samples, scores)
         metrics = self.failure_metrics([outcome], weight=len(samples))

@@ -59,7 +59,9 @@ class DAPORewardManager(NaiveRewardManager):
         self.max_resp_len = max_resp_len
         if self.overlong_enable:
             if max_resp_len is None:
-                raise ValueError("dapo reward manager: max_resp_len must be set when overlong_buffer_cfg.enable is true")
+                raise ValueError(
+                    "dapo reward manager: max_resp_len must be set when overlong_buffer_cfg.enable is true"
+                )
             if not 0 < self.overlong_len <= max_resp_len:
                 raise ValueError(
                     f"dapo reward manager: overlong_buffer_cfg.len must be in (0, max_resp_len={max_resp_len}], "

@@ -16,13 +16,16 @@ timeout is enforced there, but exceptions still score 0.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import pickle
+import sys
 import time
 import traceback
+import types
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -87,11 +90,31 @@ def _worker_main(conn: Connection, fn: Callable[..., Any]) -> None:
             conn.send((index, False, f"the reward function's result could not be sent back: {_describe(err)}"))
 
 
+@contextlib.contextmanager
+def _main_hidden(hide: bool) -> Iterator[None]:
+    """Start children without re-running the driver's ``__main__`` script in them.
+
+    spawn/forkserver children re-import the parent's main script so that objects defined there unpickle; for a
+    trainer that is costly (its imports) and can have side effects (an unguarded script, Ray's worker entry point).
+    The scoring function pickles by module name, so main is only needed when the function lives in it.
+    """
+    main = sys.modules.get("__main__")
+    if not hide or main is None:
+        yield
+        return
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 class _Worker:
-    def __init__(self, ctx: Any, fn: Callable[..., Any]) -> None:
+    def __init__(self, ctx: Any, fn: Callable[..., Any], needs_main: bool) -> None:
         parent, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=_worker_main, args=(child, fn), daemon=True, name="verl-reward-worker")
-        self.process.start()
+        with _main_hidden(not needs_main):
+            self.process.start()
         child.close()
         self.conn: Connection = parent
         self.job: int | None = None
@@ -129,14 +152,16 @@ class RewardRunner:
             raise ValueError(f"reward.num_workers must be >= 0, got {num_workers}")
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError(f"reward.timeout_s must be > 0, got {timeout_s}")
+        self._needs_main = False
         if num_workers > 0:
             try:
-                pickle.dumps(fn)
+                self._needs_main = b"__main__" in pickle.dumps(fn)
             except Exception as err:
                 logger.warning(
                     "reward function %r cannot be sent to worker processes (%s); scoring in-process without a "
                     "timeout. Load it from a file with reward.custom_reward_function.path to use the pool.",
-                    fn, _describe(err),
+                    fn,
+                    _describe(err),
                 )
                 num_workers = 0
         self.fn = fn
@@ -183,11 +208,11 @@ class RewardRunner:
     def _start_workers(self, count: int) -> None:
         ctx = _context()
         while len(self._workers) < count:
-            self._workers.append(_Worker(ctx, self.fn))
+            self._workers.append(_Worker(ctx, self.fn, self._needs_main))
 
     def _replace(self, worker: _Worker) -> _Worker:
         worker.kill()
-        fresh = _Worker(_context(), self.fn)
+        fresh = _Worker(_context(), self.fn, self._needs_main)
         self._workers[self._workers.index(worker)] = fresh
         return fresh
 
@@ -222,6 +247,7 @@ class RewardRunner:
                 try:
                     _, ok, value = conn.recv()
                 except (EOFError, OSError):
+                    worker.process.join(timeout=1)
                     code = worker.process.exitcode
                     outcomes[index] = ScoreOutcome(error=f"reward worker process died (exit code {code})")
                     self._replace(worker)

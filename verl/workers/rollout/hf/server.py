@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -48,6 +49,9 @@ class HFRolloutServer(RolloutServer):
         prompt_truncation: what to do with prompts over the limit: "error" (default), "left" (keep the
             last tokens) or "right" (keep the first); defaults to ``config.prompt_truncation`` if set.
         eos_token_ids: tokens that end a request unless ``ignore_eos``; defaults to the model's.
+        seed: seed of the engine's sampling generator (requests may also carry their own ``seed``).
+        max_steps_per_call: decode steps the worker thread may run back to back while no row finishes
+            and the loop does not need it; saves an event-loop round trip per token.
     """
 
     def __init__(
@@ -63,6 +67,7 @@ class HFRolloutServer(RolloutServer):
         eos_token_ids: Iterable[int] | None = None,
         attn_implementation: str | None = "sdpa",
         seed: int | None = None,
+        max_steps_per_call: int = 64,
     ):
         self.config = config
         if model is None:
@@ -109,6 +114,9 @@ class HFRolloutServer(RolloutServer):
         self._waiting: collections.deque[Request] = collections.deque()
         self._active: set[str] = set()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-rollout")
+        # Set from the event loop when it needs the worker thread back between two decode steps.
+        self._interrupt = threading.Event()
+        self.max_steps_per_call = max_steps_per_call
         self._version = 0
         self._paused = False
         self._sleeping = False
@@ -149,15 +157,19 @@ class HFRolloutServer(RolloutServer):
         self._active.add(request_id)
         self._waiting.append(request)
         self._wake.set()
+        self._interrupt.set()  # let the worker thread hand back so the newcomer can be admitted
         try:
             return await request.future
         finally:
             self._active.discard(request_id)
+            if not request.future.done() or request.future.cancelled():
+                self._interrupt.set()  # the caller gave up: its row must leave the batch
 
     async def abort_all(self) -> None:
         self._bind_loop()
         self._paused = True
         self._open.clear()
+        self._interrupt.set()
         async with self._lock:
             self._abort_in_flight()
 
@@ -171,6 +183,7 @@ class HFRolloutServer(RolloutServer):
         if isinstance(version, bool) or not isinstance(version, int):
             raise ValueError(f"update_weights: version must be an int, got {version!r}")
         named = list(named_tensors.items()) if isinstance(named_tensors, dict) else list(named_tensors)
+        self._interrupt.set()
         async with self._lock:
             checksum = await self._loop.run_in_executor(self._executor, load_named_tensors, self.model, named)
             self._version = version
@@ -181,6 +194,7 @@ class HFRolloutServer(RolloutServer):
         self._bind_loop()
         self._sleeping = True
         self._open.clear()
+        self._interrupt.set()
         async with self._lock:
             self._abort_in_flight()
             if self.device.type != "cpu":
@@ -292,6 +306,7 @@ class HFRolloutServer(RolloutServer):
                 while self._waiting and self._waiting[0].future.done():
                     self._waiting.popleft()  # the caller gave up before admission
                 admit = self.policy.select(self._waiting, len(self._rows))
+                self._interrupt.clear()
                 try:
                     finished = await self._loop.run_in_executor(self._executor, self._step, admit)
                 except Exception as exc:  # noqa: BLE001 - every waiter must learn about it
@@ -317,7 +332,7 @@ class HFRolloutServer(RolloutServer):
     # -- runs on the worker thread
 
     def _step(self, admit: list[Request]) -> list[Request]:
-        """Prefill ``admit``, run one decode step over all rows, retire finished rows; return them."""
+        """Prefill ``admit``, decode all rows until one finishes (or the loop interrupts); return finished rows."""
         finished: list[Request] = []
         with torch.inference_mode():
             if admit:
@@ -330,7 +345,9 @@ class HFRolloutServer(RolloutServer):
                 self.batch.set_last_tokens(slice(first, None), tokens)
                 self._record(admit, tokens, log_probs, finished)
                 self._retire()
-            if self._rows:
+            for _ in range(self.max_steps_per_call):
+                if not self._rows:
+                    break
                 if self._row_state is None:
                     self._row_state = RowSamplingState(
                         [r.params for r in self._rows], [r.generator for r in self._rows], self.device
@@ -340,6 +357,8 @@ class HFRolloutServer(RolloutServer):
                 self.batch.set_last_tokens(slice(None), tokens)
                 self._record(self._rows, tokens, log_probs, finished)
                 self._retire()
+                if finished or self._interrupt.is_set():
+                    break
         return finished
 
     @staticmethod

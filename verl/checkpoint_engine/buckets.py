@@ -1,0 +1,138 @@
+"""Stream a trainer model's weights as plain Hugging Face tensors, in buckets of bounded size.
+
+Why buckets: a weight update must never hold the whole model twice (sharded trainer copy + a full gathered copy),
+so full tensors are gathered one at a time and shipped in groups of at most ``bucket_bytes``; a single tensor
+larger than the limit travels alone. Why plain names: the rollout engine loads by Hugging Face parameter name and
+knows nothing of FSDP, ``torch.compile``, activation-checkpoint or peft wrappers.
+
+Sharded (DTensor) parameters are gathered with ``full_tensor()``, a collective: every trainer rank must run the
+same iterator to the end, in the same order, even the ranks that send nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+
+import torch
+from torch import nn
+
+from verl.checkpoint_engine.lora import LORA_PARAM_MARKERS, is_lora_layer, lora_delta
+
+__all__ = [
+    "normalize_weight_name",
+    "iter_named_weights",
+    "iter_weight_buckets",
+    "bucket_nbytes",
+    "megabytes_to_bytes",
+]
+
+_WRAPPER_COMPONENTS = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod", "base_layer")
+_LEADING_PREFIXES = ("module.", "base_model.model.")
+_MODULES_TO_SAVE = re.compile(r"\.modules_to_save\.[^.]+(?=\.)")
+
+
+def megabytes_to_bytes(megabytes: float) -> int:
+    """``update_weights_bucket_megabytes`` in bytes (1 MB = 2**20 bytes)."""
+    if not megabytes or megabytes <= 0:
+        raise ValueError(f"update_weights_bucket_megabytes must be > 0, got {megabytes!r}")
+    return int(megabytes * (1 << 20))
+
+
+def normalize_weight_name(name: str) -> str:
+    """The Hugging Face name of a trainer state-dict key: wrapper components and prefixes removed.
+
+    ``module.`` (DDP) and ``base_model.model.`` (peft) are stripped as leading prefixes only; FSDP1,
+    activation-checkpoint, ``torch.compile`` and peft ``base_layer`` components wherever they appear; a peft
+    ``modules_to_save.<adapter>`` copy takes the place of the module it shadows.
+    """
+    for prefix in _LEADING_PREFIXES:
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    name = _MODULES_TO_SAVE.sub("", name)
+    return ".".join(part for part in name.split(".") if part not in _WRAPPER_COMPONENTS)
+
+
+def _is_adapter_only(parts: list[str]) -> bool:
+    return any(part in LORA_PARAM_MARKERS for part in parts) or "original_module" in parts
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    full_tensor = getattr(tensor, "full_tensor", None)
+    return full_tensor() if callable(full_tensor) else tensor
+
+
+@torch.no_grad()
+def iter_named_weights(
+    module: nn.Module, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(hf_name, full tensor)`` for every persistent weight of ``module``, one tensor gathered at a time.
+
+    LoRA layers are yielded merged (``W + scaling * B @ A``) and their factors skipped. A parameter tied to an
+    earlier one (shared embedding / lm_head) is sent once: loading it updates the tied copy too.
+
+    Raises:
+        ValueError: two keys normalise to the same name (both named).
+    """
+    state = module.state_dict(keep_vars=True)
+    seen_names: dict[str, str] = {}
+    seen_tensors: set[int] = set()
+    for key, value in state.items():
+        parts = key.split(".")
+        if _is_adapter_only(parts):
+            continue
+        name = normalize_weight_name(key)
+        if name in seen_names:
+            raise ValueError(f"checkpoint engine: state-dict keys {seen_names[name]!r} and {key!r} both map to {name!r}")
+        seen_names[name] = key
+        if id(value) in seen_tensors:
+            continue
+        seen_tensors.add(id(value))
+        tensor = _full(value).detach()
+        if "base_layer" in parts and parts[-1] == "weight":
+            layer_path = ".".join(parts[: parts.index("base_layer")])
+            layer = module.get_submodule(layer_path)
+            delta = lora_delta(layer, layer_path) if is_lora_layer(layer) else None
+            if delta is not None:
+                tensor = (tensor.float() + delta.to(tensor.device)).to(tensor.dtype)
+        tensor = tensor.to(device=device, dtype=dtype or tensor.dtype)
+        yield name, tensor
+
+
+def bucket_nbytes(bucket: Iterable[tuple[str, torch.Tensor]]) -> int:
+    """Total payload bytes of a bucket."""
+    return sum(t.numel() * t.element_size() for _, t in bucket)
+
+
+def iter_weight_buckets(
+    source: nn.Module | Iterable[tuple[str, torch.Tensor]],
+    bucket_bytes: int,
+    dtype: torch.dtype | None = None,
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Group named CPU tensors into buckets of at most ``bucket_bytes`` (an oversized tensor gets its own).
+
+    Args:
+        source: a trainer module (walked with ``iter_named_weights``) or ``(name, tensor)`` pairs.
+        bucket_bytes: the bound on one bucket's payload (``megabytes_to_bytes(update_weights_bucket_megabytes)``).
+        dtype: cast every tensor to this dtype (the rollout's) before it counts and ships.
+
+    Raises:
+        ValueError: ``bucket_bytes`` is not positive.
+    """
+    if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
+        raise ValueError(f"iter_weight_buckets: bucket_bytes must be a positive int, got {bucket_bytes!r}")
+    if isinstance(source, nn.Module):
+        named: Iterable[tuple[str, torch.Tensor]] = iter_named_weights(source, dtype)
+    else:
+        named = ((n, t.detach().to(device="cpu", dtype=dtype or t.dtype)) for n, t in source)
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in named:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket

@@ -1,0 +1,84 @@
+"""Where the trainer's checkpoints live and which one a run resumes from.
+
+Layout under `trainer.default_local_dir`::
+
+    global_step_{k}/actor/          worker shards (torch.distributed.checkpoint) + huggingface/ export
+    global_step_{k}/critic/
+    global_step_{k}/trainer_state.pt  global step, dataloader position, weight version, KL coefficient
+    latest_checkpointed_iteration.txt the step of the newest complete checkpoint
+
+The tracker file is written last, so a run killed mid-save resumes from the previous complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+STATE_FILE = "trainer_state.pt"
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+RESUME_MODES = ("auto", "disable", "resume_path")
+
+
+class TrainerCheckpointer:
+    def __init__(self, trainer_config: Any):
+        self.root = Path(os.path.expanduser(str(trainer_config.default_local_dir)))
+        self.resume_mode = str(trainer_config.get("resume_mode", "auto"))
+        if self.resume_mode not in RESUME_MODES:
+            raise ValueError(f"trainer.resume_mode={self.resume_mode!r}; expected one of {list(RESUME_MODES)}")
+        self.resume_from_path = trainer_config.get("resume_from_path")
+        self.max_to_keep = trainer_config.get("max_actor_ckpt_to_keep")
+
+    def step_dir(self, step: int) -> Path:
+        return self.root / f"global_step_{step}"
+
+    def save_trainer_state(self, step: int, state: dict[str, Any]) -> None:
+        step_dir = self.step_dir(step)
+        step_dir.mkdir(parents=True, exist_ok=True)
+        torch.save({"global_step": step, **state}, step_dir / STATE_FILE)
+        tmp = self.root / (TRACKER_FILE + ".tmp")
+        tmp.write_text(str(step))
+        os.replace(tmp, self.root / TRACKER_FILE)
+        self._prune()
+
+    def _prune(self) -> None:
+        if not self.max_to_keep or int(self.max_to_keep) <= 0:
+            return
+        steps = sorted(
+            int(m.group(1)) for p in self.root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))
+        )
+        for step in steps[: -int(self.max_to_keep)]:
+            shutil.rmtree(self.step_dir(step), ignore_errors=True)
+
+    def latest_step_dir(self) -> Path | None:
+        tracker = self.root / TRACKER_FILE
+        if not tracker.is_file():
+            return None
+        step_dir = self.step_dir(int(tracker.read_text().strip()))
+        return step_dir if (step_dir / STATE_FILE).is_file() else None
+
+    def find_resume_dir(self) -> Path | None:
+        """`disable`: start fresh; `auto`: newest complete checkpoint if any; `resume_path`: the given folder."""
+        if self.resume_mode == "disable":
+            return None
+        if self.resume_mode == "auto":
+            return self.latest_step_dir()
+        if not self.resume_from_path:
+            raise ValueError("trainer.resume_mode=resume_path needs trainer.resume_from_path")
+        step_dir = Path(os.path.expanduser(str(self.resume_from_path)))
+        if not _STEP_DIR.match(step_dir.name) or not (step_dir / STATE_FILE).is_file():
+            raise FileNotFoundError(
+                f"trainer.resume_from_path={self.resume_from_path} is not a global_step_<k> checkpoint folder "
+                f"with {STATE_FILE}"
+            )
+        return step_dir
+
+    @staticmethod
+    def load_trainer_state(step_dir: str | os.PathLike) -> dict[str, Any]:
+        return torch.load(Path(step_dir) / STATE_FILE, weights_only=False)

@@ -1,0 +1,135 @@
+"""Typed config of the SFT trainer (``verl/trainer/config/sft_trainer.yaml``).
+
+Groups ``model`` and ``optim`` reuse the PPO trainer's :class:`HFModelConfig` and :class:`OptimizerConfig`, so a model
+block or an optimizer block means the same thing in both entry points. ``data`` and ``trainer`` are SFT-specific.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.base_config import BaseConfig, ConfigError, check
+from verl.utils.config import omega_conf_to_dataclass
+from verl.workers.config.model import HFModelConfig
+from verl.workers.config.optimizer import OptimizerConfig
+
+__all__ = ["MIXED_PRECISION", "TRUNCATION_MODES", "SFTConfig", "SFTDataConfig", "SFTTrainerConfig", "build_sft_config"]
+
+TRUNCATION_MODES = ("error", "left", "right")
+MIXED_PRECISION = ("auto", "bf16", "none")
+_DEVICES = ("auto", "cpu", "cuda")
+_LOGGERS = ("console", "file", "tensorboard", "wandb", "mlflow")
+
+
+def _as_file_list(value: str | list[str] | None) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+@dataclass
+class SFTDataConfig(BaseConfig):
+    """Where the examples come from and how they become token sequences.
+
+    ``prompt_key`` names a column holding chat messages (or a plain string, sent as one user message).
+    ``response_key`` is a column name or a dotted path into a struct column (``reward_model.ground_truth``).
+    ``train_batch_size`` is global (all ranks); each optimizer step accumulates gradients over micro-batches of
+    ``micro_batch_size_per_gpu`` rows per rank.
+    """
+
+    train_files: str | list[str] | None = None
+    val_files: str | list[str] | None = None
+    prompt_key: str = "prompt"
+    response_key: str = "reward_model.ground_truth"
+    max_length: int = 1024
+    truncation: str = "error"
+    train_batch_size: int = 32
+    micro_batch_size_per_gpu: int = 8
+    shuffle: bool = True
+
+    def __post_init__(self) -> None:
+        check(bool(_as_file_list(self.train_files)), "train_files", "is required: one parquet file or a list of them")
+        check(bool(self.prompt_key), "prompt_key", "must name a column")
+        check(bool(self.response_key), "response_key", "must name a column or a dotted path")
+        check(self.max_length >= 2, "max_length", f"must be >= 2, got {self.max_length}")
+        check(self.truncation in TRUNCATION_MODES, "truncation",
+              f"must be one of {list(TRUNCATION_MODES)}, got {self.truncation!r}")
+        check(self.train_batch_size >= 1, "train_batch_size", f"must be >= 1, got {self.train_batch_size}")
+        check(self.micro_batch_size_per_gpu >= 1, "micro_batch_size_per_gpu",
+              f"must be >= 1, got {self.micro_batch_size_per_gpu}")
+
+    @property
+    def train_file_list(self) -> list[str]:
+        return _as_file_list(self.train_files)
+
+    @property
+    def val_file_list(self) -> list[str]:
+        return _as_file_list(self.val_files)
+
+
+@dataclass
+class SFTTrainerConfig(BaseConfig):
+    """Run length, logging, checkpointing and placement.
+
+    ``total_training_steps`` (when set) fixes the number of optimizer steps, cycling through the data as often as
+    needed; otherwise the run lasts ``total_epochs`` passes. ``save_freq``/``test_freq`` <= 0 disable periodic saving
+    and validation (the final checkpoint and final validation always happen). ``nnodes``/``n_gpus_per_node`` default
+    to what the launcher (torchrun) says; when given they must agree with it.
+    """
+
+    default_local_dir: str = "checkpoints/verl_sft/sft"
+    project_name: str = "verl_sft"
+    experiment_name: str = "sft"
+    total_epochs: int = 1
+    total_training_steps: int | None = None
+    logger: list[str] = field(default_factory=lambda: ["console"])
+    seed: int = 1
+    device: str = "auto"
+    mixed_precision: str = "auto"
+    save_freq: int = -1
+    test_freq: int = -1
+    nnodes: int | None = None
+    n_gpus_per_node: int | None = None
+
+    def __post_init__(self) -> None:
+        check(bool(self.default_local_dir), "default_local_dir", "must name a folder for checkpoints")
+        check(self.total_epochs >= 1, "total_epochs", f"must be >= 1, got {self.total_epochs}")
+        check(self.total_training_steps is None or self.total_training_steps >= 1, "total_training_steps",
+              f"must be >= 1 or null, got {self.total_training_steps}")
+        bad = [name for name in self.logger if name not in _LOGGERS]
+        check(not bad, "logger", f"unknown logger(s) {bad}; allowed: {list(_LOGGERS)}")
+        check(self.device in _DEVICES, "device", f"must be one of {list(_DEVICES)}, got {self.device!r}")
+        check(self.mixed_precision in MIXED_PRECISION, "mixed_precision",
+              f"must be one of {list(MIXED_PRECISION)}, got {self.mixed_precision!r}")
+        check(self.nnodes is None or self.nnodes >= 1, "nnodes", f"must be >= 1 or null, got {self.nnodes}")
+        check(self.n_gpus_per_node is None or self.n_gpus_per_node >= 1, "n_gpus_per_node",
+              f"must be >= 1 or null, got {self.n_gpus_per_node}")
+
+
+@dataclass
+class SFTConfig(BaseConfig):
+    """The whole SFT run: ``data``, ``model``, ``optim`` and ``trainer`` groups."""
+
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    model: HFModelConfig = field(default_factory=HFModelConfig)
+    optim: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=1e-5))
+    trainer: SFTTrainerConfig = field(default_factory=SFTTrainerConfig)
+
+
+def build_sft_config(config: Any) -> SFTConfig:
+    """Validate a composed OmegaConf tree (or a plain dict) into :class:`SFTConfig`; errors name the dotted key."""
+    if isinstance(config, SFTConfig):
+        return config
+    data = config
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(config, DictConfig):
+            data = OmegaConf.to_container(config, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a hard dependency
+        pass
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a mapping for the SFT config, got {type(config).__name__}")
+    data = {key: value for key, value in data.items() if key != "hydra"}
+    return omega_conf_to_dataclass(data, SFTConfig)

@@ -1,0 +1,267 @@
+"""FSDPCheckpointManager: save and resume an FSDP2 worker's training state, and export a Hugging Face model.
+
+Layout of one checkpoint folder (``local_path``, e.g. ``.../global_step_10/actor``)::
+
+    dcp/                      model and optimizer shards (torch.distributed.checkpoint; any world size can load)
+    lr_scheduler.pt           LR schedule state (identical on every rank, written by rank 0)
+    rng_rank{r}.pt            torch / cuda / numpy / python RNG states and named generators of rank r
+    extra_state.pt            global_step and the trainer's extra state (dataloader position, ...)
+    huggingface/              config + tokenizer always; weights too when ``hf_model`` is in save_contents
+    checkpoint_meta.json      what was saved, by how many ranks, at which step
+
+What is saved and loaded follows ``checkpoint.save_contents`` / ``load_contents`` (model, optimizer, extra,
+hf_model). Restoring model, optimizer, scheduler and RNG gives the same next update as never having stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+
+__all__ = ["FSDPCheckpointManager", "capture_rng_state", "restore_rng_state"]
+
+logger = logging.getLogger(__name__)
+
+_DEFAULT_CONTENTS = ("model", "optimizer", "extra")
+_META_FILE = "checkpoint_meta.json"
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _world_size() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def _barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def capture_rng_state(generators: dict[str, torch.Generator] | None = None) -> dict[str, Any]:
+    """Every random state a training step may draw from on this rank."""
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+        "generators": {name: gen.get_state() for name, gen in (generators or {}).items()},
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any], generators: dict[str, torch.Generator] | None = None) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+    for name, gen in (generators or {}).items():
+        if name in state.get("generators", {}):
+            gen.set_state(state["generators"][name])
+
+
+class FSDPCheckpointManager:
+    """Save/load the state of one FSDP2 model (+ optimizer, LR scheduler, RNG) across all ranks of its group.
+
+    Args:
+        model: the FSDP2-wrapped module.
+        optimizer / lr_scheduler: optional (a reference model has neither).
+        processing_class: tokenizer saved into ``huggingface/``.
+        checkpoint_config: object with ``save_contents`` / ``load_contents`` (``actor.checkpoint``).
+        hf_config: the transformers config written into ``huggingface/``.
+        export_weights: ``fn(out_dir)`` writing full Hugging Face weights; collective, called on every rank.
+        generators: named ``torch.Generator`` objects (e.g. the mini-batch shuffler) saved with the RNG state.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        lr_scheduler: Any = None,
+        processing_class: Any = None,
+        checkpoint_config: Any = None,
+        hf_config: Any = None,
+        export_weights: Callable[[str], None] | None = None,
+        generators: dict[str, torch.Generator] | None = None,
+        role: str = "actor",
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.lr_scheduler = lr_scheduler
+        self.processing_class = processing_class
+        self.hf_config = hf_config
+        self.export_weights = export_weights
+        self.generators = generators or {}
+        self.role = role
+        save = list(getattr(checkpoint_config, "save_contents", None) or _DEFAULT_CONTENTS)
+        load = getattr(checkpoint_config, "load_contents", None)
+        self.save_contents = save
+        self.load_contents = list(load) if load is not None else list(save)
+        self.previous_saved_paths: list[str] = []
+
+    # ------------------------------------------------------------------ save
+
+    def save_checkpoint(
+        self,
+        local_path: str,
+        hdfs_path: str | None = None,
+        global_step: int = 0,
+        max_ckpt_to_keep: int | None = None,
+        extra_state: dict[str, Any] | None = None,
+    ) -> str:
+        """Write a checkpoint of every rank into ``local_path`` and prune to the newest ``max_ckpt_to_keep``."""
+        if hdfs_path is not None:
+            logger.warning("%s checkpoint: hdfs_path=%r is ignored (only local checkpoints are supported)",
+                           self.role, hdfs_path)
+        local_path = os.path.abspath(os.path.expanduser(str(local_path)))
+        rank = _rank()
+        if rank == 0:
+            os.makedirs(local_path, exist_ok=True)
+        _barrier()
+        os.makedirs(local_path, exist_ok=True)
+
+        state = self._dcp_state(self.save_contents)
+        if state:
+            dcp.save(state, checkpoint_id=os.path.join(local_path, "dcp"))
+        if "optimizer" in self.save_contents and self.lr_scheduler is not None and rank == 0:
+            torch.save(self.lr_scheduler.state_dict(), os.path.join(local_path, "lr_scheduler.pt"))
+        if "extra" in self.save_contents:
+            torch.save(capture_rng_state(self.generators), os.path.join(local_path, f"rng_rank{rank}.pt"))
+            if rank == 0:
+                torch.save({"global_step": int(global_step), "extra_state": extra_state},
+                           os.path.join(local_path, "extra_state.pt"))
+        hf_dir = os.path.join(local_path, "huggingface")
+        if "hf_model" in self.save_contents and self.export_weights is not None:
+            self.export_weights(hf_dir)  # collective
+        if rank == 0:
+            self._save_hf_metadata(hf_dir)
+            meta = {"global_step": int(global_step), "world_size": _world_size(), "contents": self.save_contents,
+                    "role": self.role}
+            with open(os.path.join(local_path, _META_FILE), "w") as f:
+                json.dump(meta, f, indent=2)
+        _barrier()
+        self._prune(local_path, max_ckpt_to_keep)
+        return local_path
+
+    def _save_hf_metadata(self, hf_dir: str) -> None:
+        os.makedirs(hf_dir, exist_ok=True)
+        if self.hf_config is not None:
+            self.hf_config.save_pretrained(hf_dir)
+        generation_config = getattr(_unwrap(self.model), "generation_config", None)
+        if generation_config is not None:
+            generation_config.save_pretrained(hf_dir)
+        if self.processing_class is not None:
+            self.processing_class.save_pretrained(hf_dir)
+
+    def _prune(self, local_path: str, max_ckpt_to_keep: int | None) -> None:
+        if local_path in self.previous_saved_paths:
+            self.previous_saved_paths.remove(local_path)
+        self.previous_saved_paths.append(local_path)
+        if max_ckpt_to_keep is None or max_ckpt_to_keep <= 0:
+            return
+        while len(self.previous_saved_paths) > max_ckpt_to_keep:
+            old = self.previous_saved_paths.pop(0)
+            if _rank() == 0 and os.path.isdir(old):
+                shutil.rmtree(old, ignore_errors=True)
+
+    # ------------------------------------------------------------------ load
+
+    def load_checkpoint(
+        self, local_path: str | None, hdfs_path: str | None = None, del_local_after_load: bool = False
+    ) -> dict[str, Any]:
+        """Restore what ``load_contents`` names from ``local_path``; returns ``{global_step, extra_state}``."""
+        if local_path is None:
+            return {"global_step": 0, "extra_state": None}
+        local_path = os.path.abspath(os.path.expanduser(str(local_path)))
+        if not os.path.isdir(local_path):
+            raise FileNotFoundError(f"{self.role} checkpoint {local_path!r} does not exist")
+        meta = self._read_meta(local_path)
+        saved = meta.get("contents", list(_DEFAULT_CONTENTS))
+        missing = [c for c in self.load_contents if c in ("model", "optimizer", "extra") and c not in saved]
+        if missing:
+            raise ValueError(
+                f"{self.role} checkpoint {local_path!r} does not hold {missing} (it holds {saved}); "
+                f"adjust {self.role}.checkpoint.load_contents"
+            )
+        want = [c for c in self.load_contents if c in ("model", "optimizer")]
+        state = self._dcp_state(want)
+        if state:
+            dcp.load(state, checkpoint_id=os.path.join(local_path, "dcp"))
+            self._apply_dcp_state(state)
+        if "optimizer" in want and self.lr_scheduler is not None:
+            sched_path = os.path.join(local_path, "lr_scheduler.pt")
+            if os.path.isfile(sched_path):
+                self.lr_scheduler.load_state_dict(torch.load(sched_path, weights_only=False))
+        result: dict[str, Any] = {"global_step": int(meta.get("global_step", 0)), "extra_state": None}
+        if "extra" in self.load_contents:
+            rng_path = os.path.join(local_path, f"rng_rank{_rank()}.pt")
+            if os.path.isfile(rng_path):
+                restore_rng_state(torch.load(rng_path, weights_only=False), self.generators)
+            else:
+                logger.warning("%s checkpoint %s has no RNG state for rank %d (saved with %s ranks)",
+                               self.role, local_path, _rank(), meta.get("world_size"))
+            extra_path = os.path.join(local_path, "extra_state.pt")
+            if os.path.isfile(extra_path):
+                result.update(torch.load(extra_path, weights_only=False))
+        _barrier()
+        if del_local_after_load and _rank() == 0:
+            shutil.rmtree(local_path, ignore_errors=True)
+        return result
+
+    def _read_meta(self, local_path: str) -> dict[str, Any]:
+        path = os.path.join(local_path, _META_FILE)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"{local_path!r} is not a {self.role} checkpoint written by FSDPCheckpointManager (no {_META_FILE})"
+            )
+        with open(path) as f:
+            return json.load(f)
+
+    # ------------------------------------------------------------------ DCP state
+
+    def _dcp_state(self, contents: list[str]) -> dict[str, Any]:
+        want_model = "model" in contents
+        want_optim = "optimizer" in contents and self.optimizer is not None
+        if want_optim:
+            model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+            state = {"optimizer": optim_sd}
+            if want_model:
+                state["model"] = model_sd
+            return state
+        if want_model:
+            return {"model": get_model_state_dict(self.model)}
+        return {}
+
+    def _apply_dcp_state(self, state: dict[str, Any]) -> None:
+        if "optimizer" in state:
+            model_sd = state.get("model")
+            if model_sd is None:
+                model_sd = get_model_state_dict(self.model)
+            set_state_dict(self.model, self.optimizer, model_state_dict=model_sd, optim_state_dict=state["optimizer"])
+        elif "model" in state:
+            set_model_state_dict(self.model, state["model"])
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model

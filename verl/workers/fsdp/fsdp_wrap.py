@@ -1,0 +1,111 @@
+"""FSDP2 wrapping (``fully_shard`` per decoder layer, then the root) and the offload switches of a worker.
+
+Per-layer sharding lets FSDP2 gather one layer's parameters at a time; the root call takes what is left (embeddings,
+final norm, head). Offloading parameters or optimizer state only means something on an accelerator: on CPU the
+switches are accepted and do nothing, so one config runs on a laptop and a GPU node.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+__all__ = [
+    "decoder_layer_classes",
+    "apply_fsdp2",
+    "offload_model",
+    "load_model",
+    "offload_optimizer",
+    "load_optimizer",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def _base_model(model: nn.Module) -> nn.Module:
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def decoder_layer_classes(model: nn.Module) -> set[str]:
+    """Names of the classes transformers marks as not-to-be-split (the decoder layers)."""
+    names = getattr(_base_model(model), "_no_split_modules", None) or []
+    return set(names)
+
+
+def apply_fsdp2(
+    model: nn.Module,
+    mesh: DeviceMesh,
+    *,
+    param_dtype: torch.dtype | None = None,
+    reduce_dtype: torch.dtype = torch.float32,
+    reshard_after_forward: bool = True,
+    cpu_offload: bool = False,
+) -> nn.Module:
+    """Shard ``model`` in place over ``mesh`` and return it (now also an ``FSDPModule``).
+
+    ``param_dtype`` is the compute dtype of gathered parameters (``None``: keep the stored dtype, no casting).
+    ``cpu_offload`` keeps sharded parameters, gradients and the optimizer step on the host (FSDP2 CPUOffloadPolicy).
+    """
+    kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
+    if param_dtype is not None:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype,
+                                                   cast_forward_inputs=True)
+    if cpu_offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+    layer_names = decoder_layer_classes(model)
+    layers = [m for m in model.modules() if type(m).__name__ in layer_names]
+    if not layers:
+        logger.warning("no decoder layers (_no_split_modules) found in %s; sharding the root module only",
+                       type(model).__name__)
+    for layer in layers:
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+@torch.no_grad()
+def offload_model(model: nn.Module) -> None:
+    """Move the (sharded) parameters and gradients to host memory between calls; no-op on CPU."""
+    device = next(model.parameters()).device
+    if device.type == "cpu":
+        return
+    model.to("cpu")
+    getattr(torch, device.type).empty_cache()
+
+
+@torch.no_grad()
+def load_model(model: nn.Module, device: torch.device) -> None:
+    """Bring offloaded parameters back to ``device``; no-op on CPU."""
+    if device.type == "cpu":
+        return
+    model.to(device)
+
+
+def _move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device | str) -> None:
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.device != torch.device(device):
+                state[key] = value.to(device, non_blocking=True)
+
+
+@torch.no_grad()
+def offload_optimizer(optimizer: torch.optim.Optimizer | None, device: torch.device) -> None:
+    """Move optimizer state (Adam moments) to host memory; no-op on CPU."""
+    if optimizer is None or device.type == "cpu":
+        return
+    _move_optimizer_state(optimizer, "cpu")
+    getattr(torch, device.type).empty_cache()
+
+
+@torch.no_grad()
+def load_optimizer(optimizer: torch.optim.Optimizer | None, device: torch.device) -> None:
+    """Bring optimizer state back to ``device`` before a step; no-op on CPU."""
+    if optimizer is None or device.type == "cpu":
+        return
+    _move_optimizer_state(optimizer, device)

@@ -1,0 +1,219 @@
+"""The rollout engine living inside an actor worker process (hybrid engine), driven from sync worker methods.
+
+The engine speaks asyncio (``RolloutServer``); a worker method is a plain synchronous Ray call. One private event
+loop on a daemon thread owns every engine call, so the engine's background task, locks and futures always live on
+the same loop; sync methods submit coroutines to it and wait with a timeout. This is the only place in the worker
+that touches asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Coroutine, Iterable
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.protocol import DataProto
+from verl.utils.weight_checksum import weight_checksum
+from verl.workers.rollout.replica import HybridReplica
+
+__all__ = ["AsyncLoopThread", "HybridRollout", "rollout_dtype"]
+
+_SAMPLING_META_KEYS = ("temperature", "top_p", "top_k", "do_sample")
+
+
+class AsyncLoopThread:
+    """A private event loop on a daemon thread; ``run(coro)`` blocks the caller until the coroutine finishes."""
+
+    def __init__(self, name: str = "verl-hybrid-rollout-loop") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine, timeout_s: float | None, what: str) -> Any:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout=timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"hybrid rollout: {what} did not finish within {timeout_s}s") from None
+
+    def close(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+
+
+def rollout_dtype(name: str, device: torch.device) -> torch.dtype:
+    """``rollout.dtype``: ``auto`` is bfloat16 on an accelerator and float32 on CPU."""
+    from verl.workers.fsdp.model_loader import parse_dtype
+
+    if str(name) == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    return parse_dtype(name, key="rollout.dtype")
+
+
+def _row_prompt(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[int]:
+    return input_ids[attention_mask.bool()].tolist()
+
+
+class HybridRollout:
+    """One rollout replica in this process plus the batch-level ``generate_sequences`` on top of it.
+
+    Args:
+        config: the ``rollout`` group (RolloutConfig).
+        model_path: checkpoint folder the engine loads its own copy from.
+        device: where the engine runs.
+        pad_token_id: pads responses on the right.
+        call_timeout_s: bound on every engine call made from a sync method.
+    """
+
+    def __init__(self, config: Any, model_path: str, device: torch.device, pad_token_id: int,
+                 call_timeout_s: float = 3600.0) -> None:
+        self.config = config
+        self.device = device
+        self.pad_token_id = int(pad_token_id)
+        self.call_timeout_s = call_timeout_s
+        self.dtype = rollout_dtype(getattr(config, "dtype", "auto"), device)
+        name = getattr(config, "name", "hf") or "hf"
+        kwargs: dict[str, Any] = {}
+        if name == "hf":
+            from verl.workers.rollout.hf.model_io import load_model
+
+            kwargs["model"] = load_model(model_path, self.dtype, device, "sdpa")
+        self.replica = HybridReplica.create(config, model_path, **kwargs)
+        self.loop = AsyncLoopThread()
+
+    def run(self, coro: Coroutine, what: str) -> Any:
+        return self.loop.run(coro, self.call_timeout_s, what)
+
+    # ------------------------------------------------------------------ generation
+
+    def sampling_params(self, meta_info: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """Per-request sampling parameters and ``n`` for a batch: the config's, the validation set's when
+        ``meta_info['validate']``, then explicit meta_info overrides."""
+        cfg = self.config
+        source = getattr(cfg, "val_kwargs", None) if meta_info.get("validate") else cfg
+        params: dict[str, Any] = {
+            "temperature": float(getattr(source, "temperature", 1.0)),
+            "top_p": float(getattr(source, "top_p", 1.0)),
+            "top_k": int(getattr(source, "top_k", -1)),
+            "do_sample": bool(getattr(source, "do_sample", True)),
+            "max_tokens": int(cfg.response_length),
+            "logprobs": bool(getattr(cfg, "calculate_log_probs", False)),
+            "ignore_eos": bool(getattr(cfg, "ignore_eos", False)),
+        }
+        n = int(getattr(source, "n", 1)) if meta_info.get("validate") else 1
+        for key in _SAMPLING_META_KEYS:
+            if meta_info.get(key) is not None:
+                params[key] = meta_info[key]
+        if meta_info.get("n") is not None:
+            n = int(meta_info["n"])
+        if n < 1:
+            raise ValueError(f"generate_sequences: meta_info['n'] must be >= 1, got {n}")
+        return params, n
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Generate one response per row (``n`` per row when meta_info asks) and lay the batch out as verl does.
+
+        Input: left-padded ``input_ids`` / ``attention_mask`` / ``position_ids``. Output rows (repeated ``n`` times,
+        interleaved) carry prompts, responses (right padded to rollout.response_length), response_mask, input_ids,
+        attention_mask, position_ids, and rollout_log_probs when rollout.calculate_log_probs.
+        """
+        batch = prompts.batch
+        missing = [k for k in ("input_ids", "attention_mask", "position_ids") if batch is None or k not in batch.keys()]
+        if missing:
+            raise KeyError(f"generate_sequences needs batch keys {missing}; the batch has "
+                           f"{sorted(batch.keys()) if batch is not None else []}")
+        params, n = self.sampling_params(prompts.meta_info)
+        if n > 1:
+            prompts = prompts.repeat(repeat_times=n, interleave=True)
+            batch = prompts.batch
+        input_ids = batch["input_ids"].cpu()
+        attention_mask = batch["attention_mask"].cpu()
+        position_ids = batch["position_ids"].cpu()
+        rows = [_row_prompt(input_ids[i], attention_mask[i]) for i in range(input_ids.shape[0])]
+        seed = prompts.meta_info.get("seed")
+        start = time.perf_counter()
+        outputs = self.run(self._generate_all(rows, params, seed), "generate_sequences")
+        gen_time = time.perf_counter() - start
+        response_length = int(self.config.response_length)
+        responses = torch.full((len(rows), response_length), self.pad_token_id, dtype=input_ids.dtype)
+        response_mask = torch.zeros((len(rows), response_length), dtype=attention_mask.dtype)
+        log_probs = torch.zeros((len(rows), response_length), dtype=torch.float32)
+        for i, out in enumerate(outputs):
+            tokens = out.token_ids[:response_length]
+            responses[i, : len(tokens)] = torch.tensor(tokens, dtype=input_ids.dtype)
+            response_mask[i, : len(tokens)] = 1
+            if out.log_probs is not None:
+                log_probs[i, : len(tokens)] = torch.tensor(out.log_probs[: len(tokens)], dtype=torch.float32)
+        steps = torch.arange(1, response_length + 1, dtype=position_ids.dtype).unsqueeze(0)
+        response_positions = position_ids[:, -1:] + steps
+        tensors = {
+            "prompts": input_ids,
+            "responses": responses,
+            "response_mask": response_mask,
+            "input_ids": torch.cat([input_ids, responses], dim=-1),
+            "attention_mask": torch.cat([attention_mask, response_mask], dim=-1),
+            "position_ids": torch.cat([position_ids, response_positions], dim=-1),
+        }
+        if params["logprobs"]:
+            tensors["rollout_log_probs"] = log_probs
+        non_tensors = {k: v for k, v in prompts.non_tensor_batch.items()}
+        stop = np.array([out.stop_reason for out in outputs], dtype=object)
+        non_tensors["stop_reason"] = stop
+        meta = {k: v for k, v in prompts.meta_info.items() if k != "metrics"}
+        meta["metrics"] = {"timing_s/generate_sequences": gen_time}
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
+
+    async def _generate_all(self, rows: list[list[int]], params: dict[str, Any], seed: int | None) -> list:
+        tag = uuid.uuid4().hex[:8]
+        calls = []
+        for i, prompt in enumerate(rows):
+            request = dict(params)
+            if seed is not None:
+                request["seed"] = int(seed) + i
+            calls.append(self.replica.generate(prompt, request, f"gen-{tag}-{i}"))
+        return await asyncio.gather(*calls)
+
+    # ------------------------------------------------------------------ weights and memory
+
+    def update_weights(self, buckets: Iterable[list[tuple[str, torch.Tensor]]], version: int) -> dict[str, Any]:
+        """Load every bucket into the engine; the checksum covers all loaded tensors as the engine holds them."""
+        names: list[str] = []
+        bucket_sums: list[str] = []
+        for bucket in buckets:
+            result = self.run(self.replica.update_weights(bucket, version), "update_weights")
+            names.extend(name for name, _ in bucket)
+            bucket_sums.append(str(result.get("checksum")))
+        model = getattr(getattr(self.replica, "server", None), "model", None)
+        if model is not None:
+            own = dict(model.named_parameters(remove_duplicate=False))
+            own.update(dict(model.named_buffers(remove_duplicate=False)))
+            checksum = weight_checksum([(name, own[name]) for name in names])
+        else:
+            checksum = bucket_sums[0] if len(bucket_sums) == 1 else weight_checksum(
+                [(f"bucket{i}", torch.tensor(list(s.encode()), dtype=torch.uint8)) for i, s in enumerate(bucket_sums)]
+            )
+        return {"version": int(version), "checksum": checksum}
+
+    def sleep(self) -> None:
+        self.run(self.replica.sleep(), "sleep")
+
+    def wake_up(self) -> None:
+        self.run(self.replica.wake_up(), "wake_up")
+
+    def get_version(self) -> int:
+        return int(self.run(self.replica.get_version(), "get_version"))
+
+    def close(self) -> None:
+        self.loop.close()

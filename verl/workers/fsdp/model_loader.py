@@ -1,0 +1,196 @@
+"""Load the Hugging Face model an FSDP worker trains or scores with, exactly as a user would: ``from_pretrained``.
+
+Every failure that comes from a wrong ``model.path`` (missing folder, no config.json, no weights) is reported here,
+naming the key and the path, instead of surfacing later as an opaque transformers error inside a Ray actor.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "parse_dtype",
+    "resolve_model_path",
+    "load_tokenizer",
+    "load_causal_lm",
+    "load_critic_model",
+    "apply_lora",
+    "is_lora_model",
+]
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {
+    "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
+}
+_WEIGHT_FILES = (
+    "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"
+)
+
+
+def parse_dtype(name: str | torch.dtype, key: str = "fsdp_config.model_dtype") -> torch.dtype:
+    """A dtype name from a config (fp32, bf16, float16, ...) as a torch dtype; unknown names name the key."""
+    if isinstance(name, torch.dtype):
+        return name
+    dtype = _DTYPES.get(str(name).lower().removeprefix("torch."))
+    if dtype is None:
+        raise ValueError(f"{key}={name!r} is not a known dtype; use one of {sorted(_DTYPES)}")
+    return dtype
+
+
+def resolve_model_path(model_config: Any, key: str = "model.path") -> str:
+    """The local checkpoint folder of ``model_config.path``, validated; the built-in tiny model is built on demand."""
+    from verl.workers.config.model import BUILTIN_TINY_MODEL
+
+    raw = getattr(model_config, "path", None)
+    if raw == BUILTIN_TINY_MODEL:
+        from verl.utils.tiny_model import tiny_model_path
+
+        return str(tiny_model_path())
+    if not raw:
+        raise ValueError(f"{key} is empty; set it to a Hugging Face checkpoint folder")
+    path = Path(str(raw)).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"{key}={raw!r}: no such folder (this machine cannot download models from a hub)")
+    if not path.is_dir():
+        raise NotADirectoryError(f"{key}={raw!r} is a file; it must be a Hugging Face checkpoint folder")
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{key}={raw!r} is not a Hugging Face checkpoint: it has no config.json")
+    has_weights = any((path / name).is_file() for name in _WEIGHT_FILES) or any(path.glob("*.safetensors"))
+    if not has_weights:
+        raise FileNotFoundError(
+            f"{key}={raw!r} is not a Hugging Face checkpoint: it has config.json but no weights "
+            f"(expected one of {list(_WEIGHT_FILES)})"
+        )
+    return str(path)
+
+
+def _import_external_lib(model_config: Any) -> None:
+    name = getattr(model_config, "external_lib", None)
+    if name:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise ImportError(f"model.external_lib={name!r} cannot be imported: {err}") from err
+
+
+def load_tokenizer(model_config: Any, model_path: str) -> Any:
+    """The tokenizer of ``model.tokenizer_path`` (default: the model folder), with ``custom_chat_template`` applied."""
+    from transformers import AutoTokenizer
+
+    from verl.workers.config.model import BUILTIN_TINY_MODEL
+
+    tokenizer_path = getattr(model_config, "tokenizer_path", None) or model_path
+    if tokenizer_path == BUILTIN_TINY_MODEL:
+        tokenizer_path = model_path
+    tokenizer = AutoTokenizer.from_pretrained(
+        tokenizer_path, trust_remote_code=bool(getattr(model_config, "trust_remote_code", False))
+    )
+    template = getattr(model_config, "custom_chat_template", None)
+    if template:
+        tokenizer.chat_template = template
+    return tokenizer
+
+
+def _hf_config(model_config: Any, model_path: str) -> Any:
+    from transformers import AutoConfig
+
+    trust = bool(getattr(model_config, "trust_remote_code", False))
+    hf_config = AutoConfig.from_pretrained(getattr(model_config, "hf_config_path", None) or model_path,
+                                           trust_remote_code=trust)
+    for name, value in dict(getattr(model_config, "override_config", None) or {}).items():
+        if name == "attn_implementation":
+            continue
+        setattr(hf_config, name, value)
+    return hf_config
+
+
+def _attn_implementation(model_config: Any) -> str:
+    return str(dict(getattr(model_config, "override_config", None) or {}).get("attn_implementation", "sdpa"))
+
+
+def _enable_gradient_checkpointing(model: nn.Module, model_config: Any) -> None:
+    if getattr(model_config, "enable_gradient_checkpointing", False):
+        # Non-reentrant checkpointing works with frozen inputs (LoRA) and with FSDP2's hooks.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def load_causal_lm(model_config: Any, model_path: str, dtype: torch.dtype, *, trainable: bool = True) -> nn.Module:
+    """``AutoModelForCausalLM.from_pretrained(model.path)`` with the config's overrides; LoRA when trainable and
+    ``model.lora_rank > 0``; gradient checkpointing when trainable and enabled."""
+    from transformers import AutoModelForCausalLM
+
+    _import_external_lib(model_config)
+    hf_config = _hf_config(model_config, model_path)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path,
+        config=hf_config,
+        dtype=dtype,
+        attn_implementation=_attn_implementation(model_config),
+        trust_remote_code=bool(getattr(model_config, "trust_remote_code", False)),
+    )
+    if not trainable:
+        model.requires_grad_(False)
+        return model.eval()
+    _enable_gradient_checkpointing(model, model_config)
+    if int(getattr(model_config, "lora_rank", 0) or 0) > 0:
+        model = apply_lora(model, model_config)
+    return model
+
+
+def load_critic_model(model_config: Any, model_path: str, dtype: torch.dtype) -> nn.Module:
+    """The causal-LM checkpoint as a value model (one output per token), see ``verl.workers.critic.value_model``."""
+    from verl.workers.critic.value_model import load_value_model
+
+    _import_external_lib(model_config)
+    overrides = {k: v for k, v in dict(getattr(model_config, "override_config", None) or {}).items()
+                 if k != "attn_implementation"}
+    model = load_value_model(
+        model_path,
+        torch_dtype=dtype,
+        trust_remote_code=bool(getattr(model_config, "trust_remote_code", False)),
+        override_config=overrides,
+        attn_implementation=_attn_implementation(model_config),
+    )
+    _enable_gradient_checkpointing(model, model_config)
+    return model
+
+
+def apply_lora(model: nn.Module, model_config: Any) -> nn.Module:
+    """Wrap ``model`` with PEFT LoRA adapters; only adapter weights stay trainable."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    adapter_path = getattr(model_config, "lora_adapter_path", None)
+    if adapter_path:
+        if not Path(adapter_path).is_dir():
+            raise FileNotFoundError(f"model.lora_adapter_path={adapter_path!r}: no such folder")
+        return PeftModel.from_pretrained(model, adapter_path, is_trainable=True)
+    target_modules = getattr(model_config, "target_modules", "all-linear")
+    if not isinstance(target_modules, str):
+        target_modules = list(target_modules)
+    lora_config = LoraConfig(
+        task_type="CAUSAL_LM",
+        r=int(model_config.lora_rank),
+        lora_alpha=int(getattr(model_config, "lora_alpha", 16)),
+        target_modules=target_modules,
+        exclude_modules=getattr(model_config, "exclude_modules", None),
+        bias="none",
+    )
+    return get_peft_model(model, lora_config)
+
+
+def is_lora_model(model: nn.Module) -> bool:
+    """True when ``model`` (possibly FSDP-wrapped) is a PEFT model."""
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return False
+    return isinstance(model, PeftModel)
