@@ -29,12 +29,14 @@ def omega_conf_to_dataclass(config: Any, dataclass_type: type[T] | None = None, 
     """Build ``dataclass_type`` (or the class named by ``config._target_``) from an OmegaConf node or a dict.
 
     Interpolations are resolved; unknown keys and wrong types raise :class:`ConfigError` naming ``path.key``.
-    ``path`` is the dotted prefix used in messages (e.g. ``"actor"`` when converting ``cfg.actor``).
+    ``path`` is the dotted prefix used in messages; by default the node's own position (``cfg.actor`` -> ``actor``).
     A config that already is an instance of the requested type is returned unchanged.
     """
     if dataclass_type is not None and isinstance(config, dataclass_type):
         return config
     if isinstance(config, DictConfig):
+        if not path:  # a node taken from a bigger config knows where it lives: name keys by their full path
+            path = config._get_full_key(None) or ""
         data = OmegaConf.to_container(config, resolve=True, throw_on_missing=True)
     elif isinstance(config, Mapping):
         data = dict(config)

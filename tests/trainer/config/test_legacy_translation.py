@@ -122,3 +122,9 @@ def test_yaml_sets_both_spellings_differently_fails_naming_both():
     with pytest.warns(LegacyConfigWarning), pytest.raises(ConfigError) as info:
         translate_legacy_config(cfg, defaults=_composed())
     assert "actor_rollout_ref.rollout.n: 5" in str(info.value) and "rollout.n: 3" in str(info.value)
+
+
+def test_equal_values_are_compared_as_parsed_values():
+    with pytest.warns(LegacyConfigWarning):
+        new, _ = translate_legacy_overrides(["actor_rollout_ref.actor.optim.lr=1e-5", "actor.optim.lr=0.00001"])
+    assert new == ["actor.optim.lr=1e-5"]

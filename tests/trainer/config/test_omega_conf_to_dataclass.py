@@ -79,3 +79,9 @@ def test_an_instance_is_returned_unchanged():
 def test_node_without_target_needs_a_type():
     with pytest.raises(ConfigError, match="no dataclass_type given and the node has no _target_"):
         omega_conf_to_dataclass(OmegaConf.create({"lr": 1.0}))
+
+
+def test_a_sub_node_names_keys_by_its_position_in_the_whole_config():
+    cfg = OmegaConf.create({"actor": {"optim": {"lr": "fast"}}})
+    with pytest.raises(ConfigError, match=r"^actor.optim.lr: expected float, got 'fast' \(str\)"):
+        omega_conf_to_dataclass(cfg.actor, FSDPActorConfig)

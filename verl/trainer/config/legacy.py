@@ -132,7 +132,7 @@ def translate_legacy_overrides(overrides: Sequence[str]) -> tuple[list[str], lis
         previous = origin.get(new_key)
         if previous is not None and (previous[0] != override) and (_is_legacy(key) or _is_legacy(
                 override_key(previous[0]))):
-            if previous[1] != value:
+            if not _same_value(previous[0], override):
                 raise ConfigError(
                     f"set twice with different values: '{previous[0]}' and '{override}'; keep one of them",
                     key=new_key,
@@ -141,6 +141,17 @@ def translate_legacy_overrides(overrides: Sequence[str]) -> tuple[list[str], lis
         origin[new_key] = (override, value, len(result))
         result.append(new_override)
     return result, messages
+
+
+def _same_value(first: str, second: str) -> bool:
+    """Compare two overrides' values as Hydra parses them (``1e-5`` equals ``0.00001``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    try:
+        return parser.parse_override(first).value() == parser.parse_override(second).value()
+    except Exception:  # not parseable here: Hydra will report it; fall back to the text
+        return first.partition("=")[2] == second.partition("=")[2]
 
 
 def _rewrite_interpolations(value: Any) -> Any:

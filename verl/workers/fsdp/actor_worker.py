@@ -201,13 +201,11 @@ class ActorRolloutRefWorker(Worker):
         actor = self._require("actor", "compute_log_prob")
         data = self._prepare(data, "log_prob_micro_batch_size_per_gpu", self.actor_config)
         self._load_actor()
-        start = time.perf_counter()
         log_probs, entropy = actor.compute_log_prob(data, calculate_entropy=True)
         self._offload_actor()
         out = DataProto.from_dict(
             tensors={"old_log_probs": log_probs, "entropys": entropy},
-            meta_info={"temperature": data.meta_info["temperature"],
-                       "metrics": {"timing_s/compute_log_prob": time.perf_counter() - start}},
+            meta_info={"temperature": data.meta_info["temperature"]},
         )
         return _to_cpu(out)
 

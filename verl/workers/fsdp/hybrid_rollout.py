@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import uuid
 from collections.abc import Coroutine, Iterable
 from typing import Any
@@ -143,9 +142,7 @@ class HybridRollout:
         position_ids = batch["position_ids"].cpu()
         rows = [_row_prompt(input_ids[i], attention_mask[i]) for i in range(input_ids.shape[0])]
         seed = prompts.meta_info.get("seed")
-        start = time.perf_counter()
         outputs = self.run(self._generate_all(rows, params, seed), "generate_sequences")
-        gen_time = time.perf_counter() - start
         response_length = int(self.config.response_length)
         responses = torch.full((len(rows), response_length), self.pad_token_id, dtype=input_ids.dtype)
         response_mask = torch.zeros((len(rows), response_length), dtype=attention_mask.dtype)
@@ -171,8 +168,8 @@ class HybridRollout:
         non_tensors = {k: v for k, v in prompts.non_tensor_batch.items()}
         stop = np.array([out.stop_reason for out in outputs], dtype=object)
         non_tensors["stop_reason"] = stop
+        # No timing here: per-rank values would make concat (equal meta_info) and union refuse the outputs.
         meta = {k: v for k, v in prompts.meta_info.items() if k != "metrics"}
-        meta["metrics"] = {"timing_s/generate_sequences": gen_time}
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
 
     async def _generate_all(self, rows: list[list[int]], params: dict[str, Any], seed: int | None) -> list:

@@ -1,0 +1,55 @@
+import pytest
+from omegaconf import OmegaConf
+
+from verl.trainer.ppo.checkpointing import TRACKER_FILE, TrainerCheckpointer
+
+
+def _cfg(tmp_path, **kwargs):
+    base = {"default_local_dir": str(tmp_path), "resume_mode": "auto", "resume_from_path": None,
+            "max_actor_ckpt_to_keep": None}
+    base.update(kwargs)
+    return OmegaConf.create(base)
+
+
+def test_auto_resume_finds_newest_complete_checkpoint(tmp_path):
+    ckpt = TrainerCheckpointer(_cfg(tmp_path))
+    assert ckpt.find_resume_dir() is None
+    ckpt.save_trainer_state(2, {"dataloader": {"pos": 2}})
+    ckpt.save_trainer_state(4, {"dataloader": {"pos": 4}})
+    step_dir = ckpt.find_resume_dir()
+    assert step_dir == tmp_path / "global_step_4"
+    assert ckpt.load_trainer_state(step_dir) == {"global_step": 4, "dataloader": {"pos": 4}}
+
+
+def test_half_written_checkpoint_is_not_resumed(tmp_path):
+    ckpt = TrainerCheckpointer(_cfg(tmp_path))
+    ckpt.save_trainer_state(2, {})
+    (tmp_path / "global_step_3").mkdir()  # killed before the state file and tracker were written
+    assert ckpt.find_resume_dir() == tmp_path / "global_step_2"
+    (tmp_path / TRACKER_FILE).write_text("3")  # tracker points at an incomplete folder
+    assert ckpt.find_resume_dir() is None
+
+
+def test_disable_and_resume_path(tmp_path):
+    TrainerCheckpointer(_cfg(tmp_path)).save_trainer_state(1, {})
+    assert TrainerCheckpointer(_cfg(tmp_path, resume_mode="disable")).find_resume_dir() is None
+    explicit = TrainerCheckpointer(_cfg(tmp_path, resume_mode="resume_path",
+                                        resume_from_path=str(tmp_path / "global_step_1")))
+    assert explicit.find_resume_dir() == tmp_path / "global_step_1"
+    with pytest.raises(FileNotFoundError, match="trainer.resume_from_path=.*global_step_9"):
+        TrainerCheckpointer(_cfg(tmp_path, resume_mode="resume_path",
+                                 resume_from_path=str(tmp_path / "global_step_9"))).find_resume_dir()
+    with pytest.raises(ValueError, match="needs trainer.resume_from_path"):
+        TrainerCheckpointer(_cfg(tmp_path, resume_mode="resume_path")).find_resume_dir()
+
+
+def test_bad_resume_mode_is_named(tmp_path):
+    with pytest.raises(ValueError, match="trainer.resume_mode='sometimes'"):
+        TrainerCheckpointer(_cfg(tmp_path, resume_mode="sometimes"))
+
+
+def test_old_checkpoints_are_pruned(tmp_path):
+    ckpt = TrainerCheckpointer(_cfg(tmp_path, max_actor_ckpt_to_keep=2))
+    for step in (1, 2, 3):
+        ckpt.save_trainer_state(step, {})
+    assert sorted(p.name for p in tmp_path.glob("global_step_*")) == ["global_step_2", "global_step_3"]

@@ -1,0 +1,202 @@
+"""``collective``: a broadcast group between trainer rank 0 and every replica process; each bucket is sent once.
+
+The group lives outside any ``init_process_group`` world (the replicas are not trainer ranks): the driver hosts a
+``TCPStore`` on a free port, and each member builds a ``ProcessGroupGloo`` (CPU, ``device="cpu"``, default) or
+``ProcessGroupNCCL`` (``device="cuda"``) on a per-update prefix of it. Rank 0 is the trainer; replica ``i`` is
+rank ``i + 1``. Per bucket: a length header, the pickled layout (names, dtypes, shapes, offsets), then one flat
+byte buffer; a zero header ends the version.
+
+On the replica side the receive loop runs inside the replica's Ray actor (via the actor's ``__ray_call__``, on a
+thread, so the engine's event loop keeps serving), and loads each bucket through the actor's own public
+``update_weights`` method, so any engine behind the rollout contract works unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import pickle
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from verl.checkpoint_engine.base import BucketLog, CheckpointEngine, WeightSyncRequest, register_checkpoint_engine
+from verl.checkpoint_engine.ray_backend import replica_actor
+
+__all__ = ["CollectiveCheckpointEngine", "make_broadcast_group", "broadcast_bucket", "receive_bucket"]
+
+_ALIGN = 64  # every tensor starts on a 64-byte boundary of the flat buffer, so dtype views are always legal
+_DEVICES = ("cpu", "cuda")
+
+
+def make_broadcast_group(spec: dict[str, Any], rank: int) -> Any:
+    """Join the group described by ``spec`` (host, port, group, world_size, device, timeout_s) as ``rank``."""
+    from torch.distributed import PrefixStore, TCPStore
+
+    timeout = datetime.timedelta(seconds=float(spec["timeout_s"]))
+    store = PrefixStore(spec["group"], TCPStore(spec["host"], int(spec["port"]), is_master=False, timeout=timeout))
+    size = int(spec["world_size"])
+    if spec["device"] == "cuda":
+        return torch.distributed.ProcessGroupNCCL(store, rank, size)
+    group = torch.distributed.ProcessGroupGloo
+    try:
+        import ray
+
+        options = group._Options()
+        options._devices = [group.create_device(hostname=ray.util.get_node_ip_address())]
+        options._timeout = timeout
+        return group(store, rank, size, options)
+    except (AttributeError, TypeError):  # a torch without the options overload: default device
+        return group(store, rank, size, timeout)
+
+
+def _broadcast(group: Any, tensor: torch.Tensor) -> None:
+    options = torch.distributed.BroadcastOptions()
+    options.rootRank = 0
+    group.broadcast([tensor], options).wait()
+
+
+def _pad(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def broadcast_bucket(group: Any, bucket: list[tuple[str, torch.Tensor]] | None, device: str) -> None:
+    """Rank 0: send one bucket (or, with ``None``, the end-of-version marker)."""
+    if bucket is None:
+        _broadcast(group, torch.zeros(1, dtype=torch.int64, device=device))
+        return
+    layout, offset = [], 0
+    for name, tensor in bucket:
+        nbytes = tensor.numel() * tensor.element_size()
+        layout.append((name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), offset, nbytes))
+        offset = _pad(offset + nbytes)
+    flat = torch.empty(max(offset, 1), dtype=torch.uint8, device=device)
+    for (_, tensor), (_, _, _, start, nbytes) in zip(bucket, layout):
+        flat[start:start + nbytes].copy_(tensor.contiguous().reshape(-1).view(torch.uint8))
+    meta = torch.frombuffer(bytearray(pickle.dumps((layout, flat.numel()))), dtype=torch.uint8).to(device)
+    _broadcast(group, torch.tensor([meta.numel()], dtype=torch.int64, device=device))
+    _broadcast(group, meta)
+    _broadcast(group, flat)
+
+
+def receive_bucket(group: Any, device: str) -> list[tuple[str, torch.Tensor]] | None:
+    """Ranks > 0: receive one bucket as CPU tensors, or None at the end of the version."""
+    header = torch.zeros(1, dtype=torch.int64, device=device)
+    _broadcast(group, header)
+    length = int(header.item())
+    if length == 0:
+        return None
+    meta = torch.empty(length, dtype=torch.uint8, device=device)
+    _broadcast(group, meta)
+    layout, total = pickle.loads(meta.cpu().numpy().tobytes())
+    flat = torch.empty(total, dtype=torch.uint8, device=device)
+    _broadcast(group, flat)
+    flat = flat.cpu()
+    return [
+        (name, flat[start:start + nbytes].view(getattr(torch, dtype)).reshape(shape).clone())
+        for name, dtype, shape, start, nbytes in layout
+    ]
+
+
+def _receive_on_replica(actor_self: Any, spec: dict[str, Any], rank: int, version: int) -> dict[str, Any]:
+    """Runs inside the replica actor (``__ray_call__``): receive every bucket and load it through the actor."""
+    import ray
+
+    handle = ray.get_runtime_context().current_actor
+    group = make_broadcast_group(spec, rank)
+    log, error = BucketLog(), None
+    pending: deque[Any] = deque()
+
+    def settle_oldest() -> None:
+        nonlocal error
+        ref = pending.popleft()
+        if error is not None:
+            return
+        try:
+            log.checksums.append(str(ray.get(ref, timeout=float(spec["timeout_s"]))["checksum"]))
+        except Exception as exc:  # noqa: BLE001 - keep receiving so the trainer's broadcasts complete
+            error = f"{type(exc).__name__}: {exc}"
+
+    while True:
+        bucket = receive_bucket(group, spec["device"])
+        if bucket is None:
+            break
+        if error is not None:
+            continue
+        while len(pending) >= 2:
+            settle_oldest()
+        pending.append(handle.update_weights.remote(bucket, version))
+    while pending:
+        settle_oldest()
+    del group
+    return {"error": error} if error is not None else {"version": version, "checksum": log.checksum}
+
+
+@register_checkpoint_engine("collective")
+class CollectiveCheckpointEngine(CheckpointEngine):
+    """Broadcast transfer; options: ``device`` ("cpu" -> gloo, default; "cuda" -> nccl)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        device = self.options.setdefault("device", "cpu")
+        if device not in _DEVICES:
+            raise ValueError(f"checkpoint engine 'collective': device must be one of {_DEVICES}, got {device!r}")
+        self._store = None
+
+    def _rendezvous(self) -> tuple[str, int]:
+        """The driver hosts the store (port 0: the OS picks a free one), so no port can be raced for."""
+        import ray
+        from torch.distributed import TCPStore
+
+        if self._store is None:
+            host = ray.util.get_node_ip_address()
+            self._store = TCPStore(host, 0, is_master=True, wait_for_workers=False,
+                                   timeout=datetime.timedelta(seconds=self.timeout_s))
+            self._host = host
+        return self._host, int(self._store.port)
+
+    def sync(self, call_trainer: Callable[[WeightSyncRequest], list[Any]], replicas: dict[str, Any],
+             version: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        import ray
+
+        if not replicas:
+            raise ValueError("checkpoint engine 'collective': no replicas to update")
+        actors = {name: replica_actor(name, replica) for name, replica in replicas.items()}
+        host, port = self._rendezvous()
+        spec = {"host": host, "port": port, "group": f"verl_ckpt/{uuid.uuid4().hex}/{version}",
+                "world_size": 1 + len(actors), "device": self.options["device"], "timeout_s": self.timeout_s}
+        receivers = {name: actor.__ray_call__.remote(_receive_on_replica, spec, i + 1, int(version))
+                     for i, (name, actor) in enumerate(actors.items())}
+        reports = call_trainer(self.make_request(version, spec))
+        trainer = next((r for r in reports if r is not None), None)
+        if trainer is None:
+            raise RuntimeError("checkpoint engine 'collective': trainer rank 0 returned no report")
+        found: dict[str, dict[str, Any]] = {}
+        for name, ref in receivers.items():
+            try:
+                found[name] = ray.get(ref, timeout=self.timeout_s)
+            except Exception as exc:  # noqa: BLE001 - reported per replica by the manager
+                found[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        return trainer, found
+
+    @classmethod
+    def send(cls, module: nn.Module, request: WeightSyncRequest, rank: int, local_replicas: list[Any] | None,
+             loop: asyncio.AbstractEventLoop | None) -> dict[str, Any] | None:
+        if rank != 0:
+            for _ in request.buckets(module):  # take part in the gathers; rank 0 broadcasts
+                pass
+            return None
+        spec = request.targets
+        device = spec["device"]
+        group = make_broadcast_group(spec, 0)
+        sent = BucketLog()
+        for bucket in request.buckets(module):
+            sent.add(bucket)
+            broadcast_bucket(group, bucket, device)
+        broadcast_bucket(group, None, device)
+        del group
+        return {"rank": rank, "checksum": sent.checksum, "num_buckets": len(sent.checksums), "bytes": sent.nbytes}

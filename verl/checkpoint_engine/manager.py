@@ -1,0 +1,146 @@
+"""``CheckpointEngineManager``: the trainers' one call to publish a new weight version to every rollout replica.
+
+It picks the backend by name, runs it, and refuses to return unless every replica reports the version and the
+trainer's checksum: a replica silently serving other weights would corrupt the off-policy bookkeeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from verl.checkpoint_engine.base import WeightSyncRequest, get_checkpoint_engine_cls
+from verl.checkpoint_engine.buckets import megabytes_to_bytes
+
+__all__ = ["CheckpointEngineManager", "WeightSyncError", "call_trainer_ranks"]
+
+
+class WeightSyncError(RuntimeError):
+    """One or more replicas failed to load a version or loaded different bytes; ``failures`` maps name -> reason."""
+
+    def __init__(self, message: str, failures: dict[str, str]):
+        super().__init__(message)
+        self.failures = failures
+
+
+def call_trainer_ranks(trainer: Any, request: WeightSyncRequest, timeout_s: float) -> list[Any]:
+    """Run ``send_weights(request)`` on every trainer rank and return the per-rank results.
+
+    ``trainer`` may be a worker group (its ``send_weights`` is registered ``Dispatch.ONE_TO_ALL`` and returns a
+    list), a Ray actor handle, a list of actor handles, or a plain object in this process.
+    """
+    import ray
+
+    handles = trainer if isinstance(trainer, (list, tuple)) else [trainer]
+    if all(isinstance(h, ray.actor.ActorHandle) for h in handles):
+        results: Any = [h.send_weights.remote(request) for h in handles]
+    else:
+        method = getattr(trainer, "send_weights", None)
+        if method is None:
+            raise TypeError(
+                f"checkpoint engine: trainer {type(trainer).__name__} has no send_weights(request) method; expose "
+                "one that calls verl.checkpoint_engine.send_weights on every rank"
+            )
+        results = method(request)
+    if not isinstance(results, list):
+        results = [results]
+    refs = [i for i, r in enumerate(results) if isinstance(r, ray.ObjectRef)]
+    if refs:
+        fetched = ray.get([results[i] for i in refs], timeout=timeout_s)
+        for i, value in zip(refs, fetched):
+            results[i] = value
+    return results
+
+
+class CheckpointEngineManager:
+    """Push trainer weights to rollout replicas through one checkpoint-engine backend.
+
+    Args:
+        backend: ``naive`` | ``ray`` | ``collective`` (or any registered name).
+        trainer: what holds the weights: a worker group / actor handle(s) / object exposing ``send_weights``.
+        replicas: standalone replicas (list -> named ``replica0``..., or a name -> replica mapping); none for
+            ``naive``, whose engines live inside the trainer workers.
+        bucket_megabytes: ``rollout.update_weights_bucket_megabytes``: the bound on one bucket.
+        dtype: cast weights to the rollout's dtype before sending (and hash in it); None keeps the trainer's.
+        timeout_s: limit on every wait of an update.
+        **options: backend options (``max_inflight_buckets`` for ray, ``device`` for collective).
+    """
+
+    def __init__(self, backend: str, trainer: Any, replicas: Sequence[Any] | Mapping[str, Any] | None = None,
+                 bucket_megabytes: float = 512, dtype: str | torch.dtype | None = None, timeout_s: float = 600.0,
+                 **options: Any) -> None:
+        engine_cls = get_checkpoint_engine_cls(backend)
+        self.backend = backend
+        self.trainer = trainer
+        if replicas is None:
+            self.replicas: dict[str, Any] = {}
+        elif isinstance(replicas, Mapping):
+            self.replicas = dict(replicas)
+        else:
+            self.replicas = {f"replica{i}": r for i, r in enumerate(replicas)}
+        self.engine = engine_cls(megabytes_to_bytes(bucket_megabytes), dtype=dtype, timeout_s=timeout_s, **options)
+        self.last_metrics: dict[str, float] = {}
+
+    @classmethod
+    def from_config(cls, rollout_config: Any, trainer: Any, replicas: Sequence[Any] | Mapping[str, Any] | None = None,
+                    **overrides: Any) -> CheckpointEngineManager:
+        """Build from ``rollout`` config: ``checkpoint_engine.backend``, ``checkpoint_engine.timeout_s`` and
+        ``update_weights_bucket_megabytes`` (``checkpoint_engine.bucket_megabytes`` when set)."""
+        engine_cfg = getattr(rollout_config, "checkpoint_engine", None)
+        kwargs: dict[str, Any] = {
+            "backend": getattr(engine_cfg, "backend", None) or "naive",
+            "bucket_megabytes": getattr(engine_cfg, "bucket_megabytes", None)
+            or getattr(rollout_config, "update_weights_bucket_megabytes", None) or 512,
+            "timeout_s": getattr(engine_cfg, "timeout_s", None) or 600.0,
+        }
+        kwargs.update(overrides)
+        return cls(trainer=trainer, replicas=replicas, **kwargs)
+
+    def update_weights(self, version: int) -> dict[str, Any]:
+        """Publish ``version``; return ``{version, checksum, replicas: {name: {version, checksum}}, metrics}``.
+
+        Raises:
+            WeightSyncError: a replica failed, reported another version, or a checksum differs from the
+                trainer's; every such replica is named with its reason.
+        """
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise ValueError(f"update_weights: version must be an int, got {version!r}")
+        start = time.perf_counter()
+        trainer, replicas = self.engine.sync(
+            lambda request: call_trainer_ranks(self.trainer, request, self.engine.timeout_s), self.replicas, version
+        )
+        elapsed = time.perf_counter() - start
+        expected = trainer["checksum"]
+        failures: dict[str, str] = {}
+        for name, report in replicas.items():
+            if report.get("error"):
+                failures[name] = f"failed: {report['error']}"
+            elif report.get("version") != version:
+                failures[name] = f"reports version {report.get('version')!r}, expected {version}"
+            elif report.get("checksum") != expected:
+                failures[name] = (
+                    f"checksum {report.get('checksum')} differs from the trainer's {expected} (it loaded other bytes: "
+                    "a dtype differing from the checkpoint engine's dtype, or a different model)"
+                )
+        if failures:
+            detail = "; ".join(f"replica {name!r} {why}" for name, why in failures.items())
+            raise WeightSyncError(f"checkpoint engine {self.backend!r}, version {version}: {detail}", failures)
+        self.last_metrics = {
+            "timing_s/update_weights": elapsed,
+            "checkpoint_engine/num_buckets": float(trainer.get("num_buckets", 0)),
+            "checkpoint_engine/megabytes": trainer.get("bytes", 0) / (1 << 20),
+        }
+        return {
+            "version": version,
+            "checksum": expected,
+            "replicas": {n: {"version": r["version"], "checksum": r["checksum"]} for n, r in replicas.items()},
+            "metrics": dict(self.last_metrics),
+        }
+
+    async def update_weights_async(self, version: int) -> dict[str, Any]:
+        """``update_weights`` off the event loop (it blocks on trainer and replica calls)."""
+        return await asyncio.to_thread(self.update_weights, version)
