@@ -8,6 +8,14 @@ import pytest
 TESTS_ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
+def pytest_configure(config):
+    """One torch thread per test process: tests run beside Ray workers on 2 cores, and oversubscribed
+    threads made tiny-model steps an order of magnitude slower."""
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("VERL_TEST_TORCH_THREADS", "1")))
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
 

@@ -136,7 +136,9 @@ class CheckpointEngine(abc.ABC):
     def __init__(self, bucket_bytes: int, dtype: str | torch.dtype | None = None, timeout_s: float = 600.0,
                  **options: Any) -> None:
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
-            raise ValueError(f"checkpoint engine {self.name!r}: bucket_bytes must be a positive int, got {bucket_bytes!r}")
+            raise ValueError(
+                f"checkpoint engine {self.name!r}: bucket_bytes must be a positive int, got {bucket_bytes!r}"
+            )
         if timeout_s <= 0:
             raise ValueError(f"rollout.checkpoint_engine.timeout_s must be > 0, got {timeout_s!r}")
         self.bucket_bytes = bucket_bytes

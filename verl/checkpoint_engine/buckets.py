@@ -83,7 +83,9 @@ def iter_named_weights(
             continue
         name = normalize_weight_name(key)
         if name in seen_names:
-            raise ValueError(f"checkpoint engine: state-dict keys {seen_names[name]!r} and {key!r} both map to {name!r}")
+            raise ValueError(
+                f"checkpoint engine: state-dict keys {seen_names[name]!r} and {key!r} both map to {name!r}"
+            )
         seen_names[name] = key
         if id(value) in seen_tensors:
             continue

@@ -171,7 +171,24 @@ class CollectiveCheckpointEngine(CheckpointEngine):
                 "world_size": 1 + len(actors), "device": self.options["device"], "timeout_s": self.timeout_s}
         receivers = {name: actor.__ray_call__.remote(_receive_on_replica, spec, i + 1, int(version))
                      for i, (name, actor) in enumerate(actors.items())}
-        reports = call_trainer(self.make_request(version, spec))
+        try:
+            reports = call_trainer(self.make_request(version, spec))
+        except Exception as exc:
+            # a replica that could not join leaves the trainer waiting for the group: name it, not just the wait
+            done, _ = ray.wait(list(receivers.values()), num_returns=len(receivers), timeout=1.0)
+            failed = []
+            for name, ref in receivers.items():
+                if ref in done:
+                    try:
+                        ray.get(ref)
+                    except Exception as replica_exc:  # noqa: BLE001
+                        failed.append(f"replica {name!r}: {type(replica_exc).__name__}: {replica_exc}")
+            if failed:
+                raise RuntimeError(
+                    f"checkpoint engine 'collective', version {version}: trainer could not broadcast because "
+                    + "; ".join(failed)
+                ) from exc
+            raise
         trainer = next((r for r in reports if r is not None), None)
         if trainer is None:
             raise RuntimeError("checkpoint engine 'collective': trainer rank 0 returned no report")

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 from verl.base_config import ConfigError
 from verl.trainer.sft.config import SFTConfig, build_sft_config
+from verl.trainer.sft.dataset import SFTDataError
 
 __all__ = ["main", "run_sft"]
 
@@ -34,10 +35,9 @@ def main(config: DictConfig) -> None:
         sys.exit(2)
     try:
         run_sft(typed)
-    except (ConfigError, FileNotFoundError, KeyError, TypeError) as exc:
-        # Bad input discovered while loading data or the model: one clear line instead of a traceback.
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"error: {message}", file=sys.stderr)
+    except (ConfigError, FileNotFoundError, SFTDataError) as exc:
+        # Bad input found while loading data or the model: one clear line instead of a traceback.
+        print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
 
 

@@ -4,6 +4,7 @@ and the batch plan. See docs/config.md."""
 from verl.trainer.config.algo_config import AlgoConfig, KLControlConfig, RolloutCorrectionConfig
 from verl.trainer.config.async_config import AsyncTrainingConfig
 from verl.trainer.config.batch_plan import compute_batch_plan, format_batch_plan
+from verl.trainer.config.compose import compose_ppo_config, default_ppo_config
 from verl.trainer.config.data_config import CustomClsConfig, DataConfig, SamplerConfig
 from verl.trainer.config.legacy import translate_legacy_config, translate_legacy_overrides
 from verl.trainer.config.ppo_config import GROUPS, PPOConfig, build_ppo_config
@@ -21,7 +22,9 @@ __all__ = [
     "SamplerConfig",
     "TrainerConfig",
     "build_ppo_config",
+    "compose_ppo_config",
     "compute_batch_plan",
+    "default_ppo_config",
     "format_batch_plan",
     "translate_legacy_config",
     "translate_legacy_overrides",

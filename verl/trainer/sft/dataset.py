@@ -21,14 +21,18 @@ from torch.utils.data import Dataset
 from verl.trainer.sft.config import TRUNCATION_MODES
 from verl.utils.torch_functional import compute_position_id_with_mask
 
-__all__ = ["SFTDataset", "read_prompt_response_columns"]
+__all__ = ["SFTDataError", "SFTDataset", "read_prompt_response_columns"]
+
+
+class SFTDataError(ValueError):
+    """A data problem the user must fix (missing column, wrong row type, too long a row); names file/row/key."""
 
 
 def _read_column(path: str, table: Any, dotted_key: str, config_key: str) -> list[Any]:
     """Values of ``dotted_key`` (``col`` or ``col.field.sub``) for every row of ``table``, read from ``path``."""
     top, *rest = dotted_key.split(".")
     if top not in table.column_names:
-        raise KeyError(
+        raise SFTDataError(
             f"{config_key}={dotted_key!r}: parquet file {path} has no column {top!r}; "
             f"its columns are {table.column_names}"
         )
@@ -41,7 +45,7 @@ def _read_column(path: str, table: Any, dotted_key: str, config_key: str) -> lis
             if not isinstance(value, dict) or name not in value:
                 where = ".".join([top, *rest[:depth]])
                 found = sorted(value) if isinstance(value, dict) else type(value).__name__
-                raise KeyError(
+                raise SFTDataError(
                     f"{config_key}={dotted_key!r}: row {row} of {path} has no field {name!r} under {where!r} "
                     f"(found {found})"
                 )
@@ -68,7 +72,7 @@ def read_prompt_response_columns(
         prompts += _read_column(path, table, prompt_key, "data.prompt_key")
         responses += _read_column(path, table, response_key, "data.response_key")
     if not prompts:
-        raise ValueError(f"{files_key}: the parquet file(s) {list(files)} hold no rows")
+        raise SFTDataError(f"{files_key}: the parquet file(s) {list(files)} hold no rows")
     return prompts, responses
 
 
@@ -77,7 +81,7 @@ def _as_messages(prompt: Any, row: int, prompt_key: str) -> list[dict[str, Any]]
         return [{"role": "user", "content": prompt}]
     if isinstance(prompt, Sequence) and prompt and all(isinstance(m, dict) and "role" in m for m in prompt):
         return list(prompt)
-    raise TypeError(
+    raise SFTDataError(
         f"data.prompt_key={prompt_key!r}: row {row} holds {type(prompt).__name__} {prompt!r:.80}; expected a string "
         "or a non-empty list of chat messages ({'role': ..., 'content': ...})"
     )
@@ -88,7 +92,7 @@ def _as_text(response: Any, row: int, response_key: str) -> str:
         return response
     if isinstance(response, int | float) and not isinstance(response, bool):
         return str(response)
-    raise TypeError(
+    raise SFTDataError(
         f"data.response_key={response_key!r}: row {row} holds {type(response).__name__} {response!r:.80}; "
         "expected a string"
     )
@@ -138,7 +142,7 @@ class SFTDataset(Dataset):
         is_response = [0] * len(prompt_ids) + [1] * len(response_ids)
         if len(ids) > self.max_length:
             if self.truncation == "error":
-                raise ValueError(
+                raise SFTDataError(
                     f"row {index}: prompt ({len(prompt_ids)} tokens) + response ({len(response_ids)} tokens) is longer "
                     f"than data.max_length={self.max_length}; raise max_length or set data.truncation=left|right"
                 )

@@ -44,6 +44,8 @@ class DataParallelPPOActor(BasePPOActor):
     ``loss_agg_mode``, ``policy_loss.loss_mode`` (plus what the policy loss reads,
     e.g. ``clip_ratio*``), ``entropy_coeff``, ``use_kl_loss``, ``kl_loss_coef``,
     ``kl_loss_type``, ``log_prob_*`` defaults and ``use_remove_padding``.
+    ``use_remove_padding`` is also a public attribute: ActorConfig has no such
+    field, so the worker sets ``actor.use_remove_padding = model.use_remove_padding``.
     """
 
     def __init__(self, config: Any, actor_module: nn.Module, actor_optimizer: torch.optim.Optimizer | None = None):
