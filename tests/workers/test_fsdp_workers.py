@@ -7,10 +7,10 @@ test can compare them; tests run in file order and build on the previous state.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
-import ray
 import torch
 from omegaconf import OmegaConf
 
@@ -227,6 +227,27 @@ def test_update_rollout_weights_syncs_engine_with_actor(groups):
     mask = out.batch["response_mask"].bool()
     actor_lp = two.compute_log_prob(out).batch["old_log_probs"]
     torch.testing.assert_close(out.batch["rollout_log_probs"][mask], actor_lp[mask], atol=1e-4, rtol=1e-4)
+
+
+def test_worker_replicas_serve_token_requests_concurrently(groups):
+    from verl.workers.fsdp.worker_replica import replicas_of
+
+    _, two = groups
+    replicas = replicas_of(two)
+    prompt = make_prompts(1, seed=8).batch["input_ids"][0].tolist()
+    greedy = {"max_tokens": 4, "do_sample": False, "logprobs": True}
+
+    async def run():
+        await replicas[1].sleep()
+        await replicas[1].wake_up()
+        outs = await asyncio.gather(*[replicas[i % 2].generate(prompt, greedy, f"req-{i}") for i in range(4)])
+        return outs, [await r.get_version() for r in replicas]
+
+    outs, versions = asyncio.run(run())
+    assert versions == [7, 7]
+    assert all(1 <= len(o.token_ids) <= 4 and len(o.log_probs) == len(o.token_ids) for o in outs)
+    # same weights on both ranks, greedy decoding: every replica answers the same
+    assert all(o.token_ids == outs[0].token_ids for o in outs)
 
 
 def test_missing_model_path_fails_naming_the_path(ray_cluster, tmp_path):

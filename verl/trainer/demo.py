@@ -14,7 +14,7 @@ from pathlib import Path
 from verl.utils.tiny_model import default_cache_dir
 
 DEMO_TASK = "target_digit"
-DEMO_STEPS = 120
+DEMO_STEPS = 200
 CURVE_WINDOW = 10
 BAR_WIDTH = 40
 

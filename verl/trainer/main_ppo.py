@@ -30,11 +30,15 @@ _INFO_TOPICS = {"all", "config", "defaults", "defaults-tree", "plugins", "search
 
 # Flattened keys the user set on the command line (they win over legacy blocks in YAML files).
 _EXPLICIT_KEYS: set[str] = set()
+# True when started with no arguments at all: the built-in demo (verl.trainer.demo).
+_DEMO_MODE = False
 
 
-def run_ppo(config: DictConfig) -> None:
-    """Start Ray, build the resource pools and workers, and train. Lands with the PPO trainer issue."""
-    raise NotImplementedError("run_ppo: the trainer is not built yet (it lands with the PPO trainer issue)")
+def run_ppo(config: DictConfig) -> str:
+    """Start or join Ray, build the resource pools and workers, and train; returns the run folder."""
+    from verl.trainer.ppo.task_runner import run_ppo as _run_ppo
+
+    return _run_ppo(config)
 
 
 def resolve_config(config: DictConfig, explicit_keys: Sequence[str] = ()) -> tuple[DictConfig, PPOConfig]:
@@ -58,7 +62,11 @@ def _hydra_main(config: DictConfig) -> None:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
     print(format_batch_plan(compute_batch_plan(typed)), flush=True)
-    run_ppo(config)
+    run_dir = run_ppo(config)
+    if _DEMO_MODE:
+        from verl.trainer.demo import format_reward_curve
+
+        print(format_reward_curve(run_dir), flush=True)
 
 
 def _split_argv(argv: Sequence[str]) -> tuple[list[str], list[str], dict[str, str]]:
@@ -109,7 +117,14 @@ def _print_job_config(values: dict[str, str], overrides: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Translate legacy overrides in ``argv`` (default ``sys.argv[1:]``), then run Hydra."""
+    global _DEMO_MODE
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        from verl.trainer.demo import demo_overrides
+
+        _DEMO_MODE = True
+        argv = demo_overrides()
+        print("no arguments: running the built-in demo (GRPO on the target-digit task, tiny model, CPU)", flush=True)
     flags, overrides, values = _split_argv(argv)
     try:
         overrides, _ = translate_legacy_overrides(overrides)

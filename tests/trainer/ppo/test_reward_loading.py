@@ -11,13 +11,13 @@ from verl.trainer.ppo.reward import CustomRewardFn, compute_reward, get_custom_r
 from verl.workers.config import RewardConfig
 from verl.workers.reward_manager import BatchRewardManager, DAPORewardManager, NaiveRewardManager
 
-USER_FILE = '''
+USER_FILE = """
 def my_score(data_source, solution_str, ground_truth, extra_info=None, scale=1.0):
     return scale * float(solution_str == ground_truth)
 
 
 NOT_CALLABLE = 3
-'''
+"""
 
 
 @pytest.fixture
@@ -124,7 +124,11 @@ def test_compute_reward_returns_tensor_extra_and_metrics():
         tensor = torch.ones(len(batch), 3)
         if not return_dict:
             return tensor
-        return {"reward_tensor": tensor, "reward_extra_info": {"acc": [1, 0]}, "reward_metrics": {"reward/num_failed": 1.0}}
+        return {
+            "reward_tensor": tensor,
+            "reward_extra_info": {"acc": [1, 0]},
+            "reward_metrics": {"reward/num_failed": 1.0},
+        }
 
     tensor, extra = compute_reward(data, manager)
     assert tensor.shape == (2, 3) and extra == {"acc": [1, 0]}

@@ -228,7 +228,7 @@ def test_registry():
         REWARD_MANAGER_REGISTRY.pop("test_only_manager")
 
 
-SCORING_FILE = '''
+SCORING_FILE = """
 import time
 
 
@@ -238,7 +238,7 @@ def score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
     if solution_str == "8":
         time.sleep(30)
     return float(solution_str == ground_truth) + bonus
-'''
+"""
 
 
 def test_process_pool_failures_timeouts_and_reuse(tokenizer, tmp_path, caplog):

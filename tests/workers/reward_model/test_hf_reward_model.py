@@ -32,9 +32,9 @@ def rm(rm_dir):
 def make_batch(tokenizer, questions, answers):
     messages = [[{"role": "user", "content": q}] for q in questions]
     prompt_rows = [
-        tokenizer(tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False), add_special_tokens=False)[
-            "input_ids"
-        ]
+        tokenizer(
+            tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False), add_special_tokens=False
+        )["input_ids"]
         for m in messages
     ]
     response_rows = [tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for a in answers]
@@ -119,3 +119,21 @@ def test_reward_manager_uses_rm_scores(rm):
 def test_missing_checkpoint_names_path(tmp_path):
     with pytest.raises(FileNotFoundError, match=str(tmp_path / "no_rm")):
         HFRewardModel(tmp_path / "no_rm")
+
+
+def test_from_reward_config(rm_dir):
+    from verl.workers.config import RewardModelConfig, RewardModelPathConfig
+
+    config = RewardModelConfig(
+        enable=True,
+        model=RewardModelPathConfig(path=str(rm_dir), input_tokenizer=str(rm_dir)),
+        micro_batch_size_per_gpu=3,
+    )
+    scorer = HFRewardModel.from_config(config)
+    assert scorer.micro_batch_size == 3 and scorer.input_tokenizer is not None
+    assert (
+        HFRewardModel.from_config(RewardModelConfig(model=RewardModelPathConfig(path=str(rm_dir)))).input_tokenizer
+        is None
+    )
+    with pytest.raises(ValueError, match="reward.reward_model.model.path"):
+        HFRewardModel.from_config(RewardModelConfig())

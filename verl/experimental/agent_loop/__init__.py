@@ -1,0 +1,42 @@
+"""Agent loops: prompts in, token-level trajectories out, talking token-in-token-out to the rollout replicas.
+
+See docs/agent_loop.md. Public names: AgentLoopManager, AgentLoopWorker, AgentLoopBase, AgentLoopOutput,
+AgentLoopMetrics, AsyncLLMServerManager, SingleTurnAgentLoop, register, get_agent_loop_class.
+"""
+
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
+from verl.experimental.agent_loop.manager import AgentLoopManager
+from verl.experimental.agent_loop.registry import (
+    get_agent_loop_class,
+    list_agent_loops,
+    load_agent_loop_config,
+    register,
+)
+from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager
+from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+from verl.experimental.agent_loop.worker import AgentLoopWorker
+
+__all__ = [
+    "AgentLoopBase",
+    "AgentLoopManager",
+    "AgentLoopMetrics",
+    "AgentLoopOutput",
+    "AgentLoopWorker",
+    "AsyncLLMServerManager",
+    "SingleTurnAgentLoop",
+    "get_agent_loop_class",
+    "list_agent_loops",
+    "load_agent_loop_config",
+    "register",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The tool loop lives in its own module (and pulls in the tools package): import it only when asked for.
+    if name == "ToolAgentLoop":
+        from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
+
+        return ToolAgentLoop
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

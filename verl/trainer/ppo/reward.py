@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,6 +59,10 @@ class CustomRewardFn:
             self._fn = fn
         return self._fn
 
+    def warm_up(self) -> None:
+        """Import the file now (scoring processes call this before taking work)."""
+        self.fn  # noqa: B018
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **{**self.kwargs, **kwargs})
 
@@ -101,8 +106,12 @@ def get_custom_reward_fn(config: Any) -> CustomRewardFn | None:
         return None
     name = _section(section, "name") or "compute_score"
     kwargs = _section(section, "reward_kwargs") or {}
-    fn = CustomRewardFn(str(path), str(name), dict(kwargs))
-    fn.fn  # noqa: B018 -- import now: errors belong at start-up, not in a scoring process
+    path = str(path)
+    if os.path.isfile(os.path.expanduser(path)):
+        # Absolute, so scoring processes find it even if the driver changes directory later.
+        path = os.path.abspath(os.path.expanduser(path))
+    fn = CustomRewardFn(path, str(name), dict(kwargs))
+    fn.warm_up()  # import now: errors belong at start-up, not in a scoring process
     logger.info("using custom reward function %r from %s", name, path)
     return fn
 

@@ -294,6 +294,48 @@ class ActorRolloutRefWorker(Worker):
     def get_rollout_version(self) -> int:
         return self._require("rollout", "get_rollout_version").get_version()
 
+    # ------------------------------------------------------------------ token-level server contract
+    # Called on one worker's actor handle (``group.workers[i].generate.remote(...)``), e.g. by agent loops through
+    # WorkerRolloutReplica. Being ``async`` makes the worker an async Ray actor: these calls overlap with each other
+    # (the engine batches them) while the synchronous training methods above still run one at a time.
+
+    @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
+    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> Any:
+        rollout = self._require("rollout", "generate")
+        return await rollout.run_async(rollout.replica.generate(prompt_ids, sampling_params, request_id),
+                                       f"generate({request_id})")
+
+    @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
+    async def abort_all(self) -> None:
+        rollout = self._require("rollout", "abort_all")
+        await rollout.run_async(rollout.replica.abort_all(), "abort_all")
+
+    @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
+    async def resume(self) -> None:
+        rollout = self._require("rollout", "resume")
+        await rollout.run_async(rollout.replica.resume(), "resume")
+
+    @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
+    async def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
+        rollout = self._require("rollout", "update_weights")
+        return await rollout.run_async(rollout.replica.update_weights(list(named_tensors), int(version)),
+                                       "update_weights")
+
+    @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
+    async def sleep(self) -> None:
+        rollout = self._require("rollout", "sleep")
+        await rollout.run_async(rollout.replica.sleep(), "sleep")
+
+    @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
+    async def wake_up(self) -> None:
+        rollout = self._require("rollout", "wake_up")
+        await rollout.run_async(rollout.replica.wake_up(), "wake_up")
+
+    @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
+    async def get_version(self) -> int:
+        rollout = self._require("rollout", "get_version")
+        return int(await rollout.run_async(rollout.replica.get_version(), "get_version"))
+
     # ------------------------------------------------------------------ checkpoints
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -38,6 +38,14 @@ class AsyncLoopThread:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
+    async def run_async(self, coro: Coroutine, timeout_s: float | None, what: str) -> Any:
+        """Await ``coro`` on the private loop from another running loop (e.g. Ray's), without blocking it."""
+        future = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+        try:
+            return await asyncio.wait_for(future, timeout=timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"hybrid rollout: {what} did not finish within {timeout_s}s") from None
+
     def run(self, coro: Coroutine, timeout_s: float | None, what: str) -> Any:
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
@@ -94,6 +102,9 @@ class HybridRollout:
 
     def run(self, coro: Coroutine, what: str) -> Any:
         return self.loop.run(coro, self.call_timeout_s, what)
+
+    async def run_async(self, coro: Coroutine, what: str) -> Any:
+        return await self.loop.run_async(coro, self.call_timeout_s, what)
 
     # ------------------------------------------------------------------ generation
 

@@ -21,6 +21,7 @@ import logging
 import multiprocessing
 import pickle
 import sys
+import threading
 import time
 import traceback
 import types
@@ -35,6 +36,9 @@ __all__ = ["RewardRunner", "ScoreOutcome"]
 logger = logging.getLogger(__name__)
 
 _PRELOAD = ["verl.workers.reward_manager.runner", "verl.utils.reward_score"]
+_READY = "ready"
+# A worker that has not reported ready by then is broken (e.g. its interpreter cannot import verl).
+STARTUP_TIMEOUT_S = 300.0
 _CONTEXT: Any = None
 
 
@@ -74,7 +78,18 @@ def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[bool, Any]:
 
 
 def _worker_main(conn: Connection, fn: Callable[..., Any]) -> None:
-    """Worker loop: receive ``(index, kwargs)``, send ``(index, ok, value_or_error)``; ``None`` stops it."""
+    """Worker loop: receive ``(index, kwargs)``, send ``(index, ok, value_or_error)``; ``None`` stops it.
+
+    Before the loop the worker imports what the function needs (``fn.warm_up()`` when it has one) and reports ready,
+    so start-up time never counts against the first sample's timeout.
+    """
+    warm_up = getattr(fn, "warm_up", None)
+    if callable(warm_up):
+        try:
+            warm_up()
+        except Exception:  # the same error comes back, per sample, from the calls
+            pass
+    conn.send(_READY)
     while True:
         try:
             message = conn.recv()
@@ -119,6 +134,20 @@ class _Worker:
         self.conn: Connection = parent
         self.job: int | None = None
         self.started = 0.0
+
+    def wait_ready(self) -> None:
+        if not self.conn.poll(STARTUP_TIMEOUT_S):
+            self.kill()
+            raise TimeoutError(f"reward worker process did not report ready within {STARTUP_TIMEOUT_S:g} s")
+        try:
+            message = self.conn.recv()
+        except EOFError:
+            self.process.join(timeout=1)
+            raise RuntimeError(
+                f"reward worker process exited while starting (exit code {self.process.exitcode})"
+            ) from None
+        if message != _READY:
+            raise RuntimeError(f"reward worker process sent {message!r} instead of {_READY!r}")
 
     def submit(self, index: int, kwargs: dict[str, Any]) -> None:
         self.conn.send((index, kwargs))
@@ -168,6 +197,7 @@ class RewardRunner:
         self.num_workers = num_workers
         self.timeout_s = timeout_s
         self._workers: list[_Worker] = []
+        self._lock = threading.Lock()  # one batch at a time: workers hold one job each
 
     def __enter__(self) -> RewardRunner:
         return self
@@ -191,10 +221,11 @@ class RewardRunner:
     def run(self, jobs: list[dict[str, Any]], describe: Callable[[int], str] | None = None) -> list[ScoreOutcome]:
         """One outcome per job, in order. Each failing job is logged once, named by ``describe(index)``
         (default ``"sample <index>"``)."""
-        if self.num_workers == 0 or not jobs:
-            outcomes = [self._run_inline(kwargs) for kwargs in jobs]
-        else:
-            outcomes = self._run_pool(jobs)
+        with self._lock:
+            if self.num_workers == 0 or not jobs:
+                outcomes = [self._run_inline(kwargs) for kwargs in jobs]
+            else:
+                outcomes = self._run_pool(jobs)
         for index, outcome in enumerate(outcomes):
             if not outcome.ok:
                 name = describe(index) if describe is not None else f"sample {index}"
@@ -207,12 +238,15 @@ class RewardRunner:
 
     def _start_workers(self, count: int) -> None:
         ctx = _context()
-        while len(self._workers) < count:
-            self._workers.append(_Worker(ctx, self.fn, self._needs_main))
+        fresh = [_Worker(ctx, self.fn, self._needs_main) for _ in range(count - len(self._workers))]
+        for worker in fresh:
+            worker.wait_ready()
+        self._workers.extend(fresh)
 
     def _replace(self, worker: _Worker) -> _Worker:
         worker.kill()
         fresh = _Worker(_context(), self.fn, self._needs_main)
+        fresh.wait_ready()
         self._workers[self._workers.index(worker)] = fresh
         return fresh
 

@@ -81,6 +81,27 @@ class HFRewardModel:
         self.micro_batch_size = micro_batch_size
         self.max_length = max_length
 
+    @classmethod
+    def from_config(cls, config: Any, *, device: str | torch.device = "cpu") -> HFRewardModel:
+        """Build from ``reward.reward_model``: ``model.path``, ``model.input_tokenizer`` (the policy tokenizer's path;
+        set it when that tokenizer differs from the reward model's), ``micro_batch_size_per_gpu``, ``max_length``."""
+        from transformers import AutoTokenizer
+
+        model_cfg = config.get("model") or {}
+        path = model_cfg.get("path")
+        if not path:
+            raise ValueError("reward.reward_model.model.path must name the reward model checkpoint")
+        trust = bool(model_cfg.get("trust_remote_code", False))
+        input_tokenizer = model_cfg.get("input_tokenizer")
+        return cls(
+            path,
+            AutoTokenizer.from_pretrained(input_tokenizer, trust_remote_code=trust) if input_tokenizer else None,
+            device=device,
+            micro_batch_size=config.get("micro_batch_size_per_gpu") or 8,
+            max_length=config.get("max_length"),
+            trust_remote_code=trust,
+        )
+
     # --------------------------------------------------------------------------------------------- forward
 
     @torch.no_grad()

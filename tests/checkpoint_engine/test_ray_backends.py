@@ -1,0 +1,121 @@
+"""``ray`` and ``collective`` backends: a trainer actor pushes perturbed weights to standalone replica actors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from _ckpt_helpers import TrainerActor, reference_greedy, rollout_config
+
+from verl.checkpoint_engine import (
+    CheckpointEngineManager,
+    WeightSyncError,
+    combine_bucket_checksums,
+    iter_weight_buckets,
+)
+from verl.utils.weight_checksum import weight_checksum
+from verl.workers.rollout import StandaloneReplica
+
+pytestmark = pytest.mark.ray
+
+PROMPTS = [[3, 4, 5], [7, 8], [10, 11, 12, 13]]
+BUCKET_MB = 0.01  # ~10 KB: the tiny model travels in a dozen buckets
+
+
+@pytest.fixture(scope="module")
+def actors(ray_cluster, tiny_model_dir):
+    import ray
+
+    trainer = ray.remote(TrainerActor).options(num_cpus=0).remote(str(tiny_model_dir))
+    replicas = {
+        name: StandaloneReplica(rollout_config(), str(tiny_model_dir), num_cpus=0, server_kwargs={"device": "cpu"},
+                                call_timeout_s=60)
+        for name in ("alpha", "beta")
+    }
+    yield trainer, replicas
+    for replica in replicas.values():
+        replica.kill()
+    ray.kill(trainer)
+
+
+def _generate_all(replicas, max_tokens=8):
+    async def run():
+        params = {"temperature": 0.0, "ignore_eos": True, "max_tokens": max_tokens}
+        found = {}
+        for name, replica in replicas.items():
+            outs = await asyncio.gather(*(replica.generate(p, params, f"{name}{i}") for i, p in enumerate(PROMPTS)))
+            found[name] = ([o.token_ids for o in outs], await replica.get_version())
+        return found
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize(("backend", "seed", "version"), [("ray", 11, 1), ("collective", 12, 2)])
+def test_update_reaches_every_replica_with_the_trainer_checksum(actors, tiny_lm, backend, seed, version):
+    import ray
+
+    trainer, replicas = actors
+    ray.get(trainer.perturb.remote(seed))
+    state = ray.get(trainer.state.remote())
+    manager = CheckpointEngineManager(backend, trainer, replicas, bucket_megabytes=BUCKET_MB, timeout_s=60)
+
+    result = manager.update_weights(version)
+
+    # the trainer's checksum is the one a third party computes over the same weights and buckets
+    expected = combine_bucket_checksums(
+        weight_checksum(b) for b in iter_weight_buckets(state.items(), manager.engine.bucket_bytes)
+    )
+    assert result["checksum"] == expected
+    assert result["replicas"] == {name: {"version": version, "checksum": expected} for name in replicas}
+    assert result["metrics"]["checkpoint_engine/num_buckets"] > 5
+    reference_model = _load(tiny_lm, state)
+    reference = [reference_greedy(reference_model, p, 8) for p in PROMPTS]
+    for name, (outputs, replica_version) in _generate_all(replicas).items():
+        assert replica_version == version, name
+        assert outputs == reference, name
+
+
+def _load(tiny_lm, state):
+    import copy
+
+    model = copy.deepcopy(tiny_lm)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+@pytest.mark.parametrize("backend", ["ray", "collective"])
+def test_a_replica_of_another_model_is_named(actors, tiny_model_dir, tmp_path, backend):
+    from verl.utils.tiny_model import build_tiny_model
+
+    trainer, replicas = actors
+    other = StandaloneReplica(rollout_config(), str(build_tiny_model(tmp_path / "wide", hidden_size=96)),
+                              num_cpus=0, server_kwargs={"device": "cpu"}, call_timeout_s=60)
+    try:
+        manager = CheckpointEngineManager(backend, trainer, {"alpha": replicas["alpha"], "odd": other},
+                                          bucket_megabytes=BUCKET_MB, timeout_s=60)
+        with pytest.raises(WeightSyncError, match=r"replica 'odd' failed: .*has shape") as info:
+            manager.update_weights(7)
+        assert list(info.value.failures) == ["odd"]  # the healthy replica still got its update
+    finally:
+        other.kill()
+
+
+def test_dtype_mismatch_and_a_dead_replica_are_named(actors, tiny_model_dir):
+    import ray
+
+    trainer, replicas = actors
+    half = StandaloneReplica(rollout_config(dtype="bfloat16"), str(tiny_model_dir), num_cpus=0,
+                             server_kwargs={"device": "cpu"}, call_timeout_s=60)
+    manager = CheckpointEngineManager("ray", trainer, {"beta": replicas["beta"], "half": half},
+                                      bucket_megabytes=BUCKET_MB, timeout_s=60)
+    with pytest.raises(WeightSyncError, match=r"replica 'half' checksum \w+ differs from the trainer's"):
+        manager.update_weights(8)
+    half.kill()
+    with pytest.raises(WeightSyncError, match=r"replica 'half' failed: .*Actor") as info:
+        manager.update_weights(9)
+    assert list(info.value.failures) == ["half"]
+    collective = CheckpointEngineManager("collective", trainer, {"half": half}, bucket_megabytes=BUCKET_MB,
+                                         timeout_s=5)
+    with pytest.raises(RuntimeError, match=r"replica 'half'"):
+        collective.update_weights(10)
+    assert ray.get(replicas["beta"].actor.get_version.remote()) == 9

@@ -1,0 +1,69 @@
+"""How the agent-loop layer reads the flattened trainer config: only the ``rollout``, ``model``, ``data`` and
+``reward`` groups (never ``actor_rollout_ref``), each converted to its typed dataclass so a bad value fails with its
+dotted key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl.workers.config import HFModelConfig, RewardConfig, RolloutConfig
+from verl.workers.fsdp.worker_config import has_group, read_group
+
+__all__ = [
+    "SAMPLING_META_KEYS",
+    "model_group",
+    "reward_group",
+    "reward_in_loop_enabled",
+    "rollout_group",
+    "sampling_params_for",
+]
+
+# meta_info keys the trainer sets (validation) that override the configured sampling parameters
+SAMPLING_META_KEYS = ("temperature", "top_p", "top_k", "do_sample")
+
+
+def rollout_group(config: Any) -> RolloutConfig:
+    if isinstance(config, RolloutConfig):
+        return config
+    return read_group(config, "rollout", RolloutConfig, required=True)
+
+
+def model_group(config: Any) -> HFModelConfig:
+    return read_group(config, "model", HFModelConfig, required=True)
+
+
+def reward_group(config: Any) -> RewardConfig:
+    return read_group(config, "reward", RewardConfig)
+
+
+def reward_in_loop_enabled(config: Any, override: bool | None = None) -> bool:
+    """Whether each trajectory is scored in the agent loop as it finishes.
+
+    ``override`` (the manager's ``reward_in_loop`` argument) wins; otherwise ``reward.launch_reward_fn_async`` turns
+    it on, unless a reward model is enabled (its worker writes ``rm_scores`` later in the step).
+    """
+    if override is not None:
+        return bool(override)
+    if not has_group(config, "reward"):
+        return False
+    reward = reward_group(config)
+    return bool(reward.launch_reward_fn_async) and not bool(reward.reward_model.enable)
+
+
+def sampling_params_for(rollout: RolloutConfig, meta_info: dict[str, Any]) -> dict[str, Any]:
+    """Per-request sampling parameters: the rollout config's, ``val_kwargs`` when ``meta_info['validate']``, then
+    explicit meta_info values (temperature, top_p, top_k, do_sample) as the trainer sets them."""
+    source = rollout.val_kwargs if meta_info.get("validate") else rollout
+    params: dict[str, Any] = {
+        "temperature": float(source.temperature),
+        "top_p": float(source.top_p),
+        "top_k": int(source.top_k),
+        "do_sample": bool(source.do_sample),
+        "max_tokens": int(rollout.response_length),
+        "logprobs": bool(rollout.calculate_log_probs),
+        "ignore_eos": bool(rollout.ignore_eos),
+    }
+    for key in SAMPLING_META_KEYS:
+        if meta_info.get(key) is not None:
+            params[key] = meta_info[key]
+    return params

@@ -1,0 +1,151 @@
+"""AsyncLLMServerManager: which rollout replica serves each request.
+
+- Least loaded: a new request goes to the live replica with the fewest requests in flight (ties: the one that
+  has served fewer requests so far), so a slow replica does not collect a queue while another idles.
+- Sticky: later turns of the same ``request_id`` (a multi-turn sample keeps its id) go back to the replica that
+  served the first turn, where its prefix is still warm. The id -> replica map is a bounded LRU.
+- Every request has a timeout naming the request and the replica.
+- A replica whose actor died is dropped and the request retried on a live one, so a lost replica costs time,
+  not samples.
+
+Replicas are anything with ``async generate(prompt_ids, sampling_params, request_id) -> TokenOutput``: a
+``StandaloneReplica``, a ``HybridReplica``, or a :class:`WorkerRankReplica` (one rank of a hybrid actor group).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from verl.workers.rollout.base import TokenOutput
+
+__all__ = ["AsyncLLMServerManager", "ReplicaDiedError", "RoutingStats", "is_replica_death"]
+
+logger = logging.getLogger(__name__)
+
+
+class ReplicaDiedError(RuntimeError):
+    """Raised by a replica handle when the process serving it is gone (retried elsewhere by the manager)."""
+
+
+def is_replica_death(exc: BaseException) -> bool:
+    """True for errors that mean "this replica's process is gone", as opposed to a bad request."""
+    if isinstance(exc, ReplicaDiedError):
+        return True
+    try:
+        import ray.exceptions as rex
+    except ImportError:  # pragma: no cover - ray is a dependency
+        return False
+    return isinstance(exc, rex.RayActorError | rex.ActorUnavailableError)
+
+
+@dataclass
+class RoutingStats:
+    """What the manager did, for tests and metrics."""
+
+    routed: list[int]  # requests sent to each replica (retries included)
+    in_flight: list[int]
+    sticky_hits: int
+    retries: int
+    dead: list[int]
+    sessions: int
+
+
+class AsyncLLMServerManager:
+    """Route generate calls over ``replicas``.
+
+    Args:
+        replicas: the replica handles, in a fixed order (their index names them in errors and stats).
+        max_sessions: bound of the sticky request_id -> replica LRU.
+        request_timeout_s: limit on one generate call (None: no limit).
+    """
+
+    def __init__(self, replicas: list[Any], *, max_sessions: int = 10000, request_timeout_s: float | None = 3600.0):
+        if not replicas:
+            raise ValueError("AsyncLLMServerManager needs at least one rollout replica")
+        if max_sessions < 1:
+            raise ValueError(f"AsyncLLMServerManager: max_sessions must be >= 1, got {max_sessions}")
+        self.replicas = list(replicas)
+        self.max_sessions = int(max_sessions)
+        self.request_timeout_s = request_timeout_s
+        self._in_flight = [0] * len(self.replicas)
+        self._routed = [0] * len(self.replicas)
+        self._dead: set[int] = set()
+        self._sessions: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._sticky_hits = 0
+        self._retries = 0
+
+    # ------------------------------------------------------------------ routing
+
+    def _live(self) -> list[int]:
+        return [i for i in range(len(self.replicas)) if i not in self._dead]
+
+    def _choose(self, request_id: str) -> int:
+        live = self._live()
+        if not live:
+            raise RuntimeError(
+                f"request {request_id}: every rollout replica has died ({len(self.replicas)} of "
+                f"{len(self.replicas)}); nothing left to route to"
+            )
+        index = self._sessions.get(request_id)
+        if index is not None and index not in self._dead:
+            self._sessions.move_to_end(request_id)
+            self._sticky_hits += 1
+            return index
+        index = min(live, key=lambda i: (self._in_flight[i], self._routed[i], i))
+        self._sessions[request_id] = index
+        self._sessions.move_to_end(request_id)
+        while len(self._sessions) > self.max_sessions:
+            self._sessions.popitem(last=False)
+        return index
+
+    def _mark_dead(self, index: int, request_id: str, exc: BaseException) -> None:
+        if index not in self._dead:
+            logger.warning("rollout replica %d died (seen by request %s): %r; routing around it", index,
+                           request_id, exc)
+        self._dead.add(index)
+        for rid in [rid for rid, i in self._sessions.items() if i == index]:
+            del self._sessions[rid]
+
+    # ------------------------------------------------------------------ public
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any]) -> TokenOutput:
+        """Generate on the chosen replica; retried on another one if that replica's process died."""
+        while True:
+            index = self._choose(request_id)
+            self._in_flight[index] += 1
+            self._routed[index] += 1
+            try:
+                call = self.replicas[index].generate(list(prompt_ids), dict(sampling_params), request_id)
+                if self.request_timeout_s is None:
+                    return await call
+                return await asyncio.wait_for(call, timeout=self.request_timeout_s)
+            except asyncio.TimeoutError:
+                raise TimeoutError(
+                    f"request {request_id}: rollout replica {index} gave no answer within {self.request_timeout_s:g}s"
+                ) from None
+            except Exception as exc:
+                if not is_replica_death(exc):
+                    raise
+                self._mark_dead(index, request_id, exc)
+                self._retries += 1
+                if not self._live():
+                    raise RuntimeError(
+                        f"request {request_id}: every rollout replica has died; last error from replica {index}: "
+                        f"{exc!r}"
+                    ) from exc
+            finally:
+                self._in_flight[index] -= 1
+
+    def stats(self) -> RoutingStats:
+        return RoutingStats(
+            routed=list(self._routed),
+            in_flight=list(self._in_flight),
+            sticky_hits=self._sticky_hits,
+            retries=self._retries,
+            dead=sorted(self._dead),
+            sessions=len(self._sessions),
+        )
