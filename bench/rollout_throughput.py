@@ -44,13 +44,13 @@ def make_workload(num_requests: int, vocab_size: int, lengths: str, max_len: int
     return prompts, response_lens
 
 
-def run_engine(model, prompts, response_lens, max_num_seqs: int, max_len: int) -> float:
+def run_engine(model, prompts, response_lens, max_num_seqs: int, max_len: int, min_admit_chunk=None) -> float:
     from verl.workers.rollout.hf.server import HFRolloutServer
 
     config = SimpleNamespace(
         prompt_length=64, response_length=max_len, max_num_seqs=max_num_seqs, calculate_log_probs=False
     )
-    server = HFRolloutServer(config, model=model, seed=0)
+    server = HFRolloutServer(config, model=model, seed=0, min_admit_chunk=min_admit_chunk)
 
     async def go():
         start = time.perf_counter()
@@ -119,6 +119,9 @@ def main(argv=None) -> dict:
         "--threads", type=int, default=1, help="torch threads (0 = leave as is); 1 keeps a shared CPU quiet"
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "rollout_throughput.json")
+    parser.add_argument(
+        "--sweep-admit", type=str, default="", help="comma list of min_admit_chunk values to time on 'mixed' (extra)"
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -173,6 +176,16 @@ def main(argv=None) -> dict:
                 "engine_vs_one_at_a_time": round(tps["engine"] / tps["one_at_a_time"], 2),
             }
         )
+    sweep = {}
+    if args.sweep_admit:
+        prompts, lens = make_workload(args.num_requests, vocab, "mixed", args.max_response_length, seed=0)
+        for chunk in [int(c) for c in args.sweep_admit.split(",")]:
+            best = min(
+                run_engine(model, prompts, lens, args.max_num_seqs, args.max_response_length, chunk)
+                for _ in range(args.repeats)
+            )
+            sweep[chunk] = round(sum(lens) / best, 1)
+        print("engine tokens/s on 'mixed' by min_admit_chunk:", sweep)
     result = {
         "benchmark": "rollout_throughput",
         "model": {"hidden_size": args.hidden_size, "num_layers": args.num_layers, "vocab_size": vocab},
@@ -185,6 +198,8 @@ def main(argv=None) -> dict:
         "machine": platform.machine(),
         "rows": rows,
     }
+    if sweep:
+        result["engine_tokens_per_s_by_min_admit_chunk"] = sweep
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(markdown_table(result))

@@ -30,6 +30,9 @@ from verl.trainer.ppo.roles import Role
 
 pytestmark = pytest.mark.ray
 
+# A broken test fails after this long instead of waiting the 30 min production default.
+CALL_TIMEOUT_S = 60.0
+
 
 def _dispatch_to_first_two(worker_group, value):
     # rank 0 and 1 get value and value + 1; other ranks get None
@@ -218,7 +221,8 @@ def pools(ray_cluster):
 
 @pytest.fixture(scope="module")
 def demo(pools):
-    wg = RayWorkerGroup(pools.get_resource_pool(Role.ActorRollout), RayClassWithInitArgs(DemoWorker, scale=10))
+    wg = RayWorkerGroup(pools.get_resource_pool(Role.ActorRollout), RayClassWithInitArgs(DemoWorker, scale=10),
+                        call_timeout_s=CALL_TIMEOUT_S)
     yield wg
     wg.shutdown()
 
@@ -229,7 +233,7 @@ def colocated(pools):
         "actor": RayClassWithInitArgs(ActorRole, lr=0.5),
         "critic": RayClassWithInitArgs(CriticRole, value_scale=2.0),
     })
-    wg = RayWorkerGroup(pools.get_resource_pool(Role.Critic), cls)
+    wg = RayWorkerGroup(pools.get_resource_pool(Role.Critic), cls, call_timeout_s=CALL_TIMEOUT_S)
     yield wg
     wg.shutdown()
 
@@ -327,7 +331,7 @@ def test_call_timeout_names_the_late_rank(demo):
         assert time.monotonic() - start < 2.5
         assert info.value.pending_ranks == [2]
     finally:
-        demo.call_timeout_s = 60.0
+        demo.call_timeout_s = CALL_TIMEOUT_S
     assert demo.scaled(0) == [0, 1, 2]  # waits for the slow call to drain, then works again
 
 

@@ -167,8 +167,6 @@ def test_wrong_type_fails_with_the_key():
          r"^data.train_batch_size: \(6\) x rollout.n \(1\) = 6 samples do not split evenly over the 4 trainer"),
         (["data.train_batch_size=8", "actor.ppo_mini_batch_size=3", "trainer.n_gpus_per_node=2"],
          r"^actor.ppo_mini_batch_size: \(3\) x rollout.n \(1\) = 3 samples do not split evenly over the 2"),
-        (["data.train_batch_size=8", "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size_per_gpu=3"],
-         r"^actor.ppo_micro_batch_size_per_gpu: \(3\) does not divide the 4 samples per rank"),
         (["actor.rollout_n=2"], r"^actor.rollout_n: \(2\) must equal rollout.n \(1\)"),
         (["actor.clip_ratio_c=0.5"], r"^actor.clip_ratio_c: must be > 1"),
         (["actor.loss_agg_mode=sum"], r"^actor.loss_agg_mode: must be one of"),

@@ -287,3 +287,25 @@ def test_accepts_the_real_rollout_config(tiny_causal_lm):
     server = HFRolloutServer(config, model=copy.deepcopy(tiny_causal_lm))
     out = asyncio.run(server.generate([3, 4, 5], {"temperature": 0.0, "ignore_eos": True}, "cfg"))
     assert len(out.token_ids) == 8 and len(out.log_probs) == 8  # response_length and calculate_log_probs apply
+
+
+def test_engine_failure_reaches_every_waiter_and_later_calls(make_server):
+    server = make_server()
+
+    def broken_forward(*args, **kwargs):
+        raise RuntimeError("boom in forward")
+
+    server.batch._forward = broken_forward
+
+    async def run():
+        return await asyncio.gather(
+            *[server.generate([3, 4], dict(GREEDY, max_tokens=4), f"f{i}") for i in range(3)],
+            return_exceptions=True,
+        )
+
+    errors = asyncio.run(run())
+    assert all(isinstance(e, RuntimeError) for e in errors)
+    assert {str(e).split(":")[0] for e in errors} == {"request f0", "request f1", "request f2"}
+    assert all("boom in forward" in str(e) for e in errors)
+    with pytest.raises(RuntimeError, match="hf rollout server failed earlier"):
+        asyncio.run(server.generate([3, 4], GREEDY, "after"))

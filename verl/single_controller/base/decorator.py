@@ -117,6 +117,9 @@ def _check_execute_mode(execute_mode: Any) -> None:
 
 def _materialize_futures(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """Resolve DataProtoFuture arguments inside the worker, so chained non-blocking calls receive real data."""
+    from verl.single_controller.base.future_args import resolve_future_slots
+
+    args, kwargs = resolve_future_slots(args, kwargs)
     try:
         from verl.protocol import DataProtoFuture
     except ImportError:  # protocol not importable: nothing can be a future

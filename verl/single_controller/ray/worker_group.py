@@ -10,6 +10,7 @@ from typing import Any
 import ray
 
 from verl.single_controller.base.decorator import get_register_attrs
+from verl.single_controller.base.future_args import lift_future_args
 from verl.single_controller.base.worker import BACKEND_ENV
 from verl.single_controller.base.worker_group import WorkerGroup
 from verl.single_controller.ray.class_with_init_args import RayClassWithInitArgs
@@ -150,6 +151,7 @@ class RayWorkerGroup(WorkerGroup):
             method = getattr(self._workers[rank], method_name)
         except AttributeError:
             raise AttributeError(f"{self.role} workers have no method {method_name!r}") from None
+        args, kwargs = lift_future_args(args, kwargs)
         return method.remote(*args, **kwargs)
 
     def _wait(self, method_name: str, handles: list, ranks: list[int]) -> list:

@@ -7,9 +7,9 @@ What is padded and what is refused:
 - samples per step that do not divide over the processes of a forward-only pass (generation, old/ref log-probs,
   values) are padded up and the padding dropped afterwards: that is exact;
 - a training update needs every rank to see the same number of real samples per mini-batch, so an uneven split over
-  the trainer processes is refused, naming the keys; so is a mini-batch larger than the batch, and a per-rank
-  mini-batch that the micro-batch size does not divide (gradient accumulation would weigh micro-batches unequally);
-- forward-only micro-batches may be uneven (the last one is smaller).
+  the trainer processes is refused, naming the keys; so is a mini-batch larger than the batch;
+- micro-batches may be uneven (the last one is smaller): gradient accumulation weighs each micro-batch by its share
+  of the mini-batch's tokens, so the update is the same; a micro size above the per-rank mini-batch means one.
 """
 
 from __future__ import annotations
@@ -122,15 +122,11 @@ def _update_plan(group: str, role: Any, cfg: PPOConfig, world: int) -> dict[str,
         out["micro_batch_size_per_gpu"] = None
         out["micro_batches_per_mini_batch"] = f"dynamic (<= {role.ppo_max_token_len_per_gpu} tokens each)"
         return out
-    micro = role.micro_batch_size_per_gpu(world) or per_rank
-    if per_rank % micro != 0:
-        raise ConfigError(
-            f"({micro}) does not divide the {per_rank} samples per rank of a mini-batch "
-            f"({group}.ppo_mini_batch_size x rollout.n / {world} trainer processes)",
-            key=f"{group}.ppo_micro_batch_size_per_gpu",
-        )
+    micro = min(role.micro_batch_size_per_gpu(world) or per_rank, per_rank)
     out["micro_batch_size_per_gpu"] = micro
-    out["micro_batches_per_mini_batch"] = per_rank // micro
+    out["micro_batches_per_mini_batch"] = math.ceil(per_rank / micro)
+    if per_rank % micro:
+        out["last_micro_batch_size"] = per_rank % micro
     return out
 
 

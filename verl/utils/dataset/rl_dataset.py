@@ -103,9 +103,14 @@ class RLHFDataset(Dataset):
             self._check_prompt_column(table, path)
             tables.append(table)
             origins.extend((file_idx, row) for row in range(table.num_rows))
-        self.dataframe: pa.Table = (
-            pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
-        )
+        try:
+            self.dataframe: pa.Table = (
+                pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+            )
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+            raise ValueError(
+                f"data files have incompatible columns and cannot be concatenated: {self.data_files}: {err}"
+            ) from err
         # (file index, row index inside that file) of every kept row, for error messages after filtering.
         self._origins: list[tuple[int, int]] = origins
 

@@ -1,0 +1,106 @@
+"""AgentLoopWorker in-process over the real hf engine: layout against hand-built rows, per-sample loop choice,
+streaming reward."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from _agent_loop_helpers import TOOL_TOKENS, greedy, make_config, prompt_batch
+
+from verl.experimental.agent_loop import AgentLoopWorker
+from verl.experimental.agent_loop.postprocess import NUM_TURNS_KEY
+from verl.experimental.agent_loop.worker import AGENT_LOOP_METRICS_KEY, resolve_agent_names
+from verl.workers.reward_manager import NaiveRewardManager
+
+PROMPTS = [[1, 20, 21], [1, 30, 31, 32, 33], [1, 40]]
+
+
+def expected_rows(prompt, response, mask, P, R, pad):
+    """One sample's rows, written out position by position."""
+    left = P - len(prompt)
+    right = R - len(response)
+    n = len(prompt) + len(response)
+    return {
+        "prompts": [pad] * left + prompt,
+        "responses": response + [pad] * right,
+        "response_mask": mask + [0] * right,
+        "input_ids": [pad] * left + prompt + response + [pad] * right,
+        "attention_mask": [0] * left + [1] * n + [0] * right,
+        "position_ids": [0] * left + list(range(n)) + [n - 1] * right,
+    }
+
+
+def test_layout_matches_hand_built_rows(tiny_model_dir, tiny_lm, make_replica):
+    config = make_config(tiny_model_dir)
+    P, R = config["rollout"].prompt_length, config["rollout"].response_length
+    worker = AgentLoopWorker(config, [make_replica(config["rollout"])])
+    batch = prompt_batch(PROMPTS, agent_names=["two_turn_test", "two_turn_test", "single_turn_agent"],
+                         turn_tokens=[[2, 3], [4, 1], None], uid=["a", "b", "c"])
+    out = asyncio.run(worker.generate_sequences(batch))
+
+    expected = []
+    for prompt, turns in zip(PROMPTS[:2], [[2, 3], [4, 1]]):
+        first = greedy(tiny_lm, prompt, turns[0])
+        second = greedy(tiny_lm, prompt + first + TOOL_TOKENS, turns[1])
+        mask = [1] * len(first) + [0] * len(TOOL_TOKENS) + [1] * len(second)
+        expected.append(expected_rows(prompt, first + TOOL_TOKENS + second, mask, P, R, worker.pad_token_id))
+    single = greedy(tiny_lm, PROMPTS[2], R)
+    expected.append(expected_rows(PROMPTS[2], single, [1] * R, P, R, worker.pad_token_id))
+
+    assert worker.pad_token_id == worker.tokenizer.pad_token_id
+    for key in expected[0]:
+        assert out.batch[key].tolist() == [rows[key] for rows in expected], key
+    log_probs = out.batch["rollout_log_probs"]
+    mask = out.batch["response_mask"].bool()
+    assert (log_probs[~mask] == 0).all() and (log_probs[mask] < 0).all()
+    assert out.non_tensor_batch[NUM_TURNS_KEY].tolist() == [4, 4, 2]
+    assert out.non_tensor_batch["uid"].tolist() == ["a", "b", "c"]
+    assert out.non_tensor_batch["stop_reason"].tolist() == [None, None, "length"]
+    assert len(out.meta_info[AGENT_LOOP_METRICS_KEY]) == 3
+    assert "rm_scores" not in out.batch.keys()
+
+
+def test_default_agent_and_unknown_agent_name(tiny_model_dir, make_replica):
+    batch = prompt_batch([[1, 2], [1, 3], [1, 4]], agent_names=["two_turn_test", None, ""])
+    assert resolve_agent_names(batch, "single_turn_agent") == ["two_turn_test", "single_turn_agent",
+                                                               "single_turn_agent"]
+    config = make_config(tiny_model_dir)
+    worker = AgentLoopWorker(config, [make_replica(config["rollout"])])
+    bad = prompt_batch([[1, 2]], agent_names=["no_such_agent"])
+    with pytest.raises(ValueError, match=r"agent_name 'no_such_agent' is not a registered agent loop; "
+                                         r"registered: .*single_turn_agent.*two_turn_test"):
+        asyncio.run(worker.generate_sequences(bad))
+
+
+def test_reward_is_scored_per_trajectory_as_it_finishes(tiny_model_dir, make_replica):
+    calls: list[tuple[float, int]] = []
+
+    def score(data_source, solution_str, ground_truth, extra_info=None):
+        calls.append((time.monotonic(), extra_info["i"]))
+        return {"score": float(len(solution_str)), "acc": extra_info["i"] == 0}
+
+    config = make_config(tiny_model_dir)
+    worker = AgentLoopWorker(config, [make_replica(config["rollout"])])
+    worker.reward_fn = NaiveRewardManager(worker.tokenizer, compute_score=score, num_workers=0)
+    delays = [0.0, 0.5, 1.0]
+    batch = prompt_batch([[1, 2], [1, 3], [1, 4]], agent_names=["delayed_test"] * 3, delay_s=delays,
+                         data_source=["test"] * 3, extra_info=[{"i": i} for i in range(3)])
+    out = asyncio.run(worker.generate_sequences(batch))
+
+    finished = out.non_tensor_batch["finished_at"].tolist()
+    scored_at = {i: t for t, i in calls}
+    assert sorted(scored_at) == [0, 1, 2]
+    # each trajectory is scored after it finished, and the fast one before the slow one finished (streaming)
+    assert all(scored_at[i] >= finished[i] for i in range(3))
+    assert scored_at[0] < finished[2] - 0.5
+    responses = out.batch["responses"]
+    lengths = out.batch["attention_mask"][:, config["rollout"].prompt_length:].sum(-1).tolist()
+    for i in range(3):
+        text = worker.tokenizer.decode(responses[i, : lengths[i]].tolist(), skip_special_tokens=True)
+        row = out.batch["rm_scores"][i]
+        assert row[lengths[i] - 1].item() == float(len(text))
+        assert row.sum().item() == float(len(text))
+    assert out.non_tensor_batch["acc"].tolist() == [True, False, False]
+    assert all("reward" in m for m in out.meta_info[AGENT_LOOP_METRICS_KEY])
