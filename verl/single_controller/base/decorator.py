@@ -136,6 +136,16 @@ def _record_failure() -> None:
     record_current_exception()
 
 
+def _accepting_future_refs(func: Callable) -> inspect.Signature:
+    """``func``'s signature plus a ``**kwargs`` catch-all, so Ray accepts the lifted future-result keywords
+    (see future_args) while still checking the declared parameters."""
+    sig = inspect.signature(func)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        return sig
+    extra = inspect.Parameter("verl_future_refs", inspect.Parameter.VAR_KEYWORD)
+    return sig.replace(parameters=[*sig.parameters.values(), extra])
+
+
 def register(
     dispatch_mode: DynamicEnum | dict = Dispatch.ALL_TO_ALL,
     execute_mode: DynamicEnum = Execute.ALL,
@@ -181,6 +191,7 @@ def register(
                     _record_failure()
                     raise
 
+        inner.__signature__ = _accepting_future_refs(func)
         setattr(inner, MAGIC_ATTR, dict(attrs))
         return inner
 
