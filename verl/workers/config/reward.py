@@ -70,5 +70,5 @@ class RewardConfig(BaseConfig):
 
     def __post_init__(self) -> None:
         check(bool(self.reward_manager), "reward_manager", "must name a registered reward manager")
-        check(self.num_workers >= 0, "num_workers", f"must be >= 0 (0 scores in the trainer process), got {self.num_workers}")
+        check(self.num_workers >= 0, "num_workers", f"must be >= 0 (0: score in process), got {self.num_workers}")
         check(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")
