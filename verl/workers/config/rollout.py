@@ -130,6 +130,8 @@ class RolloutConfig(BaseConfig):
     n: int = 1
     prompt_length: int = 512
     response_length: int = 512
+    # a prompt longer than prompt_length: "error" names the request, "left"/"right" drop tokens from that side
+    prompt_truncation: str = "error"
     dtype: str = "auto"
     gpu_memory_utilization: float = 0.5
     max_num_seqs: int = 1024
@@ -156,6 +158,8 @@ class RolloutConfig(BaseConfig):
         _check_sampling(self.temperature, self.top_k, self.top_p, self.n)
         check(self.prompt_length >= 1, "prompt_length", f"must be >= 1, got {self.prompt_length}")
         check(self.response_length >= 1, "response_length", f"must be >= 1, got {self.response_length}")
+        check(self.prompt_truncation in ("error", "left", "right"), "prompt_truncation",
+              f"must be error, left or right, got {self.prompt_truncation!r}")
         check(self.dtype in ROLLOUT_DTYPES, "dtype", f"must be one of {list(ROLLOUT_DTYPES)}, got {self.dtype!r}")
         check(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization",
               f"must be in (0, 1], got {self.gpu_memory_utilization}")
