@@ -23,14 +23,19 @@ BUCKET_MB = 0.01  # ~10 KB: the tiny model travels in a dozen buckets
 
 
 @pytest.fixture(scope="module")
-def actors(ray_cluster, tiny_model_dir):
+def actors(ray_cluster, tiny_model_dir, tmp_path_factory):
+    """The trainer, two healthy replicas, one of a wider model ('odd') and one serving bfloat16 ('half')."""
     import ray
 
+    from verl.utils.tiny_model import build_tiny_model
+
+    wide_dir = str(build_tiny_model(tmp_path_factory.mktemp("wide"), hidden_size=96))
     trainer = ray.remote(TrainerActor).options(num_cpus=0).remote(str(tiny_model_dir))
+    specs = {"alpha": (rollout_config(), tiny_model_dir), "beta": (rollout_config(), tiny_model_dir),
+             "odd": (rollout_config(), wide_dir), "half": (rollout_config(dtype="bfloat16"), tiny_model_dir)}
     replicas = {
-        name: StandaloneReplica(rollout_config(), str(tiny_model_dir), num_cpus=0, server_kwargs={"device": "cpu"},
-                                call_timeout_s=60)
-        for name in ("alpha", "beta")
+        name: StandaloneReplica(config, str(path), num_cpus=0, server_kwargs={"device": "cpu"}, call_timeout_s=120)
+        for name, (config, path) in specs.items()
     }
     yield trainer, replicas
     for replica in replicas.values():
@@ -54,7 +59,8 @@ def _generate_all(replicas, max_tokens=8):
 def test_update_reaches_every_replica_with_the_trainer_checksum(actors, tiny_lm, backend, seed, version):
     import ray
 
-    trainer, replicas = actors
+    trainer, all_replicas = actors
+    replicas = {name: all_replicas[name] for name in ("alpha", "beta")}
     ray.get(trainer.perturb.remote(seed))
     state = ray.get(trainer.state.remote())
     manager = CheckpointEngineManager(backend, trainer, replicas, bucket_megabytes=BUCKET_MB, timeout_s=60)
@@ -83,39 +89,29 @@ def _load(tiny_lm, state):
     return model.eval()
 
 
-@pytest.mark.parametrize("backend", ["ray", "collective"])
-def test_a_replica_of_another_model_is_named(actors, tiny_model_dir, tmp_path, backend):
-    from verl.utils.tiny_model import build_tiny_model
-
+@pytest.mark.parametrize(("backend", "version"), [("ray", 7), ("collective", 8)])
+def test_a_replica_of_another_model_is_named(actors, backend, version):
     trainer, replicas = actors
-    other = StandaloneReplica(rollout_config(), str(build_tiny_model(tmp_path / "wide", hidden_size=96)),
-                              num_cpus=0, server_kwargs={"device": "cpu"}, call_timeout_s=60)
-    try:
-        manager = CheckpointEngineManager(backend, trainer, {"alpha": replicas["alpha"], "odd": other},
-                                          bucket_megabytes=BUCKET_MB, timeout_s=60)
-        with pytest.raises(WeightSyncError, match=r"replica 'odd' failed: .*has shape") as info:
-            manager.update_weights(7)
-        assert list(info.value.failures) == ["odd"]  # the healthy replica still got its update
-    finally:
-        other.kill()
+    manager = CheckpointEngineManager(backend, trainer, {name: replicas[name] for name in ("alpha", "odd")},
+                                      bucket_megabytes=BUCKET_MB, timeout_s=60)
+    with pytest.raises(WeightSyncError, match=r"replica 'odd' failed: .*has shape") as info:
+        manager.update_weights(version)
+    assert list(info.value.failures) == ["odd"]
 
 
-def test_dtype_mismatch_and_a_dead_replica_are_named(actors, tiny_model_dir):
+def test_dtype_mismatch_and_a_dead_replica_are_named(actors):
     import ray
 
     trainer, replicas = actors
-    half = StandaloneReplica(rollout_config(dtype="bfloat16"), str(tiny_model_dir), num_cpus=0,
-                             server_kwargs={"device": "cpu"}, call_timeout_s=60)
-    manager = CheckpointEngineManager("ray", trainer, {"beta": replicas["beta"], "half": half},
-                                      bucket_megabytes=BUCKET_MB, timeout_s=60)
+    pair = {name: replicas[name] for name in ("beta", "half")}
+    manager = CheckpointEngineManager("ray", trainer, pair, bucket_megabytes=BUCKET_MB, timeout_s=60)
     with pytest.raises(WeightSyncError, match=r"replica 'half' checksum \w+ differs from the trainer's"):
-        manager.update_weights(8)
-    half.kill()
-    with pytest.raises(WeightSyncError, match=r"replica 'half' failed: .*Actor") as info:
         manager.update_weights(9)
+    replicas["half"].kill()
+    with pytest.raises(WeightSyncError, match=r"replica 'half' failed: .*Actor") as info:
+        manager.update_weights(10)
     assert list(info.value.failures) == ["half"]
-    collective = CheckpointEngineManager("collective", trainer, {"half": half}, bucket_megabytes=BUCKET_MB,
-                                         timeout_s=5)
-    with pytest.raises(RuntimeError, match=r"replica 'half'"):
-        collective.update_weights(10)
-    assert ray.get(replicas["beta"].actor.get_version.remote()) == 9
+    assert ray.get(replicas["beta"].actor.get_version.remote()) == 10  # the healthy replica was still updated
+    collective = CheckpointEngineManager("collective", trainer, pair, bucket_megabytes=BUCKET_MB, timeout_s=10)
+    with pytest.raises(RuntimeError, match=r"cannot start receiving on replica 'half'"):
+        collective.update_weights(11)

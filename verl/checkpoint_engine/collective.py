@@ -14,8 +14,11 @@ thread, so the engine's event loop keeps serving), and loads each bucket through
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import datetime
 import pickle
+import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -102,14 +105,12 @@ def receive_bucket(group: Any, device: str) -> list[tuple[str, torch.Tensor]] | 
     ]
 
 
-def _receive_on_replica(actor_self: Any, spec: dict[str, Any], rank: int, version: int) -> dict[str, Any]:
-    """Runs inside the replica actor (``__ray_call__``): receive every bucket and load it through the actor."""
-    import ray
-
-    handle = ray.get_runtime_context().current_actor
+def _receive_loop(handle: Any, spec: dict[str, Any], rank: int, version: int) -> dict[str, Any]:
+    """Receive every bucket of one version and load each through the replica actor's own ``update_weights``."""
     group = make_broadcast_group(spec, rank)
     log, error = BucketLog(), None
     pending: deque[Any] = deque()
+    timeout_s = float(spec["timeout_s"])
 
     def settle_oldest() -> None:
         nonlocal error
@@ -117,7 +118,7 @@ def _receive_on_replica(actor_self: Any, spec: dict[str, Any], rank: int, versio
         if error is not None:
             return
         try:
-            log.checksums.append(str(ray.get(ref, timeout=float(spec["timeout_s"]))["checksum"]))
+            log.checksums.append(str(ref.future().result(timeout=timeout_s)["checksum"]))
         except Exception as exc:  # noqa: BLE001 - keep receiving so the trainer's broadcasts complete
             error = f"{type(exc).__name__}: {exc}"
 
@@ -134,6 +135,44 @@ def _receive_on_replica(actor_self: Any, spec: dict[str, Any], rank: int, versio
         settle_oldest()
     del group
     return {"error": error} if error is not None else {"version": version, "checksum": log.checksum}
+
+
+_JOBS_ATTR = "_verl_checkpoint_engine_jobs"
+
+
+def _start_receiver(actor_self: Any, spec: dict[str, Any], rank: int, version: int, job: str) -> bool:
+    """Runs inside the replica actor (``__ray_call__``): start the receive loop on a thread and return at once.
+
+    A blocking ``__ray_call__`` would hold the actor's task dispatch, so the loads (tasks on the same actor)
+    could never run; the thread keeps the actor free, and the driver polls ``_poll_receiver`` for the outcome.
+    """
+    import ray
+
+    handle = ray.get_runtime_context().current_actor
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(_receive_loop(handle, spec, rank, version))
+        except BaseException as exc:  # noqa: BLE001 - reported to the driver by _poll_receiver
+            future.set_result({"error": f"{type(exc).__name__}: {exc}"})
+
+    jobs = actor_self.__dict__.setdefault(_JOBS_ATTR, {})
+    jobs[job] = future
+    threading.Thread(target=run, name=f"verl-ckpt-recv-{job[:8]}", daemon=True).start()
+    return True
+
+
+def _poll_receiver(actor_self: Any, job: str) -> dict[str, Any] | None:
+    """The receive loop's report once it finished (and forget the job), else None."""
+    jobs = actor_self.__dict__.get(_JOBS_ATTR, {})
+    future = jobs.get(job)
+    if future is None:
+        return {"error": f"no receive job {job!r} on this replica"}
+    if not future.done():
+        return None
+    del jobs[job]
+    return future.result()
 
 
 @register_checkpoint_engine("collective")
@@ -169,36 +208,51 @@ class CollectiveCheckpointEngine(CheckpointEngine):
         host, port = self._rendezvous()
         spec = {"host": host, "port": port, "group": f"verl_ckpt/{uuid.uuid4().hex}/{version}",
                 "world_size": 1 + len(actors), "device": self.options["device"], "timeout_s": self.timeout_s}
-        receivers = {name: actor.__ray_call__.remote(_receive_on_replica, spec, i + 1, int(version))
-                     for i, (name, actor) in enumerate(actors.items())}
-        try:
-            reports = call_trainer(self.make_request(version, spec))
-        except Exception as exc:
-            # a replica that could not join leaves the trainer waiting for the group: name it, not just the wait
-            done, _ = ray.wait(list(receivers.values()), num_returns=len(receivers), timeout=1.0)
-            failed = []
-            for name, ref in receivers.items():
-                if ref in done:
-                    try:
-                        ray.get(ref)
-                    except Exception as replica_exc:  # noqa: BLE001
-                        failed.append(f"replica {name!r}: {type(replica_exc).__name__}: {replica_exc}")
-            if failed:
-                raise RuntimeError(
-                    f"checkpoint engine 'collective', version {version}: trainer could not broadcast because "
-                    + "; ".join(failed)
-                ) from exc
-            raise
+        job = spec["group"]
+        started = {name: actor.__ray_call__.remote(_start_receiver, spec, i + 1, int(version), job)
+                   for i, (name, actor) in enumerate(actors.items())}
+        found: dict[str, dict[str, Any]] = {}
+        for name, ref in started.items():
+            try:
+                ray.get(ref, timeout=self.timeout_s)
+            except Exception as exc:  # noqa: BLE001 - the replica cannot join: no trainer call can succeed
+                found[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        if found:
+            detail = "; ".join(f"replica {name!r}: {r['error']}" for name, r in found.items())
+            raise RuntimeError(
+                f"checkpoint engine 'collective', version {version}: cannot start receiving on {detail}"
+            )
+        reports = call_trainer(self.make_request(version, spec))
         trainer = next((r for r in reports if r is not None), None)
         if trainer is None:
             raise RuntimeError("checkpoint engine 'collective': trainer rank 0 returned no report")
+        return trainer, self._collect(actors, job)
+
+    def _collect(self, actors: dict[str, Any], job: str) -> dict[str, dict[str, Any]]:
+        """Poll every replica until its receive loop reported (loads may still be finishing after the broadcast)."""
+        import ray
+
         found: dict[str, dict[str, Any]] = {}
-        for name, ref in receivers.items():
-            try:
-                found[name] = ray.get(ref, timeout=self.timeout_s)
-            except Exception as exc:  # noqa: BLE001 - reported per replica by the manager
-                found[name] = {"error": f"{type(exc).__name__}: {exc}"}
-        return trainer, found
+        deadline = time.monotonic() + self.timeout_s
+        delay = 0.002
+        while len(found) < len(actors):
+            waiting = [name for name in actors if name not in found]
+            polls = {name: actors[name].__ray_call__.remote(_poll_receiver, job) for name in waiting}
+            for name, ref in polls.items():
+                try:
+                    report = ray.get(ref, timeout=self.timeout_s)
+                except Exception as exc:  # noqa: BLE001 - reported per replica by the manager
+                    report = {"error": f"{type(exc).__name__}: {exc}"}
+                if report is not None:
+                    found[name] = report
+            if len(found) < len(actors):
+                if time.monotonic() > deadline:
+                    for name in actors:
+                        found.setdefault(name, {"error": f"no report within {self.timeout_s}s"})
+                    break
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        return found
 
     @classmethod
     def send(cls, module: nn.Module, request: WeightSyncRequest, rank: int, local_replicas: list[Any] | None,

@@ -56,6 +56,22 @@ def greedy(model, prompt: list[int], max_tokens: int) -> list[int]:
     return ids[len(prompt):]
 
 
+def expected_rows(prompt: list[int], response: list[int], mask: list[int], P: int, R: int,
+                  pad: int) -> dict[str, list[int]]:
+    """One sample's layout rows, written out position by position (the hand-built expectation)."""
+    left = P - len(prompt)
+    right = R - len(response)
+    n = len(prompt) + len(response)
+    return {
+        "prompts": [pad] * left + prompt,
+        "responses": response + [pad] * right,
+        "response_mask": mask + [0] * right,
+        "input_ids": [pad] * left + prompt + response + [pad] * right,
+        "attention_mask": [0] * left + [1] * n + [0] * right,
+        "position_ids": [0] * left + list(range(n)) + [n - 1] * right,
+    }
+
+
 def prompt_batch(prompts: list[list[int]], *, agent_names: list[str] | None = None, meta: dict | None = None,
                  **columns: list[Any]) -> DataProto:
     """A gen batch as the trainer sends it: non-tensor raw_prompt_ids (+ agent_name and other columns)."""
@@ -111,6 +127,18 @@ class DelayedLoop(AgentLoopBase):
             prompt_ids=prompt, response_ids=out.token_ids, response_mask=[1] * len(out.token_ids), num_turns=2,
             metrics=AgentLoopMetrics(generate_sequences=0.0), extra_fields={"finished_at": time.monotonic()},
         )
+
+
+@register("long_test")
+class LongLoop(AgentLoopBase):
+    """One model turn of ``max_tokens`` tokens (may exceed the response width; the layout truncates)."""
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        prompt = [int(t) for t in kwargs["raw_prompt_ids"]]
+        params = {**sampling_params, "max_tokens": int(kwargs["max_tokens"])}
+        out = await self.server_manager.generate(uuid.uuid4().hex, prompt_ids=prompt, sampling_params=params)
+        return AgentLoopOutput(prompt_ids=prompt, response_ids=out.token_ids, response_mask=[1] * len(out.token_ids),
+                               num_turns=2, extra_fields={"generated": len(out.token_ids)})
 
 
 class YamlLoop(AgentLoopBase):

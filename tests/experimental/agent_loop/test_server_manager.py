@@ -45,21 +45,27 @@ def test_sticky_sessions_return_to_their_replica_even_when_busier(two_replicas):
     manager = AsyncLLMServerManager(two_replicas)
 
     async def run():
-        first = await manager.generate("session", prompt_ids=[1, 2], sampling_params=SHORT)  # -> replica 0
-        busy = [asyncio.ensure_future(manager.generate(f"busy{i}", prompt_ids=[1, 3 + i], sampling_params=LONG))
-                for i in range(3)]  # -> replicas 1, 0, 0 (in flight: 0 holds two, 1 holds one)
+        first = {}
+        for i in range(5):  # first turns, one at a time: replicas 0, 1, 0, 1, 0 (fewest served wins ties)
+            first[i] = await manager.generate(f"s{i}", prompt_ids=[1, 2 + i], sampling_params=SHORT)
+        assert manager.stats().routed == [3, 2]
+        # second turns of s2 and s4 stick to replica 0 and keep it busy
+        busy = [asyncio.ensure_future(manager.generate(f"s{i}", prompt_ids=[1, 2 + i, *first[i].token_ids],
+                                                       sampling_params=LONG)) for i in (2, 4)]
         await asyncio.sleep(0)
-        assert manager.stats().in_flight == [2, 1]
-        second = await manager.generate("session", prompt_ids=[1, 2, *first.token_ids], sampling_params=SHORT)
-        stats_after_sticky = manager.stats()
+        assert manager.stats().in_flight == [2, 0]
+        # s0's second turn goes back to replica 0 although replica 1 is idle
+        second = await manager.generate("s0", prompt_ids=[1, 2, *first[0].token_ids], sampling_params=SHORT)
+        after_sticky = manager.stats()
         await manager.generate("fresh", prompt_ids=[1, 9], sampling_params=SHORT)  # least loaded: replica 1
-        stats = manager.stats()
+        after_fresh = manager.stats()
+        assert not all(task.done() for task in busy), "the busy requests finished too early for this test"
         await asyncio.gather(*busy)
-        return stats_after_sticky, stats, second
+        return after_sticky, after_fresh, second
 
-    sticky, stats, second = asyncio.run(run())
-    assert sticky.routed == [4, 1] and sticky.sticky_hits == 1  # the second turn went back to replica 0
-    assert stats.routed == [4, 2]
+    after_sticky, after_fresh, second = asyncio.run(run())
+    assert after_sticky.routed == [6, 2] and after_sticky.sticky_hits == 3
+    assert after_fresh.routed == [6, 3] and after_fresh.sticky_hits == 3
     assert len(second.token_ids) == 2
 
 

@@ -7,7 +7,7 @@ import asyncio
 import time
 
 import pytest
-from _agent_loop_helpers import TOOL_TOKENS, greedy, make_config, prompt_batch
+from _agent_loop_helpers import TOOL_TOKENS, expected_rows, greedy, make_config, prompt_batch
 
 from verl.experimental.agent_loop import AgentLoopWorker
 from verl.experimental.agent_loop.postprocess import NUM_TURNS_KEY
@@ -15,21 +15,6 @@ from verl.experimental.agent_loop.worker import AGENT_LOOP_METRICS_KEY, resolve_
 from verl.workers.reward_manager import NaiveRewardManager
 
 PROMPTS = [[1, 20, 21], [1, 30, 31, 32, 33], [1, 40]]
-
-
-def expected_rows(prompt, response, mask, P, R, pad):
-    """One sample's rows, written out position by position."""
-    left = P - len(prompt)
-    right = R - len(response)
-    n = len(prompt) + len(response)
-    return {
-        "prompts": [pad] * left + prompt,
-        "responses": response + [pad] * right,
-        "response_mask": mask + [0] * right,
-        "input_ids": [pad] * left + prompt + response + [pad] * right,
-        "attention_mask": [0] * left + [1] * n + [0] * right,
-        "position_ids": [0] * left + list(range(n)) + [n - 1] * right,
-    }
 
 
 def test_layout_matches_hand_built_rows(tiny_model_dir, tiny_lm, make_replica):

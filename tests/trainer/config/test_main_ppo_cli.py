@@ -63,8 +63,3 @@ def test_run_prints_the_batch_plan_then_reaches_the_trainer(tmp_path, monkeypatc
                        "actor.ppo_micro_batch_size_per_gpu=2", f"hydra.run.dir={tmp_path}"])
     assert info.value.code == 0
     assert "| samples per step | 8 |" in capsys.readouterr().out
-
-
-def test_run_ppo_is_a_clear_placeholder():
-    with pytest.raises(NotImplementedError, match="trainer is not built yet"):
-        main_ppo.run_ppo(None)

@@ -192,6 +192,7 @@ def register(
                     raise
 
         inner.__signature__ = _accepting_future_refs(func)
+        del inner.__wrapped__  # Ray unwraps before reading a signature; it must see the one above
         setattr(inner, MAGIC_ATTR, dict(attrs))
         return inner
 

@@ -2,8 +2,10 @@
 
 Run as ``python -I -u _bootstrap.py '<json settings>'`` by :mod:`verl.tools.sandbox.runner`, in the run's temporary
 working directory and its own session (process group). Order matters: resource limits first (they bind everything
-after), then the seccomp filter (kernel: no new processes, no sockets), then the audit hook (Python: the same rules
-with readable messages), and only then the user's code, compiled as ``main.py``.
+after); then every capability dropped (a root child keeps uid 0 but none of root's powers); then Landlock (writes
+only in the run's directory, no TCP, no signals outside); then the seccomp filter (kernel: no new processes, no
+sockets, no touching other processes); then the audit hook (Python: the same rules with readable messages); and
+only then the user's code, compiled as ``main.py``. A failure in any step ends the run before user code starts.
 
 An uncaught exception prints its traceback (without this file's frames) to stderr and exits with code 1; the
 runner reads the exception's type from the traceback's last line.
@@ -49,14 +51,15 @@ def _set_limits(settings: dict) -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
-def _install_seccomp() -> None:
+def _sibling(name: str):
+    """A helper module of this folder, loaded by path (the bootstrap runs isolated, without the verl package)."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_seccomp.py")
-    spec = importlib.util.spec_from_file_location("_verl_sandbox_seccomp", path)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_verl_sandbox{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.install()
+    return module
 
 
 _NETWORK_EVENTS = frozenset({
@@ -110,8 +113,13 @@ def main() -> int:
     settings = json.loads(sys.argv[1])
     try:
         _set_limits(settings)
+        if settings["drop_capabilities"]:
+            _sibling("_capabilities").drop_all()
+        if settings["landlock"]:
+            _sibling("_landlock").restrict([settings["workdir"]], block_tcp=not settings["network"])
         if settings["seccomp"]:
-            _install_seccomp()
+            _sibling("_seccomp").install(block_network=not settings["network"],
+                                         block_processes=not settings["allow_subprocesses"])
         if settings["python_guards"]:
             _install_audit_hook(not settings["network"], not settings["allow_subprocesses"])
     except Exception as exc:  # fail closed: no user code runs in a half-locked process

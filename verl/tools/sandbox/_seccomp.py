@@ -1,16 +1,20 @@
-"""A seccomp-BPF filter for the sandbox child: no new processes, no sockets.
+"""A seccomp-BPF filter for the sandbox child: no new processes, no sockets, no reaching other processes.
 
 Standard library only (ctypes + prctl): the sandbox bootstrap loads this file by path before any user code runs,
 and the filter is inherited by everything the child executes afterwards. It is the kernel-level layer that still
 holds when user code bypasses Python (ctypes, an ``exec`` of a shell) and when the sandbox runs as root, where the
 kernel does not enforce ``RLIMIT_NPROC``.
 
-Denied (the call fails with an errno, the process lives on and can report it):
+Denied (the call fails with an errno, the process lives on and can report it); the process and network rules
+apply only when asked for (the defaults):
 
 - ``fork``/``vfork`` and ``clone`` without ``CLONE_THREAD`` -> EPERM (threads stay allowed);
 - ``clone3`` and ``io_uring_setup`` -> ENOSYS (clone3 flags live in memory a filter cannot read, and glibc falls
   back to ``clone`` on ENOSYS; io_uring can open sockets behind the filter's back);
 - ``socket`` -> EACCES (``socketpair`` stays allowed: asyncio's self-pipe needs it and it reaches nothing outside);
+- signals (``kill``, ``tkill``, ``tgkill``, ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo``) to any process but itself
+  (or its own group, pid 0), ``pidfd_send_signal``, ``pidfd_getfd``, ``ptrace`` and ``process_vm_readv/writev``
+  -> EPERM: code running as root must not kill, trace or read the memory of other processes;
 - every syscall of a foreign ABI (x32, 32-bit compat) -> ENOSYS, so numbers cannot be smuggled past the table.
 
 Supported machines: x86_64 and aarch64. :func:`supported` says whether this one is.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import os
 import platform
 import struct
 
@@ -45,9 +50,15 @@ _OFF_NR, _OFF_ARCH, _OFF_ARG0_LO = 0, 4, 16
 _ARCHES = {
     # machine: (AUDIT_ARCH_*, syscall numbers)
     "x86_64": (0xC000003E, {"socket": 41, "clone": 56, "fork": 57, "vfork": 58, "clone3": 435,
-                            "io_uring_setup": 425}),
-    "aarch64": (0xC00000B7, {"socket": 198, "clone": 220, "clone3": 435, "io_uring_setup": 425}),
+                            "io_uring_setup": 425, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+                            "pidfd_send_signal": 424, "pidfd_getfd": 438, "kill": 62, "tkill": 200, "tgkill": 234,
+                            "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297}),
+    "aarch64": (0xC00000B7, {"socket": 198, "clone": 220, "clone3": 435, "io_uring_setup": 425, "ptrace": 117,
+                             "process_vm_readv": 270, "process_vm_writev": 271, "pidfd_send_signal": 424,
+                             "pidfd_getfd": 438, "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138,
+                             "rt_tgsigqueueinfo": 240}),
 }
+_SIGNALS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
 
 
 def supported() -> bool:
@@ -76,9 +87,13 @@ def _assemble(program: list[tuple]) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def build_filter(machine: str | None = None) -> list[tuple[int, int, int, int]]:
-    """The filter as (code, jt, jf, k) instructions for ``machine`` (default: this one)."""
+def build_filter(machine: str | None = None, own_pid: int | None = None, *, block_network: bool = True,
+                 block_processes: bool = True) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) instructions for ``machine`` (default: this one). Signals may only go to
+    ``own_pid`` (default: the calling process) while ``block_processes``; ptrace and cross-process memory access
+    are always denied."""
     machine = machine or platform.machine()
+    own_pid = os.getpid() if own_pid is None else own_pid
     if machine not in _ARCHES:
         raise OSError(f"sandbox seccomp filter: unsupported machine {machine!r} (supported: {sorted(_ARCHES)})")
     arch, nr = _ARCHES[machine]
@@ -87,16 +102,22 @@ def build_filter(machine: str | None = None) -> list[tuple[int, int, int, int]]:
         (_JMP_JEQ_K, None, "enosys", arch),
         (_LD_W_ABS, None, None, _OFF_NR),
         (_JMP_JGE_K, "enosys", None, _X32_SYSCALL_BIT),
-        (_JMP_JEQ_K, "eacces", None, nr["socket"]),
-        (_JMP_JEQ_K, "enosys", None, nr["clone3"]),
         (_JMP_JEQ_K, "enosys", None, nr["io_uring_setup"]),
-        (_JMP_JEQ_K, "clone", None, nr["clone"]),
     ]
-    for name in ("fork", "vfork"):
-        if name in nr:
-            program.append((_JMP_JEQ_K, "eperm", None, nr[name]))
+    denied = ["ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd"]
+    if block_network:
+        program.append((_JMP_JEQ_K, "eacces", None, nr["socket"]))
+    if block_processes:
+        program += [(_JMP_JEQ_K, "enosys", None, nr["clone3"]), (_JMP_JEQ_K, "clone", None, nr["clone"])]
+        program += [(_JMP_JEQ_K, "signal", None, nr[name]) for name in _SIGNALS]
+        denied += ["fork", "vfork", "pidfd_send_signal"]
+    program += [(_JMP_JEQ_K, "eperm", None, nr[name]) for name in denied if name in nr]
     program += [
         (_RET_K, None, None, _RET_ALLOW),
+        ("label", "signal"),
+        (_LD_W_ABS, None, None, _OFF_ARG0_LO),
+        (_JMP_JEQ_K, "allow", None, own_pid),
+        (_JMP_JEQ_K, "allow", "eperm", 0),
         ("label", "clone"),
         (_LD_W_ABS, None, None, _OFF_ARG0_LO),
         (_JMP_JSET_K, "allow", "eperm", _CLONE_THREAD),
@@ -116,9 +137,9 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def install() -> None:
+def install(*, block_network: bool = True, block_processes: bool = True) -> None:
     """Install the filter on the calling process (irreversible; inherited across exec). Raises OSError on failure."""
-    instructions = build_filter()
+    instructions = build_filter(block_network=block_network, block_processes=block_processes)
     blob = b"".join(struct.pack("=HBBI", *ins) for ins in instructions)
     buffer = ctypes.create_string_buffer(blob, len(blob))
     prog = _SockFprog(len(instructions), ctypes.cast(buffer, ctypes.c_void_p))

@@ -28,6 +28,8 @@ class SandboxLimits:
         python_guards: install the in-process audit hook (the layer that gives readable error messages).
         seccomp: install the kernel seccomp filter when the machine supports it.
         network_namespace: run in a fresh network namespace (``unshare -n``) when the process may do so.
+        landlock: restrict writes to the run's directory, TCP and signals with Landlock when the kernel has it.
+        drop_capabilities: drop every Linux capability (matters when the sandbox runs as root).
     """
 
     wall_timeout_s: float = 10.0
@@ -42,6 +44,8 @@ class SandboxLimits:
     python_guards: bool = True
     seccomp: bool = True
     network_namespace: bool = True
+    landlock: bool = True
+    drop_capabilities: bool = True
 
     def __post_init__(self) -> None:
         positive = ("wall_timeout_s", "cpu_time_s", "memory_mb", "max_file_mb", "max_open_files", "max_output_bytes")

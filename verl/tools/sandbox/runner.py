@@ -7,14 +7,22 @@ Containment layers (each run records the ones that applied in ``SandboxResult.la
 2. ``process_group`` (always): the child starts its own session; on the wall timeout, and after every run, the
    whole process group is killed with SIGKILL, so nothing it started outlives it.
 3. ``tempdir`` (always): a fresh private working directory (HOME too), removed afterwards; a minimal environment.
-4. ``seccomp`` (Linux x86_64/aarch64, ``limits.seccomp``): a kernel filter denying fork/vfork/non-thread clone
-   and socket(); holds against ctypes and exec, and for root.
-5. ``netns`` (root with a working ``unshare -n``, ``limits.network_namespace``): a fresh network namespace with
+4. ``capabilities`` (``limits.drop_capabilities``): every Linux capability dropped, bounding set included, so a
+   child running as root keeps uid 0 (it must read the interpreter) but cannot mount, load modules, use raw
+   sockets or bypass file permissions.
+5. ``landlock_fs`` / ``landlock_net`` / ``landlock_scope`` (kernel Landlock ABI 1 / 4 / 6, ``limits.landlock``):
+   files may be created, written or removed only inside the run's directory (and /dev/null); TCP bind/connect
+   denied; no signals to processes outside the sandbox.
+6. ``seccomp`` (Linux x86_64/aarch64, ``limits.seccomp``): a kernel filter denying socket(), fork/vfork/non-thread
+   clone (unless ``allow_subprocesses``), signals to other processes, ptrace and cross-process memory access;
+   holds against ctypes and exec, and for root.
+7. ``netns`` (root with a working ``unshare -n``, ``limits.network_namespace``): a fresh network namespace with
    no interfaces but loopback, down.
-6. ``audit_hook`` (``limits.python_guards``): a ``sys.addaudithook`` hook raising PermissionError with a readable
+8. ``audit_hook`` (``limits.python_guards``): a ``sys.addaudithook`` hook raising PermissionError with a readable
    message on socket creation, DNS, fork/exec/subprocess.
 
-Layers 4-6 apply only while ``network``/``allow_subprocesses`` are False (the defaults).
+Reading files stays allowed everywhere (the interpreter needs its standard library). The network layers apply
+while ``network`` is False, the process layers while ``allow_subprocesses`` is False (the defaults).
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import sys
 import tempfile
 import time
 
-from verl.tools.sandbox import _seccomp
+from verl.tools.sandbox import _landlock, _seccomp
 from verl.tools.sandbox.limits import SandboxLimits, SandboxResult
 
 __all__ = ["available_layers", "netns_available", "run_python", "run_python_sync"]
@@ -40,6 +48,15 @@ _BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstra
 _ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
 _KILL_GRACE_S = 2.0
 _CHUNK = 65536
+
+
+@functools.lru_cache(maxsize=1)
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: unavailable)."""
+    try:
+        return _landlock.abi_version()
+    except (OSError, AttributeError):
+        return 0
 
 
 @functools.lru_cache(maxsize=1)
@@ -62,7 +79,16 @@ def available_layers(limits: SandboxLimits | None = None) -> list[str]:
     limits = limits or SandboxLimits()
     layers = ["rlimits", "process_group", "tempdir"]
     locked = not limits.network or not limits.allow_subprocesses
-    if limits.seccomp and locked and _seccomp.supported():
+    if limits.drop_capabilities:
+        layers.append("capabilities")
+    abi = landlock_abi() if limits.landlock else 0
+    if abi >= 1:
+        layers.append("landlock_fs")
+        if abi >= 4 and not limits.network:
+            layers.append("landlock_net")
+        if abi >= 6:
+            layers.append("landlock_scope")
+    if limits.seccomp and _seccomp.supported():
         layers.append("seccomp")
     if limits.network_namespace and not limits.network and netns_available():
         layers.append("netns")
@@ -163,6 +189,9 @@ async def run_python(code: str, limits: SandboxLimits | None = None, *, stdin: s
             "max_processes": int(limits.max_processes),
             "network": bool(limits.network),
             "allow_subprocesses": bool(limits.allow_subprocesses),
+            "workdir": workdir,
+            "drop_capabilities": "capabilities" in layers,
+            "landlock": "landlock_fs" in layers,
             "seccomp": "seccomp" in layers,
             "python_guards": "audit_hook" in layers,
         }

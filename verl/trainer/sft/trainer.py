@@ -173,7 +173,7 @@ class SFTTrainer:
         model = AutoModelForCausalLM.from_pretrained(
             self.model_path, config=hf_config, dtype=torch.float32, trust_remote_code=mcfg.trust_remote_code
         )
-        model.config.use_cache = False
+        # Forward passes pass use_cache=False; config.use_cache stays as loaded so the exported model generates fast.
         if mcfg.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.lora_scaling = None

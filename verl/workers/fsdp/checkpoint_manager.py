@@ -140,7 +140,11 @@ class FSDPCheckpointManager:
         _barrier()
         os.makedirs(local_path, exist_ok=True)
 
-        state = self._dcp_state(self.save_contents)
+        # An optimizer that has not stepped yet has no state; reading its state dict would initialise it (one
+        # zero-lr step, so Adam's step count becomes 1) and change the next update. Save it as "fresh" instead.
+        fresh_optimizer = self.optimizer is not None and not self.optimizer.state
+        contents = [c for c in self.save_contents if not (c == "optimizer" and fresh_optimizer)]
+        state = self._dcp_state(contents)
         if state:
             dcp.save(state, checkpoint_id=os.path.join(local_path, "dcp"))
         if "optimizer" in self.save_contents and self.lr_scheduler is not None and rank == 0:
@@ -156,7 +160,7 @@ class FSDPCheckpointManager:
         if rank == 0:
             self._save_hf_metadata(hf_dir)
             meta = {"global_step": int(global_step), "world_size": _world_size(), "contents": self.save_contents,
-                    "role": self.role}
+                    "role": self.role, "fresh_optimizer": fresh_optimizer}
             with open(os.path.join(local_path, _META_FILE), "w") as f:
                 json.dump(meta, f, indent=2)
         _barrier()
@@ -204,10 +208,13 @@ class FSDPCheckpointManager:
                 f"adjust {self.role}.checkpoint.load_contents"
             )
         want = [c for c in self.load_contents if c in ("model", "optimizer")]
-        state = self._dcp_state(want)
+        fresh_optimizer = "optimizer" in want and bool(meta.get("fresh_optimizer", False))
+        state = self._dcp_state([c for c in want if not (c == "optimizer" and fresh_optimizer)])
         if state:
             dcp.load(state, checkpoint_id=os.path.join(local_path, "dcp"))
             self._apply_dcp_state(state)
+        if fresh_optimizer and self.optimizer is not None:
+            self.optimizer.state.clear()  # as saved: no step taken yet
         if "optimizer" in want and self.lr_scheduler is not None:
             sched_path = os.path.join(local_path, "lr_scheduler.pt")
             if os.path.isfile(sched_path):

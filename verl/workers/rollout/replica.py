@@ -11,12 +11,12 @@ Both forward the ``RolloutServer`` contract unchanged, so callers never care whi
 from __future__ import annotations
 
 import abc
-import asyncio
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 
+from verl.utils.async_utils import await_ray
 from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
 from verl.workers.rollout.registry import get_rollout_class
 
@@ -172,12 +172,7 @@ class StandaloneReplica(RolloutReplica):
 
     async def _call(self, method: str, *args: Any) -> Any:
         ref = getattr(self.actor, method).remote(*args)
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=self.call_timeout_s)
-        except asyncio.TimeoutError:
-            raise TimeoutError(
-                f"rollout replica {self.name!r}: {method} got no answer within {self.call_timeout_s}s"
-            ) from None
+        return await await_ray(ref, self.call_timeout_s, f"rollout replica {self.name!r} {method}")
 
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
         return await self._call("generate", list(prompt_ids), dict(sampling_params or {}), request_id)

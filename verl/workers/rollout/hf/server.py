@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from verl.utils.async_utils import FAILURE_ATTR, spawn_logged
 from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
 from verl.workers.rollout.hf.kv_batch import RunningBatch
 from verl.workers.rollout.hf.model_io import eos_token_ids as model_eos_token_ids
@@ -236,7 +237,7 @@ class HFRolloutServer(RolloutServer):
         self._wake = asyncio.Event()
         self._open = asyncio.Event()
         self._refresh_gate()
-        self._task = loop.create_task(self._engine_loop(), name="hf-rollout-engine")
+        self._task = spawn_logged(self._engine_loop(), owner=self, name="hf rollout engine loop")
 
     def _refresh_gate(self) -> None:
         if self._paused or self._sleeping:
@@ -258,6 +259,7 @@ class HFRolloutServer(RolloutServer):
             ) from None
 
     def _raise_if_failed(self) -> None:
+        self._error = self._error or getattr(self, FAILURE_ATTR, None)
         if self._error is not None:
             raise RuntimeError(f"hf rollout server failed earlier: {self._error!r}") from self._error
 
