@@ -26,7 +26,8 @@ PROMPTS = [[3, 4, 5], [7, 8], [10, 11, 12, 13]]
 
 
 def test_unknown_backend_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"backend='nccl2' is not a known checkpoint engine; known: collective, naive, ray"):
+    expected = r"backend='nccl2' is not a known checkpoint engine; known: collective, naive, ray"
+    with pytest.raises(ValueError, match=expected):
         get_checkpoint_engine_cls("nccl2")
     assert get_checkpoint_engine_cls("naive") is NaiveCheckpointEngine
 

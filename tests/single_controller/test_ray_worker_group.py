@@ -315,7 +315,8 @@ def test_nonblocking_call_returns_a_future(demo):
 
 
 def test_failed_future_names_the_producing_rank(demo):
-    with pytest.raises(WorkerError, match="DemoWorker rank 1 failed in fail_later") as info:
+    expected = r"DemoWorker rank 1 \(actor DemoWorker_\w+_rank1\) failed in fail_later\(\)"
+    with pytest.raises(WorkerError, match=expected) as info:
         demo.fail_later(rows(3)).get()
     assert "upstream broke on rank 1" in info.value.worker_traceback
     with pytest.raises(WorkerError, match="upstream broke on rank 1"):
@@ -403,3 +404,6 @@ def test_worker_killed_mid_call_is_reported_without_hanging(colocated):
         victim.die_on(0, 0)
     with pytest.raises(WorkerDiedError, match="unusable"):
         colocated.spawn(prefix_set=["actor"])["actor"].describe()  # the other roles share the dead process
+    colocated.shutdown()
+    with pytest.raises(WorkerDiedError, match="worker group was shut down"):
+        colocated.actor_describe()

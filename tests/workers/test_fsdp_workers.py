@@ -229,6 +229,19 @@ def test_update_rollout_weights_syncs_engine_with_actor(groups):
     torch.testing.assert_close(out.batch["rollout_log_probs"][mask], actor_lp[mask], atol=1e-4, rtol=1e-4)
 
 
+def test_checkpoint_engine_naive_backend_loads_the_local_engines(groups):
+    from verl.checkpoint_engine import CheckpointEngineManager
+    from verl.workers.config import RolloutConfig
+
+    _, two = groups
+    manager = CheckpointEngineManager.from_config(RolloutConfig(update_weights_bucket_megabytes=1), trainer=two)
+    report = manager.update_weights(9)
+    assert report["version"] == 9 and set(report["replicas"]) == {"rank0/local0", "rank1/local0"}
+    assert two.get_rollout_version() == [9, 9]
+    results = two.update_rollout_weights(7)  # back to the version the next test expects
+    assert [r["version"] for r in results] == [7, 7]
+
+
 def test_worker_replicas_serve_token_requests_concurrently(groups):
     from verl.workers.fsdp.worker_replica import replicas_of
 

@@ -35,6 +35,7 @@ __all__ = [
     "get_checkpoint_engine_cls",
     "list_checkpoint_engines",
     "combine_bucket_checksums",
+    "describe_error",
     "send_weights",
     "BucketLog",
 ]
@@ -76,6 +77,15 @@ def get_checkpoint_engine_cls(name: str) -> type[CheckpointEngine]:
 def list_checkpoint_engines() -> list[str]:
     _load_builtin_backends()
     return sorted(_REGISTRY)
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` of the original error: a Ray task error is unwrapped to the exception the replica raised."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        exc = cause
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def combine_bucket_checksums(bucket_checksums: Iterable[str]) -> str:

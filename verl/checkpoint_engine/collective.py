@@ -27,7 +27,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from verl.checkpoint_engine.base import BucketLog, CheckpointEngine, WeightSyncRequest, register_checkpoint_engine
+from verl.checkpoint_engine.base import (
+    BucketLog,
+    CheckpointEngine,
+    WeightSyncRequest,
+    describe_error,
+    register_checkpoint_engine,
+)
 from verl.checkpoint_engine.ray_backend import replica_actor
 
 __all__ = ["CollectiveCheckpointEngine", "make_broadcast_group", "broadcast_bucket", "receive_bucket"]
@@ -120,7 +126,7 @@ def _receive_loop(handle: Any, spec: dict[str, Any], rank: int, version: int) ->
         try:
             log.checksums.append(str(ref.future().result(timeout=timeout_s)["checksum"]))
         except Exception as exc:  # noqa: BLE001 - keep receiving so the trainer's broadcasts complete
-            error = f"{type(exc).__name__}: {exc}"
+            error = describe_error(exc)
 
     while True:
         bucket = receive_bucket(group, spec["device"])
@@ -155,7 +161,7 @@ def _start_receiver(actor_self: Any, spec: dict[str, Any], rank: int, version: i
         try:
             future.set_result(_receive_loop(handle, spec, rank, version))
         except BaseException as exc:  # noqa: BLE001 - reported to the driver by _poll_receiver
-            future.set_result({"error": f"{type(exc).__name__}: {exc}"})
+            future.set_result({"error": describe_error(exc)})
 
     jobs = actor_self.__dict__.setdefault(_JOBS_ATTR, {})
     jobs[job] = future
@@ -216,7 +222,7 @@ class CollectiveCheckpointEngine(CheckpointEngine):
             try:
                 ray.get(ref, timeout=self.timeout_s)
             except Exception as exc:  # noqa: BLE001 - the replica cannot join: no trainer call can succeed
-                found[name] = {"error": f"{type(exc).__name__}: {exc}"}
+                found[name] = {"error": describe_error(exc)}
         if found:
             detail = "; ".join(f"replica {name!r}: {r['error']}" for name, r in found.items())
             raise RuntimeError(
@@ -242,7 +248,7 @@ class CollectiveCheckpointEngine(CheckpointEngine):
                 try:
                     report = ray.get(ref, timeout=self.timeout_s)
                 except Exception as exc:  # noqa: BLE001 - reported per replica by the manager
-                    report = {"error": f"{type(exc).__name__}: {exc}"}
+                    report = {"error": describe_error(exc)}
                 if report is not None:
                     found[name] = report
             if len(found) < len(actors):

@@ -13,7 +13,13 @@ from typing import Any
 
 from torch import nn
 
-from verl.checkpoint_engine.base import BucketLog, CheckpointEngine, WeightSyncRequest, register_checkpoint_engine
+from verl.checkpoint_engine.base import (
+    BucketLog,
+    CheckpointEngine,
+    WeightSyncRequest,
+    describe_error,
+    register_checkpoint_engine,
+)
 
 __all__ = ["NaiveCheckpointEngine", "LoopRunner"]
 
@@ -94,7 +100,7 @@ class NaiveCheckpointEngine(CheckpointEngine):
                         result = runner.run(replica.update_weights(bucket, request.version), f"{name} update_weights")
                         logs[name].checksums.append(str(result["checksum"]))
                     except Exception as exc:  # noqa: BLE001 - keep walking: the other ranks gather with us
-                        errors[name] = f"{type(exc).__name__}: {exc}"
+                        errors[name] = describe_error(exc)
         finally:
             runner.close()
         replicas = {

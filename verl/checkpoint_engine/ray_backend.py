@@ -15,7 +15,13 @@ from typing import Any
 
 from torch import nn
 
-from verl.checkpoint_engine.base import BucketLog, CheckpointEngine, WeightSyncRequest, register_checkpoint_engine
+from verl.checkpoint_engine.base import (
+    BucketLog,
+    CheckpointEngine,
+    WeightSyncRequest,
+    describe_error,
+    register_checkpoint_engine,
+)
 
 __all__ = ["RayCheckpointEngine", "replica_actor"]
 
@@ -78,7 +84,7 @@ class RayCheckpointEngine(CheckpointEngine):
                     result = ray.get(ref, timeout=request.timeout_s)
                     logs[name].checksums.append(str(result["checksum"]))
                 except Exception as exc:  # noqa: BLE001 - one replica's failure must not stop the others
-                    errors[name] = f"{type(exc).__name__}: {exc}"
+                    errors[name] = describe_error(exc)
 
         for bucket in request.buckets(module):
             sent.add(bucket)

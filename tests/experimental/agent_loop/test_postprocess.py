@@ -69,3 +69,22 @@ def test_layout_dtypes_are_long_and_float():
     for key in ("prompts", "responses", "response_mask", "input_ids", "attention_mask", "position_ids"):
         assert out.batch[key].dtype == torch.long, key
     assert out.batch["rollout_log_probs"].dtype == torch.float32
+
+
+def test_worker_shards_with_different_loop_mixes_concatenate():
+    from verl.experimental.agent_loop.postprocess import align_parts
+    from verl.protocol import DataProto
+
+    a, b = _outputs()
+    shard0 = assemble_batch([a], prompt_length=4, response_length=5, pad_token_id=PAD)  # extra "tag", log-probs
+    b.response_logprobs = None
+    shard1 = assemble_batch([b], prompt_length=4, response_length=5, pad_token_id=PAD)  # no "tag", no log-probs
+    out = DataProto.concat(align_parts([shard0, shard1]))
+    assert out.non_tensor_batch["tag"].tolist() == ["a", None]
+    assert "rollout_log_probs" not in out.batch.keys()
+    assert out.batch["responses"].tolist() == [[11, 12, 5, 13, 0], [14, 0, 0, 0, 0]]
+
+    a.reward_score = 1.0
+    scored = assemble_batch([a], prompt_length=4, response_length=5, pad_token_id=PAD)
+    with pytest.raises(ValueError, match="some agent loop workers returned rm_scores and others did not"):
+        align_parts([scored, shard1])

@@ -28,6 +28,7 @@ import numpy as np
 
 from verl.experimental.agent_loop.config import model_group, reward_in_loop_enabled, rollout_group
 from verl.experimental.agent_loop.hybrid_server import WorkerRankReplica, rollout_method_name
+from verl.experimental.agent_loop.postprocess import align_parts
 from verl.experimental.agent_loop.registry import get_agent_loop_spec, load_agent_loop_config, registry_snapshot
 from verl.experimental.agent_loop.server_manager import RoutingStats
 from verl.experimental.agent_loop.worker import (
@@ -263,7 +264,7 @@ class AgentLoopManager:
         metrics: list[dict[str, float]] = []
         for part in parts:
             metrics.extend(part.meta_info.pop(AGENT_LOOP_METRICS_KEY))
-        output = DataProto.concat(list(parts))
+        output = DataProto.concat(align_parts(parts))
         output.meta_info[AGENT_LOOP_METRICS_KEY] = metrics
         return output
 

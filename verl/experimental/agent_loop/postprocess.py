@@ -19,7 +19,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask, pad_2d_list_to_length
 
-__all__ = ["NUM_TURNS_KEY", "assemble_batch", "score_tensor"]
+__all__ = ["NUM_TURNS_KEY", "align_parts", "assemble_batch", "score_tensor"]
 
 NUM_TURNS_KEY = "__num_turns__"
 
@@ -112,3 +112,30 @@ def assemble_batch(
     for key in extra_keys:
         columns[key] = _object_column([out.extra_fields.get(key) for out in outputs])
     return DataProto.from_dict(tensors=tensors, non_tensors=columns, meta_info=dict(meta_info or {}))
+
+
+def align_parts(parts: Sequence[DataProto]) -> list[DataProto]:
+    """Make worker shards concatenable: shards with different loop mixes report different ``extra_fields``.
+
+    A non-tensor column missing from a shard is filled with None; ``rollout_log_probs`` is dropped unless every
+    shard has it (the same all-or-none rule as within a shard); ``rm_scores`` in some shards only is an error.
+    """
+    parts = list(parts)
+    columns: list[str] = []
+    for part in parts:
+        columns.extend(k for k in part.non_tensor_batch if k not in columns)
+    tensor_sets = [set(part.batch.keys()) if part.batch is not None else set() for part in parts]
+    everywhere = set.intersection(*tensor_sets) if tensor_sets else set()
+    partial = set.union(*tensor_sets) - everywhere if tensor_sets else set()
+    if "rm_scores" in partial:
+        raise ValueError("some agent loop workers returned rm_scores and others did not; a batch is scored either "
+                         "entirely in the loop or not at all")
+    aligned = []
+    for part in parts:
+        non_tensors = dict(part.non_tensor_batch)
+        for key in columns:
+            if key not in non_tensors:
+                non_tensors[key] = _object_column([None] * len(part))
+        tensors = {key: part.batch[key] for key in part.batch.keys() if key not in partial}
+        aligned.append(DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=dict(part.meta_info)))
+    return aligned

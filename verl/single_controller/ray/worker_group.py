@@ -174,6 +174,8 @@ class RayWorkerGroup(WorkerGroup):
 
     def _check_usable(self) -> None:
         failure = self._health["failure"]
+        if failure is not None and failure.rank is None:  # shut down on purpose
+            raise WorkerDiedError(str(failure), role=self.role, rank=None, method=failure.method)
         if failure is not None:
             raise WorkerDiedError(
                 f"{self.role} worker group is unusable: {failure.role} rank {failure.rank} died earlier.\n{failure}",

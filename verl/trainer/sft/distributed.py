@@ -22,7 +22,8 @@ def resolve_device_type(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("is 'cuda' but no CUDA device is visible; use trainer.device=cpu or auto", key="trainer.device")
+        raise ConfigError("is 'cuda' but no CUDA device is visible; use trainer.device=cpu or auto",
+                          key="trainer.device")
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"must be one of ['auto', 'cpu', 'cuda'], got {device!r}", key="trainer.device")
     return device
@@ -95,7 +96,8 @@ def init_distributed(device: str, nnodes: int | None = None, n_gpus_per_node: in
         )
     if device_type == "cuda":
         if local_rank >= torch.cuda.device_count():
-            raise RuntimeError(f"LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} CUDA device(s) are visible")
+            visible = torch.cuda.device_count()
+            raise RuntimeError(f"LOCAL_RANK={local_rank} but only {visible} CUDA device(s) are visible")
         torch.cuda.set_device(local_rank)
         torch_device = torch.device("cuda", local_rank)
     else:

@@ -64,6 +64,14 @@ def _resolve_model_path(raw: str) -> str:
     return path
 
 
+def _enable_activation_checkpointing(model: nn.Module) -> None:
+    # transformers 5 renamed gradient_checkpointing_enable; non-reentrant checkpointing works with frozen inputs (LoRA).
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 class SFTTrainer:
     """Build data, model and optimizer from an :class:`SFTConfig`; ``fit()`` trains and exports checkpoints.
 
@@ -175,7 +183,7 @@ class SFTTrainer:
         )
         # Forward passes pass use_cache=False; config.use_cache stays as loaded so the exported model generates fast.
         if mcfg.enable_gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            _enable_activation_checkpointing(model)
         self.lora_scaling = None
         if mcfg.lora_rank > 0:
             from peft import LoraConfig, get_peft_model

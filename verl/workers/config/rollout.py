@@ -145,6 +145,10 @@ class RolloutConfig(BaseConfig):
     data_parallel_size: int = 1
     nnodes: int = 0
     n_gpus_per_node: int = 1
+    # fully-async recipe: prompts the rollouter generates in total (None: the dataloader's epochs)
+    total_rollout_steps: int | None = None
+    # per-request sampling seeds (row i of step k uses a seed derived from seed, k and i); None: unseeded
+    seed: int | None = None
     update_weights_bucket_megabytes: int = 512
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)

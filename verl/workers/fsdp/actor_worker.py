@@ -8,6 +8,7 @@ with its adapters switched off, so no second copy is needed.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import time
@@ -30,7 +31,13 @@ from verl.workers.fsdp.hybrid_rollout import HybridRollout
 from verl.workers.fsdp.model_loader import load_causal_lm, load_tokenizer, parse_dtype, resolve_model_path
 from verl.workers.fsdp.optimizer import build_lr_scheduler, build_optimizer
 from verl.workers.fsdp.weights import iter_hf_weights, iter_weight_buckets
-from verl.workers.fsdp.worker_config import ConfigView, has_group, per_rank_update_sizes, read_group
+from verl.workers.fsdp.worker_config import (
+    ConfigView,
+    has_group,
+    optim_with_total_steps,
+    per_rank_update_sizes,
+    read_group,
+)
 
 __all__ = ["ActorRolloutRefWorker", "ROLES", "compute_dtype"]
 
@@ -106,6 +113,11 @@ class ActorRolloutRefWorker(Worker):
             cpu_offload=bool(getattr(fsdp_cfg, "offload_policy", False)) and self.device.type != "cpu",
         )
 
+    def _optim_config(self, optim: Any) -> Any:
+        """``optim`` with ``total_training_steps`` from ``trainer.total_training_steps`` when the trainer did not
+        inject it (verl's trainer writes it into ``actor.optim`` before building workers)."""
+        return optim_with_total_steps(optim, self.trainer_config)
+
     def _model_dtype(self, group_config: Any, group: str) -> torch.dtype:
         fsdp_cfg = self._fsdp_config(group_config)
         return parse_dtype(getattr(fsdp_cfg, "model_dtype", "fp32"), key=f"{group}.fsdp_config.model_dtype")
@@ -127,8 +139,9 @@ class ActorRolloutRefWorker(Worker):
         if self._is_actor:
             module = load_causal_lm(self.model_config, self.model_path, self._model_dtype(self.actor_config, "actor"))
             self.actor_module_fsdp = self._wrap(module, self.actor_config, "actor")
-            self.actor_optimizer = build_optimizer(self.actor_module_fsdp.parameters(), self.actor_config.optim)
-            self.actor_lr_scheduler = build_lr_scheduler(self.actor_optimizer, self.actor_config.optim)
+            optim = self._optim_config(self.actor_config.optim)
+            self.actor_optimizer = build_optimizer(self.actor_module_fsdp.parameters(), optim)
+            self.actor_lr_scheduler = build_lr_scheduler(self.actor_optimizer, optim)
             sizes = per_rank_update_sizes(self.actor_config, "actor", self.rollout_n, self.world_size)
             view = ConfigView(self.actor_config, use_remove_padding=use_rmpad, **sizes)
             self.actor = DataParallelPPOActor(view, self.actor_module_fsdp, self.actor_optimizer)
@@ -266,6 +279,25 @@ class ActorRolloutRefWorker(Worker):
             self._offload_actor()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def send_weights(self, request: Any) -> dict[str, Any] | None:
+        """Checkpoint-engine entry point (``CheckpointEngineManager``): ship the actor's weights as ``request`` says,
+        into this rank's own engine for the ``naive`` backend. Collective over the group."""
+        from verl.checkpoint_engine import send_weights
+
+        module = self._require("actor_module_fsdp", "send_weights")
+        local = [self.rollout.replica] if self.rollout is not None else None
+        loop = self.rollout.loop.loop if self.rollout is not None else None
+        self._load_actor()
+        try:
+            # This method may run on Ray's event loop (the worker is an async actor); send_weights blocks, so it runs
+            # on a helper thread that has no running loop.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="send-weights") as pool:
+                return pool.submit(send_weights, module, request, rank=self.rank, local_replicas=local,
+                                   loop=loop).result()
+        finally:
+            self._offload_actor()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_rollout_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
         """Load weights sent from elsewhere (a standalone trainer) into this rank's engine."""
         rollout = self._require("rollout", "load_rollout_weights")
@@ -295,13 +327,15 @@ class ActorRolloutRefWorker(Worker):
         return self._require("rollout", "get_rollout_version").get_version()
 
     # ------------------------------------------------------------------ token-level server contract
-    # Called on one worker's actor handle (``group.workers[i].generate.remote(...)``), e.g. by agent loops through
-    # WorkerRolloutReplica. Being ``async`` makes the worker an async Ray actor: these calls overlap with each other
-    # (the engine batches them) while the synchronous training methods above still run one at a time.
+    # Called on one worker's actor handle (``group.workers[i].rollout_generate.remote(...)``), by agent loops
+    # (verl.experimental.agent_loop.hybrid_server uses the same name) or through WorkerRolloutReplica. Being ``async``
+    # makes the worker an async Ray actor: these calls overlap with each other (the engine batches them) while the
+    # synchronous training methods above still run one at a time on the actor's event loop.
 
     @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
-    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> Any:
-        rollout = self._require("rollout", "generate")
+    async def rollout_generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> Any:
+        """One request on this rank's engine (the ``RolloutServer.generate`` contract)."""
+        rollout = self._require("rollout", "rollout_generate")
         return await rollout.run_async(rollout.replica.generate(prompt_ids, sampling_params, request_id),
                                        f"generate({request_id})")
 

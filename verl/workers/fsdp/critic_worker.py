@@ -19,7 +19,13 @@ from verl.workers.fsdp.distributed import build_fsdp_mesh, device_for_rank, init
 from verl.workers.fsdp.fsdp_wrap import apply_fsdp2, load_model, load_optimizer, offload_model, offload_optimizer
 from verl.workers.fsdp.model_loader import load_critic_model, load_tokenizer, parse_dtype, resolve_model_path
 from verl.workers.fsdp.optimizer import build_lr_scheduler, build_optimizer
-from verl.workers.fsdp.worker_config import ConfigView, has_group, per_rank_update_sizes, read_group
+from verl.workers.fsdp.worker_config import (
+    ConfigView,
+    has_group,
+    optim_with_total_steps,
+    per_rank_update_sizes,
+    read_group,
+)
 
 __all__ = ["CriticWorker"]
 
@@ -37,6 +43,7 @@ class CriticWorker(Worker):
                                                                                   FSDPCriticConfig)
         )
         trainer = read_group(config, "trainer", TrainerConfig) if full else TrainerConfig()
+        self.trainer_config = trainer
         self.rollout_n = int(self.critic_config.rollout_n)
         self.model_config = self.critic_config.model
         self.model_path = resolve_model_path(self.model_config, key="critic.model.path")
@@ -68,10 +75,9 @@ class CriticWorker(Worker):
             reshard_after_forward=bool(getattr(fsdp_cfg, "reshard_after_forward", True)),
             cpu_offload=bool(getattr(fsdp_cfg, "offload_policy", False)) and self.device.type != "cpu",
         )
-        self.critic_optimizer = build_optimizer(self.critic_module_fsdp.parameters(), self.critic_config.optim,
-                                                key="critic.optim")
-        self.critic_lr_scheduler = build_lr_scheduler(self.critic_optimizer, self.critic_config.optim,
-                                                      key="critic.optim")
+        optim = optim_with_total_steps(self.critic_config.optim, self.trainer_config)
+        self.critic_optimizer = build_optimizer(self.critic_module_fsdp.parameters(), optim, key="critic.optim")
+        self.critic_lr_scheduler = build_lr_scheduler(self.critic_optimizer, optim, key="critic.optim")
         sizes = per_rank_update_sizes(self.critic_config, "critic", self.rollout_n, self.world_size)
         view = ConfigView(self.critic_config, use_remove_padding=bool(self.model_config.use_remove_padding), **sizes)
         self.critic = DataParallelPPOCritic(view, self.critic_module_fsdp, self.critic_optimizer)

@@ -14,7 +14,7 @@ from typing import Any
 from verl.base_config import ConfigError
 from verl.utils.config import omega_conf_to_dataclass
 
-__all__ = ["ConfigView", "read_group", "has_group", "per_rank_update_sizes"]
+__all__ = ["ConfigView", "read_group", "has_group", "per_rank_update_sizes", "optim_with_total_steps"]
 
 
 class ConfigView:
@@ -89,3 +89,12 @@ def per_rank_update_sizes(role_config: Any, group: str, rollout_n: int, dp_size:
     micro = micro_fn(dp_size) if callable(micro_fn) else getattr(role_config, "ppo_micro_batch_size_per_gpu", None)
     micro = min(int(micro), per_rank) if micro else per_rank
     return {"ppo_mini_batch_size": per_rank, "ppo_micro_batch_size_per_gpu": micro, "ppo_micro_batch_size": None}
+
+
+def optim_with_total_steps(optim: Any, trainer: Any) -> Any:
+    """``optim`` as is when it knows ``total_training_steps``; else a view taking ``trainer.total_training_steps``."""
+    total = getattr(optim, "total_training_steps", -1)
+    fallback = getattr(trainer, "total_training_steps", None)
+    if (total is None or int(total) <= 0) and fallback:
+        return ConfigView(optim, total_training_steps=int(fallback))
+    return optim

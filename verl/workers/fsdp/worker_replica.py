@@ -36,7 +36,7 @@ class WorkerRolloutReplica(RolloutReplica):
                                f"{self.call_timeout_s}s") from None
 
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
-        return await self._call("generate", list(prompt_ids), dict(sampling_params or {}), request_id)
+        return await self._call("rollout_generate", list(prompt_ids), dict(sampling_params or {}), request_id)
 
     async def abort_all(self) -> None:
         await self._call("abort_all")

@@ -1,0 +1,277 @@
+"""FullyAsyncTrainer: the training side of fully-async PPO, fed by the Rollouter through the MessageQueue.
+
+Each update takes ``require_batches x ppo_mini_batch_size`` prompt groups from the queue (in stream order, so the
+result does not depend on which group finished first) and runs the inherited PPO stages on them. Every
+``trigger_parameter_sync_step`` updates it syncs weights itself: pause the rollouter (abort in-flight requests when
+``partial_rollout``), publish version v+1 through the checkpoint engine, resume. With ``staleness_threshold=0``,
+``trigger_parameter_sync_step=1`` and no partial rollout this is exactly the synchronous trainer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import ray
+
+from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, MessageQueue, QueueClosedError
+from verl.experimental.fully_async_policy.rollout_pool import (
+    placement_guaranteed,
+    start_rollout_replicas,
+)
+from verl.experimental.fully_async_policy.rollouter import Rollouter, groups_per_update
+from verl.experimental.fully_async_policy.sample import RolloutSample
+from verl.protocol import DataProto
+from verl.trainer.ppo.roles import Role
+from verl.trainer.ppo.separate_trainer import SeparateRayPPOTrainer, StopTraining
+
+__all__ = ["FullyAsyncTrainer", "RolloutFailedError", "checkpoint_engine_dtype", "run_parallel_or_ordered"]
+
+logger = logging.getLogger(__name__)
+
+POLL_S = 1.0
+
+
+class RolloutFailedError(RuntimeError):
+    """The rollouter died or failed; the message carries its own first error."""
+
+
+def checkpoint_engine_dtype(config: Any) -> str | None:
+    """The dtype the rollout holds weights in (so the checksums compare like with like); None keeps fp32 on CPU."""
+    from verl.utils.device import get_device_name
+
+    dtype = str(config.rollout.get("dtype", "auto"))
+    if dtype == "auto":
+        return None if get_device_name() == "cpu" else "bfloat16"
+    return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)
+
+
+def run_parallel_or_ordered(parallel: bool, *builders) -> list[Any]:
+    """Run the builders in threads when ``parallel`` (placement is guaranteed), else one after the other."""
+    if not parallel:
+        return [build() for build in builders]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(builders)) as pool:
+        futures = [pool.submit(build) for build in builders]
+        return [f.result() for f in futures]
+
+
+class FullyAsyncTrainer(SeparateRayPPOTrainer):
+    """Trainer of the fully-async recipe. ``role_worker_mapping`` has ``Role.Actor`` (a worker with
+    ``send_weights``) and ``Role.Rollout`` is mapped to the rollout pool in ``resource_pool_manager``."""
+
+    def __init__(self, *args: Any, queue_timeout_s: float = 600.0, sync_wait_timeout_s: float = 600.0,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        async_cfg = self.config.async_training
+        self.groups_per_update = groups_per_update(self.config)
+        self.trigger_parameter_sync_step = int(async_cfg.trigger_parameter_sync_step)
+        self.partial_rollout = bool(async_cfg.partial_rollout)
+        self.use_rollout_log_probs = bool(async_cfg.use_rollout_log_probs)
+        self.use_trainer_do_validate = bool(async_cfg.get("use_trainer_do_validate", False))
+        if self.use_rollout_log_probs and not bool(self.config.rollout.calculate_log_probs):
+            raise ValueError("async_training.use_rollout_log_probs=true needs the rollout's log-probs: set "
+                             "rollout.calculate_log_probs=true (or use_rollout_log_probs=false)")
+        self.queue_timeout_s = float(queue_timeout_s)
+        self.sync_wait_timeout_s = float(sync_wait_timeout_s)
+        self.local_updates = 0
+        self.consumed_groups = 0
+        self.consumed_indices: list[int] = []
+        self.stale_groups_per_sync: list[int] = []
+        self._stale_this_period = 0
+        self._extra_metrics: dict[str, float] = {}
+        self.rollouter = None
+        self.queue = None
+        self._rollouter_ref = None
+        # total prompts the rollouter will produce bounds the number of updates
+        from verl.experimental.fully_async_policy.rollouter import total_rollout_prompts
+
+        total_updates = total_rollout_prompts(self.config, len(self.train_dataloader)) // self.groups_per_update
+        if self.config.trainer.get("total_training_steps") is not None:
+            total_updates = min(total_updates, int(self.config.trainer.total_training_steps))
+        self.total_training_steps = total_updates
+
+    # ------------------------------------------------------------------ set-up
+
+    def init_workers(self) -> None:
+        """Reserve both pools, then build trainer workers and the rollout side (in parallel only when both pools
+        are placement groups, so neither can take the other's slots)."""
+        self.resource_pool_manager.create_resource_pool()
+        rollout_pool = self.resource_pool_manager.get_resource_pool(Role.Rollout)
+        trainer_pool = self.resource_pool_manager.get_resource_pool(self.actor_role)
+        for pool in (rollout_pool, trainer_pool):
+            pool.get_placement_groups()
+        parallel = placement_guaranteed(rollout_pool, trainer_pool)
+        run_parallel_or_ordered(parallel, self._init_trainer_workers, lambda: self._init_rollout(rollout_pool))
+        from verl.checkpoint_engine import CheckpointEngineManager
+
+        backend = str(self.config.rollout.checkpoint_engine.backend)
+        if backend == "naive":
+            backend = "ray"  # the engines are not in the trainer's processes
+        self.weight_sync = CheckpointEngineManager.from_config(
+            self.config.rollout, trainer=self.actor_rollout_wg, replicas=self.replicas, backend=backend,
+            dtype=checkpoint_engine_dtype(self.config),
+        )
+        self.weight_sync.update_weights(self.weight_version)  # prove the replicas start from the trainer's bytes
+
+    def _init_rollout(self, pool: Any) -> None:
+        max_queue = max(1, self._budget_groups() * 2)
+        self.queue = ray.remote(MessageQueue).options(num_cpus=0, max_concurrency=1000).remote(max_queue)
+        self.replicas = start_rollout_replicas(self.config, pool)
+        self.rollouter = ray.remote(Rollouter).options(num_cpus=0, max_concurrency=1000).remote(
+            self.config, self.queue, self.replicas, sync_wait_timeout_s=self.sync_wait_timeout_s,
+            put_timeout_s=self.queue_timeout_s, resume_timeout_s=self.sync_wait_timeout_s,
+        )
+        self._get(self.rollouter.ready.remote(), "rollouter start-up")
+
+    def _budget_groups(self) -> int:
+        from verl.experimental.fully_async_policy.staleness import StalenessBudget
+
+        cfg = self.config.async_training
+        return StalenessBudget(self.groups_per_update, int(cfg.trigger_parameter_sync_step),
+                               float(cfg.staleness_threshold)).max_open_groups
+
+    # ------------------------------------------------------------------ liveness
+
+    def _get(self, ref: Any, what: str, timeout_s: float | None = None) -> Any:
+        """``ray.get`` with a timeout that names ``what``; a dead rollouter is reported with its own error."""
+        try:
+            return ray.get(ref, timeout=timeout_s or self.sync_wait_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(f"fully-async trainer: {what} did not answer within "
+                               f"{timeout_s or self.sync_wait_timeout_s:g}s") from None
+        except ray.exceptions.RayActorError as exc:
+            raise RolloutFailedError(f"fully-async trainer: {what} failed, the actor died: "
+                                     f"{self._rollouter_root_cause() or exc}") from exc
+
+    def _rollouter_root_cause(self) -> str | None:
+        """The rollouter's own error when its ``fit`` has ended with one."""
+        if self._rollouter_ref is None:
+            return None
+        done, _ = ray.wait([self._rollouter_ref], timeout=0)
+        if not done:
+            return None
+        try:
+            ray.get(self._rollouter_ref, timeout=5)
+        except Exception as exc:  # noqa: BLE001 - the root cause is what we want to show
+            cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) and exc.cause is not None else exc
+            return f"{type(cause).__name__}: {cause}"
+        return None
+
+    def _pull_groups(self, count: int) -> list[Any]:
+        """``count`` groups from the queue (fewer only before END_OF_STREAM), waiting in slices so that a failed
+        or dead rollouter is noticed within about POLL_S seconds; ``queue_timeout_s`` bounds the whole wait."""
+        deadline = time.monotonic() + self.queue_timeout_s
+        while True:
+            try:
+                return ray.get(self.queue.get.remote(count, POLL_S), timeout=POLL_S + 30)
+            except ray.exceptions.RayTaskError as exc:
+                cause = exc.cause if exc.cause is not None else exc
+                if isinstance(cause, QueueClosedError):
+                    raise RolloutFailedError(str(cause)) from exc
+                if not isinstance(cause, TimeoutError):
+                    raise
+            except ray.exceptions.RayActorError as exc:
+                raise RolloutFailedError(f"message queue died: {exc}") from exc
+            root = self._rollouter_root_cause()
+            if root is not None:
+                raise RolloutFailedError(f"rollouter failed: {root}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fully-async trainer: no {count} rollout group(s) within {self.queue_timeout_s:g}s "
+                                   "(is the rollouter alive and generating?)")
+
+    # ------------------------------------------------------------------ stages
+
+    def _fit_start(self) -> None:
+        self._rollouter_ref = self.rollouter.fit.remote()
+
+    def _fit_finish(self, error: BaseException | None) -> None:
+        reason = "trainer finished" if error is None else f"trainer failed: {type(error).__name__}: {error}"
+        if self.rollouter is None:
+            return
+        try:
+            ray.get(self.rollouter.stop.remote(reason), timeout=30)
+            ray.get(self.queue.close.remote(reason), timeout=30)
+        except Exception:  # noqa: BLE001 - already dead is fine: it is stopping either way
+            logger.info("rollouter/queue already gone while stopping: %s", reason)
+        if self._rollouter_ref is not None:
+            ray.wait([self._rollouter_ref], timeout=30)
+
+    def _iter_batch_dicts(self):
+        while True:
+            yield None
+
+    def _fit_get_batch(self, batch_dict: dict | None) -> tuple[None, None]:
+        return None, None
+
+    def _fit_generate(self, gen_batch: None) -> DataProto:
+        """The next update's groups from the queue, ordered by their position in the prompt stream."""
+        items = self._pull_groups(self.groups_per_update)
+        samples: list[RolloutSample] = [item for item in items if item != END_OF_STREAM]
+        if len(samples) < self.groups_per_update:
+            raise StopTraining(f"the rollouter's stream ended ({len(samples)} group(s) left over, fewer than the "
+                               f"{self.groups_per_update} one update needs)")
+        samples.sort(key=lambda s: s.index)
+        self.consumed_groups += len(samples)
+        self.consumed_indices.extend(s.index for s in samples)
+        batch = DataProto.concat([s.batch for s in samples])
+        if not self.use_rollout_log_probs:
+            batch.batch.pop("rollout_log_probs", None)
+        staleness = [self.weight_version - s.start_version for s in samples]
+        stale = sum(1 for k in staleness if k > 0)
+        self._stale_this_period += stale
+        histogram = Counter(staleness)
+        metrics = {f"fully_async/staleness/{k}": float(histogram.get(k, 0)) for k in range(max(staleness) + 1)}
+        metrics.update({
+            "fully_async/staleness/mean": float(np.mean(staleness)),
+            "fully_async/staleness/max": float(max(staleness)),
+            "fully_async/stale_groups": float(stale),
+            "fully_async/partial/aborted_samples": float(sum(int(a > 0) for a in batch.non_tensor_batch["num_aborts"])),
+            "fully_async/partial/aborts": float(sum(s.num_aborts for s in samples)),
+            "fully_async/failed_samples": float(sum(s.num_failed for s in samples)),
+            "fully_async/param_version": float(self.weight_version),
+            "fully_async/consumed_groups": float(self.consumed_groups),
+        })
+        self._extra_metrics = metrics
+        return batch
+
+    def _fit_update_weights(self, metrics: dict) -> None:
+        """Every ``trigger_parameter_sync_step`` updates: pause rollouter, publish v+1, resume."""
+        self.local_updates += 1
+        if self.local_updates % self.trigger_parameter_sync_step != 0:
+            return
+        start = time.perf_counter()
+        metrics.update(self._get(self.rollouter.pause.remote(), "rollouter pause"))
+        super()._fit_update_weights(metrics)
+        self._get(self.rollouter.resume.remote(self.weight_version), "rollouter resume")
+        self.stale_groups_per_sync.append(self._stale_this_period)
+        self._stale_this_period = 0
+        metrics["fully_async/sync_s"] = time.perf_counter() - start
+
+    def _generate_validation(self, gen_batch: DataProto) -> DataProto:
+        return self._get(self.rollouter.generate_sequences.remote(gen_batch), "rollouter validation generation")
+
+    def _validate(self) -> dict[str, float]:
+        if self.use_trainer_do_validate:
+            return super()._validate()
+        return self._get(self.rollouter.validate.remote(), "rollouter validation")
+
+    def fit_step(self, batch_dict: dict | None) -> dict[str, float]:
+        metrics = super().fit_step(batch_dict)
+        metrics.update(self._extra_metrics)
+        return metrics
+
+    def _load_checkpoint(self) -> None:
+        if self.checkpointer.find_resume_dir() is not None:
+            logger.warning("fully-async training does not resume from checkpoints yet; starting from step 0")
+
+    def rollout_statistics(self) -> dict[str, Any]:
+        """The rollouter's and the queue's counters (tests compare counts in and out)."""
+        stats: dict[str, Any] = {}
+        stats.update(self._get(self.rollouter.get_statistics.remote(), "rollouter statistics"))
+        stats.update(self._get(self.queue.get_statistics.remote(), "queue statistics"))
+        return stats

@@ -1,0 +1,131 @@
+"""MessageQueue: the bounded hand-over between the Rollouter and the FullyAsyncTrainer.
+
+One Ray actor (``ray.remote(MessageQueue)``, async methods) so that producer and consumer never share a process.
+Every ``put`` and ``get`` has a timeout naming what was waited on; ``close(reason)`` wakes every waiter with a
+:class:`QueueClosedError` carrying the reason, which is how a dying side tells the other one why. Items are
+opaque to the queue; statistics count puts, gets and what is buffered so tests can check that nothing is lost or
+counted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any
+
+__all__ = ["END_OF_STREAM", "MessageQueue", "QueueClosedError"]
+
+# Put by the rollouter after its last sample: the trainer stops after consuming everything before it.
+END_OF_STREAM = "__verl_end_of_stream__"
+
+
+class QueueClosedError(RuntimeError):
+    """The queue was closed (by either side); the message carries the closer's reason."""
+
+
+class MessageQueue:
+    """Bounded FIFO of samples.
+
+    Args:
+        max_queue_size: items buffered at most; ``put`` waits for room (backpressure) up to its timeout.
+    """
+
+    def __init__(self, max_queue_size: int) -> None:
+        if int(max_queue_size) < 1:
+            raise ValueError(f"MessageQueue: max_queue_size must be >= 1, got {max_queue_size}")
+        self.max_queue_size = int(max_queue_size)
+        self._items: collections.deque[Any] = collections.deque()
+        self._changed: asyncio.Condition | None = None
+        self._closed_reason: str | None = None
+        self.total_put = 0
+        self.total_get = 0
+        self.max_seen_size = 0
+
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    def _raise_if_closed(self, what: str) -> None:
+        if self._closed_reason is not None:
+            raise QueueClosedError(f"message queue closed while {what}: {self._closed_reason}")
+
+    async def put(self, item: Any, timeout_s: float = 600.0) -> int:
+        """Append ``item``; waits for room at most ``timeout_s``. Returns the queue size after the put."""
+        cond = self._condition()
+        async with cond:
+            try:
+                await asyncio.wait_for(
+                    cond.wait_for(lambda: self._closed_reason is not None or len(self._items) < self.max_queue_size),
+                    timeout=timeout_s,
+                )
+            except asyncio.TimeoutError:
+                raise TimeoutError(
+                    f"message queue put: no room within {timeout_s:g}s (size {len(self._items)} of "
+                    f"{self.max_queue_size}); is the trainer still consuming?"
+                ) from None
+            self._raise_if_closed("putting a sample")
+            self._items.append(item)
+            if item != END_OF_STREAM:
+                self.total_put += 1
+            self.max_seen_size = max(self.max_seen_size, len(self._items))
+            cond.notify_all()
+            return len(self._items)
+
+    async def get(self, count: int = 1, timeout_s: float = 600.0) -> list[Any]:
+        """Take ``count`` items in FIFO order, waiting at most ``timeout_s`` for them to arrive.
+
+        Stops early at END_OF_STREAM (returned as the last item, and left in the queue for later gets).
+        """
+        if int(count) < 1:
+            raise ValueError(f"MessageQueue.get: count must be >= 1, got {count}")
+        cond = self._condition()
+        taken: list[Any] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        async with cond:
+            while len(taken) < count:
+                self._raise_if_closed(f"waiting for {count - len(taken)} more sample(s)")
+                if self._items:
+                    if self._items[0] == END_OF_STREAM:
+                        taken.append(END_OF_STREAM)
+                        break
+                    taken.append(self._items.popleft())
+                    self.total_get += 1
+                    cond.notify_all()
+                    continue
+                remaining = deadline - loop.time()
+                try:
+                    if remaining <= 0:
+                        raise asyncio.TimeoutError
+                    await asyncio.wait_for(cond.wait(), timeout=remaining)
+                except asyncio.TimeoutError:
+                    # Give back what was taken so a retry sees every sample exactly once.
+                    for item in reversed(taken):
+                        self._items.appendleft(item)
+                    self.total_get -= len(taken)
+                    raise TimeoutError(
+                        f"message queue get: {len(taken)} of {count} sample(s) arrived within {timeout_s:g}s"
+                    ) from None
+        return taken
+
+    async def close(self, reason: str) -> None:
+        """Refuse further puts/gets; every waiter raises QueueClosedError(reason). The first reason is kept."""
+        cond = self._condition()
+        async with cond:
+            if self._closed_reason is None:
+                self._closed_reason = str(reason)
+            cond.notify_all()
+
+    async def size(self) -> int:
+        return sum(1 for item in self._items if item != END_OF_STREAM)
+
+    async def get_statistics(self) -> dict[str, Any]:
+        return {
+            "queue/size": sum(1 for item in self._items if item != END_OF_STREAM),
+            "queue/max_size": self.max_queue_size,
+            "queue/max_seen_size": self.max_seen_size,
+            "queue/total_put": self.total_put,
+            "queue/total_get": self.total_get,
+            "queue/closed": self._closed_reason is not None,
+        }

@@ -1,0 +1,88 @@
+"""The rollout side's building blocks, shared by the fully-async Rollouter and the one-step-off trainer.
+
+- :func:`rollout_pool_spec`: ``rollout.nnodes x rollout.n_gpus_per_node`` process slots of a pool of their own.
+- :func:`start_rollout_replicas`: one ``StandaloneReplica`` (a rollout server Ray actor) per slot of that pool.
+- :func:`build_agent_worker`: an in-process ``AgentLoopWorker`` whose server manager resumes aborted requests.
+
+Replica servers get a prompt limit of ``prompt_length + response_length - 1`` (the model length is unchanged) so
+that a request resumed after an abort, whose prompt is the original prompt plus the tokens generated so far, is
+accepted; the trainer-side layout keeps ``rollout.prompt_length``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from verl.experimental.agent_loop.config import rollout_group
+from verl.workers.config import RolloutConfig
+
+__all__ = [
+    "ROLLOUT_POOL",
+    "build_agent_worker",
+    "continuation_rollout_config",
+    "placement_guaranteed",
+    "rollout_pool_spec",
+    "start_rollout_replicas",
+]
+
+ROLLOUT_POOL = "rollout_pool"
+
+
+def rollout_pool_spec(rollout: Any) -> list[int]:
+    """Processes per node of the standalone rollout pool; ``rollout.nnodes`` must be > 0 for the async recipes."""
+    nnodes, per_node = int(rollout.nnodes), int(rollout.n_gpus_per_node)
+    if nnodes < 1 or per_node < 1:
+        raise ValueError(
+            f"the async recipes need a rollout pool of its own: set rollout.nnodes >= 1 and rollout.n_gpus_per_node "
+            f">= 1 (got rollout.nnodes={nnodes}, rollout.n_gpus_per_node={per_node})"
+        )
+    return [per_node] * nnodes
+
+
+def continuation_rollout_config(rollout: RolloutConfig) -> RolloutConfig:
+    """The replicas' config: prompts may be as long as prompt + response - 1 (resumed requests)."""
+    model_len = rollout.max_model_len or rollout.prompt_length + rollout.response_length
+    return dataclasses.replace(rollout, prompt_length=model_len - 1, max_model_len=model_len)
+
+
+def start_rollout_replicas(config: Any, pool: Any, server_kwargs: dict[str, Any] | None = None,
+                           call_timeout_s: float = 600.0) -> list[Any]:
+    """One StandaloneReplica per process slot of ``pool`` (a RayResourcePool), placed on its bundles."""
+    from verl.workers.config import HFModelConfig
+    from verl.workers.fsdp.model_loader import resolve_model_path
+    from verl.workers.fsdp.worker_config import read_group
+    from verl.workers.rollout import StandaloneReplica
+
+    rollout = continuation_rollout_config(rollout_group(config))
+    model_path = resolve_model_path(read_group(config, "model", HFModelConfig, required=True))
+    pgs = pool.get_placement_groups()
+    resources = pool.actor_resources()
+    replicas = []
+    for pg, count in zip(pgs, pool.store):
+        for bundle in range(count):
+            replicas.append(StandaloneReplica(
+                rollout, model_path, placement_group=pg, bundle_index=bundle,
+                num_cpus=resources.get("num_cpus", 1), num_gpus=resources.get("num_gpus", 0),
+                server_kwargs=dict(server_kwargs or {}), call_timeout_s=call_timeout_s,
+            ))
+    return replicas
+
+
+def placement_guaranteed(*pools: Any) -> bool:
+    """True when every pool reserved its slots as placement groups, so actors created on them in parallel cannot
+    take each other's resources; otherwise rollout and trainer must be created one after the other."""
+    return all(getattr(pool, "pgs", None) for pool in pools)
+
+
+def build_agent_worker(config: Any, replicas: list[Any], *, resume_timeout_s: float = 600.0,
+                       request_timeout_s: float | None = 3600.0) -> Any:
+    """An AgentLoopWorker in this process whose requests survive weight syncs (PartialRolloutServerManager)."""
+    from verl.experimental.agent_loop.worker import AgentLoopWorker
+    from verl.experimental.fully_async_policy.server_manager import PartialRolloutServerManager
+
+    worker = AgentLoopWorker(config, replicas, reward_in_loop=False, request_timeout_s=request_timeout_s)
+    worker.server_manager = PartialRolloutServerManager(
+        replicas, resume_timeout_s=resume_timeout_s, request_timeout_s=request_timeout_s
+    )
+    return worker

@@ -1,0 +1,123 @@
+"""PartialRolloutServerManager: the agent loops' server manager that survives weight syncs by itself.
+
+A weight sync aborts the requests in flight (``abort_all`` on every replica). Instead of failing the trajectory or
+routing the abort through a cancel queue, this manager treats ``stop_reason == "aborted"`` as "paused": it waits
+until the rollouter re-opens it with the new version, then continues generation from prompt + tokens so far with
+the remaining token budget, keeping the log-probs it already has (each token's log-prob is the one of the weights
+that produced it). Whatever the agent loop does between generate calls (tool calls) is never touched by a sync:
+its next generate call simply waits for the gate.
+
+Per-trajectory version tags are reported to the sample being generated through a context variable, so any agent
+loop (single turn, tools, custom) gets them without knowing about async training.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from typing import Any
+
+from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager
+from verl.experimental.fully_async_policy.sample import SampleVersions
+from verl.workers.rollout.base import TokenOutput
+
+__all__ = ["CURRENT_SAMPLE_VERSIONS", "PartialRolloutServerManager"]
+
+logger = logging.getLogger(__name__)
+
+# The list of SampleVersions of the trajectory being generated in this task (set by the rollouter per sample);
+# every generate call of that trajectory appends one record.
+CURRENT_SAMPLE_VERSIONS: contextvars.ContextVar[list[SampleVersions] | None] = contextvars.ContextVar(
+    "verl_current_sample_versions", default=None
+)
+
+
+class PartialRolloutServerManager(AsyncLLMServerManager):
+    """Route requests like ``AsyncLLMServerManager``; resume aborted ones after the next weight version.
+
+    Args:
+        replicas: rollout replica handles.
+        resume_timeout_s: how long an aborted request waits for ``resume`` before failing (names the request).
+        **kwargs: ``AsyncLLMServerManager`` options (max_sessions, request_timeout_s).
+    """
+
+    def __init__(self, replicas: list[Any], *, resume_timeout_s: float = 600.0, **kwargs: Any) -> None:
+        super().__init__(replicas, **kwargs)
+        self.resume_timeout_s = float(resume_timeout_s)
+        self.version = 0
+        self._open: asyncio.Event | None = None
+        self._paused = False
+        self.num_aborted = 0
+        self.num_resumed = 0
+
+    def _gate(self) -> asyncio.Event:
+        if self._open is None:
+            self._open = asyncio.Event()
+            if not self._paused:
+                self._open.set()
+        return self._open
+
+    def pause(self) -> None:
+        """Close the gate: requests that come back aborted (and new ones) wait for ``resume``."""
+        self._paused = True
+        self._gate().clear()
+
+    def resume(self, version: int) -> None:
+        """Re-open the gate under weight ``version``; waiting requests continue."""
+        self.version = int(version)
+        self._paused = False
+        self._gate().set()
+
+    async def _wait_open(self, request_id: str) -> None:
+        gate = self._gate()
+        if gate.is_set():
+            return
+        try:
+            await asyncio.wait_for(gate.wait(), timeout=self.resume_timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(
+                f"request {request_id}: paused for a weight sync and not resumed within {self.resume_timeout_s:g}s"
+            ) from None
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any]) -> TokenOutput:
+        """Generate, resuming across aborts; the result covers every token with its log-prob (when asked)."""
+        await self._wait_open(request_id)
+        prompt = list(prompt_ids)
+        max_tokens = sampling_params.get("max_tokens")
+        seed = sampling_params.get("seed")
+        tokens: list[int] = []
+        log_probs: list[float] | None = [] if sampling_params.get("logprobs") else None
+        token_versions: list[int] = []
+        start_version = self.version
+        aborts = 0
+        while True:
+            version = self.version
+            params = dict(sampling_params)
+            if tokens and max_tokens is not None:
+                params["max_tokens"] = int(max_tokens) - len(tokens)
+            if aborts and seed is not None:
+                params["seed"] = int(seed) + 7919 * aborts  # a fresh stream for the continuation
+            out = await super().generate(request_id, prompt_ids=prompt + tokens, sampling_params=params)
+            tokens.extend(out.token_ids)
+            token_versions.extend([version] * len(out.token_ids))
+            if log_probs is not None:
+                if out.log_probs is None:
+                    raise RuntimeError(f"request {request_id}: logprobs were asked for but the replica returned none")
+                log_probs.extend(out.log_probs)
+            stop_reason = out.stop_reason
+            if stop_reason != "aborted":
+                break
+            aborts += 1
+            self.num_aborted += 1
+            if max_tokens is not None and len(tokens) >= int(max_tokens):
+                stop_reason = "length"
+                break
+            await self._wait_open(request_id)
+            self.num_resumed += 1
+        record = SampleVersions(start=start_version, end=self.version, aborts=aborts, token_versions=token_versions)
+        collector = CURRENT_SAMPLE_VERSIONS.get()
+        if collector is not None:
+            collector.append(record)
+        return TokenOutput(token_ids=tokens, log_probs=log_probs, stop_reason=stop_reason,
+                           extra={"start_version": record.start, "end_version": record.end, "num_aborts": aborts})
