@@ -22,7 +22,7 @@ from verl.workers.fsdp.hybrid_rollout import HybridRollout
 from verl.workers.fsdp.model_loader import apply_lora, parse_dtype, resolve_model_path
 from verl.workers.fsdp.optimizer import build_lr_scheduler, build_optimizer
 from verl.workers.fsdp.weights import iter_hf_weights, iter_weight_buckets, lora_scalings
-from verl.workers.fsdp.worker_config import ConfigView, per_rank_update_sizes, read_group
+from verl.workers.fsdp.worker_config import ConfigView, optim_with_total_steps, per_rank_update_sizes, read_group
 
 # ---------------------------------------------------------------------------------------------------- model path
 
@@ -130,6 +130,19 @@ def test_uneven_mini_batch_split_names_the_key():
     cfg = FSDPActorConfig(ppo_mini_batch_size=3)
     with pytest.raises(ConfigError, match=r"^actor\.ppo_mini_batch_size: .*3.*rollout\.n.*over the 2 worker"):
         per_rank_update_sizes(cfg, "actor", rollout_n=1, dp_size=2)
+
+
+def test_schedule_takes_total_steps_from_trainer_when_optim_lacks_them():
+    from verl.trainer.config.trainer_config import TrainerConfig
+
+    optim = OptimizerConfig(lr=1.0, lr_scheduler_type="cosine")
+    assert optim_with_total_steps(optim, TrainerConfig()) is optim
+    view = optim_with_total_steps(optim, TrainerConfig(total_training_steps=4))
+    assert view.total_training_steps == 4 and view.lr_scheduler_type == "cosine"
+    opt = build_optimizer([torch.nn.Parameter(torch.zeros(2))], view)
+    assert _lrs(build_lr_scheduler(opt, view), opt, 5)[-1] == pytest.approx(0.0)
+    own = OptimizerConfig(lr=1.0, total_training_steps=9)
+    assert optim_with_total_steps(own, TrainerConfig(total_training_steps=4)) is own
 
 
 def test_config_view_overrides_and_is_read_only():

@@ -22,10 +22,24 @@ __all__ = [
 SAMPLING_META_KEYS = ("temperature", "top_p", "top_k", "do_sample")
 
 
+# config object -> its typed rollout group. Every agent-loop instance (one per sample) reads the group, and
+# converting a DictConfig costs milliseconds, which at hundreds of samples is most of the layer's overhead.
+_ROLLOUT_CACHE: dict[int, tuple[Any, RolloutConfig]] = {}
+_ROLLOUT_CACHE_SIZE = 16
+
+
 def rollout_group(config: Any) -> RolloutConfig:
+    """The typed ``rollout`` group of ``config`` (converted once per config object)."""
     if isinstance(config, RolloutConfig):
         return config
-    return read_group(config, "rollout", RolloutConfig, required=True)
+    cached = _ROLLOUT_CACHE.get(id(config))
+    if cached is not None and cached[0] is config:
+        return cached[1]
+    rollout = read_group(config, "rollout", RolloutConfig, required=True)
+    if len(_ROLLOUT_CACHE) >= _ROLLOUT_CACHE_SIZE:
+        _ROLLOUT_CACHE.clear()
+    _ROLLOUT_CACHE[id(config)] = (config, rollout)  # holding config keeps its id from being reused
+    return rollout
 
 
 def model_group(config: Any) -> HFModelConfig:
