@@ -136,3 +136,15 @@ def test_placement_errors(tiny_model_dir, arith_seq_files, tmp_path):
     cfg = _config(tmp_path / "no_model", arith_seq_files["train"], tmp_path)
     with pytest.raises(FileNotFoundError, match=r"model.path='.*no_model': no such folder"):
         SFTTrainer(cfg)
+
+
+@pytest.mark.gpu
+def test_cuda_bf16_autocast_trains_and_exports_fp32(tiny_model_dir, arith_seq_files, tmp_path):
+    cfg = _config(tiny_model_dir, arith_seq_files["train"], tmp_path / "gpu",
+                  trainer={"total_training_steps": 30, "device": "cuda"})
+    trainer = SFTTrainer(cfg)
+    assert trainer.autocast_dtype == torch.bfloat16 and next(trainer.model.parameters()).dtype == torch.float32
+    final = trainer.fit()
+    losses = [m["train/loss"] for m in trainer.history]
+    assert losses[-1] < 0.7 * losses[0]
+    assert AutoModelForCausalLM.from_pretrained(final).dtype == torch.float32

@@ -239,7 +239,7 @@ class SFTTrainer:
 
         tcfg = self.config.trainer
         return Tracking(tcfg.project_name, tcfg.experiment_name, default_backend=tcfg.logger,
-                        config=self.config.to_dict(), local_dir=tcfg.default_local_dir)
+                        config=self.config.to_dict(), local_dir=os.path.expanduser(tcfg.default_local_dir))
 
     # ----------------------------------------------------------------------------------------------- steps
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -333,7 +333,7 @@ class SFTTrainer:
     def fit(self) -> Path:
         """Train for ``total_steps`` optimizer steps; return the final checkpoint folder (``.../huggingface``)."""
         tcfg = self.config.trainer
-        out_root = Path(tcfg.default_local_dir)
+        out_root = Path(tcfg.default_local_dir).expanduser()
         if self.ctx.is_main:
             print(
                 f"[sft] {len(self.train_dataset)} rows, {self.steps_per_epoch} steps/epoch, {self.total_steps} steps, "
