@@ -96,7 +96,8 @@ def test_a_replica_of_another_model_is_named(actors, backend, version):
     trainer, replicas = actors
     manager = CheckpointEngineManager(backend, trainer, {name: replicas[name] for name in ("alpha", "odd")},
                                       bucket_megabytes=BUCKET_MB, timeout_s=60)
-    with pytest.raises(WeightSyncError, match=r"(?s)replica 'odd' failed: ValueError: update_weights: .*has shape") as info:
+    expected = r"(?s)replica 'odd' failed: ValueError: update_weights: .*has shape"
+    with pytest.raises(WeightSyncError, match=expected) as info:
         manager.update_weights(version)
     assert list(info.value.failures) == ["odd"]
 

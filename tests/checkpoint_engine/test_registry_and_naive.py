@@ -116,5 +116,19 @@ def test_manager_rejects_bad_arguments(tiny_lm):
     manager = CheckpointEngineManager("naive", LocalTrainer(tiny_lm))
     with pytest.raises(ValueError, match="version must be an int, got '3'"):
         manager.update_weights("3")
+    with pytest.raises(ValueError, match="dtype='bf17' is not a torch dtype"):
+        CheckpointEngineManager("naive", LocalTrainer(tiny_lm), dtype="bf17")
     with pytest.raises(TypeError, match="trainer object has no send_weights"):
         CheckpointEngineManager("naive", object()).update_weights(1)
+
+
+def test_manager_reads_the_rollout_config(tiny_lm):
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(update_weights_bucket_megabytes=8,
+                             checkpoint_engine=SimpleNamespace(backend="ray", bucket_megabytes=None, timeout_s=30.0))
+    manager = CheckpointEngineManager.from_config(config, LocalTrainer(tiny_lm), replicas=[object()])
+    assert manager.backend == "ray" and manager.engine.bucket_bytes == 8 << 20 and manager.engine.timeout_s == 30.0
+    assert list(manager.replicas) == ["replica0"]
+    with pytest.raises(TypeError, match=r"replica 'replica0' \(object\) is not a Ray actor"):
+        manager.update_weights(1)

@@ -13,6 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from verl.base_config import ConfigError
+from verl.checkpoint_engine import iter_named_weights
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask
 from verl.workers.config import FSDPActorConfig, OptimizerConfig, RolloutConfig
@@ -21,7 +22,7 @@ from verl.workers.fsdp.distributed import resolve_device
 from verl.workers.fsdp.hybrid_rollout import HybridRollout
 from verl.workers.fsdp.model_loader import apply_lora, parse_dtype, resolve_model_path
 from verl.workers.fsdp.optimizer import build_lr_scheduler, build_optimizer
-from verl.workers.fsdp.weights import iter_hf_weights, iter_weight_buckets, lora_scalings
+from verl.workers.fsdp.weights import adapter_state, has_lora
 from verl.workers.fsdp.worker_config import ConfigView, optim_with_total_steps, per_rank_update_sizes, read_group
 
 # ---------------------------------------------------------------------------------------------------- model path
@@ -177,9 +178,11 @@ def test_lora_merge_matches_peft_merge_and_unload(tiny_model_dir):
         for name, param in model.named_parameters():
             if "lora_B" in name:
                 param.copy_(torch.randn(param.shape, generator=gen) * 0.1)
-    assert set(lora_scalings(model).values()) == {2.0}
+    assert has_lora(model) and not has_lora(model.get_base_model().model.embed_tokens)
+    assert all(k.endswith(("lora_A.weight", "lora_B.weight")) for k in adapter_state(model))
     assert all(p.requires_grad == ("lora_" in n) for n, p in model.named_parameters())
-    merged = dict(iter_hf_weights(model))
+    # what the rollout and the HF export receive: merged, under the plain model's names
+    merged = dict(iter_named_weights(model))
     expected = model.merge_and_unload().state_dict()
     assert sorted(merged) == sorted(plain_names) == sorted(expected)
     for name, tensor in expected.items():
@@ -190,17 +193,9 @@ def test_plain_model_weights_keep_their_names(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    got = dict(iter_hf_weights(model))
+    got = dict(iter_named_weights(model))
     assert got.keys() == model.state_dict().keys()
     assert all(torch.equal(got[k], v) for k, v in model.state_dict().items())
-
-
-def test_weight_buckets_respect_the_size():
-    tensors = [(f"t{i}", torch.zeros(n)) for i, n in enumerate([10, 10, 30, 5])]  # float32: 40, 40, 120, 20 bytes
-    buckets = list(iter_weight_buckets(iter(tensors), bucket_bytes=80))
-    assert [[n for n, _ in b] for b in buckets] == [["t0", "t1"], ["t2"], ["t3"]]
-    with pytest.raises(ValueError, match="positive"):
-        list(iter_weight_buckets(iter(tensors), 0))
 
 
 # ---------------------------------------------------------------------------------------------------- checkpoints
@@ -243,7 +238,10 @@ def test_hybrid_rollout_repeats_rows_for_n_and_is_greedy_when_validating(tiny_mo
                                                              non_tensors={"uid": ["a", "b"]}, meta_info={"n": 2}))
         assert len(out) == 4 and list(out.non_tensor_batch["uid"]) == ["a", "a", "b", "b"]
         assert torch.equal(out.batch["prompts"][1], ids[0]) and torch.equal(out.batch["prompts"][2], ids[1])
+        rollout.sleep()  # a batch call on a sleeping engine wakes it for the batch and puts it back to sleep
         first = rollout.generate_sequences(DataProto.from_dict(prompts.batch.to_dict(), meta_info={"validate": True}))
+        assert rollout.asleep
+        rollout.wake_up()
         second = rollout.generate_sequences(DataProto.from_dict(prompts.batch.to_dict(), meta_info={"validate": True}))
         assert torch.equal(first.batch["responses"], second.batch["responses"])
         lp = first.batch["rollout_log_probs"][first.batch["response_mask"].bool()]

@@ -3,9 +3,12 @@ one update, and a checkpoint round trip."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from omegaconf import OmegaConf
+from transformers import AutoModelForTokenClassification
 
 from verl.protocol import DataProto
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
@@ -26,6 +29,7 @@ def critic_config(model_path) -> OmegaConf:
         "model": {"path": str(model_path)},
         "ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 2, "forward_micro_batch_size_per_gpu": 2,
         "ppo_epochs": 2, "cliprange_value": 0.5, "optim": {"lr": 1e-2},
+        "checkpoint": {"save_contents": ["model", "optimizer", "extra", "hf_model"]},
     })
 
 
@@ -52,6 +56,7 @@ def critic_group(ray_cluster, tiny_model_dir):
     group.init_model()
     yield group
     group.shutdown()
+    pool.release()
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +83,11 @@ def test_values_update_and_resume_match_unsharded_critic(critic_group, reference
     train.meta_info.pop("micro_batch_size")
     path = str(tmp_path / "critic")
     critic_group.save_checkpoint(path, global_step=4)
+    exported = AutoModelForTokenClassification.from_pretrained(os.path.join(path, "huggingface")).eval()
+    with torch.no_grad():
+        head = exported(input_ids=batch.batch["input_ids"], attention_mask=batch.batch["attention_mask"],
+                        position_ids=batch.batch["position_ids"]).logits[:, -5:-1, 0]
+    torch.testing.assert_close(head * batch.batch["response_mask"], values, atol=1e-5, rtol=1e-5)
     metrics = critic_group.update_critic(train).meta_info["metrics"]
     ref_metrics = reference.update_critic(train)
     assert metrics["critic/grad_norm"][:2] == pytest.approx(ref_metrics["critic/grad_norm"], rel=1e-4)

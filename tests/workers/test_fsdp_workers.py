@@ -8,6 +8,7 @@ test can compare them; tests run in file order and build on the previous state.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 
 import pytest
@@ -114,8 +115,9 @@ def groups(ray_cluster, tiny_model_dir):
     one.init_model()
     two.init_model()
     yield one, two
-    one.shutdown()
-    two.shutdown()
+    for group in (one, two):
+        group.shutdown()
+        group.resource_pool.release()
 
 
 def test_log_probs_two_ranks_equal_one_rank(groups):
@@ -271,6 +273,7 @@ def test_missing_model_path_fails_naming_the_path(ray_cluster, tmp_path):
             group.init_model()
     finally:
         group.shutdown()
+        group.resource_pool.release()
 
 
 @pytest.fixture(scope="module")
@@ -280,6 +283,7 @@ def lora_group(ray_cluster, tiny_model_dir):
     group.init_model()
     yield group
     group.shutdown()
+    group.resource_pool.release()
 
 
 def test_lora_trains_only_adapters_and_rollout_gets_merged_weights(lora_group):
@@ -304,3 +308,24 @@ def test_lora_trains_only_adapters_and_rollout_gets_merged_weights(lora_group):
     torch.testing.assert_close(out.batch["rollout_log_probs"][out_mask], actor_lp[out_mask], atol=1e-4, rtol=1e-4)
     ref_lp = lora_group.compute_ref_log_prob(out).batch["ref_log_prob"]
     assert (ref_lp - actor_lp)[out_mask].abs().max() > 1e-4, "merged LoRA weights did not reach the rollout"
+
+
+@pytest.mark.gpu
+def test_gpu_worker_scores_trains_and_syncs_in_bfloat16(ray_cluster, tiny_model_dir):
+    config = make_config(tiny_model_dir, trainer={"device": "cuda"})
+    pool = RayResourcePool([1], use_gpu=True)
+    group = RayWorkerGroup(pool, RayClassWithInitArgs(ProbeActorWorker, config=config, role="actor_rollout_ref"))
+    try:
+        group.init_model()
+        out = group.generate_sequences(make_prompts(4))
+        mask = out.batch["response_mask"].bool()
+        actor_lp = group.compute_log_prob(out).batch["old_log_probs"]
+        # bfloat16 compute on both sides: close, not bit-equal
+        assert (actor_lp - out.batch["rollout_log_probs"])[mask].abs().mean() < 0.05
+        batch = with_old_log_probs(group, make_batch(seed=2))
+        metrics = group.update_actor(batch).meta_info["metrics"]
+        assert all(math.isfinite(v) for v in metrics["actor/grad_norm"])
+        assert [r["version"] for r in group.update_rollout_weights(1)] == [1]
+    finally:
+        group.shutdown()
+        pool.release()

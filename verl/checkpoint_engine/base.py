@@ -153,6 +153,8 @@ class CheckpointEngine(abc.ABC):
             raise ValueError(f"rollout.checkpoint_engine.timeout_s must be > 0, got {timeout_s!r}")
         self.bucket_bytes = bucket_bytes
         self.dtype = None if dtype is None else str(dtype).removeprefix("torch.")
+        if self.dtype is not None and not isinstance(getattr(torch, self.dtype, None), torch.dtype):
+            raise ValueError(f"checkpoint engine {self.name!r}: dtype={dtype!r} is not a torch dtype (e.g. bfloat16)")
         self.timeout_s = float(timeout_s)
         self.options = options
 

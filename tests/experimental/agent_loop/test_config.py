@@ -7,7 +7,13 @@ from omegaconf import OmegaConf
 
 from verl.base_config import ConfigError
 from verl.experimental.agent_loop.config import reward_in_loop_enabled, rollout_group, sampling_params_for
-from verl.workers.config import RewardConfig, RewardModelConfig, RolloutConfig, SamplingConfig
+from verl.workers.config import (
+    RewardConfig,
+    RewardModelConfig,
+    RewardModelPathConfig,
+    RolloutConfig,
+    SamplingConfig,
+)
 
 ROLLOUT = RolloutConfig(temperature=0.7, top_p=0.9, top_k=20, response_length=33, calculate_log_probs=True,
                         val_kwargs=SamplingConfig(temperature=0.0, top_p=1.0, top_k=-1, do_sample=False))
@@ -33,7 +39,7 @@ def test_reward_in_loop_switch():
     assert reward_in_loop_enabled({"reward": RewardConfig()}) is False
     assert reward_in_loop_enabled({"reward": RewardConfig(launch_reward_fn_async=True)}) is True
     with_rm = RewardConfig(launch_reward_fn_async=True,
-                           reward_model=RewardModelConfig(enable=True, model={"path": "/m"}))
+                           reward_model=RewardModelConfig(enable=True, model=RewardModelPathConfig(path="/m")))
     assert reward_in_loop_enabled({"reward": with_rm}) is False
     assert reward_in_loop_enabled({"reward": RewardConfig()}, override=True) is True
     assert reward_in_loop_enabled({}, override=None) is False

@@ -43,7 +43,7 @@ def single_process_run(tiny_model_dir, arith_seq_files, tmp_path_factory):
     return proc, out
 
 
-def test_cli_trains_and_writes_the_checkpoint(single_process_run):
+def test_cli_trains_and_writes_the_checkpoint(single_process_run, tiny_model_dir):
     proc, out = single_process_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "step:5 " in proc.stdout and "train/loss" in proc.stdout and "val/loss" in proc.stdout
@@ -55,15 +55,32 @@ def test_cli_trains_and_writes_the_checkpoint(single_process_run):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     AutoModelForCausalLM.from_pretrained(out / "huggingface")
-    assert AutoTokenizer.from_pretrained(out / "huggingface").chat_template
+    exported = AutoTokenizer.from_pretrained(out / "huggingface")
+    source = AutoTokenizer.from_pretrained(tiny_model_dir)
+    text = "What is 2 + 3? {\"a\": [1, 2]}"
+    ids = exported(text)["input_ids"]
+    assert ids == source(text)["input_ids"] and exported.decode(ids) == text
+    assert exported.chat_template == source.chat_template
 
 
-def test_cli_reports_bad_input_in_one_line(tiny_model_dir, arith_seq_files, tmp_path):
-    proc = _run([sys.executable, "-m", "verl.trainer.main_sft",
-                 *_overrides(tiny_model_dir, arith_seq_files, tmp_path / "o", "data.response_key=answer")], tmp_path)
-    assert proc.returncode == 2
-    assert "error: data.response_key='answer': parquet file" in proc.stderr and "no column 'answer'" in proc.stderr
-    assert "Traceback" not in proc.stderr
+def test_cli_reports_bad_input_in_one_line(tiny_model_dir, arith_seq_files, tmp_path, monkeypatch, capsys):
+    """Data and config mistakes end with exit code 2 and one line naming the key, not a traceback."""
+    from verl.trainer import main_sft
+
+    monkeypatch.chdir(tmp_path)
+    overrides = _overrides(tiny_model_dir, arith_seq_files, tmp_path / "o", "data.response_key=answer")
+    monkeypatch.setattr(sys, "argv", ["main_sft", *overrides])
+    with pytest.raises(SystemExit) as info:
+        main_sft.main()
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: data.response_key='answer': parquet file" in err and "no column 'answer'" in err
+
+    monkeypatch.setattr(sys, "argv", ["main_sft", *overrides[:-1], "data.truncation=middle"])
+    with pytest.raises(SystemExit) as info:
+        main_sft.main()
+    assert info.value.code == 2
+    assert "config error: data.truncation: must be one of ['error', 'left', 'right']" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -18,17 +18,13 @@ import numpy as np
 import ray
 
 from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, MessageQueue, QueueClosedError
-from verl.experimental.fully_async_policy.rollout_pool import (
-    placement_guaranteed,
-    start_rollout_replicas,
-)
+from verl.experimental.fully_async_policy.rollout_pool import init_standalone_workers, start_rollout_replicas
 from verl.experimental.fully_async_policy.rollouter import Rollouter, groups_per_update
 from verl.experimental.fully_async_policy.sample import RolloutSample
 from verl.protocol import DataProto
-from verl.trainer.ppo.roles import Role
 from verl.trainer.ppo.separate_trainer import SeparateRayPPOTrainer, StopTraining
 
-__all__ = ["FullyAsyncTrainer", "RolloutFailedError", "checkpoint_engine_dtype", "run_parallel_or_ordered"]
+__all__ = ["FullyAsyncTrainer", "RolloutFailedError"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,27 +33,6 @@ POLL_S = 1.0
 
 class RolloutFailedError(RuntimeError):
     """The rollouter died or failed; the message carries its own first error."""
-
-
-def checkpoint_engine_dtype(config: Any) -> str | None:
-    """The dtype the rollout holds weights in (so the checksums compare like with like); None keeps fp32 on CPU."""
-    from verl.utils.device import get_device_name
-
-    dtype = str(config.rollout.get("dtype", "auto"))
-    if dtype == "auto":
-        return None if get_device_name() == "cpu" else "bfloat16"
-    return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)
-
-
-def run_parallel_or_ordered(parallel: bool, *builders) -> list[Any]:
-    """Run the builders in threads when ``parallel`` (placement is guaranteed), else one after the other."""
-    if not parallel:
-        return [build() for build in builders]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=len(builders)) as pool:
-        futures = [pool.submit(build) for build in builders]
-        return [f.result() for f in futures]
 
 
 class FullyAsyncTrainer(SeparateRayPPOTrainer):
@@ -98,25 +73,8 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
     # ------------------------------------------------------------------ set-up
 
     def init_workers(self) -> None:
-        """Reserve both pools, then build trainer workers and the rollout side (in parallel only when both pools
-        are placement groups, so neither can take the other's slots)."""
-        self.resource_pool_manager.create_resource_pool()
-        rollout_pool = self.resource_pool_manager.get_resource_pool(Role.Rollout)
-        trainer_pool = self.resource_pool_manager.get_resource_pool(self.actor_role)
-        for pool in (rollout_pool, trainer_pool):
-            pool.get_placement_groups()
-        parallel = placement_guaranteed(rollout_pool, trainer_pool)
-        run_parallel_or_ordered(parallel, self._init_trainer_workers, lambda: self._init_rollout(rollout_pool))
-        from verl.checkpoint_engine import CheckpointEngineManager
-
-        backend = str(self.config.rollout.checkpoint_engine.backend)
-        if backend == "naive":
-            backend = "ray"  # the engines are not in the trainer's processes
-        self.weight_sync = CheckpointEngineManager.from_config(
-            self.config.rollout, trainer=self.actor_rollout_wg, replicas=self.replicas, backend=backend,
-            dtype=checkpoint_engine_dtype(self.config),
-        )
-        self.weight_sync.update_weights(self.weight_version)  # prove the replicas start from the trainer's bytes
+        """Both pools, trainer workers and the rollout side (see ``init_standalone_workers``)."""
+        init_standalone_workers(self, self._init_rollout)
 
     def _init_rollout(self, pool: Any) -> None:
         max_queue = max(1, self._budget_groups() * 2)

@@ -12,6 +12,7 @@ accepted; the trainer-side layout keeps ``rollout.prompt_length``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from verl.experimental.agent_loop.config import rollout_group
@@ -20,6 +21,10 @@ from verl.workers.config import RolloutConfig
 __all__ = [
     "ROLLOUT_POOL",
     "build_agent_worker",
+    "build_weight_sync",
+    "checkpoint_engine_dtype",
+    "init_standalone_workers",
+    "run_parallel_or_ordered",
     "continuation_rollout_config",
     "placement_guaranteed",
     "rollout_pool_spec",
@@ -86,3 +91,54 @@ def build_agent_worker(config: Any, replicas: list[Any], *, resume_timeout_s: fl
         replicas, resume_timeout_s=resume_timeout_s, request_timeout_s=request_timeout_s
     )
     return worker
+
+
+def run_parallel_or_ordered(parallel: bool, *builders: Callable[[], Any]) -> list[Any]:
+    """Run the builders in threads when ``parallel`` (placement is guaranteed), else one after the other."""
+    if not parallel:
+        return [build() for build in builders]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(builders)) as pool:
+        futures = [pool.submit(build) for build in builders]
+        return [f.result() for f in futures]
+
+
+def checkpoint_engine_dtype(config: Any) -> str | None:
+    """The dtype the rollout holds weights in (so checksums compare like with like); None keeps fp32 on CPU."""
+    from verl.utils.device import get_device_name
+
+    dtype = str(config.rollout.get("dtype", "auto"))
+    if dtype == "auto":
+        return None if get_device_name() == "cpu" else "bfloat16"
+    return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)
+
+
+def build_weight_sync(config: Any, actor_group: Any, replicas: list[Any]) -> Any:
+    """A CheckpointEngineManager from ``rollout.checkpoint_engine`` (``naive`` becomes ``ray``: the engines are not
+    in the trainer's processes)."""
+    from verl.checkpoint_engine import CheckpointEngineManager
+
+    backend = str(config.rollout.checkpoint_engine.backend)
+    if backend == "naive":
+        backend = "ray"
+    return CheckpointEngineManager.from_config(config.rollout, trainer=actor_group, replicas=replicas,
+                                               backend=backend, dtype=checkpoint_engine_dtype(config))
+
+
+def init_standalone_workers(trainer: Any, init_rollout: Callable[[Any], None]) -> None:
+    """Set up a trainer whose rollout has a pool of its own: reserve both pools, build trainer workers and the
+    rollout side (``init_rollout(pool)`` must set ``trainer.replicas``) in parallel only when both pools are
+    placement groups (neither can take the other's slots), then check the replicas hold the trainer's weights."""
+    from verl.trainer.ppo.roles import Role
+
+    manager = trainer.resource_pool_manager
+    manager.create_resource_pool()
+    rollout_pool = manager.get_resource_pool(Role.Rollout)
+    trainer_pool = manager.get_resource_pool(trainer.actor_role)
+    for pool in (rollout_pool, trainer_pool):
+        pool.get_placement_groups()
+    parallel = placement_guaranteed(rollout_pool, trainer_pool)
+    run_parallel_or_ordered(parallel, trainer._init_trainer_workers, lambda: init_rollout(rollout_pool))
+    trainer.weight_sync = build_weight_sync(trainer.config, trainer.actor_rollout_wg, trainer.replicas)
+    trainer.weight_sync.update_weights(int(trainer.weight_version))

@@ -113,6 +113,7 @@ class SFTTrainer:
         tokenizer_path = mcfg.tokenizer_path
         if tokenizer_path in (None, mcfg.path):
             tokenizer_path = self.model_path
+        tokenizer_path = os.path.expanduser(tokenizer_path)
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=mcfg.trust_remote_code)
         if mcfg.custom_chat_template:
             tokenizer.chat_template = mcfg.custom_chat_template

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from verl.checkpoint_engine import iter_named_weights, iter_weight_buckets, megabytes_to_bytes
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
 from verl.trainer.config.trainer_config import TrainerConfig
@@ -28,9 +29,14 @@ from verl.workers.fsdp.distributed import build_fsdp_mesh, device_for_rank, init
 from verl.workers.fsdp.fsdp_wrap import apply_fsdp2, load_model, load_optimizer, offload_model, offload_optimizer
 from verl.workers.fsdp.hf_export import export_hf_weights
 from verl.workers.fsdp.hybrid_rollout import HybridRollout
-from verl.workers.fsdp.model_loader import load_causal_lm, load_tokenizer, parse_dtype, resolve_model_path
+from verl.workers.fsdp.model_loader import (
+    export_config,
+    load_causal_lm,
+    load_tokenizer,
+    parse_dtype,
+    resolve_model_path,
+)
 from verl.workers.fsdp.optimizer import build_lr_scheduler, build_optimizer
-from verl.workers.fsdp.weights import iter_hf_weights, iter_weight_buckets
 from verl.workers.fsdp.worker_config import (
     ConfigView,
     has_group,
@@ -94,6 +100,7 @@ class ActorRolloutRefWorker(Worker):
         self.rollout: HybridRollout | None = None
         self.checkpoint_manager: FSDPCheckpointManager | None = None
         self.tokenizer = None
+        self.hf_config = None
 
     # ------------------------------------------------------------------ building
 
@@ -129,15 +136,11 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Load, shard and set up optimizer, reference policy and rollout engine as the role asks."""
-        from transformers import AutoConfig
-
         self.tokenizer = load_tokenizer(self.model_config, self.model_path)
-        self.hf_config = AutoConfig.from_pretrained(
-            self.model_path, trust_remote_code=bool(self.model_config.trust_remote_code)
-        )
         use_rmpad = bool(self.model_config.use_remove_padding)
         if self._is_actor:
             module = load_causal_lm(self.model_config, self.model_path, self._model_dtype(self.actor_config, "actor"))
+            self.hf_config = export_config(module)
             self.actor_module_fsdp = self._wrap(module, self.actor_config, "actor")
             optim = self._optim_config(self.actor_config.optim)
             self.actor_optimizer = build_optimizer(self.actor_module_fsdp.parameters(), optim)
@@ -265,8 +268,8 @@ class ActorRolloutRefWorker(Worker):
         """Full actor weights (LoRA merged) under Hugging Face names, in buckets; collective over the group."""
         module = self._require("actor_module_fsdp", "iter_rollout_weight_buckets")
         if bucket_bytes is None:
-            bucket_bytes = int(self.rollout_config.update_weights_bucket_megabytes) * (1 << 20)
-        return iter_weight_buckets(iter_hf_weights(module), bucket_bytes)
+            bucket_bytes = megabytes_to_bytes(self.rollout_config.update_weights_bucket_megabytes)
+        return iter_weight_buckets(module, bucket_bytes)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def update_rollout_weights(self, version: int) -> dict[str, Any]:
@@ -309,7 +312,7 @@ class ActorRolloutRefWorker(Worker):
         module = self._require("actor_module_fsdp", "actor_weights_checksum")
         self._load_actor()
         cast = parse_dtype(dtype, key="dtype") if dtype else None
-        checksum = weight_checksum(list(iter_hf_weights(module)), dtype=cast)
+        checksum = weight_checksum(list(iter_named_weights(module)), dtype=cast)
         self._offload_actor()
         return checksum
 
@@ -357,13 +360,11 @@ class ActorRolloutRefWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
     async def sleep(self) -> None:
-        rollout = self._require("rollout", "sleep")
-        await rollout.run_async(rollout.replica.sleep(), "sleep")
+        await self._require("rollout", "sleep").sleep_async()
 
     @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
     async def wake_up(self) -> None:
-        rollout = self._require("rollout", "wake_up")
-        await rollout.run_async(rollout.replica.wake_up(), "wake_up")
+        await self._require("rollout", "wake_up").wake_up_async()
 
     @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
     async def get_version(self) -> int:

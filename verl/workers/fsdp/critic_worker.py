@@ -17,7 +17,14 @@ from verl.workers.fsdp.actor_worker import compute_dtype
 from verl.workers.fsdp.checkpoint_manager import FSDPCheckpointManager
 from verl.workers.fsdp.distributed import build_fsdp_mesh, device_for_rank, init_distributed, resolve_device
 from verl.workers.fsdp.fsdp_wrap import apply_fsdp2, load_model, load_optimizer, offload_model, offload_optimizer
-from verl.workers.fsdp.model_loader import load_critic_model, load_tokenizer, parse_dtype, resolve_model_path
+from verl.workers.fsdp.hf_export import export_hf_weights
+from verl.workers.fsdp.model_loader import (
+    export_config,
+    load_critic_model,
+    load_tokenizer,
+    parse_dtype,
+    resolve_model_path,
+)
 from verl.workers.fsdp.optimizer import build_lr_scheduler, build_optimizer
 from verl.workers.fsdp.worker_config import (
     ConfigView,
@@ -67,6 +74,7 @@ class CriticWorker(Worker):
         fsdp_cfg = getattr(self.critic_config, "fsdp_config", None)
         dtype = parse_dtype(getattr(fsdp_cfg, "model_dtype", "fp32"), key="critic.fsdp_config.model_dtype")
         module = load_critic_model(self.model_config, self.model_path, dtype)
+        hf_config = export_config(module)
         mesh = build_fsdp_mesh(self.device_type, self.world_size, getattr(fsdp_cfg, "fsdp_size", -1),
                                key="critic.fsdp_config.fsdp_size")
         module.to(self.device)
@@ -81,14 +89,11 @@ class CriticWorker(Worker):
         sizes = per_rank_update_sizes(self.critic_config, "critic", self.rollout_n, self.world_size)
         view = ConfigView(self.critic_config, use_remove_padding=bool(self.model_config.use_remove_padding), **sizes)
         self.critic = DataParallelPPOCritic(view, self.critic_module_fsdp, self.critic_optimizer)
-        from transformers import AutoConfig
-
         self.checkpoint_manager = FSDPCheckpointManager(
             self.critic_module_fsdp, self.critic_optimizer, self.critic_lr_scheduler,
             processing_class=load_tokenizer(self.model_config, self.model_path),
-            checkpoint_config=self.critic_config.checkpoint,
-            hf_config=AutoConfig.from_pretrained(self.model_path,
-                                                 trust_remote_code=bool(self.model_config.trust_remote_code)),
+            checkpoint_config=self.critic_config.checkpoint, hf_config=hf_config,
+            export_weights=lambda out_dir: export_hf_weights(self.critic_module_fsdp, out_dir),
             generators={"critic_shuffle": self.critic._shuffle_generator}, role="critic",
         )
         self._offload()

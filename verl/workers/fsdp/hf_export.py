@@ -12,7 +12,8 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 from torch import nn
 
-from verl.workers.fsdp.weights import adapter_state, iter_hf_weights, lora_scalings
+from verl.checkpoint_engine import iter_named_weights
+from verl.workers.fsdp.weights import adapter_state, has_lora
 
 __all__ = ["export_hf_weights"]
 
@@ -22,10 +23,10 @@ def export_hf_weights(module: nn.Module, out_dir: str) -> None:
     checkpoint manager. Call on every rank."""
     rank = dist.get_rank() if dist.is_initialized() else 0
     weights = {}
-    for name, tensor in iter_hf_weights(module):
+    for name, tensor in iter_named_weights(module):
         if rank == 0:
             weights[name] = tensor.contiguous()
-    is_lora = bool(lora_scalings(module))
+    is_lora = has_lora(module)
     adapter = adapter_state(module) if is_lora else None
     if rank != 0:
         return

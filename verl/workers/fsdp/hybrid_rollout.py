@@ -99,6 +99,7 @@ class HybridRollout:
             kwargs["model"] = load_model(model_path, self.dtype, device, "sdpa")
         self.replica = HybridReplica.create(config, model_path, **kwargs)
         self.loop = AsyncLoopThread()
+        self.asleep = False
 
     def run(self, coro: Coroutine, what: str) -> Any:
         return self.loop.run(coro, self.call_timeout_s, what)
@@ -153,7 +154,15 @@ class HybridRollout:
         position_ids = batch["position_ids"].cpu()
         rows = [_row_prompt(input_ids[i], attention_mask[i]) for i in range(input_ids.shape[0])]
         seed = prompts.meta_info.get("seed")
-        outputs = self.run(self._generate_all(rows, params, seed), "generate_sequences")
+        # A batch call on a sleeping engine would wait for a wake_up nobody sends: wake it for this batch only.
+        was_asleep = self.asleep
+        if was_asleep:
+            self.wake_up()
+        try:
+            outputs = self.run(self._generate_all(rows, params, seed), "generate_sequences")
+        finally:
+            if was_asleep:
+                self.sleep()
         response_length = int(self.config.response_length)
         responses = torch.full((len(rows), response_length), self.pad_token_id, dtype=input_ids.dtype)
         response_mask = torch.zeros((len(rows), response_length), dtype=attention_mask.dtype)
@@ -216,9 +225,20 @@ class HybridRollout:
 
     def sleep(self) -> None:
         self.run(self.replica.sleep(), "sleep")
+        self.asleep = True
 
     def wake_up(self) -> None:
         self.run(self.replica.wake_up(), "wake_up")
+        self.asleep = False
+
+    async def sleep_async(self) -> None:
+        """``sleep`` for callers already on an event loop (the worker's async methods)."""
+        await self.run_async(self.replica.sleep(), "sleep")
+        self.asleep = True
+
+    async def wake_up_async(self) -> None:
+        await self.run_async(self.replica.wake_up(), "wake_up")
+        self.asleep = False
 
     def get_version(self) -> int:
         return int(self.run(self.replica.get_version(), "get_version"))

@@ -22,6 +22,7 @@ __all__ = [
     "load_critic_model",
     "apply_lora",
     "is_lora_model",
+    "export_config",
 ]
 
 logger = logging.getLogger(__name__)
@@ -194,3 +195,15 @@ def is_lora_model(model: nn.Module) -> bool:
     except ImportError:  # pragma: no cover - peft is a dependency
         return False
     return isinstance(model, PeftModel)
+
+
+def export_config(model: nn.Module) -> Any:
+    """The transformers config to save next to exported weights: the loaded model's own (overrides included),
+    naming its class so ``from_pretrained`` of the export builds the same architecture. Call before wrapping."""
+    import copy
+
+    get_base = getattr(model, "get_base_model", None)
+    base = get_base() if callable(get_base) else model
+    config = copy.deepcopy(base.config)
+    config.architectures = [type(base).__name__]
+    return config

@@ -1,0 +1,1 @@
+"""Fully-async PPO recipe: ``python -m recipe.fully_async_policy.fully_async_main key=value ...``."""

@@ -1,0 +1,284 @@
+"""OpenAIGateway driven by the official ``openai`` client over HTTP, in front of the real hf engine (tiny model).
+
+What the client receives must be exactly what the gateway recorded for training: token ids, text, log-probs.
+Malformed requests get OpenAI-shaped 4xx bodies and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import pytest
+import torch
+from _agent_loop_helpers import greedy, make_config
+
+from verl.experimental.agent_loop.openai_gateway import SESSION_HEADER, OpenAIGateway, shared_gateway
+from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager
+from verl.workers.config import MultiTurnConfig
+
+openai = pytest.importorskip("openai")
+aiohttp = pytest.importorskip("aiohttp")
+
+MESSAGES = [{"role": "user", "content": "hi there"}]
+GREEDY = {"temperature": 0.0, "do_sample": False, "ignore_eos": True, "max_tokens": 32}
+
+
+@pytest.fixture
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture
+def replica(tiny_model_dir, make_replica):
+    config = make_config(tiny_model_dir, prompt_length=40, response_length=40, max_model_len=480,
+                         multi_turn=MultiTurnConfig(enable=True))
+    return make_replica(config["rollout"])
+
+
+def run_with_gateway(replica, tokenizer, body, **gateway_kwargs):
+    """Start a gateway on a fresh loop, run ``await body(gateway)``, stop it."""
+
+    async def main():
+        gateway = OpenAIGateway(AsyncLLMServerManager([replica]), tokenizer, **gateway_kwargs)
+        await gateway.start()
+        try:
+            return await body(gateway)
+        finally:
+            await gateway.stop()
+
+    return asyncio.run(main())
+
+
+@torch.no_grad()
+def reference_log_probs(model, prompt, response):
+    logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1: -1]
+    return torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(response)[:, None])[:, 0].tolist()
+
+
+def test_chat_completion_returns_exactly_the_recorded_tokens(replica, tokenizer, tiny_lm):
+    async def body(gateway):
+        client = openai.AsyncOpenAI(base_url=gateway.session_base_url("traj-1"), api_key="x")
+        reply = await client.chat.completions.create(model="policy", messages=MESSAGES, max_tokens=6,
+                                                     temperature=0, logprobs=True)
+        return reply, gateway.calls("traj-1")
+
+    reply, calls = run_with_gateway(replica, tokenizer, body, default_sampling_params=GREEDY)
+    assert len(calls) == 1
+    call = calls[0]
+    prompt = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert call.prompt_ids == prompt and call.endpoint == "chat"
+    assert call.response_ids == greedy(tiny_lm, prompt, 6)  # the engine saw the templated prompt
+    choice = reply.choices[0]
+    assert choice.token_ids == call.response_ids  # extension field: the ids the trainer will see
+    assert reply.prompt_token_ids == prompt
+    assert choice.message.content == tokenizer.decode(call.response_ids, skip_special_tokens=True)
+    assert choice.finish_reason == call.finish_reason == "length"
+    assert [t.logprob for t in choice.logprobs.content] == call.response_logprobs
+    assert call.response_logprobs == pytest.approx(reference_log_probs(tiny_lm, prompt, call.response_ids), abs=1e-4)
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (len(prompt), 6)
+
+
+def test_completions_and_the_three_ways_to_name_a_session(replica, tokenizer, tiny_lm):
+    async def body(gateway):
+        by_header = openai.AsyncOpenAI(base_url=gateway.base_url, api_key="x",
+                                       default_headers={SESSION_HEADER: "by-header"})
+        text = await by_header.completions.create(model="policy", prompt="ab", max_tokens=4, logprobs=1)
+        plain = openai.AsyncOpenAI(base_url=gateway.base_url, api_key="x")
+        ids = await plain.completions.create(model="policy", prompt=[1, 40, 41], max_tokens=3, user="by-user")
+        models = await plain.models.list()
+        return text, ids, [m.id for m in models.data], gateway.calls("by-header"), gateway.calls("by-user")
+
+    text, ids, models, header_calls, user_calls = run_with_gateway(replica, tokenizer, body,
+                                                                    default_sampling_params=GREEDY,
+                                                                    model_name="tiny")
+    assert models == ["tiny"]
+    [call] = header_calls
+    assert call.prompt_ids == tokenizer("ab")["input_ids"] and call.endpoint == "completions"
+    assert text.choices[0].token_ids == call.response_ids and len(call.response_ids) == 4
+    assert text.choices[0].text == tokenizer.decode(call.response_ids, skip_special_tokens=True)
+    assert text.choices[0].logprobs.token_logprobs == call.response_logprobs
+    [call] = user_calls
+    assert call.prompt_ids == [1, 40, 41] and ids.choices[0].token_ids == call.response_ids
+    assert call.response_ids == greedy(tiny_lm, [1, 40, 41], 3)
+
+
+def test_stop_string_cuts_text_and_record(replica, tokenizer):
+    async def body(gateway):
+        client = openai.AsyncOpenAI(base_url=gateway.session_base_url("s"), api_key="x")
+        full = await client.completions.create(model="m", prompt="ab", max_tokens=12)
+        text = full.choices[0].text
+        stop = text[3:5]  # two characters the model writes after three others
+        cut = await client.completions.create(model="m", prompt="ab", max_tokens=12, stop=[stop])
+        return full, cut, stop, gateway.calls("s")
+
+    full, cut, stop, calls = run_with_gateway(replica, tokenizer, body, default_sampling_params=GREEDY)
+    first_hit = full.choices[0].text.index(stop)
+    assert cut.choices[0].text == full.choices[0].text[:first_hit]
+    assert cut.choices[0].finish_reason == "stop"
+    # the record keeps the tokens up to the one completing the stop string, as an engine stopping there would
+    ids = full.choices[0].token_ids
+    keep = next(k for k in range(1, len(ids) + 1) if stop in tokenizer.decode(ids[:k], skip_special_tokens=True))
+    assert calls[1].response_ids == ids[:keep] and keep < len(ids)
+    assert len(calls[1].response_logprobs) == len(calls[1].response_ids)
+
+
+def test_aborted_call_continues_transparently(replica, tokenizer, tiny_lm):
+    async def body(gateway):
+        client = openai.AsyncOpenAI(base_url=gateway.session_base_url("long"), api_key="x")
+        task = asyncio.ensure_future(client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=300))
+        server = replica.server
+        for _ in range(2000):  # wait until the request decodes
+            if server.num_running:
+                break
+            await asyncio.sleep(0.005)
+        await replica.abort_all()  # a weight sync: in-flight requests come back "aborted"
+        await asyncio.sleep(0.05)
+        await replica.resume()
+        return await asyncio.wait_for(task, 60), gateway.calls("long"), gateway.num_resumes
+
+    reply, calls, resumes = run_with_gateway(replica, tokenizer, body, default_sampling_params=GREEDY)
+    assert resumes >= 1 and calls[0].num_resumes >= 1
+    prompt = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.choices[0].token_ids == calls[0].response_ids == greedy(tiny_lm, prompt, 300)
+    assert len(calls[0].response_logprobs) == 300
+
+
+MALFORMED = [
+    # (what, raw body, expected status, words in the message, code)
+    ("bad json", b"{not json", 400, "not valid JSON", "invalid_json"),
+    ("not an object", b"[1, 2]", 400, "JSON object", None),
+    ("missing messages", json.dumps({"model": "m"}).encode(), 400, "'messages' is a required", None),
+    ("messages not a list", json.dumps({"model": "m", "messages": "hi"}).encode(), 400, "non-empty list", None),
+    ("message without role", json.dumps({"model": "m", "messages": [{"content": "x"}]}).encode(), 400,
+     "messages[0].role", None),
+    ("model is a number", json.dumps({"model": 7, "messages": MESSAGES}).encode(), 400, "'model' must be", None),
+    ("model is a dict", json.dumps({"model": {"a": 1}, "messages": MESSAGES}).encode(), 400, "'model' must be", None),
+    ("missing model", json.dumps({"messages": MESSAGES}).encode(), 400, "model parameter", None),
+    ("temperature is a string", json.dumps({"model": "m", "messages": MESSAGES, "temperature": "hot"}).encode(),
+     400, "'temperature'", None),
+    ("max_tokens zero", json.dumps({"model": "m", "messages": MESSAGES, "max_tokens": 0}).encode(), 400,
+     "'max_tokens'", None),
+    ("stream", json.dumps({"model": "m", "messages": MESSAGES, "stream": True}).encode(), 400,
+     "stream is not supported", "unsupported_parameter"),
+    ("n=2", json.dumps({"model": "m", "messages": MESSAGES, "n": 2}).encode(), 400, "n=2", "unsupported_parameter"),
+    ("unknown role", json.dumps({"model": "m", "messages": [{"role": "wizard", "content": "x"}]}).encode(), 400,
+     "chat template", None),
+    ("image part", json.dumps({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "x"}}]}]}).encode(), 400, "only text parts", None),
+    ("too long prompt", json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 200}]}).encode(),
+     400, "maximum context length is 100", "context_length_exceeded"),
+]
+
+
+def test_malformed_requests_get_openai_errors_and_the_server_keeps_serving(replica, tokenizer):
+    async def body(gateway):
+        url = gateway.session_base_url("bad") + "/chat/completions"
+        results = []
+        async with aiohttp.ClientSession() as http:
+            for what, raw, *_ in MALFORMED:
+                async with http.post(url, data=raw, headers={"Content-Type": "application/json"}) as response:
+                    results.append((what, response.status, await response.json()))
+            async with http.post(gateway.base_url + "/chat/completions",
+                                 json={"model": "m", "messages": MESSAGES}) as response:
+                results.append(("no session", response.status, await response.json()))
+            async with http.get(gateway.base_url + "/nowhere") as response:
+                results.append(("unknown route", response.status, await response.json()))
+            async with http.post(gateway.session_base_url("bad") + "/completions",
+                                 json={"model": "m", "prompt": ["a", "b"]}) as response:
+                results.append(("two prompts", response.status, await response.json()))
+        client = openai.AsyncOpenAI(base_url=gateway.session_base_url("good"), api_key="x", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as raised:
+            await client.chat.completions.create(model="m", messages=[], max_tokens=2)
+        ok = await client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=2)
+        return results, raised.value, ok, gateway.calls("bad"), gateway.calls("good")
+
+    results, client_error, ok, bad_calls, good_calls = run_with_gateway(
+        replica, tokenizer, body, default_sampling_params=GREEDY, max_prompt_tokens=100)
+    for (what, _, status, words, code), (_, got_status, got) in zip(MALFORMED, results):
+        assert got_status == status, (what, got)
+        assert set(got["error"]) == {"message", "type", "param", "code"}, what
+        assert words in got["error"]["message"], (what, got)
+        assert got["error"]["type"] == "invalid_request_error", what
+        if code is not None:
+            assert got["error"]["code"] == code, (what, got)
+    extra = {what: (status, got) for what, status, got in results[len(MALFORMED):]}
+    assert extra["no session"][0] == 400 and SESSION_HEADER in extra["no session"][1]["error"]["message"]
+    assert extra["unknown route"][0] == 404 and extra["unknown route"][1]["error"]["code"] == "not_found"
+    assert extra["two prompts"][0] == 400 and "several prompts" in extra["two prompts"][1]["error"]["message"]
+    assert client_error.status_code == 400 and "non-empty list" in client_error.message
+    assert bad_calls == []  # nothing malformed reached the engine
+    assert len(good_calls) == 1 and ok.choices[0].token_ids == good_calls[0].response_ids
+
+
+def test_engine_refusal_is_a_400_not_a_crash(replica, tokenizer):
+    async def body(gateway):
+        client = openai.AsyncOpenAI(base_url=gateway.session_base_url("s"), api_key="x", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as raised:
+            await client.completions.create(model="m", prompt=[1, 10_000], max_tokens=2)  # id outside the vocab
+        ok = await client.completions.create(model="m", prompt=[1, 40], max_tokens=2)
+        return raised.value, ok
+
+    error, ok = run_with_gateway(replica, tokenizer, body, default_sampling_params=GREEDY)
+    assert "outside the vocabulary" in error.message
+    assert len(ok.choices[0].token_ids) == 2
+
+
+def test_session_defaults_lock_sampling_and_cap_max_tokens(replica, tokenizer):
+    async def body(gateway):
+        gateway.open_session("locked", {**GREEDY, "max_tokens": 3}, lock_sampling=True)
+        client = openai.AsyncOpenAI(base_url=gateway.session_base_url("locked"), api_key="x")
+        first = await client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=50, temperature=1.5)
+        second = await client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=50, temperature=1.5)
+        with pytest.raises(ValueError, match="already open"):
+            gateway.open_session("locked")
+        return first, second, gateway.close_session("locked"), gateway.sessions
+
+    first, second, calls, open_sessions = run_with_gateway(replica, tokenizer, body)
+    assert len(calls) == 2 and "locked" not in open_sessions
+    assert len(first.choices[0].token_ids) == 3  # capped by the session's max_tokens
+    assert first.choices[0].token_ids == second.choices[0].token_ids  # greedy kept despite temperature=1.5
+
+
+def test_shared_gateway_is_one_per_loop_and_manager(replica, tokenizer):
+    async def main():
+        manager = AsyncLLMServerManager([replica])
+        first, second = await asyncio.gather(shared_gateway(manager, tokenizer), shared_gateway(manager, tokenizer))
+        other = await shared_gateway(AsyncLLMServerManager([replica]), tokenizer)
+        try:
+            return first is second, first is other, first.port != other.port
+        finally:
+            await first.stop()
+            await other.stop()
+
+    assert asyncio.run(main()) == (True, False, True)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tasks inherit a given context from Python 3.11")
+def test_calls_run_in_the_session_openers_context_with_the_partial_rollout_manager(replica, tokenizer):
+    from verl.experimental.fully_async_policy.server_manager import CURRENT_SAMPLE_VERSIONS, PartialRolloutServerManager
+
+    async def main():
+        manager = PartialRolloutServerManager([replica])
+        gateway = OpenAIGateway(manager, tokenizer)
+        await gateway.start()
+        try:
+            versions = []
+            CURRENT_SAMPLE_VERSIONS.set(versions)  # what the rollouter does per sample
+            gateway.open_session("sample", GREEDY)
+            CURRENT_SAMPLE_VERSIONS.set(None)
+            client = openai.AsyncOpenAI(base_url=gateway.session_base_url("sample"), api_key="x")
+            reply = await client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=3)
+            unopened = openai.AsyncOpenAI(base_url=gateway.session_base_url("other"), api_key="x")
+            await unopened.chat.completions.create(model="m", messages=MESSAGES, max_tokens=3)
+            return versions, reply
+        finally:
+            await gateway.stop()
+
+    versions, reply = asyncio.run(main())
+    assert len(versions) == 1  # the "sample" call reported to its collector, the unopened session's did not
+    assert versions[0].token_versions == [0] * 3 and len(reply.choices[0].token_ids) == 3

@@ -1,0 +1,44 @@
+"""Helpers of the async e2e tests: demo configs shrunk to a few steps, one trainer and one rollout process."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from verl.trainer.demo import demo_overrides
+
+_SKIP = ("trainer.total_training_steps", "trainer.default_local_dir", "trainer.logger", "trainer.test_freq",
+         "trainer.val_before_train", "trainer.n_gpus_per_node")
+SEED = 7
+STEPS = 3
+
+
+def base_overrides(run_dir: Path, *extra: str) -> list[str]:
+    overrides = [o for o in demo_overrides() if not o.startswith(_SKIP)]
+    return overrides + [f"trainer.default_local_dir={run_dir}", "trainer.logger=[file]", "trainer.test_freq=-1",
+                        "trainer.val_before_train=false", "trainer.n_gpus_per_node=1", "trainer.resume_mode=disable",
+                        f"rollout.seed={SEED}", *extra]
+
+
+def recipe_config(recipe: str, run_dir: Path, *extra: str):
+    from recipe._entry import compose_recipe_config
+
+    if recipe == "fully_async":
+        from recipe.fully_async_policy.fully_async_main import CONFIG_DIR, CONFIG_NAME
+    else:
+        from recipe.one_step_off_policy.main_ppo import CONFIG_DIR, CONFIG_NAME
+    return compose_recipe_config(CONFIG_DIR, CONFIG_NAME, base_overrides(run_dir, *extra))
+
+
+@lru_cache(maxsize=None)
+def sync_reference(run_dir: str, steps: int = STEPS) -> tuple[dict, ...]:
+    """Per-step metrics of the synchronous trainer (colocated, one process) with the same seeds."""
+    from verl.trainer.config.compose import compose_ppo_config
+    from verl.trainer.main_ppo import resolve_config
+    from verl.trainer.ppo.task_runner import run_ppo
+    from verl.utils.tracking import read_metrics
+
+    config, _ = resolve_config(compose_ppo_config(base_overrides(Path(run_dir),
+                                                                 f"trainer.total_training_steps={steps}")))
+    run_ppo(config)
+    return tuple(read_metrics(run_dir))

@@ -1,0 +1,83 @@
+"""MessageQueue: FIFO with timeouts, backpressure, close-with-reason and exact counts (no Ray needed)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, MessageQueue, QueueClosedError
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_fifo_and_statistics():
+    async def scenario():
+        queue = MessageQueue(4)
+        for i in range(3):
+            await queue.put(i)
+        got = await queue.get(2, timeout_s=1)
+        stats = await queue.get_statistics()
+        return got, stats
+
+    got, stats = run(scenario())
+    assert got == [0, 1]
+    assert stats["queue/total_put"] == 3 and stats["queue/total_get"] == 2 and stats["queue/size"] == 1
+
+
+def test_get_timeout_gives_samples_back_and_names_the_wait():
+    async def scenario():
+        queue = MessageQueue(4)
+        await queue.put("a")
+        with pytest.raises(TimeoutError, match="1 of 3 sample\\(s\\) arrived within 0.05s"):
+            await queue.get(3, timeout_s=0.05)
+        return await queue.get(1, timeout_s=0.05), await queue.get_statistics()
+
+    got, stats = run(scenario())
+    assert got == ["a"], "a timed-out get must not lose what it had taken"
+    assert stats["queue/total_get"] == 1 and stats["queue/total_put"] == 1
+
+
+def test_put_backpressure_times_out_with_the_queue_size():
+    async def scenario():
+        queue = MessageQueue(1)
+        await queue.put(1)
+        await queue.put(2, timeout_s=0.05)
+
+    with pytest.raises(TimeoutError, match="no room within 0.05s \\(size 1 of 1\\)"):
+        run(scenario())
+
+
+def test_close_wakes_waiters_with_the_reason():
+    async def scenario():
+        queue = MessageQueue(2)
+        waiter = asyncio.ensure_future(queue.get(1, timeout_s=5))
+        await asyncio.sleep(0.01)
+        await queue.close("rollouter failed: ValueError: boom")
+        return await waiter
+
+    with pytest.raises(QueueClosedError, match="rollouter failed: ValueError: boom"):
+        run(scenario())
+
+
+def test_end_of_stream_stops_a_get_early_and_stays():
+    async def scenario():
+        queue = MessageQueue(4)
+        await queue.put("x")
+        await queue.put(END_OF_STREAM)
+        first = await queue.get(3, timeout_s=1)
+        second = await queue.get(1, timeout_s=1)
+        return first, second, await queue.get_statistics()
+
+    first, second, stats = run(scenario())
+    assert first == ["x", END_OF_STREAM] and second == [END_OF_STREAM]
+    assert stats["queue/total_put"] == 1 and stats["queue/total_get"] == 1 and stats["queue/size"] == 0
+
+
+def test_bad_sizes_are_refused_by_name():
+    with pytest.raises(ValueError, match="max_queue_size must be >= 1"):
+        MessageQueue(0)
+    with pytest.raises(ValueError, match="count must be >= 1"):
+        run(MessageQueue(1).get(0))

@@ -1,0 +1,173 @@
+"""PartialRolloutServerManager: a weight sync aborts a long generation, which resumes by itself on new weights."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from verl.experimental.fully_async_policy.sample import SampleVersions
+from verl.experimental.fully_async_policy.server_manager import CURRENT_SAMPLE_VERSIONS, PartialRolloutServerManager
+from verl.workers.rollout.base import TokenOutput
+from verl.workers.rollout.replica import HybridReplica
+
+RESPONSE = 48
+
+
+def _config():
+    return SimpleNamespace(name="hf", prompt_length=RESPONSE + 16, response_length=RESPONSE, max_num_seqs=4,
+                           calculate_log_probs=True, dtype="float32", temperature=1.0, top_p=1.0, top_k=-1,
+                           do_sample=True, ignore_eos=True, max_model_len=RESPONSE + 16)
+
+
+class RecordingReplica(HybridReplica):
+    """A real in-process hf replica that records every call's prompt and output."""
+
+    def __init__(self, server):
+        super().__init__(server)
+        self.calls: list[tuple[list[int], TokenOutput]] = []
+
+    async def generate(self, prompt_ids, sampling_params, request_id):
+        out = await super().generate(prompt_ids, sampling_params, request_id)
+        self.calls.append((list(prompt_ids), out))
+        return out
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+
+
+@torch.no_grad()
+def _reference_log_probs(model, prompt, response):
+    ids = torch.tensor([prompt + response])
+    logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
+    return torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(response).unsqueeze(1)).squeeze(1)
+
+
+async def _sync(manager, server, new_model, version):
+    """What the trainer does: pause, abort in flight, push weights as `version`, resume."""
+    manager.pause()
+    await server.abort_all()
+    await server.update_weights(list(new_model.state_dict().items()), version)
+    await server.resume()
+    manager.resume(version)
+
+
+def test_sync_during_long_generation_aborts_and_resumes(tiny_lm):
+    from verl.workers.rollout.hf.server import HFRolloutServer
+
+    server = HFRolloutServer(_config(), model=copy.deepcopy(tiny_lm), max_steps_per_call=1)
+    replica = RecordingReplica(server)
+    manager = PartialRolloutServerManager([replica], resume_timeout_s=30)
+    new_model = copy.deepcopy(tiny_lm)
+    with torch.no_grad():
+        for param in new_model.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    prompt = [1, 5, 6, 7]
+    versions: list[SampleVersions] = []
+
+    async def scenario():
+        async def run_sample():
+            CURRENT_SAMPLE_VERSIONS.set(versions)
+            return await manager.generate("req-0", prompt_ids=prompt,
+                                          sampling_params={"max_tokens": RESPONSE, "logprobs": True, "seed": 3})
+
+        task = asyncio.ensure_future(run_sample())
+        while not server._rows or len(server._rows[0].token_ids) < 5:
+            await asyncio.sleep(0.001)
+        await _sync(manager, server, new_model, version=1)
+        return await asyncio.wait_for(task, timeout=60)
+
+    out = asyncio.run(scenario())
+    assert len(replica.calls) >= 2, "the sync did not abort the request"
+    first_prompt, first = replica.calls[0]
+    assert first.stop_reason == "aborted" and first_prompt == prompt
+    prefix = list(first.token_ids)
+    assert 0 < len(prefix) < RESPONSE
+    second_prompt, second = replica.calls[1]
+    assert second_prompt == prompt + prefix, "the continuation must start from prompt + tokens so far"
+    # final trajectory = prefix + continuation, every token with its log-prob, the requested length
+    assert out.token_ids == prefix + list(second.token_ids)
+    assert len(out.token_ids) == RESPONSE and out.stop_reason == "length"
+    assert out.log_probs is not None and len(out.log_probs) == RESPONSE
+    assert out.log_probs[: len(prefix)] == first.log_probs, "earlier log-probs must be kept"
+    # each token's log-prob is the one of the weights that produced it
+    old_ref = _reference_log_probs(tiny_lm, prompt, prefix)
+    new_ref = _reference_log_probs(new_model, prompt + prefix, list(second.token_ids))
+    torch.testing.assert_close(torch.tensor(out.log_probs[: len(prefix)]), old_ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(torch.tensor(out.log_probs[len(prefix):]), new_ref, atol=1e-4, rtol=1e-4)
+    # version tags record the change
+    assert len(versions) == 1
+    record = versions[0]
+    assert (record.start, record.end, record.aborts) == (0, 1, 1)
+    assert record.token_versions == [0] * len(prefix) + [1] * (RESPONSE - len(prefix))
+    assert out.extra == {"start_version": 0, "end_version": 1, "num_aborts": 1}
+    assert manager.num_aborted == 1 and manager.num_resumed == 1
+
+
+class ScriptedReplica:
+    """Returns 'aborted' with 2 tokens on its first call, then finishes; counts calls."""
+
+    def __init__(self):
+        self.prompts: list[list[int]] = []
+
+    async def generate(self, prompt_ids, sampling_params, request_id):
+        self.prompts.append(list(prompt_ids))
+        if len(self.prompts) == 1:
+            return TokenOutput(token_ids=[10, 11], log_probs=[-0.1, -0.2], stop_reason="aborted")
+        count = int(sampling_params["max_tokens"])
+        return TokenOutput(token_ids=[12] * count, log_probs=[-0.3] * count, stop_reason="length")
+
+
+def test_aborted_request_waits_for_resume_and_times_out_naming_the_request():
+    manager = PartialRolloutServerManager([ScriptedReplica()], resume_timeout_s=0.2)
+
+    async def scenario():
+        manager.pause()
+        await manager.generate("req-timeout", prompt_ids=[1], sampling_params={"max_tokens": 4})
+
+    with pytest.raises(TimeoutError, match="req-timeout.*not resumed within 0.2s"):
+        asyncio.run(scenario())
+
+
+def test_tool_call_in_flight_is_not_cancelled_by_a_sync():
+    """An agent loop sleeping in a tool call during a sync finishes its tool call, then its next turn waits for
+    the new version and continues; the aborted turn resumes with the remaining budget."""
+    replica = ScriptedReplica()
+    manager = PartialRolloutServerManager([replica], resume_timeout_s=5)
+    events: list[str] = []
+
+    async def agent():
+        first = await manager.generate("a", prompt_ids=[1, 2], sampling_params={"max_tokens": 5, "logprobs": True})
+        events.append("turn1")
+        await asyncio.sleep(0.05)  # the tool call, during which the sync happens
+        events.append("tool done")
+        second = await manager.generate("a", prompt_ids=[1, 2, 9], sampling_params={"max_tokens": 2})
+        events.append("turn2")
+        return first, second
+
+    async def scenario():
+        manager.pause()  # the first turn comes back aborted and must wait
+        task = asyncio.ensure_future(agent())
+        await asyncio.sleep(0.02)
+        assert not events
+        manager.resume(1)
+        await asyncio.sleep(0.01)
+        manager.pause()  # a second sync while the tool runs
+        await asyncio.sleep(0.1)
+        assert events == ["turn1", "tool done"], events
+        manager.resume(2)
+        return await asyncio.wait_for(task, timeout=5)
+
+    first, second = asyncio.run(scenario())
+    assert first.token_ids == [10, 11, 12, 12, 12] and first.log_probs == [-0.1, -0.2, -0.3, -0.3, -0.3]
+    assert replica.prompts[1] == [1, 2, 10, 11]
+    assert first.extra["num_aborts"] == 1 and first.extra["end_version"] == 1
+    assert second.extra == {"start_version": 2, "end_version": 2, "num_aborts": 0}
+    assert events == ["turn1", "tool done", "turn2"]

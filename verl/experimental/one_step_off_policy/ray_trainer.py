@@ -1,0 +1,146 @@
+"""OneStepOffRayTrainer: generation of batch k+1 overlaps training on batch k, on a standalone rollout pool.
+
+Order of one step k: take batch k (generated in the background during step k-1), publish the actor's newest weights
+if an update happened since the last publish (the rollout is idle at this point, so no request ever mixes two
+versions), start generating batch k+1 in the background, then train on batch k with the inherited stages.
+
+Policy lag (documented off-by-one): batch k is generated under weight version max(k-2, 0) and trained by the actor
+after k-1 updates, so it is exactly one update behind for k >= 2 (zero for k = 1); the synchronous trainer has lag 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ray
+
+from verl.experimental.fully_async_policy.rollout_pool import (
+    build_agent_worker,
+    init_standalone_workers,
+    start_rollout_replicas,
+)
+from verl.protocol import DataProto
+from verl.trainer.ppo.separate_trainer import SeparateRayPPOTrainer, generation_seed
+
+__all__ = ["OneStepOffRayTrainer", "RolloutGenerator"]
+
+logger = logging.getLogger(__name__)
+
+
+class RolloutGenerator:
+    """Body of the Ray actor that turns a prompt batch into trajectories on the standalone replicas."""
+
+    def __init__(self, config: Any, replicas: list[Any]) -> None:
+        self.worker = build_agent_worker(config, replicas)
+
+    def ready(self) -> bool:
+        return True
+
+    async def generate_sequences(self, batch: DataProto) -> DataProto:
+        out = await self.worker.generate_sequences(batch)
+        out.meta_info = {k: v for k, v in out.meta_info.items() if k in batch.meta_info}
+        return out
+
+
+class OneStepOffRayTrainer(SeparateRayPPOTrainer):
+    """One-step-off-policy PPO; ``Role.Actor`` on the trainer pool, ``Role.Rollout`` mapped to the rollout pool."""
+
+    def __init__(self, *args: Any, generate_timeout_s: float = 3600.0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.generate_timeout_s = float(generate_timeout_s)
+        self.generator = None
+        self.replicas: list[Any] = []
+        self._next_batch_dict: dict | None = None
+        self._pending: tuple[dict, DataProto, DataProto, Any, int] | None = None
+        self._unpublished_updates = 0
+        self.generation_versions: dict[int, int] = {}
+
+    def init_workers(self) -> None:
+        init_standalone_workers(self, self._init_rollout)
+
+    def _init_rollout(self, pool: Any) -> None:
+        self.replicas = start_rollout_replicas(self.config, pool)
+        self.generator = ray.remote(RolloutGenerator).options(num_cpus=0, max_concurrency=1000).remote(
+            self.config, self.replicas
+        )
+        ray.get(self.generator.ready.remote(), timeout=self.generate_timeout_s)
+
+    # ------------------------------------------------------------------ the pipeline
+
+    def _iter_batch_dicts(self):
+        """Dataloader batches with one batch of lookahead (the one generated in the background)."""
+        source = super()._iter_batch_dicts()
+        current = next(source, None)
+        while current is not None:
+            following = next(source, None)
+            self._next_batch_dict = following
+            yield current
+            current = following
+
+    def _fit_get_batch(self, batch_dict: dict) -> tuple[DataProto, DataProto]:
+        if self._pending is not None and self._pending[0] is batch_dict:
+            return self._pending[1], self._pending[2]
+        return super()._fit_get_batch(batch_dict)
+
+    def _submit(self, gen_batch: DataProto) -> Any:
+        gen_batch = gen_batch.repeat(repeat_times=int(self.config.rollout.n), interleave=True)
+        return self.generator.generate_sequences.remote(gen_batch)
+
+    def _wait(self, ref: Any, what: str) -> DataProto:
+        try:
+            return ray.get(ref, timeout=self.generate_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(f"one-step-off: {what} did not finish within {self.generate_timeout_s:g}s") from None
+
+    def _publish_weights(self, metrics: dict) -> None:
+        """Push the actor's weights if it changed since the last push (only while the rollout is idle)."""
+        if self._unpublished_updates:
+            SeparateRayPPOTrainer._fit_update_weights(self, metrics)
+            self._unpublished_updates = 0
+
+    def _fit_generate(self, gen_batch: DataProto) -> DataProto:
+        """Batch k from the background generation (or generated now for the first step), then start k+1."""
+        if self._pending is not None and self._pending[2] is gen_batch:
+            _, _, _, ref, version = self._pending
+        else:
+            ref, version = self._submit(gen_batch), self.weight_version
+        self._pending = None
+        output = self._wait(ref, f"generation of step {self.global_steps}")
+        self.generation_versions[self.global_steps] = version
+        metrics: dict[str, float] = {}
+        self._publish_weights(metrics)
+        next_dict = self._next_batch_dict
+        if next_dict is not None and self.global_steps < self.total_training_steps:
+            batch, next_gen = super()._fit_get_batch(next_dict)
+            step = self.global_steps + 1
+            next_gen.meta_info["global_steps"] = step
+            seed = generation_seed(self.config, step)
+            if seed is not None:
+                next_gen.meta_info["seed"] = seed
+            self._pending = (next_dict, batch, next_gen, self._submit(next_gen), self.weight_version)
+        output.meta_info["timing"] = {"publish_weights": metrics.get("timing_s/update_weights", 0.0)}
+        self._step_metrics = {"one_step_off/generation_version": float(version),
+                              "one_step_off/policy_lag": float(self.global_steps - 1 - version)}
+        return output
+
+    def _fit_update_weights(self, metrics: dict) -> None:
+        """Weights are published at the start of the next generation, when the rollout is idle."""
+        self._unpublished_updates += 1
+
+    def _generate_validation(self, gen_batch: DataProto) -> DataProto:
+        if self._pending is not None:
+            ray.wait([self._pending[3]], timeout=self.generate_timeout_s)
+            # the pending batch keeps the version it started under; validation sees the newest weights
+        self._publish_weights({})
+        return self._wait(self.generator.generate_sequences.remote(gen_batch), "validation generation")
+
+    def fit_step(self, batch_dict: dict) -> dict[str, float]:
+        self._step_metrics = {}
+        metrics = super().fit_step(batch_dict)
+        metrics.update(self._step_metrics)
+        return metrics
+
+    def _load_checkpoint(self) -> None:
+        if self.checkpointer.find_resume_dir() is not None:
+            logger.warning("one-step-off training does not resume from checkpoints yet; starting from step 0")
