@@ -412,7 +412,8 @@ def render(summary: dict, setup: dict, extra: dict) -> str:
     lines = [
         f"GRPO step, {setup['samples']} samples ({setup['prompts']} prompts x {setup['n']}) of up to "
         f"{setup['response_length']} tokens, tiny model, CPU, 1 torch thread per process, {setup['workers']} "
-        f"worker process; steps alternate main_ppo / bare; median of {summary['steps_measured']} steps each after "
+        f"worker process (Ray worker niceness {setup['ray_worker_niceness']}); steps alternate main_ppo / bare; "
+        f"median of {summary['steps_measured']} steps each after "
         f"{setup['warmup']} warm-up steps.",
         "",
         table,
@@ -435,6 +436,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--steps", type=int, default=14)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--workers", type=int, default=1, help="main_ppo worker processes (trainer.n_gpus_per_node)")
+    parser.add_argument("--ray-worker-niceness", type=int, default=None,
+                        help="RAY_worker_niceness for this run (default: what main_ppo sets); 15 is Ray's own default")
     parser.add_argument("--cli", action="store_true", help="also time the real main_ppo CLI end to end (slow)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out-dir", type=Path, default=None)
@@ -447,6 +450,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.steps <= args.warmup:
         parser.error(f"--steps ({args.steps}) must exceed --warmup ({args.warmup})")
     os.environ.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})
+    if args.ray_worker_niceness is not None:
+        os.environ["RAY_worker_niceness"] = str(args.ray_worker_niceness)
 
     from verl.trainer.demo import demo_cache_dir, prepare_demo_data
 
@@ -459,6 +464,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                         args.seed)
         fw_steps, bare_steps, extra = run_lockstep(cli, args.steps, args.seed)
         extra["cli_wall_s"] = run_cli(cli)["wall_s"] if args.cli else None
+    setup["ray_worker_niceness"] = os.environ.get("RAY_worker_niceness", "15 (Ray default)")
     summary = summarize(bare_steps, fw_steps, args.warmup)
     table = render(summary, setup, extra)
     print(table)

@@ -112,3 +112,9 @@ def test_lora_adapters_are_merged_into_base_weights(tiny_lm):
         torch.testing.assert_close(sent[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
     q_name = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.allclose(sent[q_name], tiny_lm.state_dict()[q_name])  # the adapter really moved it
+
+
+def test_device_none_keeps_tensors_where_they_were_gathered():
+    pairs = [("w", torch.empty(4, device="meta"))]
+    assert next(iter(iter_weight_buckets(pairs, 64, device=None)))[0][1].device.type == "meta"
+    assert next(iter(iter_weight_buckets([("w", torch.ones(4))], 64)))[0][1].device.type == "cpu"

@@ -134,8 +134,8 @@ class WeightSyncRequest:
     def torch_dtype(self) -> torch.dtype | None:
         return None if self.dtype is None else getattr(torch, str(self.dtype).removeprefix("torch."))
 
-    def buckets(self, module: nn.Module | Iterable[tuple[str, torch.Tensor]]):
-        return iter_weight_buckets(module, self.bucket_bytes, self.torch_dtype)
+    def buckets(self, module: nn.Module | Iterable[tuple[str, torch.Tensor]], device: str | None = "cpu"):
+        return iter_weight_buckets(module, self.bucket_bytes, self.torch_dtype, device)
 
 
 class CheckpointEngine(abc.ABC):

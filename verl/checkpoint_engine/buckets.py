@@ -64,9 +64,11 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def iter_named_weights(
-    module: nn.Module, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
+    module: nn.Module, dtype: torch.dtype | None = None, device: str | torch.device | None = "cpu"
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(hf_name, full tensor)`` for every persistent weight of ``module``, one tensor gathered at a time.
+
+    ``device=None`` leaves each gathered tensor where it is (the same-process engine on an accelerator).
 
     LoRA layers are yielded merged (``W + scaling * B @ A``) and their factors skipped. A parameter tied to an
     earlier one (shared embedding / lm_head) is sent once: loading it updates the tied copy too.
@@ -97,7 +99,7 @@ def iter_named_weights(
             delta = lora_delta(layer, layer_path) if is_lora_layer(layer) else None
             if delta is not None:
                 tensor = (tensor.float() + delta.to(tensor.device)).to(tensor.dtype)
-        tensor = tensor.to(device=device, dtype=dtype or tensor.dtype)
+        tensor = tensor.to(device=device or tensor.device, dtype=dtype or tensor.dtype)
         yield name, tensor
 
 
@@ -110,6 +112,7 @@ def iter_weight_buckets(
     source: nn.Module | Iterable[tuple[str, torch.Tensor]],
     bucket_bytes: int,
     dtype: torch.dtype | None = None,
+    device: str | torch.device | None = "cpu",
 ) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Group named CPU tensors into buckets of at most ``bucket_bytes`` (an oversized tensor gets its own).
 
@@ -117,6 +120,7 @@ def iter_weight_buckets(
         source: a trainer module (walked with ``iter_named_weights``) or ``(name, tensor)`` pairs.
         bucket_bytes: the bound on one bucket's payload (``megabytes_to_bytes(update_weights_bucket_megabytes)``).
         dtype: cast every tensor to this dtype (the rollout's) before it counts and ships.
+        device: where the yielded tensors live (None: where they were gathered).
 
     Raises:
         ValueError: ``bucket_bytes`` is not positive.
@@ -124,9 +128,9 @@ def iter_weight_buckets(
     if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
         raise ValueError(f"iter_weight_buckets: bucket_bytes must be a positive int, got {bucket_bytes!r}")
     if isinstance(source, nn.Module):
-        named: Iterable[tuple[str, torch.Tensor]] = iter_named_weights(source, dtype)
+        named: Iterable[tuple[str, torch.Tensor]] = iter_named_weights(source, dtype, device)
     else:
-        named = ((n, t.detach().to(device="cpu", dtype=dtype or t.dtype)) for n, t in source)
+        named = ((n, t.detach().to(device=device or t.device, dtype=dtype or t.dtype)) for n, t in source)
     bucket: list[tuple[str, torch.Tensor]] = []
     size = 0
     for name, tensor in named:

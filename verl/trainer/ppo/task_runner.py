@@ -21,6 +21,7 @@ TASK_RUNNER_CPUS = 0.1
 
 
 def _ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
+    os.environ.setdefault("RAY_worker_niceness", "0")  # Ray's default 15 starves workers on a busy CPU (bench/)
     ray_init = OmegaConf.to_container(config.get("ray_kwargs", {}).get("ray_init", {}) or {}, resolve=True)
     kwargs = {key: value for key, value in ray_init.items() if value is not None}
     env_vars = {"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "WARN"}

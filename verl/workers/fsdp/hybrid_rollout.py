@@ -217,10 +217,10 @@ class HybridRollout:
             own = dict(model.named_parameters(remove_duplicate=False))
             own.update(dict(model.named_buffers(remove_duplicate=False)))
             checksum = weight_checksum([(name, own[name]) for name in names])
-        else:
-            checksum = bucket_sums[0] if len(bucket_sums) == 1 else weight_checksum(
-                [(f"bucket{i}", torch.tensor(list(s.encode()), dtype=torch.uint8)) for i, s in enumerate(bucket_sums)]
-            )
+        else:  # an engine whose tensors we cannot see: fold its per-bucket checksums as the checkpoint engine does
+            from verl.checkpoint_engine import combine_bucket_checksums
+
+            checksum = combine_bucket_checksums(bucket_sums)
         return {"version": int(version), "checksum": checksum}
 
     def sleep(self) -> None:

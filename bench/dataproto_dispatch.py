@@ -1,0 +1,204 @@
+"""DataProto dispatch and MessageQueue hand-over, per sample, against pickling the same tensors once (the floor).
+
+- dispatch: ``RayWorkerGroup`` of ``--workers`` CPU workers; one ``Dispatch.DP_COMPUTE_PROTO`` call that returns its
+  shard sends a ``--samples`` batch out (split per rank) and back (concatenated). The floor is one
+  ``pickle.dumps`` + ``pickle.loads`` of the batch's raw tensor dict, what any process boundary has to pay at least.
+- queue: ``MessageQueue`` (fully async, a Ray actor) ``put`` of ``--queue-samples`` one-row DataProtos, with up to
+  ``--in-flight`` puts outstanding like the rollouter, then ``get`` in chunks of ``--get-chunk`` like the trainer.
+  The floor is one pickle round trip of each sample's tensors.
+
+Each variant runs ``--repeats`` times after a warm-up; medians are reported.
+
+    python bench/dataproto_dispatch.py      # writes bench/results/dataproto_dispatch.{json,md}
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import markdown_table, median, write_results  # noqa: E402
+
+NAME = "dataproto_dispatch"
+
+
+def make_batch(samples: int, prompt_len: int, response_len: int, seed: int) -> Any:
+    """A PPO-shaped batch (what update_actor receives): ids, masks, positions, log-probs, advantages, uids."""
+    import numpy as np
+    import torch
+
+    from verl.protocol import DataProto
+
+    gen = torch.Generator().manual_seed(seed)
+    seq = prompt_len + response_len
+    tensors = {
+        "input_ids": torch.randint(0, 32000, (samples, seq), generator=gen),
+        "attention_mask": torch.ones(samples, seq, dtype=torch.int64),
+        "position_ids": torch.arange(seq).repeat(samples, 1),
+        "prompts": torch.randint(0, 32000, (samples, prompt_len), generator=gen),
+        "responses": torch.randint(0, 32000, (samples, response_len), generator=gen),
+        "response_mask": torch.ones(samples, response_len, dtype=torch.int64),
+        "old_log_probs": torch.randn(samples, response_len, generator=gen),
+        "advantages": torch.randn(samples, response_len, generator=gen),
+    }
+    uids = np.array([f"uid-{i // 8}" for i in range(samples)], dtype=object)
+    return DataProto.from_dict(tensors, {"uid": uids}, {"temperature": 1.0})
+
+
+def tensor_bytes(data: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in data.batch.values())
+
+
+def pickle_floor(data: Any) -> float:
+    """One in-process pickle round trip of the raw tensors (and the uid column): the least a transfer costs."""
+    raw = {key: data.batch[key] for key in data.batch.keys()}
+    raw["uid"] = data.non_tensor_batch["uid"]
+    start = time.perf_counter()
+    pickle.loads(pickle.dumps(raw, protocol=pickle.HIGHEST_PROTOCOL))
+    return time.perf_counter() - start
+
+
+def echo_worker_cls() -> type:
+    from verl.single_controller.base import Dispatch, Worker, register
+
+    class EchoWorker(Worker):
+        """Returns its shard untouched: the call measures only transport, split and concat."""
+
+        @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+        def echo(self, data):
+            return data
+
+    return EchoWorker
+
+
+def run_dispatch(data: Any, workers: int, repeats: int) -> dict:
+    from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+
+    pool = RayResourcePool([workers], use_gpu=False, name_prefix="bench_dispatch")
+    group = RayWorkerGroup(pool, RayClassWithInitArgs(echo_worker_cls()))
+    out = group.echo(data)  # warm-up: first call ships the class and opens connections
+    if len(out) != len(data):
+        raise RuntimeError(f"dispatch returned {len(out)} rows for {len(data)}")
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        group.echo(data)
+        seconds.append(time.perf_counter() - start)
+    return {"seconds": seconds}
+
+
+def run_queue(samples: list[Any], in_flight: int, get_chunk: int, repeats: int) -> dict:
+    import ray
+
+    from verl.experimental.fully_async_policy.message_queue import MessageQueue
+
+    queue = ray.remote(MessageQueue).options(num_cpus=0, max_concurrency=1000).remote(len(samples) + 1)
+
+    def one_pass() -> tuple[float, float]:
+        start = time.perf_counter()
+        pending: list[Any] = []
+        for sample in samples:
+            pending.append(queue.put.remote(sample, 60.0))
+            if len(pending) >= in_flight:
+                ray.get(pending.pop(0))
+        ray.get(pending)
+        put_s = time.perf_counter() - start
+        start = time.perf_counter()
+        got = 0
+        while got < len(samples):
+            got += len(ray.get(queue.get.remote(min(get_chunk, len(samples) - got), 60.0)))
+        return put_s, time.perf_counter() - start
+
+    one_pass()  # warm-up
+    puts, gets = [], []
+    for _ in range(repeats):
+        put_s, get_s = one_pass()
+        puts.append(put_s)
+        gets.append(get_s)
+    ray.kill(queue)
+    return {"put_seconds": puts, "get_seconds": gets}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=4096)
+    parser.add_argument("--prompt-len", type=int, default=256)
+    parser.add_argument("--response-len", type=int, default=256)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--queue-samples", type=int, default=10_000)
+    parser.add_argument("--in-flight", type=int, default=64)
+    parser.add_argument("--get-chunk", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--queue-repeats", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    for name in ("samples", "workers", "queue_samples", "in_flight", "get_chunk", "repeats", "queue_repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+
+    import ray
+    import torch
+
+    torch.set_num_threads(1)
+    data = make_batch(args.samples, args.prompt_len, args.response_len, args.seed)
+    nbytes = tensor_bytes(data)
+    floor = [pickle_floor(data) for _ in range(args.repeats + 1)][1:]
+
+    one_row = make_batch(1, args.prompt_len, args.response_len, args.seed + 1)
+    queue_items = [one_row] * args.queue_samples
+    row_floor = []
+    for _ in range(args.queue_repeats):
+        start = time.perf_counter()
+        for item in queue_items:
+            pickle_floor(item)
+        row_floor.append(time.perf_counter() - start)
+
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    ray.init(num_cpus=max(args.workers, 2), include_dashboard=False, log_to_driver=False)
+    try:
+        dispatch = run_dispatch(data, args.workers, args.repeats)
+        queue = run_queue(queue_items, args.in_flight, args.get_chunk, args.queue_repeats)
+    finally:
+        ray.shutdown()
+
+    d_med, f_med = median(dispatch["seconds"]), median(floor)
+    p_med, g_med, rf_med = median(queue["put_seconds"]), median(queue["get_seconds"]), median(row_floor)
+    n, q = args.samples, args.queue_samples
+    rows = [
+        [f"dispatch {n} samples to {args.workers} workers and back", d_med * 1e3, d_med / n * 1e6,
+         f_med / n * 1e6, f"{d_med / f_med:.1f}x"],
+        [f"MessageQueue put, {q} one-row samples ({args.in_flight} in flight)", p_med * 1e3, p_med / q * 1e6,
+         rf_med / q * 1e6, f"{p_med / rf_med:.1f}x"],
+        [f"MessageQueue get, chunks of {args.get_chunk}", g_med * 1e3, g_med / q * 1e6, rf_med / q * 1e6,
+         f"{g_med / rf_med:.1f}x"],
+    ]
+    table = markdown_table(["operation", "total (ms)", "per sample (us)", "floor per sample (us)", "x floor"], rows)
+    header = (f"Batch: {n} samples x {args.prompt_len + args.response_len} tokens, {nbytes / 2**20:.1f} MiB of "
+              f"tensors ({nbytes / n / 1024:.1f} KiB per sample); floor = one pickle dumps+loads of the same "
+              f"tensors in process; median of {args.repeats} (dispatch) / {args.queue_repeats} (queue) runs.")
+    markdown = header + "\n\n" + table
+    print(markdown)
+    payload = {
+        "config": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None},
+        "tensor_bytes": nbytes,
+        "raw": {"dispatch_s": dispatch["seconds"], "dispatch_floor_s": floor, "queue_put_s": queue["put_seconds"],
+                "queue_get_s": queue["get_seconds"], "queue_floor_s": row_floor},
+        "rows": [dict(zip(["operation", "total_ms", "per_sample_us", "floor_per_sample_us", "x_floor"], r))
+                 for r in rows],
+    }
+    paths = write_results(NAME, payload, markdown, seed=args.seed, out_dir=args.out_dir)
+    print(f"\nwrote {paths[0]} and {paths[1]}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()
