@@ -29,11 +29,12 @@ class LoopRunner:
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None, timeout_s: float) -> None:
         try:
-            asyncio.get_running_loop()
+            running = asyncio.get_running_loop()
         except RuntimeError:
             pass
         else:
-            if loop is None or loop.is_running():
+            # Blocking is fine while another thread's loop does the work; waiting on our own loop would deadlock.
+            if loop is None or loop is running:
                 raise RuntimeError(
                     "checkpoint engine: send_weights blocks and was called from inside a running event loop; "
                     "call it from a worker thread (asyncio.to_thread) and pass loop= the loop owning the engine"
