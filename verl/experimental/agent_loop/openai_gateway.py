@@ -556,6 +556,8 @@ class OpenAIGateway:
             call_params = dict(params)
             if tokens and max_tokens is not None:
                 call_params["max_tokens"] = int(max_tokens) - len(tokens)
+            if resumes and params.get("seed") is not None:
+                call_params["seed"] = int(params["seed"]) + 104729 * resumes  # a fresh stream for the continuation
             try:
                 out = await self.server_manager.generate(request_id, prompt_ids=prompt_ids + tokens,
                                                          sampling_params=call_params)

@@ -36,6 +36,7 @@ __all__ = [
 _LAZY: dict[str, str] = {
     "single_turn_agent": "verl.experimental.agent_loop.single_turn_agent_loop:SingleTurnAgentLoop",
     "tool_agent": "verl.experimental.agent_loop.tool_agent_loop:ToolAgentLoop",
+    "openai_agent": "verl.experimental.agent_loop.openai_agent_loop:OpenAIAgentLoop",
 }
 
 
