@@ -10,7 +10,7 @@ Same replica (one standalone ``hf`` server actor on the tiny model), same prompt
 
 The difference is what the layer costs: shipping the batch to the workers, per-sample loop objects and routing,
 padding/assembly and shipping the result back. Variants run interleaved in one process tree, ``--repeats`` times
-each; the best and the median time count (the machine is shared and noisy).
+each; best times and the median of paired ratios are reported (the machine is shared and noisy).
 
     python bench/agent_loop_overhead.py      # writes bench/results/agent_loop_overhead.{json,md}
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import platform
@@ -77,30 +78,38 @@ def markdown(result: dict) -> str:
         f"run: {result['load_average']}. \"layer\" is the agent loop's wall time minus the slowest sample's wait "
         "on the server: what the layer itself adds (dispatch, loops, padding, transfer back).",
         "",
+        "\"paired\" compares each agent-loop run with the direct run just before it (same machine load) and takes "
+        "the median ratio; it is the figure the target is checked on.",
+        "",
         "| samples | tokens/sample | direct best (s) | agent loop best (s) | overhead best | direct median (s) | "
-        "agent loop median (s) | overhead median | layer median (s) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "agent loop median (s) | overhead paired median | layer median (s) | layer / direct |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["rows"]:
         lines.append(
             f"| {row['samples']} | {row['response_length']} | {row['direct_best_s']:.3f} | "
             f"{row['agent_loop_best_s']:.3f} | {row['overhead_best'] * 100:+.1f}% | {row['direct_median_s']:.3f} | "
-            f"{row['agent_loop_median_s']:.3f} | {row['overhead_median'] * 100:+.1f}% | "
-            f"{row['layer_median_s']:.3f} |"
+            f"{row['agent_loop_median_s']:.3f} | {row['overhead_paired_median'] * 100:+.1f}% | "
+            f"{row['layer_median_s']:.3f} | {row['layer_share_median'] * 100:.1f}% |"
         )
-    lines += ["", "Target: overhead under 10% at 256 single-turn samples (best-of-runs ratio): "
+    lines += ["", "Target: overhead under 10% at 256 single-turn samples (paired median): "
                   + ", ".join(f"{k} tokens: {'met' if v else 'NOT met'}" for k, v in result["target_met"].items())
-                  + ".", ""]
+                  + ". On best-of-runs times: "
+                  + ", ".join(f"{r['response_length']} tokens: {'met' if r['overhead_best'] < 0.10 else 'NOT met'}"
+                              for r in result["rows"] if r["samples"] == 256)
+                  + " (best times on this shared 2-core machine swing by tens of percent between runs; the layer's "
+                  "own share is the steadier figure).", ""]
     return "\n".join(lines)
 
 
 async def main_async(args) -> dict:
     import ray
+    from omegaconf import OmegaConf
 
     from verl.experimental.agent_loop import AgentLoopManager
     from verl.experimental.agent_loop.config import sampling_params_for
     from verl.utils.tiny_model import build_tiny_model
-    from verl.workers.config import AgentLoopConfig, HFModelConfig, RolloutConfig
+    from verl.workers.config import AgentLoopConfig, RolloutConfig
     from verl.workers.rollout import StandaloneReplica
 
     model_dir = build_tiny_model(Path(tempfile.mkdtemp(prefix="agent_loop_bench_")))
@@ -114,7 +123,8 @@ async def main_async(args) -> dict:
             temperature=0.0, do_sample=False, ignore_eos=True, dtype="float32",
             agent=AgentLoopConfig(num_workers=args.num_workers),
         )
-        config = {"rollout": rollout, "model": HFModelConfig(path=str(model_dir))}
+        # a DictConfig, as the trainer passes it (the typed groups are derived from it inside the workers)
+        config = OmegaConf.create({"rollout": dataclasses.asdict(rollout), "model": {"path": str(model_dir)}})
         replica = StandaloneReplica(rollout, str(model_dir), num_cpus=1, server_kwargs={"device": "cpu", "seed": 0})
         manager = await AgentLoopManager.create(config, replicas=[replica])
         params = sampling_params_for(rollout, {})
@@ -138,9 +148,12 @@ async def main_async(args) -> dict:
                     "layer_median_s": statistics.median(layer),
                     "overhead_best": min(agent) / min(direct) - 1,
                     "overhead_median": statistics.median(agent) / statistics.median(direct) - 1,
+                    # each agent-loop run against the direct run just before it: both saw the same machine load
+                    "overhead_paired_median": statistics.median(a / d for a, d in zip(agent, direct)) - 1,
+                    "layer_share_median": statistics.median(own / d for own, d in zip(layer, direct)),
                 })
                 print(f"{samples} samples x {response_length} tokens: direct {min(direct):.3f}s, agent loop "
-                      f"{min(agent):.3f}s ({rows[-1]['overhead_best'] * 100:+.1f}%), layer "
+                      f"{min(agent):.3f}s (paired {rows[-1]['overhead_paired_median'] * 100:+.1f}%), layer "
                       f"{statistics.median(layer):.3f}s", flush=True)
         finally:
             manager.shutdown()
@@ -150,7 +163,7 @@ async def main_async(args) -> dict:
         "num_workers": args.num_workers, "repeats": args.repeats,
         "load_average": [round(x, 1) for x in os.getloadavg()],
         "rows": rows,
-        "target_met": {str(r["response_length"]): bool(r["overhead_best"] < 0.10) for r in rows
+        "target_met": {str(r["response_length"]): bool(r["overhead_paired_median"] < 0.10) for r in rows
                        if r["samples"] == 256},
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "torch": torch.__version__, "ray": ray.__version__},

@@ -53,3 +53,29 @@ def test_rollout_group_reads_dictconfig_once_and_names_bad_keys():
         rollout_group(OmegaConf.create({"model": {}}))
     with pytest.raises(Exception, match="rollout.temperature"):
         rollout_group(OmegaConf.create({"rollout": {"temperature": -1.0}}))
+
+
+class CustomManager:
+    """A manager class chosen by rollout.agent.agent_loop_manager_class."""
+
+    @classmethod
+    async def create(cls, config, worker_group=None, rollout_resource_pool=None, **kwargs):
+        return ("custom", worker_group, kwargs["max_sessions"])
+
+
+def test_custom_manager_class_is_created_instead(tiny_model_dir):
+    import asyncio
+
+    from _agent_loop_helpers import make_config
+
+    from verl.experimental.agent_loop import AgentLoopManager
+    from verl.workers.config import AgentLoopConfig
+
+    agent = AgentLoopConfig(agent_loop_manager_class=f"{__name__}.CustomManager")
+    config = make_config(tiny_model_dir, agent=agent)
+    assert asyncio.run(AgentLoopManager.create(config, worker_group="wg", max_sessions=3)) == ("custom", "wg", 3)
+
+    bad = make_config(tiny_model_dir, agent=AgentLoopConfig(agent_loop_manager_class="builtins.dict"))
+    with pytest.raises(TypeError, match="rollout.agent.agent_loop_manager_class='builtins.dict': .* async "
+                                        "classmethod create"):
+        asyncio.run(AgentLoopManager.create(bad))

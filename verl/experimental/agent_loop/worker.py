@@ -146,6 +146,8 @@ class AgentLoopWorker:
                             "not an AgentLoopOutput")
         metrics = {"generate_sequences": float(output.metrics.generate_sequences),
                    "tool_calls": float(output.metrics.tool_calls), "num_turns": float(output.num_turns)}
+        # loop-specific counters (e.g. the tool loop's malformed-call and tool-error counts)
+        metrics.update(getattr(output.metrics, "counters", None) or {})
         if self.reward_fn is not None and output.reward_score is None:
             start = time.perf_counter()
             score, extra = await asyncio.get_running_loop().run_in_executor(

@@ -30,13 +30,20 @@ __all__ = [
 class RayPPOTrainer(SeparateRayPPOTrainer):
     """Synchronous PPO trainer: actor, rollout and reference share processes (hybrid engine); critic optional."""
 
+    def init_workers(self) -> None:
+        """Spawn the worker groups, then the agent-loop manager over the rollout engines in the actor workers."""
+        from verl.experimental.agent_loop import AgentLoopManager
+
+        super().init_workers()
+        self.agent_loop_manager = AgentLoopManager.create_blocking(self.config, worker_group=self.actor_rollout_wg)
+
     def _fit_generate(self, gen_batch: DataProto) -> DataProto:
         """Generate `rollout.n` responses per prompt. The one place the trainer talks to the rollout."""
         gen_batch = gen_batch.repeat(repeat_times=int(self.config.rollout.n), interleave=True)
-        return self.actor_rollout_wg.generate_sequences(gen_batch)
+        return self.agent_loop_manager.generate_sequences(gen_batch)
 
     def _generate_validation(self, gen_batch: DataProto) -> DataProto:
-        return self.actor_rollout_wg.generate_sequences(gen_batch)
+        return self.agent_loop_manager.generate_sequences(gen_batch)
 
     def _fit_update_weights(self, metrics: dict) -> None:
         """Push the new actor weights to the colocated engines as the next version and check the versions."""
