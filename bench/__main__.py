@@ -25,7 +25,7 @@ REPO_ROOT = BENCH_DIR.parent
 # ~3-minute share; run a script directly for its full defaults.
 CPU_SET: dict[str, tuple[list[str], int]] = {
     "framework_overhead": ([], 300),
-    "trl_comparison": ([], 420),
+    "trl_comparison": ([], 600),
     "dataproto_dispatch": ([], 240),
     "dataproto_serialization": (["--repeats", "5"], 180),
     "rollout_throughput": (["--repeats", "1"], 300),

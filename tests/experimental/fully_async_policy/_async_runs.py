@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from verl.trainer.demo import demo_overrides
@@ -30,14 +30,18 @@ def recipe_config(recipe: str, run_dir: Path, *extra: str):
     return compose_recipe_config(CONFIG_DIR, CONFIG_NAME, base_overrides(run_dir, *extra))
 
 
-@lru_cache(maxsize=None)
-def sync_reference(run_dir: str, steps: int = STEPS) -> tuple[dict, ...]:
-    """Per-step metrics of the synchronous trainer (colocated, one process) with the same seeds."""
+@cache
+def sync_reference(steps: int = STEPS) -> tuple[dict, ...]:
+    """Per-step metrics of the synchronous trainer (colocated, one process) with the same seeds; computed once per
+    test session and shared by the fully-async and one-step-off tests."""
+    import tempfile
+
     from verl.trainer.config.compose import compose_ppo_config
     from verl.trainer.main_ppo import resolve_config
     from verl.trainer.ppo.task_runner import run_ppo
     from verl.utils.tracking import read_metrics
 
+    run_dir = tempfile.mkdtemp(prefix="verl_sync_reference_")
     config, _ = resolve_config(compose_ppo_config(base_overrides(Path(run_dir),
                                                                  f"trainer.total_training_steps={steps}")))
     run_ppo(config)

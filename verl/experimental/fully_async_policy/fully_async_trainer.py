@@ -56,6 +56,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.local_updates = 0
         self.consumed_groups = 0
         self.consumed_indices: list[int] = []
+        self.leftover_groups = 0
         self.stale_groups_per_sync: list[int] = []
         self._stale_this_period = 0
         self._extra_metrics: dict[str, float] = {}
@@ -171,6 +172,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         items = self._pull_groups(self.groups_per_update)
         samples: list[RolloutSample] = [item for item in items if item != END_OF_STREAM]
         if len(samples) < self.groups_per_update:
+            self.leftover_groups = len(samples)  # taken from the queue but too few for an update: not trained on
             raise StopTraining(f"the rollouter's stream ended ({len(samples)} group(s) left over, fewer than the "
                                f"{self.groups_per_update} one update needs)")
         samples.sort(key=lambda s: s.index)
@@ -197,14 +199,24 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self._extra_metrics = metrics
         return batch
 
+    def _fit_update_actor(self, batch: DataProto, metrics: dict) -> bool:
+        updated = super()._fit_update_actor(batch, metrics)
+        if not updated:  # critic warm-up: no new weights, but the period ends and the rollouter's budget renews
+            self._end_period(metrics, push=False)
+        return updated
+
     def _fit_update_weights(self, metrics: dict) -> None:
         """Every ``trigger_parameter_sync_step`` updates: pause rollouter, publish v+1, resume."""
+        self._end_period(metrics, push=True)
+
+    def _end_period(self, metrics: dict, push: bool) -> None:
         self.local_updates += 1
         if self.local_updates % self.trigger_parameter_sync_step != 0:
             return
         start = time.perf_counter()
         metrics.update(self._get(self.rollouter.pause.remote(), "rollouter pause"))
-        super()._fit_update_weights(metrics)
+        if push:
+            super()._fit_update_weights(metrics)
         self._get(self.rollouter.resume.remote(self.weight_version), "rollouter resume")
         self.stale_groups_per_sync.append(self._stale_this_period)
         self._stale_this_period = 0

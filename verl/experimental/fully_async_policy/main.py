@@ -87,6 +87,7 @@ class AsyncTaskRunner:
             summary["rollout"] = trainer.rollout_statistics()
             summary["consumed_indices"] = list(trainer.consumed_indices)
             summary["stale_groups_per_sync"] = list(trainer.stale_groups_per_sync)
+            summary["leftover_groups"] = trainer.leftover_groups
         if hasattr(trainer, "generation_versions"):
             summary["generation_versions"] = dict(trainer.generation_versions)
         return summary

@@ -1,0 +1,9 @@
+.PHONY: bench bench-gpu
+
+# The CPU benchmark set (tables + JSON under bench/results/); about 15 minutes on 2 busy cores.
+bench:
+	python -m bench
+
+# The GPU set; needs a CUDA device (skips cleanly without one).
+bench-gpu:
+	python -m bench --only gpu_suite

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Multi-turn tool use on the tiny model, on CPU with 2 worker processes:
+#   1. SFT warm-up on synthetic calculator transcripts (verl.utils.tool_transcripts): the model learns to write
+#      <tool_call>{"name": "calculator", "arguments": {"expression": "23*17"}}</tool_call>, read the tool's answer
+#      and repeat it. (SFT takes one response string per row, so its loss also covers the inserted tool turn.)
+#   2. GRPO on the tool_calc task through ToolAgentLoop (rows carry agent_name=tool_agent): every rollout runs the
+#      real CalculatorTool; reward 1.0 when the last number of the response is the right answer.
+# Watch timing_s/agent_loop/tool_calls/mean (calls per trajectory), .../tool_calls_ok/mean and critic/score/mean
+# in metrics.jsonl; docs/tools.md ("Demo") has a measured run.
+# Extra arguments are passed on to the GRPO run as Hydra overrides, e.g. trainer.total_training_steps=20.
+# SFT_STEPS=0 skips the warm-up: GRPO then starts from MODEL_PATH (default: the random tiny model, which makes no
+# tool calls and earns no reward), e.g. SFT_STEPS=0 MODEL_PATH=$SFT_DIR/huggingface to reuse an earlier warm-up.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SEED=${SEED:-1}
+DATA_DIR=${DATA_DIR:-$HOME/data/synthetic/tool_calc}
+SFT_DIR=${SFT_DIR:-checkpoints/verl_examples/tiny_tool_sft_s$SEED}
+SFT_STEPS=${SFT_STEPS:-120}
+TOOL_CONFIG=examples/multi_turn/calculator_tools.yaml
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+
+python3 examples/data_preprocess/synthetic.py --task tool_calc --local_dir "$DATA_DIR" \
+    --train_size 4096 --test_size 64 --seed 0
+python3 -m verl.utils.tool_transcripts --local_dir "$DATA_DIR" --train_size 4096 --test_size 64 --seed 0 \
+    --tool_config_path "$TOOL_CONFIG"
+
+MODEL=${MODEL_PATH:-verl:tiny-demo}
+if [ "$SFT_STEPS" -gt 0 ]; then
+    python3 -m verl.trainer.main_sft \
+        data.train_files="$DATA_DIR/sft_train.parquet" \
+        data.val_files="$DATA_DIR/sft_test.parquet" \
+        data.response_key=response \
+        data.max_length=288 \
+        data.train_batch_size=32 \
+        data.micro_batch_size_per_gpu=32 \
+        model.path=verl:tiny-demo \
+        optim.lr=5e-3 \
+        optim.lr_warmup_steps_ratio=0.05 \
+        trainer.total_training_steps="$SFT_STEPS" \
+        trainer.test_freq=-1 \
+        trainer.seed="$SEED" \
+        trainer.device=cpu \
+        trainer.logger=[console,file] \
+        trainer.default_local_dir="$SFT_DIR"
+    MODEL="$SFT_DIR/huggingface"
+fi
+
+python3 -m verl.trainer.main_ppo \
+    algorithm.adv_estimator=grpo \
+    data.train_files="$DATA_DIR/train.parquet" \
+    data.val_files="$DATA_DIR/test.parquet" \
+    data.train_batch_size=8 \
+    data.max_prompt_length=224 \
+    data.max_response_length=96 \
+    model.path="$MODEL" \
+    actor.optim.lr=1e-4 \
+    actor.ppo_mini_batch_size=8 \
+    actor.ppo_micro_batch_size_per_gpu=32 \
+    actor.log_prob_micro_batch_size_per_gpu=32 \
+    actor.use_kl_loss=false \
+    actor.entropy_coeff=0 \
+    rollout.n=8 \
+    rollout.temperature=1.0 \
+    rollout.multi_turn.enable=true \
+    rollout.multi_turn.tool_config_path="$TOOL_CONFIG" \
+    rollout.multi_turn.format=hermes \
+    rollout.multi_turn.max_assistant_turns=3 \
+    rollout.multi_turn.max_parallel_calls=1 \
+    rollout.multi_turn.max_tool_response_length=64 \
+    trainer.device=cpu \
+    trainer.n_gpus_per_node=2 \
+    trainer.total_training_steps=40 \
+    trainer.test_freq=-1 \
+    trainer.val_before_train=false \
+    trainer.seed="$SEED" \
+    rollout.seed="$SEED" \
+    trainer.logger=[console,file] \
+    trainer.project_name=verl_examples \
+    trainer.experiment_name=tiny_tool_agent_cpu \
+    "$@"

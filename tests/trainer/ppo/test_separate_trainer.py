@@ -1,0 +1,58 @@
+"""SeparateRayPPOTrainer: one stage template shared by the sync trainer and the async recipes."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.trainer.ppo.separate_trainer import SeparateRayPPOTrainer, StopTraining, generation_seed
+
+STAGES = ("_fit_get_batch", "_fit_generate", "_fit_compute_reward", "_fit_compute_log_prob",
+          "_fit_compute_ref_log_prob", "_fit_compute_critic", "_fit_compute_advantage", "_fit_update_critic",
+          "_fit_update_actor", "_fit_update_weights", "_fit_validate", "_fit_save_checkpoint", "fit_step")
+
+
+def test_every_stage_lives_in_the_template_and_the_sync_trainer_reuses_it():
+    for name in STAGES:
+        assert name in vars(SeparateRayPPOTrainer), name
+    assert issubclass(RayPPOTrainer, SeparateRayPPOTrainer)
+    own = set(vars(RayPPOTrainer))
+    # the colocated trainer only says how it generates and how weights reach its engines
+    assert own & set(STAGES) == {"_fit_generate", "_fit_update_weights"}
+
+
+def test_async_recipes_reuse_the_template_stages():
+    from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
+    from verl.experimental.one_step_off_policy.ray_trainer import OneStepOffRayTrainer
+
+    compute_stages = {"_fit_compute_reward", "_fit_compute_log_prob", "_fit_compute_ref_log_prob",
+                      "_fit_compute_critic", "_fit_compute_advantage", "_fit_update_critic"}
+    for cls in (FullyAsyncTrainer, OneStepOffRayTrainer):
+        assert issubclass(cls, SeparateRayPPOTrainer)
+        assert not compute_stages & set(vars(cls)), f"{cls.__name__} rewrites a compute stage"
+
+
+def test_template_without_generation_says_what_is_missing():
+    trainer = object.__new__(SeparateRayPPOTrainer)
+    with pytest.raises(NotImplementedError, match="SeparateRayPPOTrainer must implement _fit_generate"):
+        trainer._fit_generate(None)
+    trainer.weight_sync, trainer.weight_version = None, 0
+    with pytest.raises(RuntimeError, match="no weight_sync"):
+        trainer._fit_update_weights({})
+
+
+def test_role_mapping_without_actor_is_refused_by_name():
+    config = OmegaConf.create({"critic": {}, "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False,
+                                                           "rollout_correction": {}},
+                               "actor": {"use_kl_loss": False}, "trainer": {}})
+    with pytest.raises(ValueError, match="role_worker_mapping needs an actor role"):
+        SeparateRayPPOTrainer(config, tokenizer=None, role_worker_mapping={}, resource_pool_manager=None)
+
+
+def test_generation_seed_is_per_step_and_optional():
+    assert generation_seed(OmegaConf.create({"rollout": {"seed": None}}), 3) is None
+    seeded = OmegaConf.create({"rollout": {"seed": 7}})
+    assert generation_seed(seeded, 1) != generation_seed(seeded, 2)
+    assert generation_seed(seeded, 2) == generation_seed(seeded, 2)
+    assert issubclass(StopTraining, Exception)

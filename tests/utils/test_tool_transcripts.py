@@ -1,0 +1,103 @@
+"""The SFT transcripts are token for token what ToolAgentLoop produces for the tiny model's chat template."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pyarrow.parquet as pq
+import pytest
+
+from verl.experimental.agent_loop.tool_parser import FunctionCall, get_tool_parser
+from verl.tools.calculator_tool import CalculatorTool
+from verl.utils.tiny_model import build_tokenizer
+from verl.utils.tool_transcripts import (
+    default_tool_schemas,
+    load_tool_schemas,
+    make_transcript_rows,
+    tool_system_text,
+    transcript_response,
+    write_tool_sft_files,
+)
+
+TOKENIZER = build_tokenizer()
+SHORT_SCHEMA_YAML = """tools:
+  - class_name: calculator
+    tool_schema:
+      type: function
+      function:
+        name: calculator
+        description: Add things.
+        parameters: {type: object, properties: {expression: {type: string}}, required: [expression]}
+"""
+
+
+def render(messages, **kwargs) -> list[int]:
+    return list(TOKENIZER.apply_chat_template(messages, tokenize=True, return_dict=False, **kwargs))
+
+
+def test_response_is_the_loop_trajectory_and_the_call_parses():
+    response, answer = transcript_response("23*17")
+    assert answer == "391"
+    ids = TOKENIZER(response, add_special_tokens=False)["input_ids"]
+    eos = ids.index(TOKENIZER.eos_token_id)
+    turn1, rest = ids[: eos + 1], ids[eos + 1:]
+    # the model's first turn: one readable calculator call (the parser reads the decoded turn as the loop does)
+    parsed = asyncio.run(get_tool_parser("hermes", TOKENIZER).extract_tool_calls(turn1))
+    assert parsed.items == [FunctionCall(name="calculator", arguments={"expression": "23*17"})]
+    assert parsed.content == ""
+    # then the tool turn the loop inserts (template render of a tool message + generation prompt, prefix stripped)
+    delta = render([{"role": "tool", "content": "391"}], add_generation_prompt=True)[len(render([{}])):]
+    assert rest[: len(delta)] == delta
+    # then the final answer; main_sft appends the closing eos
+    assert TOKENIZER.decode(rest[len(delta):]) == "391"
+
+
+def test_call_text_equals_the_template_rendering_of_a_tool_call():
+    response, _ = transcript_response("10-45")
+    call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "10-45"}}}
+    rendered = TOKENIZER.apply_chat_template([{"role": "assistant", "content": "", "tool_calls": [call]}],
+                                             tokenize=False)
+    assert rendered == "<bos><|assistant|>" + response.split("<eos>")[0] + "<eos>"
+
+
+@pytest.mark.parametrize("schemas_from", ["default", "yaml"])
+def test_sft_prompt_renders_like_the_loop_prompt_with_tools(tmp_path, schemas_from):
+    if schemas_from == "yaml":
+        path = tmp_path / "tools.yaml"
+        path.write_text(SHORT_SCHEMA_YAML)
+        schemas = load_tool_schemas(path)
+        assert "Add things." in tool_system_text(schemas)
+    else:
+        schemas = default_tool_schemas()
+    for row in make_transcript_rows(5, seed=3, tool_schemas=schemas):
+        user_only = [m for m in row["prompt"] if m["role"] == "user"]
+        assert render(row["prompt"], add_generation_prompt=True) == render(
+            user_only, tools=[CalculatorTool.default_schema] if schemas_from == "default" else schemas,
+            add_generation_prompt=True)
+        assert row["response"].endswith(row["extra_info"]["answer"])
+
+
+def test_rows_are_deterministic_and_answers_correct():
+    rows = make_transcript_rows(30, seed=1)
+    assert rows == make_transcript_rows(30, seed=1)
+    assert rows != make_transcript_rows(30, seed=2)
+    for row in rows:
+        a, op, b = row["extra_info"]["expression"][:2], row["extra_info"]["expression"][2], \
+            row["extra_info"]["expression"][3:]
+        expected = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
+        assert row["extra_info"]["answer"] == str(expected)
+
+
+def test_write_files_and_bad_inputs(tmp_path):
+    paths = write_tool_sft_files(tmp_path, 8, 2, seed=0)
+    table = pq.read_table(paths["train"])
+    assert table.num_rows == 8 and {"prompt", "response"} <= set(table.column_names)
+    assert pq.read_table(paths["test"]).num_rows == 2
+    with pytest.raises(ValueError, match="train_size and test_size must be positive"):
+        write_tool_sft_files(tmp_path, 0, 2)
+    with pytest.raises(ValueError, match="size must be a non-negative int"):
+        make_transcript_rows(-1)
+    with pytest.raises(ValueError, match="tool_schemas is empty"):
+        tool_system_text([])
+    with pytest.raises(ValueError, match="has no function name"):
+        tool_system_text([{"type": "function", "function": {"description": "x"}}])
