@@ -113,10 +113,15 @@ ACTOR_ROLES = (Role.ActorRolloutRef, Role.ActorRollout, Role.Actor)
 
 
 def generation_seed(config: DictConfig, step: int) -> int | None:
-    """Base sampling seed of step ``step`` when ``rollout.seed`` is set: row ``i`` of the step's repeated batch
-    samples with ``generation_seed + i``, whichever process generates it, so runs that see the same prompts in the
-    same order draw the same responses (the async-vs-sync equivalence relies on it). None: unseeded sampling."""
+    """Base sampling seed of step ``step`` from ``rollout.seed`` (default ``trainer.seed``): row ``i`` of the
+    step's repeated batch samples with ``generation_seed + i``, whichever process generates it, so runs that see
+    the same prompts in the same order draw the same responses (the async-vs-sync equivalence and exact resume
+    rely on it). None: unseeded sampling."""
     seed = config.rollout.get("seed", None)
+    if seed is None:
+        # Fall back to the run's seed: per-row seeds make sampling independent of how requests share a batch,
+        # which is what lets a killed and resumed run draw exactly the responses of an uninterrupted one.
+        seed = config.trainer.get("seed", None)
     if seed is None:
         return None
     return int(seed) * 1_000_003 + int(step) * 100_003

@@ -50,10 +50,10 @@ def build_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], dic
         mapping[Role.Critic] = CriticWorker
         pools[Role.Critic] = "global_pool"
     if config.reward.reward_model.get("enable", False):
-        raise NotImplementedError(
-            "reward.reward_model.enable=true: a reward-model worker group is not wired into the trainer yet; "
-            "use a rule-based reward (reward.custom_reward_function) for now"
-        )
+        from verl.workers.reward_model import RewardModelWorker
+
+        mapping[Role.RewardModel] = RewardModelWorker
+        pools[Role.RewardModel] = "global_pool"
     return mapping, pools, pool_spec
 
 
