@@ -16,9 +16,10 @@ from verl.utils.tracking import read_metrics
 
 pytestmark = pytest.mark.ray
 
-# Learning test margins (issue acceptance: last-20 mean >= 5x first-10 mean and > 0.5). Measured over seeds
-# 1, 2 and 3: see docs/learning_results.md; the thresholds below leave room under the worst seed.
-LEARNING_STEPS = 160
+# Learning test margins (issue acceptance: last-20 mean >= 5x first-10 mean and > 0.5), measured over seeds 1, 2
+# and 3 (docs/learning_results.md). At 160 steps seeds 1 and 3 ended at 0.84 (last-20) but one seed-2 run at
+# 0.58, too close to 0.5; at 200 steps seed 1 ended at 0.99 (118x) and seed 2 at 0.97 (85x).
+LEARNING_STEPS = 200
 
 
 def _config(tmp_path, *extra):
