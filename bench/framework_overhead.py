@@ -2,8 +2,8 @@
 
 Both sides run the same tiny checkpoint, the same parquet data, the same sizes (``--prompts`` x ``--n`` samples of
 at most ``--response-length`` tokens) and the same building blocks, so the ratio isolates what the framework adds
-(Ray, the TaskRunner, worker groups, DataProto dispatch and collection, the hybrid-rollout glue, FSDP2 on one rank,
-the reward process):
+(Ray, the TaskRunner, worker groups, DataProto dispatch and collection, the agent loop and hybrid rollout, FSDP2 on
+one rank, the reward process):
 
 - framework: ``python -m verl.trainer.main_ppo`` with one worker process on CPU; per-stage times are the trainer's own
   ``timing_s/*`` metrics read back from ``metrics.jsonl``.
