@@ -3,6 +3,7 @@
 #   1. SFT warm-up on synthetic calculator transcripts (verl.utils.tool_transcripts): the model learns to write
 #      <tool_call>{"name": "calculator", "arguments": {"expression": "23*17"}}</tool_call>, read the tool's answer
 #      and repeat it. (SFT takes one response string per row, so its loss also covers the inserted tool turn.)
+#      Copying the operands into the call only appears after a few hundred steps (~1 s/step on one CPU core).
 #   2. GRPO on the tool_calc task through ToolAgentLoop (rows carry agent_name=tool_agent): every rollout runs the
 #      real CalculatorTool; reward 1.0 when the last number of the response is the right answer.
 # Watch timing_s/agent_loop/tool_calls/mean (calls per trajectory), .../tool_calls_ok/mean and critic/score/mean
@@ -15,7 +16,8 @@ cd "$(dirname "$0")/../.."
 SEED=${SEED:-1}
 DATA_DIR=${DATA_DIR:-$HOME/data/synthetic/tool_calc}
 SFT_DIR=${SFT_DIR:-checkpoints/verl_examples/tiny_tool_sft_s$SEED}
-SFT_STEPS=${SFT_STEPS:-120}
+SFT_STEPS=${SFT_STEPS:-600}
+SFT_LR=${SFT_LR:-1e-2}
 TOOL_CONFIG=examples/multi_turn/calculator_tools.yaml
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
@@ -34,7 +36,7 @@ if [ "$SFT_STEPS" -gt 0 ]; then
         data.train_batch_size=32 \
         data.micro_batch_size_per_gpu=32 \
         model.path=verl:tiny-demo \
-        optim.lr=5e-3 \
+        optim.lr="$SFT_LR" \
         optim.lr_warmup_steps_ratio=0.05 \
         trainer.total_training_steps="$SFT_STEPS" \
         trainer.test_freq=-1 \
@@ -53,7 +55,7 @@ python3 -m verl.trainer.main_ppo \
     data.max_prompt_length=224 \
     data.max_response_length=96 \
     model.path="$MODEL" \
-    actor.optim.lr=1e-4 \
+    actor.optim.lr=3e-4 \
     actor.ppo_mini_batch_size=8 \
     actor.ppo_micro_batch_size_per_gpu=32 \
     actor.log_prob_micro_batch_size_per_gpu=32 \
