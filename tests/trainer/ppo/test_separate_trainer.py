@@ -52,6 +52,9 @@ def test_role_mapping_without_actor_is_refused_by_name():
 
 def test_generation_seed_is_per_step_and_optional():
     assert generation_seed(OmegaConf.create({"rollout": {"seed": None}}), 3) is None
+    assert generation_seed(OmegaConf.create({"rollout": {"seed": None}, "trainer": {"seed": None}}), 3) is None
+    from_trainer = OmegaConf.create({"rollout": {"seed": None}, "trainer": {"seed": 7}})
+    assert generation_seed(from_trainer, 2) == generation_seed(OmegaConf.create({"rollout": {"seed": 7}}), 2)
     seeded = OmegaConf.create({"rollout": {"seed": 7}})
     assert generation_seed(seeded, 1) != generation_seed(seeded, 2)
     assert generation_seed(seeded, 2) == generation_seed(seeded, 2)

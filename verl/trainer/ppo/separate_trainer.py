@@ -121,7 +121,7 @@ def generation_seed(config: DictConfig, step: int) -> int | None:
     if seed is None:
         # Fall back to the run's seed: per-row seeds make sampling independent of how requests share a batch,
         # which is what lets a killed and resumed run draw exactly the responses of an uninterrupted one.
-        seed = config.trainer.get("seed", None)
+        seed = (config.get("trainer") or {}).get("seed", None)
     if seed is None:
         return None
     return int(seed) * 1_000_003 + int(step) * 100_003
