@@ -66,7 +66,7 @@ async def run_agent_loop(manager, prompts, response_length: int) -> tuple[float,
     elapsed = time.perf_counter() - start
     assert len(out) == len(prompts)
     assert out.batch["response_mask"].sum().item() == len(prompts) * response_length
-    return elapsed, elapsed - out.meta_info["timing"]["agent_loop/generate_sequences/max"]
+    return elapsed, elapsed - out.meta_info["metrics"]["agent_loop/generate_sequences/max"]
 
 
 def markdown(result: dict) -> str:

@@ -69,7 +69,7 @@ def test_standalone_layout_order_and_streamed_rewards(standalone, tiny_lm):
         expected_scores = torch.zeros(R)
         expected_scores[length - 1] = float(len(text))
         assert out.batch["rm_scores"][i].tolist() == expected_scores.tolist()
-    timing = out.meta_info["timing"]
+    timing = out.meta_info["metrics"]
     for key in ("agent_loop/generate_sequences/mean", "agent_loop/reward/max", "agent_loop/num_turns/mean",
                 "agent_loop/generate_sequences_wall"):
         assert key in timing, key
@@ -161,6 +161,8 @@ def test_hybrid_engines_in_actor_workers(ray_cluster, tiny_model_dir, tiny_lm):
     try:
         assert manager.sleep_between_batches
         outs = [manager.generate_sequences(prompt_batch(PROMPTS[:2])) for _ in range(2)]  # wakes after sleeping
+        worker_group.wake_up_rollout()
+        batched, single, sizes = asyncio.run(_coalesced_and_single_requests(worker_group))
     finally:
         manager.shutdown()
         group.shutdown()
@@ -170,6 +172,33 @@ def test_hybrid_engines_in_actor_workers(ray_cluster, tiny_model_dir, tiny_lm):
             rows = expected_rows(prompt, greedy(tiny_lm, prompt, 12), [1] * 12, 16, 12, 0)
             for key, row in rows.items():
                 assert out.batch[key][i].tolist() == row, key
+    # requests made together travel in one Ray call; each caller gets its own answer or its own error
+    assert sizes == [len(PROMPTS) + 1]
+    for prompt, output, alone in zip(PROMPTS, batched[:-1], single, strict=True):
+        assert output.token_ids == greedy(tiny_lm, prompt, 12) == alone.token_ids
+        assert output.log_probs == pytest.approx(alone.log_probs, abs=1e-6)
+    assert isinstance(batched[-1], ValueError) and "prompt" in str(batched[-1])
+
+
+async def _coalesced_and_single_requests(worker_group):
+    from verl.experimental.agent_loop.hybrid_server import (
+        WorkerRankReplica,
+        rollout_batch_method_name,
+        rollout_method_name,
+    )
+
+    method, batch_method = rollout_method_name(worker_group), rollout_batch_method_name(worker_group)
+    assert batch_method is not None
+    coalescing = WorkerRankReplica(worker_group.workers[0], method, 0, batch_method_name=batch_method)
+    one_by_one = WorkerRankReplica(worker_group.workers[0], method, 0)
+    params = {"do_sample": False, "max_tokens": 12, "ignore_eos": True, "logprobs": True}
+    too_long = [5] * 40  # over rollout.prompt_length=16: the engine refuses this request only
+    batched = await asyncio.gather(
+        *(coalescing.generate(p, params, f"b{i}") for i, p in enumerate([*PROMPTS, too_long])),
+        return_exceptions=True,
+    )
+    single = [await one_by_one.generate(p, params, f"s{i}") for i, p in enumerate(PROMPTS)]
+    return batched, single, coalescing.batch_sizes
 
 
 def test_hybrid_mode_needs_the_mixin():

@@ -277,6 +277,23 @@ def test_runner_survives_a_dying_worker(tmp_path):
     assert "died (exit code 7)" in outcomes[1].error and not outcomes[1].timed_out
 
 
+def test_chunk_with_a_hung_and_a_dying_sample_loses_nothing_else(tmp_path):
+    """One worker, 12 samples in chunks of 3: the chunk holding a hang and the one holding a crash give their other
+    samples back to the queue, so every other sample is scored once, in order."""
+    path = tmp_path / "mixed.py"
+    path.write_text(
+        "import os\nimport time\n\ndef score(x):\n    if x == 4:\n        time.sleep(30)\n"
+        "    if x == 7:\n        os._exit(3)\n    return x * 10\n"
+    )
+    with RewardRunner(CustomRewardFn(str(path), "score"), num_workers=1, timeout_s=1.5) as runner:
+        outcomes = runner.run([{"x": x} for x in range(12)])
+        assert runner._chunk_size(12) == 3
+    assert [o.value for o in outcomes] == [0, 10, 20, 30, 0.0, 50, 60, 0.0, 80, 90, 100, 110]
+    assert outcomes[4].timed_out and "timed out after 1.5 s" in outcomes[4].error
+    assert "died (exit code 3)" in outcomes[7].error and not outcomes[7].timed_out
+    assert [o.ok for o in outcomes].count(False) == 2
+
+
 def test_unpicklable_function_falls_back_to_in_process(caplog):
     local = 3
     with caplog.at_level(logging.WARNING):

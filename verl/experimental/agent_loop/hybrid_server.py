@@ -9,6 +9,10 @@ registered with ``Dispatch.DIRECT_ROLLOUT_METHOD`` (called on one rank's actor h
 an ``async def`` makes Ray run the worker as an asyncio actor: requests overlap on the actor's event loop, each
 submitted to the engine's own loop thread, while the synchronous training methods still run one at a time on
 that event loop, as before. :class:`WorkerRankReplica` is the caller's side: one rank as a rollout replica.
+
+A Ray call costs about a millisecond of CPU on each side, which is as much as decoding a short answer on the tiny
+model. So the caller coalesces: requests made to one rank in the same turn of its event loop travel together in one
+``rollout_generate_batch`` call and reach the engine's admission queue together, where they decode as one batch.
 """
 
 from __future__ import annotations
@@ -17,38 +21,53 @@ import asyncio
 from typing import Any
 
 from verl.single_controller.base import Dispatch, register
-from verl.utils.async_utils import await_ray, wait_named
+from verl.utils.async_utils import await_ray
 from verl.workers.rollout.base import TokenOutput
 
-__all__ = ["ROLLOUT_GENERATE", "HybridRolloutServerMixin", "WorkerRankReplica", "rollout_method_name"]
+__all__ = [
+    "ROLLOUT_GENERATE",
+    "ROLLOUT_GENERATE_BATCH",
+    "HybridRolloutServerMixin",
+    "WorkerRankReplica",
+    "rollout_method_name",
+]
 
 ROLLOUT_GENERATE = "rollout_generate"
+ROLLOUT_GENERATE_BATCH = "rollout_generate_batch"
 
 
 class HybridRolloutServerMixin:
-    """Mixin for a worker whose ``self.rollout`` is a ``HybridRollout`` (``replica`` + ``loop``)."""
+    """Mixin for a worker whose ``self.rollout`` is a ``HybridRollout`` (``replica`` + ``loop``).
 
-    rollout_request_timeout_s: float = 3600.0
+    ``ActorRolloutRefWorker`` has these methods itself; the mixin gives them to other worker classes.
+    """
+
+    def _hybrid_rollout(self, method: str) -> Any:
+        rollout = getattr(self, "rollout", None)
+        if rollout is None:
+            raise RuntimeError(
+                f"{type(self).__name__}.{method}: this worker has no rollout engine (role without rollout, "
+                "or init_model was not called)"
+            )
+        return rollout
 
     @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
     async def rollout_generate(self, prompt_ids: list[int], sampling_params: dict[str, Any],
                                request_id: str) -> TokenOutput:
         """Generate one request on this rank's engine (the ``RolloutServer.generate`` contract)."""
-        rollout = getattr(self, "rollout", None)
-        if rollout is None:
-            raise RuntimeError(
-                f"{type(self).__name__}.rollout_generate: this worker has no rollout engine (role without rollout, "
-                "or init_model was not called)"
-            )
-        future = asyncio.run_coroutine_threadsafe(
-            rollout.replica.generate(list(prompt_ids), dict(sampling_params), request_id), rollout.loop.loop
-        )
-        try:
-            return await wait_named(asyncio.wrap_future(future), self.rollout_request_timeout_s,
-                                    f"hybrid rollout request {request_id}")
-        finally:
-            if not future.done():
-                future.cancel()  # the caller went away: the engine drops the row
+        rollout = self._hybrid_rollout(ROLLOUT_GENERATE)
+        return await rollout.run_async(rollout.replica.generate(list(prompt_ids), dict(sampling_params), request_id),
+                                       f"hybrid rollout request {request_id}")
+
+    @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
+    async def rollout_generate_batch(self, requests: list[tuple[list[int], dict[str, Any], str]]) -> list[Any]:
+        """Many requests in one call: per request its ``TokenOutput`` or the exception it raised."""
+        return await self._hybrid_rollout(ROLLOUT_GENERATE_BATCH).serve_requests(list(requests))
+
+
+def _bound_name(worker_group: Any, method: str) -> str | None:
+    bound = getattr(worker_group, "_bound_methods", {}) or {}
+    return bound.get(method)
 
 
 def rollout_method_name(worker_group: Any) -> str:
@@ -56,8 +75,7 @@ def rollout_method_name(worker_group: Any) -> str:
 
     Raises TypeError naming the group's role when its worker class lacks the mixin.
     """
-    bound = getattr(worker_group, "_bound_methods", {}) or {}
-    name = bound.get(ROLLOUT_GENERATE)
+    name = _bound_name(worker_group, ROLLOUT_GENERATE)
     if name is None:
         role = getattr(worker_group, "role", type(worker_group).__name__)
         raise TypeError(
@@ -68,18 +86,79 @@ def rollout_method_name(worker_group: Any) -> str:
     return name
 
 
-class WorkerRankReplica:
-    """One rank of a hybrid worker group, seen as a rollout replica (picklable: it holds an actor handle)."""
+def rollout_batch_method_name(worker_group: Any) -> str | None:
+    """The actor-side name of ``rollout_generate_batch``, or None when the worker class has only single requests."""
+    return _bound_name(worker_group, ROLLOUT_GENERATE_BATCH)
 
-    def __init__(self, handle: Any, method_name: str, rank: int, call_timeout_s: float = 3600.0):
+
+class WorkerRankReplica:
+    """One rank of a hybrid worker group, seen as a rollout replica (picklable: it holds an actor handle).
+
+    With ``batch_method_name`` the requests made in one turn of the caller's event loop are sent together in one
+    Ray call; each caller still gets its own result or exception. Without it, one Ray call per request.
+    """
+
+    def __init__(self, handle: Any, method_name: str, rank: int, call_timeout_s: float = 3600.0,
+                 batch_method_name: str | None = None):
         self.handle = handle
         self.method_name = method_name
+        self.batch_method_name = batch_method_name
         self.rank = rank
         self.call_timeout_s = call_timeout_s
+        self._reset_pending()
+
+    def _reset_pending(self) -> None:
+        self._pending: list[tuple[tuple[list[int], dict[str, Any], str], asyncio.Future]] = []
+        self._sends: set[asyncio.Task] = set()
+        self.batch_sizes: list[int] = []  # requests per Ray call, for tests and benchmarks
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {key: self.__dict__[key]
+                for key in ("handle", "method_name", "batch_method_name", "rank", "call_timeout_s")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_pending()
 
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
-        ref = getattr(self.handle, self.method_name).remote(list(prompt_ids), dict(sampling_params), request_id)
-        return await await_ray(ref, self.call_timeout_s, f"hybrid rollout rank {self.rank}: request {request_id}")
+        if self.batch_method_name is None:
+            ref = getattr(self.handle, self.method_name).remote(list(prompt_ids), dict(sampling_params), request_id)
+            return await await_ray(ref, self.call_timeout_s, f"hybrid rollout rank {self.rank}: request {request_id}")
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future = loop.create_future()
+        self._pending.append(((list(prompt_ids), dict(sampling_params), request_id), result))
+        if len(self._pending) == 1:  # the first request of this turn schedules the send
+            task = loop.create_task(self._send_pending())
+            self._sends.add(task)
+            task.add_done_callback(self._sends.discard)
+        return await result
+
+    async def _send_pending(self) -> None:
+        await asyncio.sleep(0)  # let the other requests of this turn join
+        pending, self._pending = self._pending, []
+        self.batch_sizes.append(len(pending))
+        what = f"hybrid rollout rank {self.rank}: {len(pending)} requests ({pending[0][0][2]}, ...)"
+        try:
+            ref = getattr(self.handle, self.batch_method_name).remote([request for request, _ in pending])
+            outputs = await await_ray(ref, self.call_timeout_s, what)
+        except BaseException as exc:  # the whole call failed (dead rank, timeout): every caller sees it
+            for _, result in pending:
+                if result.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    result.cancel()
+                else:
+                    result.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, result), output in zip(pending, outputs, strict=True):
+            if result.done():  # the caller gave up (timeout, cancel)
+                continue
+            if isinstance(output, BaseException):
+                result.set_exception(output)
+            else:
+                result.set_result(output)
 
     def __repr__(self) -> str:
-        return f"WorkerRankReplica(rank={self.rank}, method={self.method_name!r})"
+        return f"WorkerRankReplica(rank={self.rank}, method={self.batch_method_name or self.method_name!r})"

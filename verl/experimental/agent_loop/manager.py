@@ -11,7 +11,8 @@ rollout replicas and ``rollout.agent.num_workers`` :class:`AgentLoopWorker` acto
 
 ``generate_sequences(batch)`` (blocking) / ``await generate_sequences_async(batch)`` split the batch over the
 workers (contiguous shards, order kept) and concatenate their outputs into one DataProto (layout in
-:mod:`verl.experimental.agent_loop.postprocess`), with timing under ``meta_info['timing']['agent_loop/...']``.
+:mod:`verl.experimental.agent_loop.postprocess`), with the per-sample counters and times summarized under
+``meta_info['metrics']['agent_loop/...']``.
 
 Only the flattened ``rollout``, ``model``, ``data`` and ``reward`` groups are read. A custom manager class is
 chosen by ``rollout.agent.agent_loop_manager_class`` (``package.module.Class`` or ``file.py:Class``).
@@ -27,7 +28,11 @@ from typing import Any
 import numpy as np
 
 from verl.experimental.agent_loop.config import model_group, reward_in_loop_enabled, rollout_group
-from verl.experimental.agent_loop.hybrid_server import WorkerRankReplica, rollout_method_name
+from verl.experimental.agent_loop.hybrid_server import (
+    WorkerRankReplica,
+    rollout_batch_method_name,
+    rollout_method_name,
+)
 from verl.experimental.agent_loop.postprocess import align_parts
 from verl.experimental.agent_loop.registry import get_agent_loop_spec, load_agent_loop_config, registry_snapshot
 from verl.experimental.agent_loop.server_manager import RoutingStats
@@ -142,7 +147,8 @@ class AgentLoopManager:
         owned: list[Any] = []
         if worker_group is not None:
             method = rollout_method_name(worker_group)
-            replica_list = [WorkerRankReplica(handle, method, rank, call_timeout_s)
+            batch_method = rollout_batch_method_name(worker_group)
+            replica_list = [WorkerRankReplica(handle, method, rank, call_timeout_s, batch_method_name=batch_method)
                             for rank, handle in enumerate(worker_group.workers)]
         elif replicas is not None:
             replica_list = list(replicas)
@@ -246,10 +252,10 @@ class AgentLoopManager:
             if self.sleep_between_batches:
                 await self.sleep()
         per_sample = output.meta_info.pop(AGENT_LOOP_METRICS_KEY)
-        timing = dict(output.meta_info.get("timing") or {})
-        timing.update(summarize_metrics(per_sample))
-        timing["agent_loop/generate_sequences_wall"] = time.perf_counter() - start
-        output.meta_info["timing"] = timing
+        metrics = dict(output.meta_info.get("metrics") or {})
+        metrics.update(summarize_metrics(per_sample))
+        metrics["agent_loop/generate_sequences_wall"] = time.perf_counter() - start
+        output.meta_info["metrics"] = metrics
         return output
 
     async def _run_shards(self, batch: DataProto) -> DataProto:

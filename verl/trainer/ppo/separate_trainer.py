@@ -409,6 +409,7 @@ class SeparateRayPPOTrainer:
             with marked_timer("gen", timing_raw):
                 gen_output = self._fit_generate(gen_batch)
             timing_raw.update(gen_output.meta_info.pop("timing", {}) or {})
+            metrics.update(gen_output.meta_info.pop("metrics", {}) or {})  # agent_loop/* counters and times
             batch = self._fit_assemble(batch, gen_output, metrics)
             with marked_timer("reward", timing_raw):
                 batch = self._fit_compute_reward(batch, metrics)

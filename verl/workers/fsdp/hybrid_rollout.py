@@ -192,6 +192,19 @@ class HybridRollout:
         meta = {k: v for k, v in prompts.meta_info.items() if k != "metrics"}
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
 
+    async def serve_requests(self, requests: list[tuple[list[int], dict[str, Any], str]]) -> list[Any]:
+        """Serve many token-level requests in one call: each entry's ``TokenOutput``, or the exception it raised.
+
+        One hop onto the engine's loop for the whole list (instead of one per request) and every request reaches
+        the engine's admission queue at once, so they decode together as one batch.
+        """
+
+        async def serve_all() -> list[Any]:
+            calls = [self.replica.generate(list(ids), dict(params), rid) for ids, params, rid in requests]
+            return list(await asyncio.gather(*calls, return_exceptions=True))
+
+        return await self.run_async(serve_all(), f"{len(requests)} generate requests")
+
     async def _generate_all(self, rows: list[list[int]], params: dict[str, Any], seed: int | None) -> list:
         tag = uuid.uuid4().hex[:8]
         calls = []

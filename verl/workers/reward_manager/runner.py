@@ -1,8 +1,10 @@
-"""RewardRunner: run a scoring function over many samples in a small pool of processes, one sample per call.
+"""RewardRunner: run a scoring function over many samples in a small pool of processes.
 
 Why processes: user reward functions are arbitrary Python (regexes, math verifiers, sandboxes) that can be slow, hang
 or crash; in a process each one gets a wall-clock timeout and a hung or dead one can be killed without stopping the
-run. Why one sample per call: the timeout, the failure count and the log line then name exactly one sample.
+run. Samples travel to a worker in chunks (one pipe round trip per chunk, not per sample), but each result comes
+back on its own as soon as it is computed, so the timeout, the failure count and the log line still name exactly one
+sample; the rest of a chunk whose worker hangs or dies goes to another worker.
 
 A sample whose function raises, times out or kills its worker scores ``0.0``; the outcome says which happened so the
 caller can count ``reward/num_failed`` and ``reward/num_timeout``, and each failing sample is logged once with its index
@@ -39,6 +41,8 @@ _PRELOAD = ["verl.workers.reward_manager.runner", "verl.utils.reward_score"]
 _READY = "ready"
 # A worker that has not reported ready by then is broken (e.g. its interpreter cannot import verl).
 STARTUP_TIMEOUT_S = 300.0
+# Most samples sent to a worker in one message.
+_MAX_CHUNK = 64
 _CONTEXT: Any = None
 
 
@@ -78,7 +82,8 @@ def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[bool, Any]:
 
 
 def _worker_main(conn: Connection, fn: Callable[..., Any]) -> None:
-    """Worker loop: receive ``(index, kwargs)``, send ``(index, ok, value_or_error)``; ``None`` stops it.
+    """Worker loop: receive a chunk ``[(index, kwargs), ...]``, send ``(index, ok, value_or_error)`` per sample as
+    soon as it is scored; ``None`` stops it.
 
     Before the loop the worker imports what the function needs (``fn.warm_up()`` when it has one) and reports ready,
     so start-up time never counts against the first sample's timeout.
@@ -97,12 +102,12 @@ def _worker_main(conn: Connection, fn: Callable[..., Any]) -> None:
             return
         if message is None:
             return
-        index, kwargs = message
-        ok, value = _call(fn, kwargs)
-        try:
-            conn.send((index, ok, value))
-        except Exception as err:  # e.g. an unpicklable return value
-            conn.send((index, False, f"the reward function's result could not be sent back: {_describe(err)}"))
+        for index, kwargs in message:
+            ok, value = _call(fn, kwargs)
+            try:
+                conn.send((index, ok, value))
+            except Exception as err:  # e.g. an unpicklable return value
+                conn.send((index, False, f"the reward function's result could not be sent back: {_describe(err)}"))
 
 
 @contextlib.contextmanager
@@ -132,8 +137,8 @@ class _Worker:
             self.process.start()
         child.close()
         self.conn: Connection = parent
-        self.job: int | None = None
-        self.started = 0.0
+        self.jobs: deque[int] = deque()  # submitted, not answered yet; the head is being scored now
+        self.started = 0.0  # when the head job started: the chunk's submission or the previous answer
 
     def wait_ready(self) -> None:
         if not self.conn.poll(STARTUP_TIMEOUT_S):
@@ -149,9 +154,10 @@ class _Worker:
         if message != _READY:
             raise RuntimeError(f"reward worker process sent {message!r} instead of {_READY!r}")
 
-    def submit(self, index: int, kwargs: dict[str, Any]) -> None:
-        self.conn.send((index, kwargs))
-        self.job, self.started = index, time.monotonic()
+    def submit(self, indices: list[int], jobs: list[dict[str, Any]]) -> None:
+        self.conn.send([(index, jobs[index]) for index in indices])
+        self.jobs.extend(indices)
+        self.started = time.monotonic()
 
     def kill(self) -> None:
         self.process.kill()
@@ -250,24 +256,36 @@ class RewardRunner:
         self._workers[self._workers.index(worker)] = fresh
         return fresh
 
+    def _chunk_size(self, count: int) -> int:
+        """Samples per message: about four chunks per worker, so a slow chunk does not leave the others idle."""
+        return max(1, min(_MAX_CHUNK, -(-count // (4 * max(1, len(self._workers))))))
+
     def _run_pool(self, jobs: list[dict[str, Any]]) -> list[ScoreOutcome]:
         self._start_workers(min(self.num_workers, max(len(jobs), len(self._workers))))
         outcomes: list[ScoreOutcome | None] = [None] * len(jobs)
         pending = deque(range(len(jobs)))
+        chunk = self._chunk_size(len(jobs))
         busy: dict[Connection, _Worker] = {}
 
         def fill() -> None:
-            for worker in self._workers:
+            for worker in list(self._workers):
                 if not pending:
                     return
-                if worker.job is None:
-                    index = pending.popleft()
-                    try:
-                        worker.submit(index, jobs[index])
-                    except (BrokenPipeError, OSError):  # the worker died while idle: replace it and retry once
-                        worker = self._replace(worker)
-                        worker.submit(index, jobs[index])
-                    busy[worker.conn] = worker
+                if worker.jobs:
+                    continue
+                indices = [pending.popleft() for _ in range(min(chunk, len(pending)))]
+                try:
+                    worker.submit(indices, jobs)
+                except (BrokenPipeError, OSError):  # the worker died while idle: replace it and retry once
+                    worker.jobs.clear()
+                    worker = self._replace(worker)
+                    worker.submit(indices, jobs)
+                busy[worker.conn] = worker
+
+        def give_back_rest(worker: _Worker) -> None:
+            """The rest of a lost worker's chunk goes back to the front of the queue, in order."""
+            pending.extendleft(reversed(worker.jobs))
+            worker.jobs.clear()
 
         fill()
         while busy:
@@ -276,26 +294,34 @@ class RewardRunner:
                 deadline = min(w.started for w in busy.values()) + self.timeout_s
                 timeout = max(0.0, deadline - time.monotonic())
             for conn in wait(list(busy), timeout=timeout):
-                worker = busy.pop(conn)
-                index, worker.job = worker.job, None
+                worker = busy[conn]
                 try:
-                    _, ok, value = conn.recv()
+                    index, ok, value = conn.recv()
                 except (EOFError, OSError):
+                    del busy[conn]
                     worker.process.join(timeout=1)
                     code = worker.process.exitcode
-                    outcomes[index] = ScoreOutcome(error=f"reward worker process died (exit code {code})")
+                    outcomes[worker.jobs.popleft()] = ScoreOutcome(
+                        error=f"reward worker process died (exit code {code})"
+                    )
+                    give_back_rest(worker)
                     self._replace(worker)
                     continue
+                worker.jobs.remove(index)
+                worker.started = time.monotonic()
                 outcomes[index] = ScoreOutcome(value=value) if ok else ScoreOutcome(error=value)
+                if not worker.jobs:
+                    del busy[conn]
             if self.timeout_s is not None:
                 now = time.monotonic()
                 for conn, worker in list(busy.items()):
                     if now - worker.started >= self.timeout_s:
                         del busy[conn]
-                        outcomes[worker.job] = ScoreOutcome(
+                        outcomes[worker.jobs.popleft()] = ScoreOutcome(
                             error=f"timed out after {self.timeout_s:g} s (reward.timeout_s); worker killed",
                             timed_out=True,
                         )
+                        give_back_rest(worker)
                         self._replace(worker)
             fill()
         return [outcome if outcome is not None else ScoreOutcome(error="not scored") for outcome in outcomes]
