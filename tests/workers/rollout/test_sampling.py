@@ -10,8 +10,8 @@ from verl.workers.rollout.hf.sampling import RowSamplingState, SamplingParams, s
 DEFAULTS = {"max_tokens": 16}
 
 
-def _state(params: list[SamplingParams], generators=None) -> RowSamplingState:
-    return RowSamplingState(params, generators or [None] * len(params), torch.device("cpu"))
+def _state(params: list[SamplingParams], positions=None) -> RowSamplingState:
+    return RowSamplingState(params, torch.device("cpu"), positions)
 
 
 def test_defaults_fill_missing_keys_and_greedy_forms():
@@ -68,12 +68,40 @@ def test_log_probs_use_temperature_but_not_truncation():
 
 
 def test_seeded_row_is_independent_of_other_rows():
-    logits = torch.zeros(3, 50)
-    params = [SamplingParams(seed=5)] * 3
+    logits = torch.randn(1, 50).repeat(3, 1)
 
-    def draw(gens):
-        return sample_next_tokens(logits, _state(params, gens), torch.Generator().manual_seed(99))[0]
+    def draw(params, positions=None):
+        return sample_next_tokens(logits, _state(params, positions), torch.Generator().manual_seed(99))[0]
 
-    a = draw([torch.Generator().manual_seed(5), None, None])
-    b = draw([torch.Generator().manual_seed(5), torch.Generator().manual_seed(1), None])
+    a = draw([SamplingParams(seed=5), SamplingParams(), SamplingParams()])
+    b = draw([SamplingParams(seed=5), SamplingParams(seed=1), SamplingParams(temperature=0.5)])
     assert a[0] == b[0]
+    # the draw is a function of (seed, position): the row's place in the batch does not matter
+    c = draw([SamplingParams(seed=1), SamplingParams(), SamplingParams(seed=5)])
+    assert c[2] == a[0]
+
+
+def test_seeded_draws_advance_with_the_position_and_repeat_from_it():
+    logits = torch.zeros(1, 1000)
+    state = _state([SamplingParams(seed=7)])
+    first = [sample_next_tokens(logits, state)[0].item() for _ in range(20)]
+    assert state.positions.tolist() == [20]
+    assert len(set(first)) > 15  # a fresh draw per position, not the same token again
+    again = _state([SamplingParams(seed=7)], positions=[10])
+    assert [sample_next_tokens(logits, again)[0].item() for _ in range(10)] == first[10:]
+
+
+@pytest.mark.parametrize("temperature, top_k", [(1.0, 0), (0.7, 3)])
+def test_seeded_draws_follow_the_distribution(temperature, top_k):
+    """Frequencies over 4000 seeded rows match softmax(logits / T) restricted to the top-k (4 sigma bounds)."""
+    rows = 4000
+    logits = torch.log(torch.tensor([0.4, 0.25, 0.2, 0.1, 0.05])).repeat(rows, 1)
+    params = [SamplingParams(seed=1000 + i, temperature=temperature, top_k=top_k) for i in range(rows)]
+    tokens, _ = sample_next_tokens(logits, _state(params))
+    expected = torch.softmax(logits[0] / temperature, -1)
+    if top_k:
+        expected[top_k:] = 0
+        expected /= expected.sum()
+    counts = torch.bincount(tokens, minlength=5).double()
+    sigma = torch.sqrt(rows * expected * (1 - expected))
+    assert torch.all((counts - rows * expected).abs() <= 4 * sigma + 1), (counts, rows * expected)

@@ -1,8 +1,12 @@
 """Per-request sampling parameters and batched next-token sampling for rows with mixed parameters.
 
 Rows of the running batch belong to different requests, each with its own temperature, top-k,
-top-p and seed, so sampling is vectorised over rows with per-row parameter tensors. A seeded
-request draws from its own generator, so its tokens do not depend on what else is in the batch.
+top-p and seed, so sampling is vectorised over rows with per-row parameter tensors.
+
+A seeded request's draws depend only on its seed and on how many tokens it has sampled so far, never on what else is
+in the batch: its noise comes from a counter-based hash of ``(seed, position, token id)``, turned into Gumbel noise
+and added to the log-probabilities (the Gumbel-max trick samples exactly from the softmax). One vectorised draw serves
+every seeded row, where a ``torch.Generator`` per row would cost a separate sampling call per row and step.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["SamplingParams", "RowSamplingState", "sample_next_tokens"]
+__all__ = ["SamplingParams", "RowSamplingState", "sample_next_tokens", "seeded_uniform"]
+
+_MASK32 = 0xFFFFFFFF
 
 _KNOWN_KEYS = {
     "temperature",
@@ -100,15 +106,46 @@ class SamplingParams:
         )
 
 
-class RowSamplingState:
-    """Per-row parameter tensors of the running batch, rebuilt whenever rows join or leave."""
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (two multiply-xorshift rounds) on int64 tensors holding values below 2**32.
 
-    def __init__(self, params: list[SamplingParams], generators: list[torch.Generator | None], device: torch.device):
-        self.generators = generators
+    Products may pass 2**63 and wrap; only their low 32 bits are kept, which wrapping does not change.
+    """
+    x = x & _MASK32
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & _MASK32
+    return x ^ (x >> 16)
+
+
+def _row_keys(seeds: torch.Tensor) -> torch.Tensor:
+    """One 32-bit key per row from its (up to 64-bit) seed."""
+    return _mix32(_mix32(seeds & _MASK32) ^ _mix32((seeds >> 32) & _MASK32) ^ 0x68E31DA4)
+
+
+def seeded_uniform(keys: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Uniform noise in (0, 1), float64 ``[rows, vocab]``, a pure function of (row key, position, token id)."""
+    base = _mix32(keys ^ _mix32(positions * 0x9E3779B9 + 0x2545F491))
+    token = torch.arange(vocab, device=keys.device, dtype=torch.int64)
+    bits = _mix32(base.unsqueeze(1) ^ _mix32(token * 0x85EBCA6B + 0x27D4EB2F).unsqueeze(0))
+    bits = _mix32(bits + base.unsqueeze(1))  # a second round: neighbouring ids and positions decorrelate fully
+    return (bits.double() + 0.5) / 4294967296.0
+
+
+class RowSamplingState:
+    """Per-row parameter tensors of the running batch, rebuilt whenever rows join or leave.
+
+    ``positions`` are the tokens each row has sampled so far (the draw index of its next token); every call of
+    :func:`sample_next_tokens` advances them by one.
+    """
+
+    def __init__(self, params: list[SamplingParams], device: torch.device, positions: list[int] | None = None):
         self.all_greedy = all(p.greedy for p in params)
         self.any_greedy = any(p.greedy for p in params)
         self.any_logprobs = any(p.logprobs for p in params)
-        self.any_seeded = any(g is not None for g in generators)
+        self.any_seeded = any(p.seed is not None and not p.greedy for p in params)
+        self.all_seeded = all(p.seed is not None or p.greedy for p in params)
         self.any_top_k = any(p.top_k > 0 and not p.greedy for p in params)
         self.any_top_p = any(p.top_p < 1.0 and not p.greedy for p in params)
         self.uniform_temperature = len({p.temperature for p in params}) <= 1
@@ -116,6 +153,11 @@ class RowSamplingState:
         self.top_k = torch.tensor([p.top_k for p in params], dtype=torch.long, device=device)
         self.top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
         self.greedy = torch.tensor([p.greedy for p in params], dtype=torch.bool, device=device)
+        if self.any_seeded:
+            self.seeded = torch.tensor([p.seed is not None for p in params], dtype=torch.bool, device=device)
+            seeds = torch.tensor([p.seed or 0 for p in params], dtype=torch.int64, device=device)
+            self.keys = _row_keys(seeds)
+            self.positions = torch.tensor(positions or [0] * len(params), dtype=torch.int64, device=device)
 
 
 def _filter_top_k_top_p(scaled: torch.Tensor, state: RowSamplingState) -> torch.Tensor:
@@ -155,12 +197,16 @@ def sample_next_tokens(
         tokens = greedy_tokens
     else:
         filtered = _filter_top_k_top_p(scaled, state) if (state.any_top_k or state.any_top_p) else scaled
-        probs = torch.softmax(filtered, dim=-1)
-        tokens = torch.multinomial(probs, 1, generator=default_generator).squeeze(1)
+        tokens = None
+        if not state.all_seeded:
+            probs = torch.softmax(filtered, dim=-1)
+            tokens = torch.multinomial(probs, 1, generator=default_generator).squeeze(1)
         if state.any_seeded:
-            for row, gen in enumerate(state.generators):
-                if gen is not None:
-                    tokens[row] = torch.multinomial(probs[row], 1, generator=gen)[0]
+            noise = seeded_uniform(state.keys, state.positions, filtered.shape[-1])
+            gumbel = -torch.log(-torch.log(noise))
+            seeded_tokens = torch.argmax(torch.log_softmax(filtered.double(), dim=-1) + gumbel, dim=-1)
+            tokens = seeded_tokens if tokens is None else torch.where(state.seeded, seeded_tokens, tokens)
+            state.positions += 1
         if greedy_tokens is not None:
             tokens = torch.where(state.greedy, greedy_tokens, tokens)
     log_probs = None

@@ -14,8 +14,6 @@ import collections
 import math
 from dataclasses import dataclass, field
 
-import torch
-
 from verl.workers.rollout.base import TokenOutput
 from verl.workers.rollout.hf.sampling import SamplingParams
 
@@ -31,7 +29,6 @@ class Request:
     params: SamplingParams
     stop_ids: frozenset[int]
     future: asyncio.Future
-    generator: torch.Generator | None = None
     token_ids: list[int] = field(default_factory=list)
     log_probs: list[float] | None = None
     stop_reason: str | None = None

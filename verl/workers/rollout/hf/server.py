@@ -152,7 +152,6 @@ class HFRolloutServer(RolloutServer):
             params=params,
             stop_ids=frozenset(stop_ids),
             future=self._loop.create_future(),
-            generator=None if params.seed is None else torch.Generator(device=self.device).manual_seed(params.seed),
             log_probs=[] if params.logprobs else None,
         )
         self._active.add(request_id)
@@ -342,7 +341,7 @@ class HFRolloutServer(RolloutServer):
                 first = len(self._rows)
                 self._rows.extend(admit)
                 self._row_state = None
-                state = RowSamplingState([r.params for r in admit], [r.generator for r in admit], self.device)
+                state = RowSamplingState([r.params for r in admit], self.device)
                 tokens, log_probs = sample_next_tokens(logits, state, self.generator)
                 self.batch.set_last_tokens(slice(first, None), tokens)
                 self._record(admit, tokens, log_probs, finished)
@@ -352,7 +351,7 @@ class HFRolloutServer(RolloutServer):
                     break
                 if self._row_state is None:
                     self._row_state = RowSamplingState(
-                        [r.params for r in self._rows], [r.generator for r in self._rows], self.device
+                        [r.params for r in self._rows], self.device, [len(r.token_ids) for r in self._rows]
                     )
                 logits = self.batch.decode()
                 tokens, log_probs = sample_next_tokens(logits, self._row_state, self.generator)
