@@ -447,6 +447,8 @@ def main(argv: list[str] | None = None) -> dict | None:
                         help="run a second time with Ray's default worker niceness (15) for comparison")
     parser.add_argument("--cli", action="store_true", help="also time the real main_ppo CLI end to end (slow)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra main_ppo override, appended after the benchmark's own (repeatable)")
     parser.add_argument("--out-dir", type=Path, default=None)
     parser.add_argument("--role", choices=("orchestrate", "bare"), default="orchestrate", help=argparse.SUPPRESS)
     parser.add_argument("--overrides-json", help=argparse.SUPPRESS)
@@ -473,7 +475,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                  "workers": args.workers, "data": data_file, "model": "verl:tiny-demo"}
         with tempfile.TemporaryDirectory(prefix="bench_fo_") as tmp:
             cli = overrides(data_file, args.prompts, args.n, args.response_length, args.steps, tmp, args.workers,
-                            args.seed)
+                            args.seed) + list(args.override)
             fw_steps, bare_steps, extra = run_lockstep(cli, args.steps, args.seed)
             extra["cli_wall_s"] = run_cli(cli)["wall_s"] if args.cli else None
         # main_ppo's Ray start-up sets RAY_worker_niceness=0 unless the user set it (verl.trainer.ppo.task_runner).
