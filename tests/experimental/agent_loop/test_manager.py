@@ -157,9 +157,11 @@ def test_hybrid_engines_in_actor_workers(ray_cluster, tiny_model_dir, tiny_lm):
     group = RayWorkerGroup(pool, create_colocated_worker_cls({"actor_rollout": cls}))
     worker_group = group.spawn(prefix_set=["actor_rollout"])["actor_rollout"]
     worker_group.init_model()
-    manager = asyncio.run(AgentLoopManager.create(config, worker_group=worker_group))
+    default = asyncio.run(AgentLoopManager.create(config, worker_group=worker_group))
+    default.shutdown()
+    assert not default.sleep_between_batches  # on CPU sleeping frees nothing: the default skips it
+    manager = asyncio.run(AgentLoopManager.create(config, worker_group=worker_group, sleep_between_batches=True))
     try:
-        assert manager.sleep_between_batches
         outs = [manager.generate_sequences(prompt_batch(PROMPTS[:2])) for _ in range(2)]  # wakes after sleeping
         worker_group.wake_up_rollout()
         batched, single, sizes = asyncio.run(_coalesced_and_single_requests(worker_group))

@@ -47,6 +47,15 @@ from verl.utils.async_utils import await_ray, run_blocking
 
 __all__ = ["AgentLoopManager", "load_manager_class", "summarize_metrics"]
 
+
+def _trainer_device(config: Any) -> str:
+    """``trainer.device`` of a flattened config, with ``auto`` (or no trainer group) resolved as the workers do."""
+    from verl.utils.device import get_device_name
+
+    trainer = config.get("trainer") if hasattr(config, "get") else getattr(config, "trainer", None)
+    device = (trainer.get("device") if hasattr(trainer, "get") else getattr(trainer, "device", None)) or "auto"
+    return get_device_name() if str(device) == "auto" else str(device)
+
 logger = logging.getLogger(__name__)
 
 MANAGER_CLASS_KEY = "rollout.agent.agent_loop_manager_class"
@@ -126,8 +135,8 @@ class AgentLoopManager:
             server_kwargs: extra keyword arguments of the standalone servers (e.g. ``{"device": "cpu"}``).
             request_timeout_s: limit on one generate request; call_timeout_s: limit on one worker shard.
             max_sessions: sticky-session LRU bound per worker.
-            sleep_between_batches: sleep/wake the replicas around each batch (None: hybrid and
-                ``rollout.free_cache_engine``).
+            sleep_between_batches: sleep/wake the replicas around each batch (None: hybrid,
+                ``rollout.free_cache_engine`` and an accelerator; on CPU sleeping frees nothing and costs two calls).
         """
         rollout = rollout_group(config)
         custom = rollout.agent.agent_loop_manager_class
@@ -163,7 +172,8 @@ class AgentLoopManager:
             request_timeout_s=request_timeout_s, call_timeout_s=call_timeout_s, max_sessions=max_sessions,
         )
         if sleep_between_batches is None:
-            sleep_between_batches = worker_group is not None and bool(rollout.free_cache_engine)
+            on_cpu = _trainer_device(config) == "cpu"
+            sleep_between_batches = worker_group is not None and bool(rollout.free_cache_engine) and not on_cpu
         return cls(config, workers=workers, replicas=replica_list, worker_group=worker_group, owned_replicas=owned,
                    sleep_between_batches=sleep_between_batches, call_timeout_s=call_timeout_s)
 
