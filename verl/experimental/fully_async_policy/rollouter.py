@@ -90,8 +90,9 @@ class Rollouter:
         self._in_flight: dict[int, asyncio.Task] = {}
         self._changed: asyncio.Event | None = None
         self.background_error: BaseException | None = None
+        self._consumed: set[int] = set()
         self.stats = {"groups_started": 0, "groups_enqueued": 0, "groups_dropped_empty": 0, "samples_enqueued": 0,
-                      "samples_failed": 0, "syncs": 0, "max_open_groups": 0}
+                      "samples_failed": 0, "syncs": 0, "max_open_groups": 0, "groups_skipped_consumed": 0}
 
     # ------------------------------------------------------------------ public (remote) methods
 
@@ -105,6 +106,9 @@ class Rollouter:
         """Generate every prompt of the stream, then put END_OF_STREAM; returns the final statistics."""
         try:
             for index, prompt in self._iter_prompts():
+                if index in self._consumed:  # trained on before the checkpoint this run resumed from
+                    self.stats["groups_skipped_consumed"] += 1
+                    continue
                 await self._wait_for_budget(index)
                 self._open_groups += 1
                 self.stats["groups_started"] += 1
@@ -126,6 +130,19 @@ class Rollouter:
             except Exception:  # noqa: BLE001 - the queue itself may be gone; the original error matters
                 logger.warning("could not close the message queue after: %s", reason)
             raise
+
+    async def restore(self, version: int, consumed_indices: list[int]) -> None:
+        """Before ``fit`` of a resumed run: the replicas hold weight ``version``; skip the prompt indices the trainer
+        consumed before its checkpoint (every other index is generated, including those lost in the queue)."""
+        if self.stats["groups_started"]:
+            raise RuntimeError("rollouter.restore must be called before fit starts generating")
+        bad = [i for i in consumed_indices if not 0 <= int(i) < self.total_prompts]
+        if bad:
+            raise ValueError(f"rollouter.restore: consumed prompt indices {bad[:5]} are outside the stream of "
+                             f"{self.total_prompts} prompts (was rollout.total_rollout_steps or the data changed?)")
+        self._consumed = {int(i) for i in consumed_indices}
+        self.version = int(version)
+        self.worker.server_manager.resume(self.version)
 
     async def pause(self) -> dict[str, Any]:
         """Stop starting groups before a weight sync. With partial rollout, abort in-flight requests (they resume
