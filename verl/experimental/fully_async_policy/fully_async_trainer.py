@@ -22,7 +22,12 @@ from typing import Any
 import numpy as np
 import ray
 
-from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, MessageQueue, QueueClosedError
+from verl.experimental.fully_async_policy.message_queue import (
+    END_OF_STREAM,
+    MessageQueue,
+    QueueClosedError,
+    resolve_refs,
+)
 from verl.experimental.fully_async_policy.rollout_pool import init_standalone_workers, start_rollout_replicas
 from verl.experimental.fully_async_policy.rollouter import Rollouter, groups_per_update
 from verl.experimental.fully_async_policy.sample import RolloutSample
@@ -141,11 +146,16 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
 
     def _pull_groups(self, count: int) -> list[Any]:
         """``count`` groups from the queue (fewer only before END_OF_STREAM), waiting in slices so that a failed
-        or dead rollouter is noticed within about POLL_S seconds; ``queue_timeout_s`` bounds the whole wait."""
+        or dead rollouter is noticed within about POLL_S seconds; ``queue_timeout_s`` bounds the whole wait.
+        Payloads come from the object store in one fetch (the queue moves references only)."""
         deadline = time.monotonic() + self.queue_timeout_s
         while True:
             try:
-                return ray.get(self.queue.get.remote(count, POLL_S), timeout=POLL_S + 30)
+                items = ray.get(self.queue.get.remote(count, POLL_S), timeout=POLL_S + 30)
+                try:
+                    return resolve_refs(items, self.queue_timeout_s)
+                except RuntimeError as exc:
+                    raise RolloutFailedError(f"{exc}; rollouter: {self._rollouter_root_cause()}") from exc
             except ray.exceptions.RayTaskError as exc:
                 cause = exc.cause if exc.cause is not None else exc
                 if isinstance(cause, QueueClosedError):
