@@ -162,9 +162,12 @@ class Rollouter:
     async def resume(self, version: int) -> None:
         """Continue under weight ``version``: re-open replicas and aborted requests; leftovers count against the
         next period's staleness budget."""
+        # The version is bumped before any replica re-opens, so nothing generated on the new weights is tagged with
+        # the old version; the manager's gate opens last (aborted requests continue once every replica is open).
+        self.version = int(version)
+        self.worker.server_manager.version = self.version
         if self.partial_rollout:
             await asyncio.gather(*(r.resume() for r in self.replicas))
-        self.version = int(version)
         self.worker.server_manager.resume(self.version)
         queued = await await_ray(self.queue.size.remote(), 60, "message queue size")
         self._open_groups = int(queued) + len(self._in_flight)
