@@ -46,3 +46,38 @@ def sync_reference(steps: int = STEPS) -> tuple[dict, ...]:
                                                                  f"trainer.total_training_steps={steps}")))
     run_ppo(config)
     return tuple(read_metrics(run_dir))
+
+
+def wait_for_checkpoint(run_dir: Path, step: int, timeout_s: float = 300.0) -> None:
+    """Poll the checkpoint tracker until it names ``step`` (the checkpoint is then complete on disk)."""
+    import time
+
+    from verl.trainer.ppo.checkpointing import TRACKER_FILE
+
+    deadline = time.monotonic() + timeout_s
+    tracker = run_dir / TRACKER_FILE
+    while time.monotonic() < deadline:
+        if tracker.is_file() and tracker.read_text().strip() == str(step):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"no checkpoint of step {step} in {run_dir} after {timeout_s:g}s")
+
+
+def kill_after_checkpoint(config, kind: str, step: int) -> int:
+    """Start a recipe run in its own task-runner actor and kill it (with every actor it owns) as soon as the
+    checkpoint of ``step`` is complete; returns the newest checkpointed step at the kill."""
+    import pytest
+    import ray
+    from omegaconf import OmegaConf
+
+    from verl.experimental.fully_async_policy.main import AsyncTaskRunner
+    from verl.trainer.ppo.checkpointing import TRACKER_FILE
+
+    run_dir = Path(config.trainer.default_local_dir)
+    runner = AsyncTaskRunner.remote()
+    pending = runner.run.remote(OmegaConf.to_container(config, resolve=True), kind)
+    wait_for_checkpoint(run_dir, step)
+    ray.kill(runner, no_restart=True)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(pending, timeout=120)
+    return int((run_dir / TRACKER_FILE).read_text().strip())

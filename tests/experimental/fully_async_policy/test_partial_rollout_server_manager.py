@@ -171,3 +171,41 @@ def test_tool_call_in_flight_is_not_cancelled_by_a_sync():
     assert first.extra["num_aborts"] == 1 and first.extra["end_version"] == 1
     assert second.extra == {"start_version": 2, "end_version": 2, "num_aborts": 0}
     assert events == ["turn1", "tool done", "turn2"]
+
+
+def test_request_in_transit_during_a_sync_is_tagged_with_the_new_version(tiny_lm):
+    """A call sent under version 0 that reaches the replica after the sync's abort waits there and runs on version 1
+    once the replica re-opens, before the manager's own resume: its tokens must be tagged 1, not 0."""
+    from verl.workers.rollout.hf.server import HFRolloutServer
+
+    server = HFRolloutServer(_config(), model=copy.deepcopy(tiny_lm), max_steps_per_call=1)
+    manager = PartialRolloutServerManager([HybridReplica(server)], resume_timeout_s=30)
+    new_model = copy.deepcopy(tiny_lm)
+    with torch.no_grad():
+        for param in new_model.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    prompt, versions = [1, 5, 6, 7], []
+
+    async def scenario():
+        async def run_sample():
+            CURRENT_SAMPLE_VERSIONS.set(versions)
+            return await manager.generate("req-transit", prompt_ids=prompt,
+                                          sampling_params={"max_tokens": 8, "logprobs": True, "seed": 5})
+
+        await server.abort_all()  # the sync's abort reached the replica first
+        task = asyncio.ensure_future(run_sample())  # sent while the manager was still open under version 0
+        await asyncio.sleep(0.05)
+        assert not task.done(), "the request should wait at the paused replica"
+        manager.pause()
+        await server.update_weights(list(new_model.state_dict().items()), 1)
+        await server.resume()
+        out = await asyncio.wait_for(task, timeout=60)  # done before the manager's resume below
+        manager.resume(1)
+        return out
+
+    out = asyncio.run(scenario())
+    assert out.stop_reason == "length" and len(out.token_ids) == 8
+    torch.testing.assert_close(torch.tensor(out.log_probs), _reference_log_probs(new_model, prompt, out.token_ids),
+                               atol=1e-4, rtol=1e-4)
+    assert [(v.start, v.end, v.aborts) for v in versions] == [(1, 1, 0)]
+    assert versions[0].token_versions == [1] * 8

@@ -24,7 +24,10 @@ def test_one_step_off_lags_by_exactly_one_update(ray_cluster, tmp_path):
     summary = run_async_training(config, "one_step_off")
     # batch k is generated under version max(k-2, 0) and trained after k-1 updates
     assert summary["generation_versions"] == {k: max(k - 2, 0) for k in range(1, STEPS + 1)}
-    assert summary["weight_version"] == STEPS - 1  # the last update is published before a next generation only
+    # the last update is published at once (no generation is pending): the rollout ends on the final weights
+    assert summary["weight_version"] == STEPS
+    assert summary["replica_versions"] == [STEPS]
+    assert sorted(summary["weight_checksums"]) == list(range(STEPS + 1))
     metrics = read_metrics(tmp_path)
     assert [m["one_step_off/policy_lag"] for m in metrics] == [0.0] + [1.0] * (STEPS - 1)
     # step 1 sees the same weights, prompts and seeds as the synchronous trainer: identical results

@@ -5,6 +5,10 @@ result does not depend on which group finished first) and runs the inherited PPO
 ``trigger_parameter_sync_step`` updates it syncs weights itself: pause the rollouter (abort in-flight requests when
 ``partial_rollout``), publish version v+1 through the checkpoint engine, resume. With ``staleness_threshold=0``,
 ``trigger_parameter_sync_step=1`` and no partial rollout this is exactly the synchronous trainer.
+
+Checkpoints add the rollout position: which prompt indices the trainer has consumed. A resumed run pushes the restored
+actor to the replicas, then the rollouter skips the consumed indices and generates every other one; groups that were
+queued or in flight at the kill are regenerated under the resumed weights (none lost, none trained on twice).
 """
 
 from __future__ import annotations
@@ -12,23 +16,42 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import ray
 
-from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, MessageQueue, QueueClosedError
+from verl.experimental.fully_async_policy.message_queue import (
+    END_OF_STREAM,
+    MessageQueue,
+    QueueClosedError,
+    resolve_refs,
+)
 from verl.experimental.fully_async_policy.rollout_pool import init_standalone_workers, start_rollout_replicas
 from verl.experimental.fully_async_policy.rollouter import Rollouter, groups_per_update
 from verl.experimental.fully_async_policy.sample import RolloutSample
 from verl.protocol import DataProto
 from verl.trainer.ppo.separate_trainer import SeparateRayPPOTrainer, StopTraining
 
-__all__ = ["FullyAsyncTrainer", "RolloutFailedError"]
+__all__ = ["FullyAsyncTrainer", "RolloutFailedError", "compress_indices", "expand_indices"]
 
 logger = logging.getLogger(__name__)
 
 POLL_S = 1.0
+
+
+def compress_indices(indices: list[int]) -> dict[str, Any]:
+    """``{"below": w, "above": [...]}``: every index < w plus the sorted ones >= w (consumed sets are near-prefixes)."""
+    seen = set(indices)
+    below = 0
+    while below in seen:
+        below += 1
+    return {"below": below, "above": sorted(i for i in seen if i > below)}
+
+
+def expand_indices(packed: dict[str, Any]) -> list[int]:
+    return list(range(int(packed["below"]))) + [int(i) for i in packed["above"]]
 
 
 class RolloutFailedError(RuntimeError):
@@ -123,11 +146,16 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
 
     def _pull_groups(self, count: int) -> list[Any]:
         """``count`` groups from the queue (fewer only before END_OF_STREAM), waiting in slices so that a failed
-        or dead rollouter is noticed within about POLL_S seconds; ``queue_timeout_s`` bounds the whole wait."""
+        or dead rollouter is noticed within about POLL_S seconds; ``queue_timeout_s`` bounds the whole wait.
+        Payloads come from the object store in one fetch (the queue moves references only)."""
         deadline = time.monotonic() + self.queue_timeout_s
         while True:
             try:
-                return ray.get(self.queue.get.remote(count, POLL_S), timeout=POLL_S + 30)
+                items = ray.get(self.queue.get.remote(count, POLL_S), timeout=POLL_S + 30)
+                try:
+                    return resolve_refs(items, self.queue_timeout_s)
+                except RuntimeError as exc:
+                    raise RolloutFailedError(f"{exc}; rollouter: {self._rollouter_root_cause()}") from exc
             except ray.exceptions.RayTaskError as exc:
                 cause = exc.cause if exc.cause is not None else exc
                 if isinstance(cause, QueueClosedError):
@@ -235,9 +263,44 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         metrics.update(self._extra_metrics)
         return metrics
 
-    def _load_checkpoint(self) -> None:
-        if self.checkpointer.find_resume_dir() is not None:
-            logger.warning("fully-async training does not resume from checkpoints yet; starting from step 0")
+    # ------------------------------------------------------------------ checkpoints
+
+    def _checkpoint_state(self) -> dict[str, Any]:
+        state = super()._checkpoint_state()
+        synced = self.local_updates % self.trigger_parameter_sync_step == 0
+        # Updates not yet pushed (mid sync period) make the saved actor the next version; the resumed run starts a
+        # new sync period with it.
+        state["weight_version"] = self.weight_version + (0 if synced else 1)
+        state["weight_checksum"] = self.weight_checksums.get(self.weight_version) if synced else None
+        periods = -(-self.local_updates // self.trigger_parameter_sync_step)
+        state["fully_async"] = {
+            "consumed_indices": compress_indices(self.consumed_indices),
+            "local_updates": periods * self.trigger_parameter_sync_step,
+            "stale_groups_per_sync": list(self.stale_groups_per_sync),
+        }
+        return state
+
+    def _restore_checkpoint(self, step_dir: Path, state: dict[str, Any]) -> None:
+        saved = state.get("fully_async")
+        if saved is None:
+            raise ValueError(f"checkpoint {step_dir} has no fully-async state (rollout position): another trainer "
+                             "wrote it; resume it with that trainer or start fresh (trainer.resume_mode=disable)")
+        super()._restore_checkpoint(step_dir, state)
+        expected = state.get("weight_checksum")
+        if expected is not None and self.weight_checksums.get(self.weight_version) != expected:
+            raise RuntimeError(f"resumed from {step_dir}: the restored actor (checksum "
+                               f"{self.weight_checksums.get(self.weight_version)}) differs from the weights saved as "
+                               f"version {self.weight_version} (checksum {expected})")
+        self.consumed_indices = expand_indices(saved["consumed_indices"])
+        self.consumed_groups = len(self.consumed_indices)
+        self.local_updates = int(saved["local_updates"])
+        self.stale_groups_per_sync = list(saved.get("stale_groups_per_sync", []))
+        self._get(self.rollouter.restore.remote(self.weight_version, self.consumed_indices), "rollouter restore")
+
+    def _resume_rollout_weights(self, version: int) -> None:
+        """Push the restored actor as ``version`` directly (the rollouter has not started: no pause needed)."""
+        self.weight_version = version - 1
+        SeparateRayPPOTrainer._fit_update_weights(self, {})
 
     def rollout_statistics(self) -> dict[str, Any]:
         """The rollouter's and the queue's counters (tests compare counts in and out)."""

@@ -82,7 +82,10 @@ class AsyncTaskRunner:
         trainer.init_workers()
         trainer.fit()
         summary: dict[str, Any] = {"run_dir": str(config.trainer.default_local_dir),
-                                   "global_steps": trainer.global_steps, "weight_version": trainer.weight_version}
+                                   "global_steps": trainer.global_steps, "weight_version": trainer.weight_version,
+                                   "weight_checksums": dict(trainer.weight_checksums)}
+        actors = [getattr(r, "actor", r) for r in getattr(trainer, "replicas", [])]
+        summary["replica_versions"] = ray.get([a.get_version.remote() for a in actors], timeout=60)
         if hasattr(trainer, "rollout_statistics"):
             summary["rollout"] = trainer.rollout_statistics()
             summary["consumed_indices"] = list(trainer.consumed_indices)

@@ -5,15 +5,20 @@ Every ``put`` and ``get`` has a timeout naming what was waited on; ``close(reaso
 :class:`QueueClosedError` carrying the reason, which is how a dying side tells the other one why. Items are
 opaque to the queue; statistics count puts, gets and what is buffered so tests can check that nothing is lost or
 counted twice.
+
+Payloads travel through the object store, not through the queue actor: the producer wraps each sample with
+:func:`by_reference` (one ``ray.put``, serialized once) and the queue only moves the small :class:`SampleRef`; the
+consumer fetches a whole update's payloads with one ``ray.get`` (:func:`resolve_refs`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["END_OF_STREAM", "MessageQueue", "QueueClosedError"]
+__all__ = ["END_OF_STREAM", "MessageQueue", "QueueClosedError", "SampleRef", "by_reference", "resolve_refs"]
 
 # Put by the rollouter after its last sample: the trainer stops after consuming everything before it.
 END_OF_STREAM = "__verl_end_of_stream__"
@@ -21,6 +26,47 @@ END_OF_STREAM = "__verl_end_of_stream__"
 
 class QueueClosedError(RuntimeError):
     """The queue was closed (by either side); the message carries the closer's reason."""
+
+
+@dataclass(frozen=True)
+class SampleRef:
+    """A queued sample that lives in the Ray object store; ``ref`` is nested, so passing this to the queue actor
+    moves the reference, never the payload."""
+
+    ref: Any  # ray.ObjectRef, owned by the producer
+    index: int | None = None
+
+
+def by_reference(sample: Any, index: int | None = None) -> SampleRef:
+    """Serialize ``sample`` once into the object store and return the handle to queue."""
+    import ray
+
+    return SampleRef(ray.put(sample), index)
+
+
+def resolve_refs(items: list[Any], timeout_s: float) -> list[Any]:
+    """``items`` with every :class:`SampleRef` replaced by its payload (one ``ray.get`` for all of them).
+
+    Raises:
+        TimeoutError: the payloads were not fetched within ``timeout_s`` (names how many).
+        RuntimeError: a payload is gone (its producer died), with Ray's reason.
+    """
+    import ray
+
+    positions = [i for i, item in enumerate(items) if isinstance(item, SampleRef)]
+    if not positions:
+        return list(items)
+    try:
+        payloads = ray.get([items[i].ref for i in positions], timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise TimeoutError(f"message queue: {len(positions)} queued sample payload(s) not fetched from the object "
+                           f"store within {timeout_s:g}s") from None
+    except ray.exceptions.ObjectLostError as exc:
+        raise RuntimeError(f"message queue: a queued sample's payload is lost (did its producer die?): {exc}") from exc
+    out = list(items)
+    for i, payload in zip(positions, payloads):
+        out[i] = payload
+    return out
 
 
 class MessageQueue:

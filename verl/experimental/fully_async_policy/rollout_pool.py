@@ -141,4 +141,5 @@ def init_standalone_workers(trainer: Any, init_rollout: Callable[[Any], None]) -
     parallel = placement_guaranteed(rollout_pool, trainer_pool)
     run_parallel_or_ordered(parallel, trainer._init_trainer_workers, lambda: init_rollout(rollout_pool))
     trainer.weight_sync = build_weight_sync(trainer.config, trainer.actor_rollout_wg, trainer.replicas)
-    trainer.weight_sync.update_weights(int(trainer.weight_version))
+    report = trainer.weight_sync.update_weights(int(trainer.weight_version))
+    trainer.weight_checksums[int(trainer.weight_version)] = str(report.get("checksum"))

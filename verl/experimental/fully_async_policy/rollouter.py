@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM
+from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, by_reference
 from verl.experimental.fully_async_policy.rollout_pool import build_agent_worker
 from verl.experimental.fully_async_policy.sample import RolloutSample, SampleVersions
 from verl.experimental.fully_async_policy.server_manager import CURRENT_SAMPLE_VERSIONS
@@ -90,8 +90,9 @@ class Rollouter:
         self._in_flight: dict[int, asyncio.Task] = {}
         self._changed: asyncio.Event | None = None
         self.background_error: BaseException | None = None
+        self._consumed: set[int] = set()
         self.stats = {"groups_started": 0, "groups_enqueued": 0, "groups_dropped_empty": 0, "samples_enqueued": 0,
-                      "samples_failed": 0, "syncs": 0, "max_open_groups": 0}
+                      "samples_failed": 0, "syncs": 0, "max_open_groups": 0, "groups_skipped_consumed": 0}
 
     # ------------------------------------------------------------------ public (remote) methods
 
@@ -105,6 +106,9 @@ class Rollouter:
         """Generate every prompt of the stream, then put END_OF_STREAM; returns the final statistics."""
         try:
             for index, prompt in self._iter_prompts():
+                if index in self._consumed:  # trained on before the checkpoint this run resumed from
+                    self.stats["groups_skipped_consumed"] += 1
+                    continue
                 await self._wait_for_budget(index)
                 self._open_groups += 1
                 self.stats["groups_started"] += 1
@@ -127,6 +131,19 @@ class Rollouter:
                 logger.warning("could not close the message queue after: %s", reason)
             raise
 
+    async def restore(self, version: int, consumed_indices: list[int]) -> None:
+        """Before ``fit`` of a resumed run: the replicas hold weight ``version``; skip the prompt indices the trainer
+        consumed before its checkpoint (every other index is generated, including those lost in the queue)."""
+        if self.stats["groups_started"]:
+            raise RuntimeError("rollouter.restore must be called before fit starts generating")
+        bad = [i for i in consumed_indices if not 0 <= int(i) < self.total_prompts]
+        if bad:
+            raise ValueError(f"rollouter.restore: consumed prompt indices {bad[:5]} are outside the stream of "
+                             f"{self.total_prompts} prompts (was rollout.total_rollout_steps or the data changed?)")
+        self._consumed = {int(i) for i in consumed_indices}
+        self.version = int(version)
+        self.worker.server_manager.resume(self.version)
+
     async def pause(self) -> dict[str, Any]:
         """Stop starting groups before a weight sync. With partial rollout, abort in-flight requests (they resume
         by themselves after :meth:`resume`); without, wait until every in-flight group is in the queue."""
@@ -145,9 +162,12 @@ class Rollouter:
     async def resume(self, version: int) -> None:
         """Continue under weight ``version``: re-open replicas and aborted requests; leftovers count against the
         next period's staleness budget."""
+        # The version is bumped before any replica re-opens, so nothing generated on the new weights is tagged with
+        # the old version; the manager's gate opens last (aborted requests continue once every replica is open).
+        self.version = int(version)
+        self.worker.server_manager.version = self.version
         if self.partial_rollout:
             await asyncio.gather(*(r.resume() for r in self.replicas))
-        self.version = int(version)
         self.worker.server_manager.resume(self.version)
         queued = await await_ray(self.queue.size.remote(), 60, "message queue size")
         self._open_groups = int(queued) + len(self._in_flight)
@@ -304,7 +324,8 @@ class Rollouter:
             sample = RolloutSample(batch=batch, index=index, uid=uid, start_version=min(starts),
                                    end_version=max(ends), num_aborts=sum(aborts), num_failed=self.n - len(rows),
                                    generate_s=time.perf_counter() - start)
-            await await_ray(self.queue.put.remote(sample, self.put_timeout_s), self.put_timeout_s + 30,
+            await await_ray(self.queue.put.remote(by_reference(sample, index), self.put_timeout_s),
+                            self.put_timeout_s + 30,
                             f"message queue put of rollout group {index}")
             self.stats["groups_enqueued"] += 1
             self.stats["samples_enqueued"] += len(rows)

@@ -8,7 +8,10 @@ that produced it). Whatever the agent loop does between generate calls (tool cal
 its next generate call simply waits for the gate.
 
 Per-trajectory version tags are reported to the sample being generated through a context variable, so any agent
-loop (single turn, tools, custom) gets them without knowing about async training.
+loop (single turn, tools, custom) gets them without knowing about async training. A call's tokens are tagged with
+the ``weight_version`` the replica reports it generated under (the hf server does): a request already on its way to
+a replica when a sync began waits there and runs on the new weights, so the version this manager had when it sent
+the call would be wrong. Replicas that report no version fall back to the manager's.
 """
 
 from __future__ import annotations
@@ -99,6 +102,11 @@ class PartialRolloutServerManager(AsyncLLMServerManager):
             if aborts and seed is not None:
                 params["seed"] = int(seed) + 7919 * aborts  # a fresh stream for the continuation
             out = await super().generate(request_id, prompt_ids=prompt + tokens, sampling_params=params)
+            reported = (out.extra or {}).get("weight_version")
+            if reported is not None:
+                version = int(reported)
+            if not token_versions and not tokens:
+                start_version = version
             tokens.extend(out.token_ids)
             token_versions.extend([version] * len(out.token_ids))
             if log_probs is not None:
@@ -115,7 +123,8 @@ class PartialRolloutServerManager(AsyncLLMServerManager):
                 break
             await self._wait_open(request_id)
             self.num_resumed += 1
-        record = SampleVersions(start=start_version, end=self.version, aborts=aborts, token_versions=token_versions)
+        record = SampleVersions(start=start_version, end=max(version, start_version), aborts=aborts,
+                                token_versions=token_versions)
         collector = CURRENT_SAMPLE_VERSIONS.get()
         if collector is not None:
             collector.append(record)

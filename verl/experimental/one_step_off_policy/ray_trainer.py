@@ -6,11 +6,17 @@ versions), start generating batch k+1 in the background, then train on batch k w
 
 Policy lag (documented off-by-one): batch k is generated under weight version max(k-2, 0) and trained by the actor
 after k-1 updates, so it is exactly one update behind for k >= 2 (zero for k = 1); the synchronous trainer has lag 0.
+An update made while no generation is pending (the last step) is published at once, so the rollout ends on the final
+weights.
+
+Checkpoints (``trainer.save_freq``) also hold the batch generated in the background (``one_step_off_pending/``): the
+save waits for it, and a resumed run trains on exactly that batch next, so resuming reproduces an uninterrupted run.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -26,6 +32,9 @@ from verl.trainer.ppo.separate_trainer import SeparateRayPPOTrainer, generation_
 __all__ = ["OneStepOffRayTrainer", "RolloutGenerator"]
 
 logger = logging.getLogger(__name__)
+
+PENDING_DIR = "one_step_off_pending"
+_PENDING_FILES = ("batch.pkl", "gen_batch.pkl", "output.pkl")
 
 
 class RolloutGenerator:
@@ -54,6 +63,7 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
         self._next_batch_dict: dict | None = None
         self._pending: tuple[dict, DataProto, DataProto, Any, int] | None = None
         self._unpublished_updates = 0
+        self._resumed_batch_dict: dict | None = None
         self.generation_versions: dict[int, int] = {}
 
     def init_workers(self) -> None:
@@ -71,7 +81,8 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
     def _iter_batch_dicts(self):
         """Dataloader batches with one batch of lookahead (the one generated in the background)."""
         source = super()._iter_batch_dicts()
-        current = next(source, None)
+        # after a resume, the batch generated before the checkpoint comes first (the dataloader is past it)
+        current, self._resumed_batch_dict = self._resumed_batch_dict or next(source, None), None
         while current is not None:
             following = next(source, None)
             self._next_batch_dict = following
@@ -125,8 +136,11 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
         return output
 
     def _fit_update_weights(self, metrics: dict) -> None:
-        """Weights are published at the start of the next generation, when the rollout is idle."""
+        """Weights are published at the start of the next generation, when the rollout is idle; with no
+        generation pending (the last step) the rollout is idle now, so they are published at once."""
         self._unpublished_updates += 1
+        if self._pending is None:
+            self._publish_weights(metrics)
 
     def _generate_validation(self, gen_batch: DataProto) -> DataProto:
         if self._pending is not None:
@@ -141,6 +155,41 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
         metrics.update(self._step_metrics)
         return metrics
 
-    def _load_checkpoint(self) -> None:
-        if self.checkpointer.find_resume_dir() is not None:
-            logger.warning("one-step-off training does not resume from checkpoints yet; starting from step 0")
+    # ------------------------------------------------------------------ checkpoints
+
+    def _save_checkpoint(self) -> None:
+        """Save the trainer state plus the batch being generated for the next step (waiting for it)."""
+        if self._pending is not None:
+            _, batch, gen_batch, ref, _version = self._pending
+            output = self._wait(ref, f"generation of step {self.global_steps + 1} (for the checkpoint)")
+            folder = self.checkpointer.step_dir(self.global_steps) / PENDING_DIR
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, data in zip(_PENDING_FILES, (batch, gen_batch, output)):
+                data.save_to_disk(folder / name)
+        super()._save_checkpoint()
+
+    def _checkpoint_state(self) -> dict[str, Any]:
+        state = super()._checkpoint_state()
+        # the saved actor includes the not yet published update: it is that version
+        state["weight_version"] = self.weight_version + self._unpublished_updates
+        state["pending_version"] = None if self._pending is None else self._pending[4]
+        return state
+
+    def _restore_checkpoint(self, step_dir: Path, state: dict[str, Any]) -> None:
+        super()._restore_checkpoint(step_dir, state)
+        if state.get("pending_version") is None:
+            return
+        folder = step_dir / PENDING_DIR
+        missing = [name for name in _PENDING_FILES if not (folder / name).is_file()]
+        if missing:
+            raise FileNotFoundError(f"one-step-off checkpoint {step_dir} records a pending batch but {folder} lacks "
+                                    f"{missing}; it was not written by a complete save")
+        batch, gen_batch, output = (DataProto.load_from_disk(folder / name) for name in _PENDING_FILES)
+        self._resumed_batch_dict = {"resumed_from": str(step_dir)}
+        self._pending = (self._resumed_batch_dict, batch, gen_batch, ray.put(output), int(state["pending_version"]))
+
+    def _resume_rollout_weights(self, version: int) -> None:
+        """Push the restored actor to the idle rollout as ``version`` (not deferred like a step's update)."""
+        self.weight_version = version - 1
+        self._unpublished_updates = 0
+        SeparateRayPPOTrainer._fit_update_weights(self, {})

@@ -173,6 +173,7 @@ class SeparateRayPPOTrainer:
         self.global_steps = 0
         self.weight_version = 0
         self.weight_sync: Any = None  # CheckpointEngineManager when the rollout has processes of its own
+        self.weight_checksums: dict[int, str] = {}  # version -> checksum every replica reported for it
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
         self.checkpointer = TrainerCheckpointer(config.trainer)
 
@@ -383,6 +384,7 @@ class SeparateRayPPOTrainer:
                                "init_workers; the rollout would keep serving stale weights")
         self.weight_version += 1
         report = self.weight_sync.update_weights(self.weight_version)
+        self.weight_checksums[self.weight_version] = str(report.get("checksum"))
         metrics.update(report.get("metrics", {}))
         metrics["rollout/weight_version"] = self.weight_version
 
@@ -532,28 +534,36 @@ class SeparateRayPPOTrainer:
         self.actor_rollout_wg.save_checkpoint(local_path=str(step_dir / "actor"), global_step=self.global_steps)
         if self.use_critic:
             self.critic_wg.save_checkpoint(local_path=str(step_dir / "critic"), global_step=self.global_steps)
-        self.checkpointer.save_trainer_state(
-            self.global_steps,
-            {
-                "dataloader": self.train_dataloader.state_dict(),
-                "weight_version": self.weight_version,
-                "kl_ctrl": None if self.kl_ctrl_in_reward is None else self.kl_ctrl_in_reward.value,
-            },
-        )
+        self.checkpointer.save_trainer_state(self.global_steps, self._checkpoint_state())
+
+    def _checkpoint_state(self) -> dict[str, Any]:
+        """What ``trainer_state.pt`` holds besides the global step; recipes add their own keys."""
+        return {
+            "dataloader": self.train_dataloader.state_dict(),
+            "weight_version": self.weight_version,
+            "kl_ctrl": None if self.kl_ctrl_in_reward is None else self.kl_ctrl_in_reward.value,
+        }
 
     def _load_checkpoint(self) -> None:
         step_dir = self.checkpointer.find_resume_dir()
         if step_dir is None:
             return
-        state = self.checkpointer.load_trainer_state(step_dir)
+        self._restore_checkpoint(Path(step_dir), self.checkpointer.load_trainer_state(step_dir))
+        logger.info("resumed from %s at step %d", step_dir, self.global_steps)
+
+    def _restore_checkpoint(self, step_dir: Path, state: dict[str, Any]) -> None:
+        """Restore workers, data position and counters from a checkpoint, then give the rollout the restored
+        actor's weights (recipes extend it with their own state)."""
         self.global_steps = int(state["global_step"])
-        self.actor_rollout_wg.load_checkpoint(str(Path(step_dir) / "actor"))
+        self.actor_rollout_wg.load_checkpoint(str(step_dir / "actor"))
         if self.use_critic:
-            self.critic_wg.load_checkpoint(str(Path(step_dir) / "critic"))
+            self.critic_wg.load_checkpoint(str(step_dir / "critic"))
         self.train_dataloader.load_state_dict(state["dataloader"])
         if self.kl_ctrl_in_reward is not None and state.get("kl_ctrl") is not None:
             self.kl_ctrl_in_reward.value = state["kl_ctrl"]
-        # The rollout starts from the base weights; push the restored actor to it as the saved version.
-        self.weight_version = int(state.get("weight_version", 0)) - 1
+        self._resume_rollout_weights(int(state.get("weight_version", 0)))
+
+    def _resume_rollout_weights(self, version: int) -> None:
+        """The rollout starts from the base weights: push the restored actor to it as ``version``."""
+        self.weight_version = version - 1
         self._fit_update_weights({})
-        logger.info("resumed from %s at step %d", step_dir, self.global_steps)

@@ -141,6 +141,9 @@ class HFRolloutServer(RolloutServer):
         if params.max_tokens > budget:
             params = replace(params, max_tokens=budget)
         await self._wait_open(request_id)
+        # Weights change only while the server is paused (abort_all first), so every token of this call comes from
+        # the version current once the gate let it through; the caller tags tokens with it.
+        version = self._version
         if request_id in self._active:
             raise ValueError(f"request {request_id}: a request with this id is already in flight")
         stop_ids = set(params.stop_token_ids)
@@ -159,7 +162,9 @@ class HFRolloutServer(RolloutServer):
         self._wake.set()
         self._interrupt.set()  # let the worker thread hand back so the newcomer can be admitted
         try:
-            return await request.future
+            out = await request.future
+            out.extra.setdefault("weight_version", version)
+            return out
         finally:
             self._active.discard(request_id)
             if not request.future.done() or request.future.cancelled():
