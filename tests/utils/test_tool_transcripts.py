@@ -147,3 +147,14 @@ def test_tool_fraction_sets_how_many_rows_call_the_tool(fraction, calls):
     ]
     with pytest.raises(ValueError, match="tool_fraction must be in"):
         make_transcript_rows(2, tool_fraction=1.5)
+
+
+def test_tool_mul_transcripts_and_bad_task():
+    rows = make_transcript_rows(20, seed=0, task="tool_mul", tool_fraction=0.5)
+    for row in rows:
+        a, b = row["extra_info"]["expression"].split("*")
+        assert 10 <= int(a) <= 99 and 2 <= int(b) <= 9
+        assert row["extra_info"]["answer"] == str(int(a) * int(b))
+    assert sum(row["extra_info"]["uses_tool"] for row in rows) == 10
+    with pytest.raises(ValueError, match=r"task must be one of the calculator tasks \['tool_calc', 'tool_mul'\]"):
+        make_transcript_rows(1, task="addition")

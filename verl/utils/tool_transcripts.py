@@ -1,4 +1,4 @@
-"""SFT warm-up data for the ``tool_calc`` task: transcripts of the calculator being called, token for token.
+"""SFT warm-up data for the calculator tasks (``tool_calc``, ``tool_mul``): transcripts of tool calls, token for token.
 
 From a random init the tiny model essentially never writes a well-formed ``<tool_call>``, so GRPO with the tool
 agent loop would see no tool use to reinforce. A short SFT run on these transcripts teaches the *format*; RL then
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from verl.tools.calculator_tool import CalculatorTool, format_number, safe_eval
-from verl.utils.synthetic_tasks import TOOL_NAME, get_task, write_rows
+from verl.utils.synthetic_tasks import TOOL_NAME, TOOL_TASKS, get_task, write_rows
 from verl.utils.tiny_model import EOS_TOKEN
 
 __all__ = [
@@ -110,8 +110,9 @@ def make_transcript_rows(
     split: str = "train",
     tool_schemas: Sequence[dict[str, Any]] | None = None,
     tool_fraction: float = 1.0,
+    task: str = "tool_calc",
 ) -> list[dict[str, Any]]:
-    """``size`` transcript rows over fresh ``tool_calc`` questions (deterministic in all arguments).
+    """``size`` transcript rows over fresh questions of ``task`` (deterministic in all arguments).
 
     A fraction ``tool_fraction`` of the rows (rounded, spread evenly) calls the calculator; the others answer directly.
     """
@@ -119,7 +120,9 @@ def make_transcript_rows(
         raise ValueError(f"size must be a non-negative int, got {size!r}")
     if not 0.0 <= tool_fraction <= 1.0:
         raise ValueError(f"tool_fraction must be in [0, 1], got {tool_fraction!r}")
-    spec = get_task("tool_calc")
+    if task not in TOOL_TASKS:
+        raise ValueError(f"task must be one of the calculator tasks {list(TOOL_TASKS)}, got {task!r}")
+    spec = get_task(task)
     schemas = default_tool_schemas() if tool_schemas is None else list(tool_schemas)
     system = tool_system_text(schemas)
     tools_json = json.dumps(schemas, ensure_ascii=False)
@@ -130,13 +133,13 @@ def make_transcript_rows(
         example = spec.make(rng)
         match = _QUESTION.fullmatch(example.question)
         if match is None:
-            raise ValueError(f"tool_calc question {example.question!r} does not have the form 'What is <expr>?'")
+            raise ValueError(f"{task} question {example.question!r} does not have the form 'What is <expr>?'")
         expression = match.group("expr")
         # row i calls the tool iff floor((i + 1) * f) > floor(i * f): exactly round-down(size * f) calls, spread out
         use_tool = int((index + 1) * tool_fraction) > int(index * tool_fraction)
         response, answer = transcript_response(expression)
         if answer != example.answer:
-            raise ValueError(f"calculator gives {answer} for {expression!r}, tool_calc says {example.answer}")
+            raise ValueError(f"calculator gives {answer} for {expression!r}, {task} says {example.answer}")
         rows.append(
             {
                 "data_source": SFT_DATA_SOURCE,
@@ -164,12 +167,13 @@ def write_tool_sft_files(
     seed: int = 0,
     tool_config_path: str | os.PathLike | None = None,
     tool_fraction: float = 1.0,
+    task: str = "tool_calc",
 ) -> dict[str, Path]:
     """Write ``local_dir/sft_train.parquet`` and ``local_dir/sft_test.parquet``.
 
     Read them with ``data.multiturn.enable=true`` (columns ``messages``/``tools``), or, single-response, with
     ``data.response_key=response``. ``tool_config_path``: the RL run's tool config, so the prompts carry the same
-    (possibly overridden) schemas. ``tool_fraction``: see :func:`make_transcript_rows`.
+    (possibly overridden) schemas. ``tool_fraction``, ``task``: see :func:`make_transcript_rows`.
     """
     if train_size <= 0 or test_size <= 0:
         raise ValueError(f"train_size and test_size must be positive, got {train_size} and {test_size}")
@@ -177,7 +181,7 @@ def write_tool_sft_files(
     local_dir = Path(local_dir)
     return {
         split: write_rows(
-            make_transcript_rows(size, seed, split, schemas, tool_fraction), local_dir / f"sft_{split}.parquet"
+            make_transcript_rows(size, seed, split, schemas, tool_fraction, task), local_dir / f"sft_{split}.parquet"
         )
         for split, size in (("train", train_size), ("test", test_size))
     }
@@ -186,7 +190,8 @@ def write_tool_sft_files(
 def main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(description="Write calculator-call SFT transcripts for the tool_calc task.")
+    parser = argparse.ArgumentParser(description="Write calculator-call SFT transcripts for a calculator task.")
+    parser.add_argument("--task", default="tool_calc", choices=TOOL_TASKS)
     parser.add_argument("--local_dir", required=True)
     parser.add_argument("--train_size", type=int, default=2048)
     parser.add_argument("--test_size", type=int, default=64)
@@ -207,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             args.seed,
             args.tool_config_path,
             args.tool_fraction,
+            args.task,
         )
     except ValueError as err:
         parser.error(str(err))
