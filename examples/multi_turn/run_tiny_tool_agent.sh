@@ -1,37 +1,41 @@
 #!/usr/bin/env bash
-# Multi-turn tool use on the tiny model, on CPU with 2 worker processes:
-#   1. SFT warm-up on synthetic calculator transcripts (verl.utils.tool_transcripts): the model learns to write
-#      <tool_call>{"name": "calculator", "arguments": {"expression": "23*17"}}</tool_call>, read the tool's answer
-#      and repeat it. (SFT takes one response string per row, so its loss also covers the inserted tool turn.)
-#      Copying the operands into the call only appears after a few hundred steps (~1 s/step on one CPU core).
-#   2. GRPO on the tool_calc task through ToolAgentLoop (rows carry agent_name=tool_agent): every rollout runs the
-#      real CalculatorTool; reward 1.0 when the last number of the response is the right answer.
-# Watch timing_s/agent_loop/tool_calls/mean (calls per trajectory), .../tool_calls_ok/mean and critic/score/mean
-# in metrics.jsonl; docs/tools.md ("Demo") has a measured run.
+# Multi-turn tool use on the tiny model, on CPU with 2 worker processes (docs/tools.md, "Demo"):
+#   1. Multi-turn SFT warm-up (data.multiturn.enable=true) on synthetic transcripts of the tool_mul task
+#      ("What is 47*6?"): a fraction TOOL_FRACTION of them call
+#      <tool_call>{"name": "calculator", "arguments": {"expression": "47*6"}}</tool_call>, read the tool's answer and
+#      repeat it; the rest answer directly (and are mostly wrong). The loss covers the assistant turns only, so the
+#      model learns to copy the tool's answer, not to guess it.
+#   2. GRPO on tool_mul through ToolAgentLoop (rows carry agent_name=tool_agent): every rollout runs the real
+#      CalculatorTool; reward 1.0 when the last number of the response is the right answer. Calling the tool pays,
+#      so the tool-use rate and the reward rise together.
+# Watch agent_loop/tool_calls/mean (calls per trajectory; timing_s/agent_loop/... in older builds) and
+# critic/score/mean in metrics.jsonl.
 # Extra arguments are passed on to the GRPO run as Hydra overrides, e.g. trainer.total_training_steps=20.
-# SFT_STEPS=0 skips the warm-up: GRPO then starts from MODEL_PATH (default: the random tiny model, which makes no
-# tool calls and earns no reward), e.g. SFT_STEPS=0 MODEL_PATH=$SFT_DIR/huggingface to reuse an earlier warm-up.
+# SFT_STEPS=0 skips the warm-up: GRPO then starts from MODEL_PATH, e.g. SFT_STEPS=0 MODEL_PATH=$SFT_DIR/huggingface
+# to reuse an earlier warm-up.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SEED=${SEED:-1}
-DATA_DIR=${DATA_DIR:-$HOME/data/synthetic/tool_calc}
+TASK=${TASK:-tool_mul}
+DATA_DIR=${DATA_DIR:-$HOME/data/synthetic/$TASK}
 SFT_DIR=${SFT_DIR:-checkpoints/verl_examples/tiny_tool_sft_s$SEED}
-SFT_STEPS=${SFT_STEPS:-600}
+SFT_STEPS=${SFT_STEPS:-300}
 SFT_LR=${SFT_LR:-1e-2}
+TOOL_FRACTION=${TOOL_FRACTION:-0.5}
 TOOL_CONFIG=examples/multi_turn/calculator_tools.yaml
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
-python3 examples/data_preprocess/synthetic.py --task tool_calc --local_dir "$DATA_DIR" \
+python3 examples/data_preprocess/synthetic.py --task "$TASK" --local_dir "$DATA_DIR" \
     --train_size 4096 --test_size 64 --seed 0
-python3 -m verl.utils.tool_transcripts --local_dir "$DATA_DIR" --train_size 4096 --test_size 64 --seed 0 \
-    --tool_config_path "$TOOL_CONFIG"
+python3 -m verl.utils.tool_transcripts --task "$TASK" --local_dir "$DATA_DIR" --train_size 4096 --test_size 64 \
+    --seed 0 --tool_config_path "$TOOL_CONFIG" --tool_fraction "$TOOL_FRACTION"
 
 MODEL=${MODEL_PATH:-verl:tiny-demo}
 if [ "$SFT_STEPS" -gt 0 ]; then
     python3 -m verl.trainer.main_sft \
         data.train_files="$DATA_DIR/sft_train.parquet" \
         data.val_files="$DATA_DIR/sft_test.parquet" \
-        data.response_key=response \
+        data.multiturn.enable=true \
         data.max_length=288 \
         data.train_batch_size=32 \
         data.micro_batch_size_per_gpu=32 \
@@ -55,7 +59,7 @@ python3 -m verl.trainer.main_ppo \
     data.max_prompt_length=224 \
     data.max_response_length=96 \
     model.path="$MODEL" \
-    actor.optim.lr=3e-4 \
+    actor.optim.lr=${GRPO_LR:-3e-4} \
     actor.ppo_mini_batch_size=8 \
     actor.ppo_micro_batch_size_per_gpu=32 \
     actor.log_prob_micro_batch_size_per_gpu=32 \

@@ -10,7 +10,8 @@ examples into the row format every verl data set uses, so the trainer reads them
     extra_info: {"split", "index", "task", "question", "answer"}   # question/answer also feed SFT warm starts
 
 The three single-turn tasks share one ``extra_info`` schema, so their parquet files can be concatenated.
-``tool_calc`` adds ``need_tools_kwargs``/``tools_kwargs`` and an ``agent_name`` column for the multi-turn tool agent.
+The tool tasks (``tool_calc``, ``tool_mul``) add ``need_tools_kwargs``/``tools_kwargs`` and an ``agent_name`` column
+for the multi-turn tool agent.
 """
 
 from __future__ import annotations
@@ -76,6 +77,18 @@ def tool_calc(rng: random.Random) -> Example:
     return Example(question=f"What is {a}{op}{b}?", answer=str(value))
 
 
+def tool_mul(rng: random.Random) -> Example:
+    """``"What is 47*6?"`` -> ``"282"``: a 2-digit times a 1-digit number, for the calculator tool.
+
+    Fewer digits to copy into the call and back out of the tool's answer than ``tool_calc``, so the tiny model learns
+    to use the tool within minutes of CPU time, while its direct guesses stay mostly wrong (720 distinct products).
+    """
+    a, b = rng.randrange(10, 100), rng.randrange(2, 10)
+    return Example(question=f"What is {a}*{b}?", answer=str(a * b))
+
+
+TOOL_TASKS = ("tool_calc", "tool_mul")
+
 TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (
@@ -83,6 +96,7 @@ TASKS: dict[str, TaskSpec] = {
         TaskSpec("arith_seq", "math", arith_seq, '"2,5,8," -> "11,14,17" (next 3 terms)'),
         TaskSpec("addition", "math", addition, '"12+35=" -> "47" (operands below 50)'),
         TaskSpec("tool_calc", "math", tool_calc, '"What is 23*17?" -> "391" (multi-turn, calculator tool)'),
+        TaskSpec("tool_mul", "math", tool_mul, '"What is 47*6?" -> "282" (multi-turn, calculator tool)'),
     )
 }
 
@@ -113,7 +127,7 @@ def make_row(spec: TaskSpec, example: Example, split: str, index: int) -> dict:
             "answer": example.answer,
         },
     }
-    if spec.name == "tool_calc":
+    if spec.name in TOOL_TASKS:
         row["agent_name"] = TOOL_AGENT_NAME
         row["extra_info"]["need_tools_kwargs"] = True
         row["extra_info"]["tools_kwargs"] = {TOOL_NAME: {"create_kwargs": {"ground_truth": example.answer}}}

@@ -1,22 +1,22 @@
-"""SFT warm-up data for the ``tool_calc`` task: transcripts of the calculator being called, token for token.
+"""SFT warm-up data for the calculator tasks (``tool_calc``, ``tool_mul``): transcripts of tool calls, token for token.
 
 From a random init the tiny model essentially never writes a well-formed ``<tool_call>``, so GRPO with the tool
 agent loop would see no tool use to reinforce. A short SFT run on these transcripts teaches the *format*; RL then
 has something to improve.
 
-Each row is one finished ``ToolAgentLoop`` trajectory, written so that ``main_sft`` reproduces exactly the tokens
-the loop produces for the tiny model's chat template (``verl.utils.tiny_model``):
+Each row is one finished ``ToolAgentLoop`` trajectory, in two layouts:
 
-* ``prompt``: a system message whose content is the template's tool block (``"Tools:\\n"`` + one JSON schema per
-  line) followed by the user question. The template renders a system message with that content exactly as it renders
-  ``tools=[...]``, so the SFT prompt equals the prompt the loop renders with the tool schemas.
-* ``response``: the whole rest of the trajectory as one string -- the call, ``<eos>``, the tool turn the loop
-  inserts (``<|tool|><tool_response>391</tool_response><|assistant|>``) and the final answer; ``main_sft`` appends
-  the closing ``<eos>``.
+* ``messages`` + ``tools`` (for ``data.multiturn.enable=true``, the layout to use): the conversation -- user question,
+  assistant turn holding the call as text, tool answer, assistant final answer -- and the tool schemas as JSON text.
+  ``SFTDataset`` tokenizes it as the loop builds its trajectory and puts the loss on the assistant turns only, so the
+  model learns to *read* the tool's answer rather than to guess it.
+* ``prompt`` + ``response`` (single-response SFT, kept for older scripts): the system message carries the template's
+  tool block, and the response is the rest of the trajectory as one string, tool turn included -- so that loss also
+  trains on the tool's answer.
 
-``SFTDataset`` takes one response string per row, so its loss also covers the inserted tool-turn tokens (which RL
-masks out). That is harmless for a warm-up: those tokens are deterministic given the call, and learning to predict
-the tool's answer is never relied upon, since the real answer is then in the context.
+``tool_fraction`` < 1 makes the remaining rows answer directly, without a call. The warm-up then leaves a policy that
+uses the tool only some of the time, and RL has to discover that calling it pays (the direct answers of 2-digit
+arithmetic are mostly wrong).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from verl.tools.calculator_tool import CalculatorTool, format_number, safe_eval
-from verl.utils.synthetic_tasks import TOOL_NAME, get_task, write_rows
+from verl.utils.synthetic_tasks import TOOL_NAME, TOOL_TASKS, get_task, write_rows
 from verl.utils.tiny_model import EOS_TOKEN
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "default_tool_schemas",
     "load_tool_schemas",
     "make_transcript_rows",
+    "transcript_messages",
     "tool_system_text",
     "transcript_response",
     "write_tool_sft_files",
@@ -88,13 +89,43 @@ def transcript_response(expression: str, tool_name: str = TOOL_NAME) -> tuple[st
     return calculator_call_text(expression, tool_name) + EOS_TOKEN + _TOOL_TURN.format(answer) + answer, answer
 
 
-def make_transcript_rows(size: int, seed: int = 0, split: str = "train",
-                         tool_schemas: Sequence[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """``size`` transcript rows over fresh ``tool_calc`` questions (deterministic in size, seed and split)."""
+def transcript_messages(
+    question: str, expression: str, use_tool: bool = True, tool_name: str = TOOL_NAME
+) -> list[dict[str, str]]:
+    """The conversation of one trajectory: question, call, tool answer, final answer (or question, direct answer)."""
+    answer = format_number(safe_eval(expression))
+    if not use_tool:
+        return [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+    return [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": calculator_call_text(expression, tool_name)},
+        {"role": "tool", "content": answer},
+        {"role": "assistant", "content": answer},
+    ]
+
+
+def make_transcript_rows(
+    size: int,
+    seed: int = 0,
+    split: str = "train",
+    tool_schemas: Sequence[dict[str, Any]] | None = None,
+    tool_fraction: float = 1.0,
+    task: str = "tool_calc",
+) -> list[dict[str, Any]]:
+    """``size`` transcript rows over fresh questions of ``task`` (deterministic in all arguments).
+
+    A fraction ``tool_fraction`` of the rows (rounded, spread evenly) calls the calculator; the others answer directly.
+    """
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise ValueError(f"size must be a non-negative int, got {size!r}")
-    spec = get_task("tool_calc")
-    system = tool_system_text(default_tool_schemas() if tool_schemas is None else tool_schemas)
+    if not 0.0 <= tool_fraction <= 1.0:
+        raise ValueError(f"tool_fraction must be in [0, 1], got {tool_fraction!r}")
+    if task not in TOOL_TASKS:
+        raise ValueError(f"task must be one of the calculator tasks {list(TOOL_TASKS)}, got {task!r}")
+    spec = get_task(task)
+    schemas = default_tool_schemas() if tool_schemas is None else list(tool_schemas)
+    system = tool_system_text(schemas)
+    tools_json = json.dumps(schemas, ensure_ascii=False)
     # the "sft-" split keeps these questions a different stream from the RL rows of the same seed
     rng = random.Random(f"verl-tool-transcripts-{seed}-sft-{split}")
     rows = []
@@ -102,33 +133,56 @@ def make_transcript_rows(size: int, seed: int = 0, split: str = "train",
         example = spec.make(rng)
         match = _QUESTION.fullmatch(example.question)
         if match is None:
-            raise ValueError(f"tool_calc question {example.question!r} does not have the form 'What is <expr>?'")
+            raise ValueError(f"{task} question {example.question!r} does not have the form 'What is <expr>?'")
         expression = match.group("expr")
+        # row i calls the tool iff floor((i + 1) * f) > floor(i * f): exactly round-down(size * f) calls, spread out
+        use_tool = int((index + 1) * tool_fraction) > int(index * tool_fraction)
         response, answer = transcript_response(expression)
         if answer != example.answer:
-            raise ValueError(f"calculator gives {answer} for {expression!r}, tool_calc says {example.answer}")
-        rows.append({
-            "data_source": SFT_DATA_SOURCE,
-            "prompt": [{"role": "system", "content": system}, {"role": "user", "content": example.question}],
-            "response": response,
-            "extra_info": {"split": split, "index": index, "question": example.question, "expression": expression,
-                           "answer": answer},
-        })
+            raise ValueError(f"calculator gives {answer} for {expression!r}, {task} says {example.answer}")
+        rows.append(
+            {
+                "data_source": SFT_DATA_SOURCE,
+                "messages": transcript_messages(example.question, expression, use_tool),
+                "tools": tools_json,
+                "prompt": [{"role": "system", "content": system}, {"role": "user", "content": example.question}],
+                "response": response if use_tool else answer,
+                "extra_info": {
+                    "split": split,
+                    "index": index,
+                    "question": example.question,
+                    "expression": expression,
+                    "answer": answer,
+                    "uses_tool": use_tool,
+                },
+            }
+        )
     return rows
 
 
-def write_tool_sft_files(local_dir: str | os.PathLike, train_size: int, test_size: int, seed: int = 0,
-                         tool_config_path: str | os.PathLike | None = None) -> dict[str, Path]:
-    """Write ``local_dir/sft_train.parquet`` and ``local_dir/sft_test.parquet`` (``data.response_key=response``).
+def write_tool_sft_files(
+    local_dir: str | os.PathLike,
+    train_size: int,
+    test_size: int,
+    seed: int = 0,
+    tool_config_path: str | os.PathLike | None = None,
+    tool_fraction: float = 1.0,
+    task: str = "tool_calc",
+) -> dict[str, Path]:
+    """Write ``local_dir/sft_train.parquet`` and ``local_dir/sft_test.parquet``.
 
-    ``tool_config_path``: the RL run's tool config, so the prompts carry the same (possibly overridden) schemas.
+    Read them with ``data.multiturn.enable=true`` (columns ``messages``/``tools``), or, single-response, with
+    ``data.response_key=response``. ``tool_config_path``: the RL run's tool config, so the prompts carry the same
+    (possibly overridden) schemas. ``tool_fraction``, ``task``: see :func:`make_transcript_rows`.
     """
     if train_size <= 0 or test_size <= 0:
         raise ValueError(f"train_size and test_size must be positive, got {train_size} and {test_size}")
     schemas = load_tool_schemas(tool_config_path) if tool_config_path is not None else None
     local_dir = Path(local_dir)
     return {
-        split: write_rows(make_transcript_rows(size, seed, split, schemas), local_dir / f"sft_{split}.parquet")
+        split: write_rows(
+            make_transcript_rows(size, seed, split, schemas, tool_fraction, task), local_dir / f"sft_{split}.parquet"
+        )
         for split, size in (("train", train_size), ("test", test_size))
     }
 
@@ -136,15 +190,32 @@ def write_tool_sft_files(local_dir: str | os.PathLike, train_size: int, test_siz
 def main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(description="Write calculator-call SFT transcripts for the tool_calc task.")
+    parser = argparse.ArgumentParser(description="Write calculator-call SFT transcripts for a calculator task.")
+    parser.add_argument("--task", default="tool_calc", choices=TOOL_TASKS)
     parser.add_argument("--local_dir", required=True)
     parser.add_argument("--train_size", type=int, default=2048)
     parser.add_argument("--test_size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tool_config_path", default=None, help="tool YAML of the RL run (schema overrides)")
+    parser.add_argument(
+        "--tool_fraction",
+        type=float,
+        default=1.0,
+        help="fraction of rows that call the calculator; the others answer directly",
+    )
     args = parser.parse_args(argv)
-    paths = write_tool_sft_files(os.path.expanduser(args.local_dir), args.train_size, args.test_size, args.seed,
-                                 args.tool_config_path)
+    try:
+        paths = write_tool_sft_files(
+            os.path.expanduser(args.local_dir),
+            args.train_size,
+            args.test_size,
+            args.seed,
+            args.tool_config_path,
+            args.tool_fraction,
+            args.task,
+        )
+    except ValueError as err:
+        parser.error(str(err))
     for split, path in paths.items():
         print(f"{split}: {path}")
 

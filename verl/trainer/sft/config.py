@@ -14,7 +14,15 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.config.model import HFModelConfig
 from verl.workers.config.optimizer import OptimizerConfig
 
-__all__ = ["MIXED_PRECISION", "TRUNCATION_MODES", "SFTConfig", "SFTDataConfig", "SFTTrainerConfig", "build_sft_config"]
+__all__ = [
+    "MIXED_PRECISION",
+    "TRUNCATION_MODES",
+    "SFTConfig",
+    "SFTDataConfig",
+    "SFTMultiturnConfig",
+    "SFTTrainerConfig",
+    "build_sft_config",
+]
 
 TRUNCATION_MODES = ("error", "left", "right")
 MIXED_PRECISION = ("auto", "bf16", "none")
@@ -29,11 +37,30 @@ def _as_file_list(value: str | list[str] | None) -> list[str]:
 
 
 @dataclass
+class SFTMultiturnConfig(BaseConfig):
+    """Whole conversations per row (``data.multiturn.enable=true``) instead of one prompt and one response.
+
+    ``messages_key`` names a column holding a list of chat messages (system/user/assistant/tool); the loss covers
+    only what the assistant turns produce. ``tools_key`` names an optional column of tool schemas (a list, or its
+    JSON text) passed to the chat template with the prompt, as the tool agent loop does; rows of a file without that
+    column have no tools.
+    """
+
+    enable: bool = False
+    messages_key: str = "messages"
+    tools_key: str = "tools"
+
+    def __post_init__(self) -> None:
+        check(bool(self.messages_key), "messages_key", "must name a column")
+
+
+@dataclass
 class SFTDataConfig(BaseConfig):
     """Where the examples come from and how they become token sequences.
 
     ``prompt_key`` names a column holding chat messages (or a plain string, sent as one user message).
     ``response_key`` is a column name or a dotted path into a struct column (``reward_model.ground_truth``).
+    With ``multiturn.enable`` both are ignored: each row is one conversation (:class:`SFTMultiturnConfig`).
     ``train_batch_size`` is global (all ranks); each optimizer step accumulates gradients over micro-batches of
     ``micro_batch_size_per_gpu`` rows per rank.
     """
@@ -47,17 +74,24 @@ class SFTDataConfig(BaseConfig):
     train_batch_size: int = 32
     micro_batch_size_per_gpu: int = 8
     shuffle: bool = True
+    multiturn: SFTMultiturnConfig = field(default_factory=SFTMultiturnConfig)
 
     def __post_init__(self) -> None:
         check(bool(_as_file_list(self.train_files)), "train_files", "is required: one parquet file or a list of them")
         check(bool(self.prompt_key), "prompt_key", "must name a column")
         check(bool(self.response_key), "response_key", "must name a column or a dotted path")
         check(self.max_length >= 2, "max_length", f"must be >= 2, got {self.max_length}")
-        check(self.truncation in TRUNCATION_MODES, "truncation",
-              f"must be one of {list(TRUNCATION_MODES)}, got {self.truncation!r}")
+        check(
+            self.truncation in TRUNCATION_MODES,
+            "truncation",
+            f"must be one of {list(TRUNCATION_MODES)}, got {self.truncation!r}",
+        )
         check(self.train_batch_size >= 1, "train_batch_size", f"must be >= 1, got {self.train_batch_size}")
-        check(self.micro_batch_size_per_gpu >= 1, "micro_batch_size_per_gpu",
-              f"must be >= 1, got {self.micro_batch_size_per_gpu}")
+        check(
+            self.micro_batch_size_per_gpu >= 1,
+            "micro_batch_size_per_gpu",
+            f"must be >= 1, got {self.micro_batch_size_per_gpu}",
+        )
 
     @property
     def train_file_list(self) -> list[str]:
@@ -95,16 +129,25 @@ class SFTTrainerConfig(BaseConfig):
     def __post_init__(self) -> None:
         check(bool(self.default_local_dir), "default_local_dir", "must name a folder for checkpoints")
         check(self.total_epochs >= 1, "total_epochs", f"must be >= 1, got {self.total_epochs}")
-        check(self.total_training_steps is None or self.total_training_steps >= 1, "total_training_steps",
-              f"must be >= 1 or null, got {self.total_training_steps}")
+        check(
+            self.total_training_steps is None or self.total_training_steps >= 1,
+            "total_training_steps",
+            f"must be >= 1 or null, got {self.total_training_steps}",
+        )
         bad = [name for name in self.logger if name not in _LOGGERS]
         check(not bad, "logger", f"unknown logger(s) {bad}; allowed: {list(_LOGGERS)}")
         check(self.device in _DEVICES, "device", f"must be one of {list(_DEVICES)}, got {self.device!r}")
-        check(self.mixed_precision in MIXED_PRECISION, "mixed_precision",
-              f"must be one of {list(MIXED_PRECISION)}, got {self.mixed_precision!r}")
+        check(
+            self.mixed_precision in MIXED_PRECISION,
+            "mixed_precision",
+            f"must be one of {list(MIXED_PRECISION)}, got {self.mixed_precision!r}",
+        )
         check(self.nnodes is None or self.nnodes >= 1, "nnodes", f"must be >= 1 or null, got {self.nnodes}")
-        check(self.n_gpus_per_node is None or self.n_gpus_per_node >= 1, "n_gpus_per_node",
-              f"must be >= 1 or null, got {self.n_gpus_per_node}")
+        check(
+            self.n_gpus_per_node is None or self.n_gpus_per_node >= 1,
+            "n_gpus_per_node",
+            f"must be >= 1 or null, got {self.n_gpus_per_node}",
+        )
 
 
 @dataclass

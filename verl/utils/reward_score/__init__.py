@@ -18,6 +18,7 @@ SYNTHETIC_SCORERS: dict[str, Callable[[str, str], float]] = {
     "synthetic/arith_seq": arith_seq.compute_score,
     "synthetic/addition": addition.compute_score,
     "synthetic/tool_calc": tool_calc.compute_score,
+    "synthetic/tool_mul": tool_calc.compute_score,
 }
 GSM8K_SOURCES = ("openai/gsm8k",)
 MATH_SOURCES = (
