@@ -41,11 +41,13 @@ def test_staleness_zero_reproduces_the_synchronous_trainer(sync_metrics, tmp_pat
 
 def test_partial_rollout_counts_in_equal_counts_out_and_staleness_is_bounded(ray_cluster, tmp_path):
     """Long responses and a small engine batch make syncs land during generations: aborted requests resume, no
-    group is lost or consumed twice, and stale groups per sync stay within floor(s * R * T)."""
-    threshold, groups, prompts = 0.5, 4, 4 * 4
+    group is lost or consumed twice, and stale groups per sync stay within floor(s * R * T). With a sync every 3
+    updates over 4 updates, the last update is still pushed: the servers end on the final weights."""
+    threshold, groups, prompts, trigger = 0.5, 4, 4 * 4, 3
     config = recipe_config(
         "fully_async", tmp_path,
         f"async_training.staleness_threshold={threshold}", "async_training.partial_rollout=true",
+        f"async_training.trigger_parameter_sync_step={trigger}",
         f"data.train_batch_size={groups}", f"actor.ppo_mini_batch_size={groups}", "rollout.n=4",
         "data.max_response_length=32", "rollout.ignore_eos=true", "rollout.max_num_seqs=4",
         f"rollout.total_rollout_steps={prompts}", "algorithm.rollout_correction.rollout_is=token",
@@ -60,7 +62,9 @@ def test_partial_rollout_counts_in_equal_counts_out_and_staleness_is_bounded(ray
     assert stats["queue/total_get"] == len(consumed) + summary["leftover_groups"]
     accounted = len(consumed) + summary["leftover_groups"] + stats["queue/size"] + stats["in_flight_groups"]
     assert accounted == stats["groups_enqueued"]
-    bound = StalenessBudget(groups, 1, threshold).max_stale_groups
+    assert summary["weight_version"] == 2  # after update 3 (period end) and after update 4 (the last)
+    assert set(summary["replica_versions"]) == {2}
+    bound = StalenessBudget(groups, trigger, threshold).max_stale_groups
     assert summary["stale_groups_per_sync"] and max(summary["stale_groups_per_sync"]) <= bound
     # Whether a sync lands mid-generation depends on timing here (test_partial_rollout_server_manager.py forces
     # it); when it does, every aborted request must have resumed and been counted once.

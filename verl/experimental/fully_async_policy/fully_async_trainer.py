@@ -77,6 +77,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.queue_timeout_s = float(queue_timeout_s)
         self.sync_wait_timeout_s = float(sync_wait_timeout_s)
         self.local_updates = 0
+        self._weights_unpushed = False  # actor updates since the last push
         self.consumed_groups = 0
         self.consumed_indices: list[int] = []
         self.leftover_groups = 0
@@ -234,17 +235,23 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         return updated
 
     def _fit_update_weights(self, metrics: dict) -> None:
-        """Every ``trigger_parameter_sync_step`` updates: pause rollouter, publish v+1, resume."""
+        """Every ``trigger_parameter_sync_step`` updates and after the last one: pause rollouter, publish v+1, resume."""
         self._end_period(metrics, push=True)
 
     def _end_period(self, metrics: dict, push: bool) -> None:
         self.local_updates += 1
-        if self.local_updates % self.trigger_parameter_sync_step != 0:
+        self._weights_unpushed = self._weights_unpushed or push
+        period_done = self.local_updates % self.trigger_parameter_sync_step == 0
+        # The last update is pushed even mid-period, so the servers end on the final weights (rollout-side
+        # validation after the last step, users reading them back).
+        final_push = push and self.global_steps >= self.total_training_steps
+        if not (period_done or final_push):
             return
         start = time.perf_counter()
         metrics.update(self._get(self.rollouter.pause.remote(), "rollouter pause"))
-        if push:
+        if self._weights_unpushed:
             super()._fit_update_weights(metrics)
+            self._weights_unpushed = False
         self._get(self.rollouter.resume.remote(self.weight_version), "rollouter resume")
         self.stale_groups_per_sync.append(self._stale_this_period)
         self._stale_this_period = 0
@@ -267,7 +274,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
 
     def _checkpoint_state(self) -> dict[str, Any]:
         state = super()._checkpoint_state()
-        synced = self.local_updates % self.trigger_parameter_sync_step == 0
+        synced = not self._weights_unpushed
         # Updates not yet pushed (mid sync period) make the saved actor the next version; the resumed run starts a
         # new sync period with it.
         state["weight_version"] = self.weight_version + (0 if synced else 1)
