@@ -235,7 +235,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         return updated
 
     def _fit_update_weights(self, metrics: dict) -> None:
-        """Every ``trigger_parameter_sync_step`` updates and after the last one: pause rollouter, publish v+1, resume."""
+        """Every ``trigger_parameter_sync_step`` updates and after the last: pause rollouter, publish v+1, resume."""
         self._end_period(metrics, push=True)
 
     def _end_period(self, metrics: dict, push: bool) -> None:
