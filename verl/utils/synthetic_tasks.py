@@ -10,8 +10,8 @@ examples into the row format every verl data set uses, so the trainer reads them
     extra_info: {"split", "index", "task", "question", "answer"}   # question/answer also feed SFT warm starts
 
 The three single-turn tasks share one ``extra_info`` schema, so their parquet files can be concatenated.
-The tool tasks (``tool_calc``, ``tool_mul``, ``tool_mul3``) add ``need_tools_kwargs``/``tools_kwargs`` and an ``agent_name`` column
-for the multi-turn tool agent.
+The tool tasks (``tool_calc``, ``tool_mul``, ``tool_mul3``) add ``need_tools_kwargs``/``tools_kwargs`` and an
+``agent_name`` column for the multi-turn tool agent.
 """
 
 from __future__ import annotations
