@@ -6,7 +6,7 @@
 # The short run cannot learn the copies the tool path needs (about 1500 SFT steps), so it asserts no rise.
 # FULL=1 runs the demo's defaults instead (1500 SFT steps, 100 GRPO steps; ~10-20 minutes on 2 CPU cores) and also
 # asserts that tool use and reward in the last 10 GRPO steps are not below the first 10 -- what the demo measured on
-# seeds 1 and 2 (docs/tools.md, "Demo"), where both rose.
+# seeds 1, 2 and 3 (docs/tools.md, "Demo"), where all rose.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WORK=$(mktemp -d)
