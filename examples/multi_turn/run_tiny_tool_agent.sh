@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
 # Multi-turn tool use on the tiny model, on CPU with 2 worker processes (docs/tools.md, "Demo"):
-#   1. Multi-turn SFT warm-up (data.multiturn.enable=true) on synthetic transcripts of the tool_mul task
-#      ("What is 47*6?"): a fraction TOOL_FRACTION of them call
-#      <tool_call>{"name": "calculator", "arguments": {"expression": "47*6"}}</tool_call>, read the tool's answer and
-#      repeat it; the rest answer directly (and are mostly wrong). The loss covers the assistant turns only, so the
-#      model learns to copy the tool's answer, not to guess it.
-#   2. GRPO on tool_mul through ToolAgentLoop (rows carry agent_name=tool_agent): every rollout runs the real
+#   1. Multi-turn SFT warm-up (data.multiturn.enable=true) on synthetic transcripts of the tool_mul3 task
+#      ("What is 47*6?", always 2 digits times 1 digit with a 3-digit product): a fraction TOOL_FRACTION of them
+#      call <tool_call>{"name": "calculator", "arguments": {"expression": "47*6"}}</tool_call>, read the tool's
+#      answer and repeat it; the rest answer directly (and are mostly wrong). The loss covers the assistant turns
+#      only, so the model learns to copy the tool's answer, not to guess it. With fixed widths and one token per
+#      character every copy is from a fixed offset; the tiny model learns the answer copy after ~600 SFT steps and
+#      the operand copy after ~1000-1500 (it varies with the seed).
+#   2. GRPO on tool_mul3 through ToolAgentLoop (rows carry agent_name=tool_agent): every rollout runs the real
 #      CalculatorTool; reward 1.0 when the last number of the response is the right answer. Calling the tool pays,
 #      so the tool-use rate and the reward rise together.
 # Watch agent_loop/tool_calls/mean (calls per trajectory; timing_s/agent_loop/... in older builds) and
-# critic/score/mean in metrics.jsonl.
+# critic/score/mean in metrics.jsonl, or print both per window of steps:
+#   python examples/multi_turn/tool_metrics_table.py checkpoints/verl_examples/tiny_tool_agent_cpu --window 10
 # Extra arguments are passed on to the GRPO run as Hydra overrides, e.g. trainer.total_training_steps=20.
 # SFT_STEPS=0 skips the warm-up: GRPO then starts from MODEL_PATH, e.g. SFT_STEPS=0 MODEL_PATH=$SFT_DIR/huggingface
 # to reuse an earlier warm-up.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SEED=${SEED:-1}
-TASK=${TASK:-tool_mul}
+TASK=${TASK:-tool_mul3}
 DATA_DIR=${DATA_DIR:-$HOME/data/synthetic/$TASK}
 SFT_DIR=${SFT_DIR:-checkpoints/verl_examples/tiny_tool_sft_s$SEED}
-SFT_STEPS=${SFT_STEPS:-300}
+SFT_STEPS=${SFT_STEPS:-1500}
 SFT_LR=${SFT_LR:-1e-2}
 TOOL_FRACTION=${TOOL_FRACTION:-0.5}
 TOOL_CONFIG=examples/multi_turn/calculator_tools.yaml
@@ -75,7 +78,7 @@ python3 -m verl.trainer.main_ppo \
     rollout.multi_turn.max_tool_response_length=64 \
     trainer.device=cpu \
     trainer.n_gpus_per_node=2 \
-    trainer.total_training_steps=40 \
+    trainer.total_training_steps=100 \
     trainer.test_freq=-1 \
     trainer.val_before_train=false \
     trainer.seed="$SEED" \

@@ -175,6 +175,7 @@ def test_math_verify_real_package_if_installed():
         ("synthetic/arith_seq", "5,7,9", "5,7,9"),
         ("synthetic/addition", "12", "12"),
         ("synthetic/tool_calc", "it is 12", "12"),
+        ("synthetic/tool_mul3", "47*6 is 282", "282"),
         ("openai/gsm8k", "#### 12", "12"),
         ("lighteval/MATH", r"\boxed{12}", "12"),
         ("DigitalLearningGmbH/MATH-lighteval", r"\boxed{12}", "12"),

@@ -56,6 +56,23 @@ def test_examples_follow_the_task_definitions():
         assert int(ex.answer) == {"+": operator.add, "-": operator.sub, "*": operator.mul}[op](int(a), int(b))
 
 
+def test_tool_mul3_has_fixed_widths_and_covers_its_range():
+    rng = random.Random(0)
+    pairs = set()
+    for _ in range(2000):
+        ex = st.tool_mul3(rng)
+        a, b = re.fullmatch(r"What is (\d+)\*(\d+)\?", ex.question).groups()
+        # fixed widths: every copy the tool path needs is from a fixed offset in the one-token-per-character prompt
+        assert len(a) == 2 and len(b) == 1 and len(ex.answer) == 3
+        assert int(ex.answer) == int(a) * int(b) and 2 <= int(b) <= 9
+        pairs.add((int(a), int(b)))
+    eligible = {(a, b) for a in range(10, 100) for b in range(2, 10) if a * b >= 100}
+    assert pairs <= eligible and len(pairs) > 0.9 * len(eligible)
+    rows = st.make_rows("tool_mul3", 5, seed=0)
+    assert all(row["agent_name"] == st.TOOL_AGENT_NAME for row in rows)
+    assert {len(row["extra_info"]["question"]) for row in rows} == {len("What is 47*6?")}
+
+
 def test_rows_are_deterministic_and_splits_differ():
     assert st.make_rows("addition", 30, seed=5) == st.make_rows("addition", 30, seed=5)
     train = [r["extra_info"]["question"] for r in st.make_rows("addition", 30, seed=5, split="train")]

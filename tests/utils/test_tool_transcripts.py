@@ -156,5 +156,26 @@ def test_tool_mul_transcripts_and_bad_task():
         assert 10 <= int(a) <= 99 and 2 <= int(b) <= 9
         assert row["extra_info"]["answer"] == str(int(a) * int(b))
     assert sum(row["extra_info"]["uses_tool"] for row in rows) == 10
-    with pytest.raises(ValueError, match=r"task must be one of the calculator tasks \['tool_calc', 'tool_mul'\]"):
+    with pytest.raises(ValueError, match=r"task must be one of the calculator tasks \['tool_calc', 'tool_mul', "):
         make_transcript_rows(1, task="addition")
+
+
+def test_tool_mul3_transcripts_copy_from_fixed_offsets():
+    from verl.trainer.sft.dataset import tokenize_conversation
+
+    tokenizer = build_tokenizer()
+    rows = make_transcript_rows(8, seed=0, task="tool_mul3", tool_fraction=1.0)
+    layouts = set()
+    for row in rows:
+        ids, mask = tokenize_conversation(tokenizer, row["messages"], json.loads(row["tools"]))
+        text = [tokenizer.convert_ids_to_tokens(i) for i in ids]
+        a, b = row["extra_info"]["expression"].split("*")
+        answer = row["extra_info"]["answer"]
+        assert len(a) == 2 and len(b) == 1 and len(answer) == 3
+        # positions of the question operands, the call's operands, the tool's answer and the final answer
+        q = text.index("<|user|>") + len("What is ") + 1
+        call = len(text) - 1 - text[::-1].index("<tool_call>")
+        layouts.add((len(ids), q, call, tuple(i for i, m in enumerate(mask) if m)))
+        assert "".join(text[q : q + 4]) == f"{a}*{b}"
+        assert "".join(text[-4:-1]) == answer and text[-1] == "<eos>"
+    assert len(layouts) == 1  # every token sits at the same position in every transcript

@@ -10,8 +10,8 @@ examples into the row format every verl data set uses, so the trainer reads them
     extra_info: {"split", "index", "task", "question", "answer"}   # question/answer also feed SFT warm starts
 
 The three single-turn tasks share one ``extra_info`` schema, so their parquet files can be concatenated.
-The tool tasks (``tool_calc``, ``tool_mul``) add ``need_tools_kwargs``/``tools_kwargs`` and an ``agent_name`` column
-for the multi-turn tool agent.
+The tool tasks (``tool_calc``, ``tool_mul``, ``tool_mul3``) add ``need_tools_kwargs``/``tools_kwargs`` and an
+``agent_name`` column for the multi-turn tool agent.
 """
 
 from __future__ import annotations
@@ -87,7 +87,22 @@ def tool_mul(rng: random.Random) -> Example:
     return Example(question=f"What is {a}*{b}?", answer=str(a * b))
 
 
-TOOL_TASKS = ("tool_calc", "tool_mul")
+def tool_mul3(rng: random.Random) -> Example:
+    """``"What is 47*6?"`` -> ``"282"`` with fixed widths: always 2 digits times 1 digit, always a 3-digit product.
+
+    The tiny tokenizer spells one token per character and the prompt is otherwise fixed, so every copy the tool path
+    needs (question operands into the call, the tool's answer into the final turn) is a copy from a fixed relative
+    offset (``tool_mul``'s products have 2 or 3 digits, so its answer copy is not). The tiny model learns both copies
+    within ~1500 SFT steps (docs/tools.md, "Demo"). Rejection sampling keeps the pairs uniform over the 2-digit x
+    1-digit pairs with a product of at least 100.
+    """
+    while True:
+        a, b = rng.randrange(10, 100), rng.randrange(2, 10)
+        if a * b >= 100:
+            return Example(question=f"What is {a}*{b}?", answer=str(a * b))
+
+
+TOOL_TASKS = ("tool_calc", "tool_mul", "tool_mul3")
 
 TASKS: dict[str, TaskSpec] = {
     spec.name: spec
@@ -97,6 +112,9 @@ TASKS: dict[str, TaskSpec] = {
         TaskSpec("addition", "math", addition, '"12+35=" -> "47" (operands below 50)'),
         TaskSpec("tool_calc", "math", tool_calc, '"What is 23*17?" -> "391" (multi-turn, calculator tool)'),
         TaskSpec("tool_mul", "math", tool_mul, '"What is 47*6?" -> "282" (multi-turn, calculator tool)'),
+        TaskSpec(
+            "tool_mul3", "math", tool_mul3, '"What is 47*6?" -> "282" (fixed widths: 3-digit products; calculator)'
+        ),
     )
 }
 

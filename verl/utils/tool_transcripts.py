@@ -1,4 +1,4 @@
-"""SFT warm-up data for the calculator tasks (``tool_calc``, ``tool_mul``): transcripts of tool calls, token for token.
+"""SFT warm-up data for the calculator tasks (``tool_calc``, ``tool_mul``, ``tool_mul3``): tool-call transcripts.
 
 From a random init the tiny model essentially never writes a well-formed ``<tool_call>``, so GRPO with the tool
 agent loop would see no tool use to reinforce. A short SFT run on these transcripts teaches the *format*; RL then

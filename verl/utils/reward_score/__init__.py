@@ -19,6 +19,7 @@ SYNTHETIC_SCORERS: dict[str, Callable[[str, str], float]] = {
     "synthetic/addition": addition.compute_score,
     "synthetic/tool_calc": tool_calc.compute_score,
     "synthetic/tool_mul": tool_calc.compute_score,
+    "synthetic/tool_mul3": tool_calc.compute_score,
 }
 GSM8K_SOURCES = ("openai/gsm8k",)
 MATH_SOURCES = (
