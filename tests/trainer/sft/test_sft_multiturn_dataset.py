@@ -24,7 +24,7 @@ from verl.trainer.sft.trainer import SFTTrainer
 from verl.utils.synthetic_tasks import make_rows, write_rows
 from verl.utils.tool_transcripts import calculator_call_text, write_tool_sft_files
 from verl.workers.config import HFModelConfig, MultiTurnConfig, RolloutConfig
-from verl.workers.rollout.base import RolloutServer, TokenOutput
+from verl.workers.rollout.base import TokenOutput
 
 CALL = calculator_call_text("23*17")
 CONVERSATION = [
@@ -97,8 +97,9 @@ def test_messages_after_the_last_assistant_turn_are_dropped(tokenizer):
     assert tokenize_conversation(tokenizer, trailing) == tokenize_conversation(tokenizer, CONVERSATION)
 
 
-class ReplayLLM(RolloutServer):
-    """TEST DOUBLE FOR THE LLM: the n-th generate call returns the n-th scripted turn's token ids."""
+class ReplayLLM:
+    """TEST DOUBLE FOR THE LLM: the n-th generate call returns the n-th scripted turn's token ids (the server
+    manager needs nothing but ``generate`` from a replica)."""
 
     def __init__(self, turns: list[list[int]]):
         self.turns = turns
@@ -108,24 +109,6 @@ class ReplayLLM(RolloutServer):
         tokens = self.turns[self.calls]
         self.calls += 1
         return TokenOutput(token_ids=list(tokens), log_probs=[-1.0] * len(tokens), stop_reason="stop")
-
-    async def abort_all(self):
-        return None
-
-    async def resume(self):
-        return None
-
-    async def update_weights(self, named_tensors, version):
-        return {"version": version, "checksum": ""}
-
-    async def sleep(self):
-        return None
-
-    async def wake_up(self):
-        return None
-
-    async def get_version(self):
-        return 0
 
 
 def run_tool_agent(tokenizer, tool_config: str, raw_prompt, turns: list[list[int]], extra_info=None):
