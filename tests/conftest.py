@@ -55,3 +55,26 @@ def tiny_model_dir(tmp_path_factory):
     from verl.utils.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_leaked_placement_groups():
+    """Remove the placement groups a test module left behind (e.g. a run whose runner actor a test killed).
+
+    Ray ties a placement group to the job, not to the actor that created it, so a killed runner's pools would hold
+    their CPU slots for the rest of the session and starve later modules. Being autouse, this fixture is set up
+    before and torn down after the module's own fixtures, which release their pools first.
+    """
+    import ray
+
+    def live() -> set[str]:
+        if not ray.is_initialized():
+            return set()
+        return {pg_id for pg_id, info in ray.util.placement_group_table().items() if info["state"] != "REMOVED"}
+
+    before = live()
+    yield
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    for pg_id in live() - before:
+        remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))

@@ -79,8 +79,15 @@ class AsyncTaskRunner:
     def run(self, config_container: dict, kind: str) -> dict[str, Any]:
         config = OmegaConf.create(config_container)
         trainer = build_trainer(config, kind)
-        trainer.init_workers()
-        trainer.fit()
+        try:
+            trainer.init_workers()
+            trainer.fit()
+            return self._summary(config, trainer)
+        finally:
+            trainer.resource_pool_manager.release_all()
+
+    @staticmethod
+    def _summary(config: DictConfig, trainer: Any) -> dict[str, Any]:
         summary: dict[str, Any] = {"run_dir": str(config.trainer.default_local_dir),
                                    "global_steps": trainer.global_steps, "weight_version": trainer.weight_version,
                                    "weight_checksums": dict(trainer.weight_checksums)}

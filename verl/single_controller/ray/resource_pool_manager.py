@@ -66,6 +66,13 @@ class ResourcePoolManager:
                 max_colocate_count=self.max_colocate_count, cpus_per_process=self.cpus_per_process,
             )
 
+    def release_all(self) -> None:
+        """Remove every pool's placement groups (their workers die with them). Placement groups outlive the actor
+        that created them, so a runner that trains more than once in one Ray job must call this when done."""
+        for pool in self.resource_pool_dict.values():
+            pool.release()
+        self.resource_pool_dict.clear()
+
     def get_resource_pool(self, role: Any) -> RayResourcePool:
         if role not in self.mapping:
             raise KeyError(f"role {role} has no resource pool in mapping (roles: {[str(r) for r in self.mapping]})")

@@ -84,8 +84,11 @@ class TaskRunner:
             reward_fn=reward_fn,
             val_reward_fn=val_reward_fn,
         )
-        trainer.init_workers()
-        trainer.fit()
+        try:
+            trainer.init_workers()
+            trainer.fit()
+        finally:
+            resource_pool_manager.release_all()
         return str(config.trainer.default_local_dir)
 
 
