@@ -49,12 +49,11 @@ __all__ = ["AgentLoopManager", "load_manager_class", "summarize_metrics"]
 
 
 def _trainer_device(config: Any) -> str:
-    """``trainer.device`` of a flattened config, with ``auto`` (or no trainer group) resolved as the workers do."""
-    from verl.utils.device import get_device_name
+    """``cpu`` or ``cuda``: the flattened config's ``trainer.device`` with ``auto`` resolved."""
+    from verl.trainer.config.trainer_config import TrainerConfig
+    from verl.workers.fsdp.worker_config import read_group
 
-    trainer = config.get("trainer") if hasattr(config, "get") else getattr(config, "trainer", None)
-    device = (trainer.get("device") if hasattr(trainer, "get") else getattr(trainer, "device", None)) or "auto"
-    return get_device_name() if str(device) == "auto" else str(device)
+    return read_group(config, "trainer", TrainerConfig).resolved_device()
 
 logger = logging.getLogger(__name__)
 
