@@ -200,7 +200,7 @@ async def _coalesced_and_single_requests(worker_group):
         return_exceptions=True,
     )
     single = [await one_by_one.generate(p, params, f"s{i}") for i, p in enumerate(PROMPTS)]
-    return batched, single, coalescing.batch_sizes
+    return batched, single, list(coalescing.batch_sizes)
 
 
 def test_hybrid_mode_needs_the_mixin():

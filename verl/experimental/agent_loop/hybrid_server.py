@@ -18,6 +18,7 @@ model. So the caller coalesces: requests made to one rank in the same turn of it
 from __future__ import annotations
 
 import asyncio
+import collections
 from typing import Any
 
 from verl.single_controller.base import Dispatch, register
@@ -110,7 +111,7 @@ class WorkerRankReplica:
     def _reset_pending(self) -> None:
         self._pending: list[tuple[tuple[list[int], dict[str, Any], str], asyncio.Future]] = []
         self._sends: set[asyncio.Task] = set()
-        self.batch_sizes: list[int] = []  # requests per Ray call, for tests and benchmarks
+        self.batch_sizes: collections.deque[int] = collections.deque(maxlen=1024)  # requests per recent Ray call
 
     def __getstate__(self) -> dict[str, Any]:
         return {key: self.__dict__[key]
