@@ -110,6 +110,8 @@ class BareLoop:
         view = ConfigView(actor_cfg, use_remove_padding=bool(model_cfg.use_remove_padding), **sizes)
         self.actor = DataParallelPPOActor(view, self.model, optimizer)
         self.log_prob_micro = int(actor_cfg.log_prob_micro_batch_size_per_gpu)
+        self.on_policy = (bool(actor_cfg.skip_on_policy_log_prob) and int(actor_cfg.ppo_epochs) == 1
+                          and int(actor_cfg.ppo_mini_batch_size) >= int(config.data.train_batch_size))
         # The engine serves the actor's own module: a single-process loop needs no weight sync.
         self.engine = HFRolloutServer(self.rollout_cfg, model=self.model, seed=seed)
         self.loop = asyncio.new_event_loop()
@@ -203,8 +205,9 @@ class BareLoop:
         self.reward(data)
         t = mark("reward", t)
         data.meta_info.update({"micro_batch_size": self.log_prob_micro, "use_dynamic_bsz": False})
-        log_probs, _entropy = self.actor.compute_log_prob(data, calculate_entropy=True)
-        data.batch["old_log_probs"] = log_probs
+        if not self.on_policy:  # as the trainer: an on-policy update takes old log-probs from its own forward
+            log_probs, _entropy = self.actor.compute_log_prob(data, calculate_entropy=True)
+            data.batch["old_log_probs"] = log_probs
         t = mark("old_log_prob", t)
         data.batch["token_level_rewards"] = data.batch["token_level_scores"]
         algo = self.config.algorithm

@@ -84,7 +84,7 @@ def run_trl(args: argparse.Namespace, out: Path) -> None:
     """Child process inside the venv: train with GRPOTrainer, write per-step wall times and log history."""
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(os.environ.get("BENCH_TRL_THREADS", "1")))
     from datasets import load_dataset
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer

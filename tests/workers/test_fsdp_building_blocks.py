@@ -251,3 +251,28 @@ def test_hybrid_rollout_repeats_rows_for_n_and_is_greedy_when_validating(tiny_mo
             rollout.generate_sequences(missing)
     finally:
         rollout.close()
+
+
+_ONE_RANK_WRAP = """
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule
+from transformers import AutoModelForCausalLM
+from verl.workers.fsdp.fsdp_wrap import apply_fsdp2
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+mesh = init_device_mesh("cpu", (1,))
+plain = apply_fsdp2(AutoModelForCausalLM.from_pretrained({path!r}), mesh)
+cast = apply_fsdp2(AutoModelForCausalLM.from_pretrained({path!r}), mesh, param_dtype=torch.bfloat16)
+print(isinstance(plain, FSDPModule), isinstance(cast, FSDPModule))
+"""
+
+
+def test_one_rank_without_casting_is_left_unwrapped(tiny_model_dir):
+    """Nothing to shard on one rank: FSDP2 is skipped unless it also casts (mixed precision) or offloads."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _ONE_RANK_WRAP.format(path=str(tiny_model_dir))],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-2:] == ["False", "True"]

@@ -59,3 +59,42 @@ def test_generation_seed_is_per_step_and_optional():
     assert generation_seed(seeded, 1) != generation_seed(seeded, 2)
     assert generation_seed(seeded, 2) == generation_seed(seeded, 2)
     assert issubclass(StopTraining, Exception)
+
+
+def _log_prob_trainer(**actor):
+    trainer = object.__new__(SeparateRayPPOTrainer)
+    trainer.bypass_mode, trainer.global_steps = False, 1
+    trainer.config = OmegaConf.create({
+        "actor": {"ppo_epochs": 1, "ppo_mini_batch_size": 4, "skip_on_policy_log_prob": True, **actor},
+        "rollout": {"n": 2}, "algorithm": {"use_kl_in_reward": False}, "trainer": {"critic_warmup": 0},
+    })
+    return trainer
+
+
+def _batch(rows: int, rollout_log_probs: bool = False):
+    import torch
+
+    from verl.protocol import DataProto
+
+    tensors = {"responses": torch.zeros(rows, 3, dtype=torch.long)}
+    if rollout_log_probs:
+        tensors["rollout_log_probs"] = torch.zeros(rows, 3)
+    return DataProto.from_dict(tensors)
+
+
+def test_on_policy_update_skips_the_old_log_prob_pass():
+    """One epoch over one mini-batch: no separate pass (no worker group is touched); anything else runs it."""
+    on_policy = _log_prob_trainer()
+    batch = _batch(8)
+    assert on_policy._fit_compute_log_prob(batch, {}) is batch and "old_log_probs" not in batch.batch.keys()
+    needs_pass = [
+        (_log_prob_trainer(ppo_epochs=2), _batch(8)),
+        (_log_prob_trainer(ppo_mini_batch_size=2), _batch(8)),  # two mini-batches: the second is off-policy
+        (_log_prob_trainer(skip_on_policy_log_prob=False), _batch(8)),
+        (_log_prob_trainer(), _batch(8, rollout_log_probs=True)),  # rollout correction reads old_log_probs
+    ]
+    kl_in_reward = _log_prob_trainer()
+    kl_in_reward.config.algorithm.use_kl_in_reward = True
+    needs_pass.append((kl_in_reward, _batch(8)))
+    for trainer, data in needs_pass:
+        assert not trainer._update_supplies_old_log_probs(data), trainer.config

@@ -125,6 +125,37 @@ def test_log_prob_matches_direct_forward(model):
     assert not torch.allclose(actor.compute_log_prob(data)[0], log_probs, atol=1e-3)
 
 
+def test_shared_left_padding_is_cut_before_the_forward(model):
+    """Prompts far shorter than the padded width: the model sees only the columns some row uses, same results."""
+    data = make_batch(model.config.vocab_size, temperature=0.8)
+    mask = data.batch["attention_mask"]
+    mask[:, :4] = 0  # at most 2 real prompt tokens per row, so the first 4 columns are padding everywhere
+    data.batch["position_ids"] = compute_position_id_with_mask(mask)
+    data.batch["input_ids"][:, :4] = 0
+    data.meta_info["micro_batch_size"] = 8
+    widths: list[int] = []
+    hook = model.register_forward_pre_hook(lambda _m, _a, kw: widths.append(kw["input_ids"].shape[1]),
+                                           with_kwargs=True)
+    try:
+        log_probs, entropy = DataParallelPPOActor(make_config(), model).compute_log_prob(data, calculate_entropy=True)
+    finally:
+        hook.remove()
+    assert widths == [PROMPT_LEN + RESPONSE_LEN - 4]
+    expected_lp, expected_ent = direct_log_probs(model, data, temperature=0.8)
+    response_mask = data.batch["response_mask"]
+    assert masked_close(log_probs, expected_lp, response_mask) and masked_close(entropy, expected_ent, response_mask)
+
+
+def test_shared_left_padding_keeps_one_prompt_column():
+    from verl.workers.actor.token_forward import shared_left_padding
+
+    mask = torch.tensor([[0, 0, 1, 1, 1, 0], [0, 0, 0, 1, 1, 1]])
+    assert shared_left_padding(mask, response_length=3) == 2
+    # Responses never lose the column that scores their first token, even when the prompts are empty.
+    assert shared_left_padding(torch.zeros(2, 6, dtype=torch.long), response_length=3) == 2
+    assert shared_left_padding(torch.ones(2, 6, dtype=torch.long), response_length=3) == 0
+
+
 def test_log_prob_without_entropy_returns_none(model):
     actor = DataParallelPPOActor(make_config(), model)
     _, entropy = actor.compute_log_prob(make_batch(model.config.vocab_size))

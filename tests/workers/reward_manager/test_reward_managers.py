@@ -294,6 +294,18 @@ def test_chunk_with_a_hung_and_a_dying_sample_loses_nothing_else(tmp_path):
     assert [o.ok for o in outcomes].count(False) == 2
 
 
+def test_timeout_is_per_sample_not_per_chunk(tmp_path):
+    """Results come back once per chunk, but the clock runs per sample: a chunk slower than the timeout whose
+    samples are each faster than it is not a timeout."""
+    path = tmp_path / "steady.py"
+    path.write_text("import time\n\ndef score(x):\n    time.sleep(0.6)\n    return x + 1\n")
+    with RewardRunner(CustomRewardFn(str(path), "score"), num_workers=1, timeout_s=1.0) as runner:
+        assert runner._chunk_size(8) == 2  # two samples, 1.2 s, per chunk
+        outcomes = runner.run([{"x": x} for x in range(8)])
+    assert [o.value for o in outcomes] == list(range(1, 9))
+    assert all(o.ok for o in outcomes)
+
+
 def test_unpicklable_function_falls_back_to_in_process(caplog):
     local = 3
     with caplog.at_level(logging.WARNING):

@@ -322,6 +322,8 @@ class SeparateRayPPOTrainer:
                 )
             batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
             return batch
+        if self._update_supplies_old_log_probs(batch):
+            return batch
         old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)
         entropys = old_log_prob.batch.pop("entropys", None) if old_log_prob.batch is not None else None
         if entropys is not None:
@@ -330,6 +332,19 @@ class SeparateRayPPOTrainer:
             ).item()
         old_log_prob.meta_info.pop("metrics", None)
         return batch.union(old_log_prob)
+
+    def _update_supplies_old_log_probs(self, batch: DataProto) -> bool:
+        """True when the actor update is on-policy (one epoch over one mini-batch holding the whole batch) and
+        nothing but the update reads ``old_log_probs``: the update then takes them from its own forward pass, where
+        they equal a separate pass's values, and the pass is skipped (``actor.skip_on_policy_log_prob``)."""
+        actor = self.config.actor
+        if not bool(actor.get("skip_on_policy_log_prob", True)) or int(actor.ppo_epochs) != 1:
+            return False
+        if int(actor.ppo_mini_batch_size) * int(self.config.rollout.n) < len(batch):
+            return False
+        if self.config.algorithm.get("use_kl_in_reward", False) or "rollout_log_probs" in batch.batch.keys():
+            return False
+        return self.global_steps > int(self.config.trainer.get("critic_warmup", 0))
 
     def _fit_compute_ref_log_prob(self, batch: DataProto) -> DataProto:
         if not self.use_reference_policy:

@@ -11,6 +11,11 @@ position restarts for the ``sdpa`` and ``eager`` kernels on any device, and
 ``flash_attention_2`` reads the same restarts as varlen boundaries, so the
 same call serves a laptop CPU and a GPU node. Packing skips the compute on
 padding; the result equals the padded forward on every real token.
+
+Without packing, the columns that are left padding in every row of the
+micro-batch are cut off before the forward: no token attends to them and no
+response slot reads them, so the result is the same while prompts padded to
+``data.max_prompt_length`` cost only as much as the longest prompt present.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from torch import nn
 from verl.utils.device import get_device_id
 from verl.utils.padding import index_first_axis, unpad_input
 
-__all__ = ["ResponseSlots", "forward_for_responses", "module_device"]
+__all__ = ["ResponseSlots", "forward_for_responses", "module_device", "shared_left_padding"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,20 @@ def _check_packable(positions: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
         )
 
 
+def shared_left_padding(attention_mask: torch.Tensor, response_length: int) -> int:
+    """How many leading columns are padding in every row (at most all but the last ``response_length + 1``)."""
+    seqlen = attention_mask.shape[-1]
+    used = attention_mask.bool().any(dim=0)
+    first = int(used.to(torch.int8).argmax()) if bool(used.any()) else seqlen
+    return max(0, min(first, seqlen - response_length - 1))
+
+
+def _response_index(batch_size: int, seqlen: int, response_length: int, device: torch.device) -> torch.Tensor:
+    """[B, R] positions, in the flattened [B * S] padded layout, of the outputs that score each response token."""
+    columns = torch.arange(seqlen - response_length - 1, seqlen - 1, device=device)
+    return torch.arange(batch_size, device=device)[:, None] * seqlen + columns[None, :]
+
+
 def forward_for_responses(
     module: nn.Module,
     input_ids: torch.Tensor,
@@ -95,14 +114,20 @@ def forward_for_responses(
     batch_size, seqlen = input_ids.shape
     if response_length <= 0 or response_length >= seqlen:
         raise ValueError(f"responses length {response_length} must be in [1, {seqlen - 1}] for input_ids of {seqlen}")
-    columns = torch.arange(seqlen - response_length - 1, seqlen - 1, device=input_ids.device)
-    padded_index = torch.arange(batch_size, device=input_ids.device)[:, None] * seqlen + columns[None, :]
 
     if not remove_padding:
+        cut = shared_left_padding(attention_mask, response_length)
+        if cut:
+            input_ids, attention_mask = input_ids[:, cut:], attention_mask[:, cut:]
+            position_ids = position_ids[..., cut:]
+            seqlen -= cut
         output = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
         flat = _model_output(output)
-        return flat.reshape(batch_size * seqlen, *flat.shape[2:]), ResponseSlots(padded_index, None)
+        return flat.reshape(batch_size * seqlen, *flat.shape[2:]), ResponseSlots(
+            _response_index(batch_size, seqlen, response_length, input_ids.device), None
+        )
 
+    padded_index = _response_index(batch_size, seqlen, response_length, input_ids.device)
     if position_ids.dim() != 2:
         raise ValueError(f"use_remove_padding supports position_ids of shape [B, S], got {tuple(position_ids.shape)}")
     packed_ids, token_index, cu_seqlens, _ = unpad_input(input_ids.unsqueeze(-1), attention_mask)

@@ -78,6 +78,9 @@ class ActorConfig(BaseConfig):
     ``clip_ratio_c`` is the dual-clip bound for negative advantages and must exceed 1.
     ``ppo_micro_batch_size_per_gpu=None`` means one micro-batch per mini-batch (no gradient accumulation);
     ``log_prob_micro_batch_size_per_gpu=None`` means the whole per-rank batch in one forward pass.
+    ``skip_on_policy_log_prob``: when the update is on-policy (one epoch over one mini-batch), the trainer skips the
+    separate old log-prob pass, because the update's own forward gives the same values (the PPO ratio is 1); the
+    pass still runs when something else reads ``old_log_probs`` (KL in the reward, rollout log-prob correction).
     """
 
     _mutable_fields = frozenset(
@@ -111,6 +114,7 @@ class ActorConfig(BaseConfig):
     log_prob_micro_batch_size_per_gpu: int | None = 16
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = 16384
+    skip_on_policy_log_prob: bool = True
     rollout_n: int = 1
 
     def __post_init__(self) -> None:

@@ -2,9 +2,11 @@
 
 Why processes: user reward functions are arbitrary Python (regexes, math verifiers, sandboxes) that can be slow, hang
 or crash; in a process each one gets a wall-clock timeout and a hung or dead one can be killed without stopping the
-run. Samples travel to a worker in chunks (one pipe round trip per chunk, not per sample), but each result comes
-back on its own as soon as it is computed, so the timeout, the failure count and the log line still name exactly one
-sample; the rest of a chunk whose worker hangs or dies goes to another worker.
+run. Samples travel to a worker in chunks and their results come back together, one pipe round trip per chunk (a
+message per sample cost more than scoring a short answer). Before each call the worker writes the sample's index and
+start time into a small shared array, so the timeout, the failure count and the log line still name exactly one
+sample; the rest of a chunk whose worker hangs or dies goes to another worker and is scored there (functions are
+assumed to be pure, so a sample scored twice gives the same result).
 
 A sample whose function raises, times out or kills its worker scores ``0.0``; the outcome says which happened so the
 caller can count ``reward/num_failed`` and ``reward/num_timeout``, and each failing sample is logged once with its index
@@ -81,9 +83,18 @@ def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[bool, Any]:
         return False, _describe(err)
 
 
-def _worker_main(conn: Connection, fn: Callable[..., Any]) -> None:
-    """Worker loop: receive a chunk ``[(index, kwargs), ...]``, send ``(index, ok, value_or_error)`` per sample as
-    soon as it is scored; ``None`` stops it.
+def _sendable(result: tuple[int, bool, Any]) -> tuple[int, bool, Any]:
+    """``result`` if it pickles, else the same sample as a failure saying why."""
+    try:
+        pickle.dumps(result)
+        return result
+    except Exception as err:  # e.g. an unpicklable return value
+        return result[0], False, f"the reward function's result could not be sent back: {_describe(err)}"
+
+
+def _worker_main(conn: Connection, fn: Callable[..., Any], progress: Any) -> None:
+    """Worker loop: receive a chunk ``[(index, kwargs), ...]``, send the list of ``(index, ok, value_or_error)`` once
+    the chunk is scored; ``None`` stops it. ``progress`` holds ``[index, start]`` of the sample being scored now.
 
     Before the loop the worker imports what the function needs (``fn.warm_up()`` when it has one) and reports ready,
     so start-up time never counts against the first sample's timeout.
@@ -102,12 +113,15 @@ def _worker_main(conn: Connection, fn: Callable[..., Any]) -> None:
             return
         if message is None:
             return
+        results = []
         for index, kwargs in message:
+            progress[0], progress[1] = index, time.monotonic()
             ok, value = _call(fn, kwargs)
-            try:
-                conn.send((index, ok, value))
-            except Exception as err:  # e.g. an unpicklable return value
-                conn.send((index, False, f"the reward function's result could not be sent back: {_describe(err)}"))
+            results.append((index, ok, value))
+        try:
+            conn.send(results)
+        except Exception:  # some result does not pickle: send the others, that one as a failure
+            conn.send([_sendable(result) for result in results])
 
 
 @contextlib.contextmanager
@@ -132,13 +146,15 @@ def _main_hidden(hide: bool) -> Iterator[None]:
 class _Worker:
     def __init__(self, ctx: Any, fn: Callable[..., Any], needs_main: bool) -> None:
         parent, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=_worker_main, args=(child, fn), daemon=True, name="verl-reward-worker")
+        self.progress = ctx.Array("d", [-1.0, 0.0], lock=False)  # [index being scored, its start (monotonic)]
+        self.process = ctx.Process(target=_worker_main, args=(child, fn, self.progress), daemon=True,
+                                   name="verl-reward-worker")
         with _main_hidden(not needs_main):
             self.process.start()
         child.close()
         self.conn: Connection = parent
-        self.jobs: deque[int] = deque()  # submitted, not answered yet; the head is being scored now
-        self.started = 0.0  # when the head job started: the chunk's submission or the previous answer
+        self.jobs: deque[int] = deque()  # the chunk submitted and not answered yet
+        self.submitted = 0.0  # when the chunk was sent
 
     def wait_ready(self) -> None:
         if not self.conn.poll(STARTUP_TIMEOUT_S):
@@ -155,9 +171,16 @@ class _Worker:
             raise RuntimeError(f"reward worker process sent {message!r} instead of {_READY!r}")
 
     def submit(self, indices: list[int], jobs: list[dict[str, Any]]) -> None:
+        self.submitted = time.monotonic()  # before the send: the worker may start the chunk at once
         self.conn.send([(index, jobs[index]) for index in indices])
         self.jobs.extend(indices)
-        self.started = time.monotonic()
+
+    def current(self) -> tuple[int, float]:
+        """The job being scored now and when it started; the chunk's first job until the worker reports one."""
+        index, start = int(self.progress[0]), float(self.progress[1])
+        if index in self.jobs and start >= self.submitted:
+            return index, start
+        return self.jobs[0], self.submitted
 
     def kill(self) -> None:
         self.process.kill()
@@ -282,46 +305,42 @@ class RewardRunner:
                     worker.submit(indices, jobs)
                 busy[worker.conn] = worker
 
-        def give_back_rest(worker: _Worker) -> None:
-            """The rest of a lost worker's chunk goes back to the front of the queue, in order."""
-            pending.extendleft(reversed(worker.jobs))
+        def lose(worker: _Worker, outcome: ScoreOutcome) -> None:
+            """The job being scored gets ``outcome``; the rest of the chunk goes back to the front of the queue, in
+            order; the worker is replaced."""
+            del busy[worker.conn]
+            index, _ = worker.current()
+            outcomes[index] = outcome
+            pending.extendleft(reversed([job for job in worker.jobs if job != index]))
             worker.jobs.clear()
+            self._replace(worker)
 
         fill()
         while busy:
             timeout = None
             if self.timeout_s is not None:
-                deadline = min(w.started for w in busy.values()) + self.timeout_s
+                deadline = min(w.current()[1] for w in busy.values()) + self.timeout_s
                 timeout = max(0.0, deadline - time.monotonic())
             for conn in wait(list(busy), timeout=timeout):
                 worker = busy[conn]
                 try:
-                    index, ok, value = conn.recv()
+                    results = conn.recv()
                 except (EOFError, OSError):
-                    del busy[conn]
                     worker.process.join(timeout=1)
                     code = worker.process.exitcode
-                    outcomes[worker.jobs.popleft()] = ScoreOutcome(
-                        error=f"reward worker process died (exit code {code})"
-                    )
-                    give_back_rest(worker)
-                    self._replace(worker)
+                    lose(worker, ScoreOutcome(error=f"reward worker process died (exit code {code})"))
                     continue
-                worker.jobs.remove(index)
-                worker.started = time.monotonic()
-                outcomes[index] = ScoreOutcome(value=value) if ok else ScoreOutcome(error=value)
-                if not worker.jobs:
-                    del busy[conn]
+                for index, ok, value in results:
+                    outcomes[index] = ScoreOutcome(value=value) if ok else ScoreOutcome(error=value)
+                worker.jobs.clear()
+                del busy[conn]
             if self.timeout_s is not None:
                 now = time.monotonic()
-                for conn, worker in list(busy.items()):
-                    if now - worker.started >= self.timeout_s:
-                        del busy[conn]
-                        outcomes[worker.jobs.popleft()] = ScoreOutcome(
+                for worker in list(busy.values()):
+                    if now - worker.current()[1] >= self.timeout_s:
+                        lose(worker, ScoreOutcome(
                             error=f"timed out after {self.timeout_s:g} s (reward.timeout_s); worker killed",
                             timed_out=True,
-                        )
-                        give_back_rest(worker)
-                        self._replace(worker)
+                        ))
             fill()
         return [outcome if outcome is not None else ScoreOutcome(error="not scored") for outcome in outcomes]
