@@ -102,14 +102,14 @@ def run_dispatch(data: Any, workers: int, repeats: int) -> dict:
     return {"seconds": seconds}
 
 
-def run_queue(samples: list[Any], in_flight: int, get_chunk: int, repeats: int) -> dict:
+def run_queue(samples: list[Any], in_flight: int, get_chunk: int, put_batch: int, repeats: int) -> dict:
     import ray
 
     from verl.experimental.fully_async_policy.message_queue import MessageQueue, by_reference, resolve_refs
 
     queue = ray.remote(MessageQueue).options(num_cpus=0, max_concurrency=1000).remote(len(samples) + 1)
 
-    def one_pass(samples: list[Any]) -> tuple[float, float]:
+    def put_each(samples: list[Any]) -> float:
         start = time.perf_counter()
         pending: list[Any] = []
         for sample in samples:
@@ -117,22 +117,37 @@ def run_queue(samples: list[Any], in_flight: int, get_chunk: int, repeats: int) 
             if len(pending) >= in_flight:
                 ray.get(pending.pop(0))
         ray.get(pending)
-        put_s = time.perf_counter() - start
+        return time.perf_counter() - start
+
+    def put_batched(samples: list[Any]) -> float:
+        start = time.perf_counter()
+        pending: list[Any] = []
+        for first in range(0, len(samples), put_batch):
+            refs = [by_reference(sample) for sample in samples[first:first + put_batch]]
+            pending.append(queue.put_many.remote(refs, 60.0))
+            if len(pending) >= max(1, in_flight // put_batch):
+                ray.get(pending.pop(0))
+        ray.get(pending)
+        return time.perf_counter() - start
+
+    def get_all(count: int) -> float:
         start = time.perf_counter()
         got = 0
-        while got < len(samples):
-            refs = ray.get(queue.get.remote(min(get_chunk, len(samples) - got), 60.0))
+        while got < count:
+            refs = ray.get(queue.get.remote(min(get_chunk, count - got), 60.0))
             got += len(resolve_refs(refs, 60.0))
-        return put_s, time.perf_counter() - start
+        return time.perf_counter() - start
 
-    one_pass(samples[:1000])  # warm-up
-    puts, gets = [], []
+    put_each(samples[:1000])  # warm-up
+    get_all(1000)
+    puts, puts_many, gets = [], [], []
     for _ in range(repeats):
-        put_s, get_s = one_pass(samples)
-        puts.append(put_s)
-        gets.append(get_s)
+        puts.append(put_each(samples))
+        gets.append(get_all(len(samples)))
+        puts_many.append(put_batched(samples))
+        get_all(len(samples))
     ray.kill(queue)
-    return {"put_seconds": puts, "get_seconds": gets}
+    return {"put_seconds": puts, "put_many_seconds": puts_many, "get_seconds": gets}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -144,6 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queue-samples", type=int, default=10_000)
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--get-chunk", type=int, default=256)
+    parser.add_argument("--put-batch", type=int, default=64, help="samples per put_many call")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--queue-repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
@@ -151,7 +167,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queue-only", action="store_true",
                         help="measure only the queue; the dispatch row is copied from the committed results")
     args = parser.parse_args(argv)
-    for name in ("samples", "workers", "queue_samples", "in_flight", "get_chunk", "repeats", "queue_repeats"):
+    for name in ("samples", "workers", "queue_samples", "in_flight", "get_chunk", "put_batch", "repeats",
+                 "queue_repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
 
@@ -188,18 +205,21 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         dispatch = {"seconds": previous["raw"]["dispatch_s"]} if previous else run_dispatch(data, args.workers,
                                                                                            args.repeats)
-        queue = run_queue(queue_items, args.in_flight, args.get_chunk, args.queue_repeats)
+        queue = run_queue(queue_items, args.in_flight, args.get_chunk, args.put_batch, args.queue_repeats)
     finally:
         ray.shutdown()
 
     d_med, f_med = median(dispatch["seconds"]), median(floor)
     p_med, g_med, rf_med = median(queue["put_seconds"]), median(queue["get_seconds"]), median(row_floor)
+    pm_med = median(queue["put_many_seconds"])
     n, q = args.samples, args.queue_samples
     rows = [
         [f"dispatch {n} samples to {args.workers} workers and back", d_med * 1e3, d_med / n * 1e6,
          f_med / n * 1e6, f"{d_med / f_med:.1f}x"],
         [f"MessageQueue put, {q} one-row samples ({args.in_flight} in flight)", p_med * 1e3, p_med / q * 1e6,
          rf_med / q * 1e6, f"{p_med / rf_med:.1f}x"],
+        [f"MessageQueue put_many, {args.put_batch} samples per call", pm_med * 1e3, pm_med / q * 1e6,
+         rf_med / q * 1e6, f"{pm_med / rf_med:.1f}x"],
         [f"MessageQueue get, chunks of {args.get_chunk}", g_med * 1e3, g_med / q * 1e6, rf_med / q * 1e6,
          f"{g_med / rf_med:.1f}x"],
     ]
@@ -214,6 +234,7 @@ def main(argv: list[str] | None = None) -> dict:
         "config": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None},
         "tensor_bytes": nbytes,
         "raw": {"dispatch_s": dispatch["seconds"], "dispatch_floor_s": floor, "queue_put_s": queue["put_seconds"],
+                "queue_put_many_s": queue["put_many_seconds"],
                 "queue_get_s": queue["get_seconds"], "queue_floor_s": row_floor},
         "rows": [dict(zip(["operation", "total_ms", "per_sample_us", "floor_per_sample_us", "x_floor"], r))
                  for r in rows],

@@ -4,15 +4,21 @@ Same tiny checkpoint (``verl:tiny-demo``), same parquet data (the demo's target-
 (``verl.utils.reward_score.default_compute_score``, called by TRL as a reward function), same group size, prompts per
 step, response length, optimizer (AdamW, lr, weight decay, grad clip 1.0, constant schedule), clip ratio 0.2, no KL
 term, group-std advantage scaling, token-mean loss, one update per batch, and the same number of updates.
-Both run with one torch thread (``OMP_NUM_THREADS=1``) and one process doing the work.
+
+Each trainer runs in the configurations a user of this 2-core machine would pick, and the comparison is made twice:
+one core each (verl with one worker process, TRL with one torch thread), and the whole machine each (the fastest
+of verl with one or two worker processes against the fastest of TRL with two torch threads or two data-parallel
+processes under ``torchrun`` with gloo). Every process uses one torch thread unless the variant says otherwise.
 
 TRL is installed from PyPI into ``bench/.venv-trl`` (a venv with the system site packages, so both sides share
-torch and transformers); it is never a project dependency. The two runs go one after the other.
+torch and transformers); it is never a project dependency. The runs go one after the other, seed by seed.
 
-Reported: samples/s and generated tokens/s over the steps after ``--warmup`` (median step time), the whole-process
-wall time, and the mean reward of the last ``--reward-window`` steps, i.e. after the same number of samples.
+Reported per variant: samples/s and generated tokens/s from the median step after ``--warmup`` steps, the
+whole-process wall time, and the mean reward of the first and last ``--reward-window`` steps, i.e. after the same
+number of samples on every side; rewards are averaged over ``--seeds``.
 
-    python bench/trl_comparison.py            # writes bench/results/trl_comparison.{json,md}
+    python bench/trl_comparison.py                 # writes bench/results/trl_comparison.{json,md}
+    python bench/trl_comparison.py --seeds 0 1 2 --steps 80
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +45,30 @@ VENV = REPO_ROOT / "bench" / ".venv-trl"
 TARGET_SPEEDUP = 2.0
 LR = 1e-3
 WEIGHT_DECAY = 0.01  # verl's actor.optim.weight_decay default; TRL's default is 0, so it is set explicitly
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run one trainer: ``processes`` working processes with ``threads`` torch threads each."""
+
+    key: str
+    trainer: str  # "trl" or "verl"
+    processes: int
+    threads: int
+    label: str
+
+    @property
+    def cores(self) -> int:
+        return self.processes * self.threads
+
+
+VARIANTS = (
+    Variant("trl_1p1t", "trl", 1, 1, "TRL GRPOTrainer, 1 process x 1 thread"),
+    Variant("trl_1p2t", "trl", 1, 2, "TRL GRPOTrainer, 1 process x 2 threads"),
+    Variant("trl_2p1t", "trl", 2, 1, "TRL GRPOTrainer, 2 processes (torchrun DDP) x 1 thread"),
+    Variant("verl_1w", "verl", 1, 1, "verl main_ppo, 1 worker process"),
+    Variant("verl_2w", "verl", 2, 1, "verl main_ppo, 2 worker processes"),
+)
 
 
 def venv_python() -> Path:
@@ -59,9 +90,9 @@ def ensure_trl(spec: str) -> str:
     return probe.stdout.strip()
 
 
-def _env() -> dict[str, str]:
+def _env(threads: int = 1) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})
+    env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     return env
 
@@ -81,13 +112,17 @@ def trl_reward(completions: list[Any], data_source: list[str], reward_model: lis
 
 
 def run_trl(args: argparse.Namespace, out: Path) -> None:
-    """Child process inside the venv: train with GRPOTrainer, write per-step wall times and log history."""
+    """Child process inside the venv (one per rank under torchrun): train with GRPOTrainer; rank 0 writes per-step
+    wall times and the log history."""
     import torch
 
-    torch.set_num_threads(int(os.environ.get("BENCH_TRL_THREADS", "1")))
+    torch.set_num_threads(args.threads)
     from datasets import load_dataset
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
 
     class StepClock(TrainerCallback):
         def __init__(self) -> None:
@@ -105,14 +140,17 @@ def run_trl(args: argparse.Namespace, out: Path) -> None:
     dataset = dataset.select_columns(["prompt", "data_source", "reward_model"])
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
     samples = args.prompts * args.n
+    if samples % world_size:
+        raise ValueError(f"{samples} samples per step do not split over {world_size} TRL processes")
     with tempfile.TemporaryDirectory(prefix="bench_trl_") as tmp:
         config = GRPOConfig(
             output_dir=tmp,
             use_cpu=True,
+            ddp_backend="gloo" if world_size > 1 else None,
             bf16=False,
             seed=args.seed,
             max_steps=args.steps,
-            per_device_train_batch_size=samples,
+            per_device_train_batch_size=samples // world_size,
             gradient_accumulation_steps=1,
             steps_per_generation=1,
             num_iterations=1,
@@ -141,6 +179,8 @@ def run_trl(args: argparse.Namespace, out: Path) -> None:
                               processing_class=tokenizer, callbacks=[clock])
         setup_s = time.perf_counter() - start
         trainer.train()
+    if rank != 0:
+        return
     history = [h for h in trainer.state.log_history if "reward" in h]
     out.write_text(json.dumps({
         "step_seconds": clock.seconds,
@@ -148,13 +188,39 @@ def run_trl(args: argparse.Namespace, out: Path) -> None:
         "response_length": [h.get("completions/mean_length") for h in history],
         "setup_s": setup_s,
         "torch_threads": torch.get_num_threads(),
+        "world_size": world_size,
     }))
+
+
+CHILD_ENV = "VERL_BENCH_TRL_CHILD"  # the TRL child's arguments, as JSON (torchrun would parse command-line ones)
+
+
+def run_trl_child(args: argparse.Namespace, variant: Variant, seed: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench_trl_out_") as tmp:
+        out = Path(tmp) / "trl.json"
+        child = {"child_out": str(out), "data": args.data, "model_dir": args.model_dir, "steps": args.steps,
+                 "prompts": args.prompts, "n": args.n, "response_length": args.response_length, "seed": seed,
+                 "threads": variant.threads}
+        if variant.processes > 1:
+            launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={variant.processes}"]
+        else:
+            launcher = []
+        cmd = [str(venv_python()), *launcher, str(Path(__file__).resolve())]
+        env = _env(variant.threads) | {CHILD_ENV: json.dumps(child)}
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO_ROOT)
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            raise RuntimeError(f"TRL run {variant.key} failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
+        result = json.loads(out.read_text())
+    result["wall_s"] = wall
+    return result
 
 
 # ---------------------------------------------------------------------------------------------- our side
 
 
-def ours_overrides(args: argparse.Namespace, run_dir: str) -> list[str]:
+def ours_overrides(args: argparse.Namespace, run_dir: str, workers: int, seed: int) -> list[str]:
     samples = args.prompts * args.n
     return [
         "algorithm.adv_estimator=grpo",
@@ -172,15 +238,15 @@ def ours_overrides(args: argparse.Namespace, run_dir: str) -> list[str]:
         "actor.loss_agg_mode=token-mean",
         f"actor.ppo_mini_batch_size={args.prompts}",
         "actor.ppo_epochs=1",
-        f"actor.ppo_micro_batch_size_per_gpu={samples}",
-        f"actor.log_prob_micro_batch_size_per_gpu={samples}",
+        f"actor.ppo_micro_batch_size_per_gpu={samples // workers}",
+        f"actor.log_prob_micro_batch_size_per_gpu={samples // workers}",
         "actor.use_kl_loss=false",
         "actor.entropy_coeff=0",
         f"rollout.n={args.n}",
         "rollout.temperature=1.0",
         "trainer.device=cpu",
         "trainer.nnodes=1",
-        "trainer.n_gpus_per_node=1",
+        f"trainer.n_gpus_per_node={workers}",
         f"trainer.total_training_steps={args.steps}",
         "trainer.total_epochs=1",
         "trainer.test_freq=-1",
@@ -188,83 +254,113 @@ def ours_overrides(args: argparse.Namespace, run_dir: str) -> list[str]:
         "trainer.save_freq=-1",
         "trainer.resume_mode=disable",
         "trainer.logger=[file]",
-        f"trainer.seed={args.seed}",
+        f"trainer.seed={seed}",
         f"trainer.default_local_dir={run_dir}",
     ]
 
 
-def run_ours(args: argparse.Namespace) -> dict:
+def run_ours(args: argparse.Namespace, variant: Variant, seed: int) -> dict:
     from verl.utils.tracking import read_metrics
 
     with tempfile.TemporaryDirectory(prefix="bench_ours_") as run_dir:
-        cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *ours_overrides(args, run_dir)]
+        overrides = ours_overrides(args, run_dir, variant.processes, seed)
+        cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
         start = time.perf_counter()
-        proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, cwd=REPO_ROOT)
+        proc = subprocess.run(cmd, env=_env(variant.threads), capture_output=True, text=True, cwd=REPO_ROOT)
         wall = time.perf_counter() - start
         if proc.returncode != 0:
-            raise RuntimeError(f"main_ppo failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
+            raise RuntimeError(f"main_ppo {variant.key} failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
         records = list(read_metrics(run_dir))
     return {
         "step_seconds": [r["timing_s/step"] for r in records],
         "reward": [r["critic/score/mean"] for r in records],
         "response_length": [r["response_length/mean"] for r in records],
         "wall_s": wall,
-        "overrides": ours_overrides(args, "<tmp>"),
+        "overrides": ours_overrides(args, "<tmp>", variant.processes, seed),
     }
 
 
-def run_trl_child(args: argparse.Namespace) -> dict:
-    with tempfile.TemporaryDirectory(prefix="bench_trl_out_") as tmp:
-        out = Path(tmp) / "trl.json"
-        cmd = [str(venv_python()), str(Path(__file__).resolve()), "--role", "trl", "--child-out", str(out),
-               "--data", args.data, "--model-dir", args.model_dir, "--steps", str(args.steps),
-               "--prompts", str(args.prompts), "--n", str(args.n), "--response-length", str(args.response_length),
-               "--seed", str(args.seed)]
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, cwd=REPO_ROOT)
-        wall = time.perf_counter() - start
-        if proc.returncode != 0:
-            raise RuntimeError(f"TRL run failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
-        result = json.loads(out.read_text())
-    result["wall_s"] = wall
-    return result
+# ---------------------------------------------------------------------------------------------- summary
 
 
-def summarize(side: dict, samples_per_step: int, warmup: int, window: int) -> dict:
-    steps = side["step_seconds"][warmup:]
-    lengths = [x for x in side["response_length"][warmup:] if x is not None]
+def summarize(runs: list[dict], samples_per_step: int, warmup: int, window: int) -> dict:
+    """Throughput from the median step after ``warmup`` over all seeds' steps; rewards averaged over seeds."""
+    steps = [s for run in runs for s in run["step_seconds"][warmup:]]
+    lengths = [x for run in runs for x in run["response_length"][warmup:] if x is not None]
     step_s = median(steps)
     return {
         "median_step_s": step_s,
         "samples_per_s": samples_per_step / step_s,
         "tokens_per_s": samples_per_step * statistics.mean(lengths) / step_s,
         "mean_response_length": statistics.mean(lengths),
-        "reward_first": statistics.mean(side["reward"][:window]),
-        "reward_last": statistics.mean(side["reward"][-window:]),
-        "wall_s": side["wall_s"],
-        "updates": len(side["step_seconds"]),
+        "reward_first": statistics.mean(statistics.mean(run["reward"][:window]) for run in runs),
+        "reward_last": statistics.mean(statistics.mean(run["reward"][-window:]) for run in runs),
+        "reward_last_per_seed": [statistics.mean(run["reward"][-window:]) for run in runs],
+        "wall_s": statistics.mean(run["wall_s"] for run in runs),
+        "updates": len(runs[0]["step_seconds"]),
     }
+
+
+def _fastest(summary: dict[str, dict], trainer: str, max_cores: int) -> Variant:
+    candidates = [v for v in VARIANTS if v.trainer == trainer and v.key in summary and v.cores <= max_cores]
+    return max(candidates, key=lambda v: summary[v.key]["samples_per_s"])
+
+
+def compare(summary: dict[str, dict], cores: int) -> dict[str, Any]:
+    ours, theirs = _fastest(summary, "verl", cores), _fastest(summary, "trl", cores)
+    return {"cores": cores, "verl": ours.key, "trl": theirs.key,
+            "speedup": summary[ours.key]["samples_per_s"] / summary[theirs.key]["samples_per_s"],
+            "reward_verl": summary[ours.key]["reward_last"], "reward_trl": summary[theirs.key]["reward_last"]}
+
+
+def render(args: argparse.Namespace, summary: dict[str, dict], comparisons: list[dict], trl_version: str) -> str:
+    labels = {v.key: v.label.replace("TRL GRPOTrainer", f"TRL GRPOTrainer {trl_version}") for v in VARIANTS}
+    rows = []
+    for v in VARIANTS:
+        if v.key not in summary:
+            continue
+        s = summary[v.key]
+        rows.append([labels[v.key], v.cores, s["samples_per_s"], s["tokens_per_s"], s["median_step_s"],
+                     s["reward_first"], s["reward_last"], s["wall_s"]])
+    table = markdown_table(["trainer", "cores", "samples/s", "generated tokens/s", "median step (s)",
+                            f"reward, first {args.reward_window} steps", f"reward, last {args.reward_window} steps",
+                            f"whole run, {args.steps} steps (s)"], rows)
+    lines = [
+        f"GRPO on the target-digit task, tiny model, CPU; {args.prompts} prompts x {args.n} samples per step, up to "
+        f"{args.response_length} response tokens, {args.steps} updates, seeds {', '.join(map(str, args.seeds))} "
+        f"(rewards averaged over seeds); throughput from the median step after {args.warmup} warm-up steps.",
+        "",
+        table,
+        "",
+    ]
+    samples = args.steps * args.prompts * args.n
+    for c in comparisons:
+        verdict = "meets" if c["speedup"] >= TARGET_SPEEDUP else "misses"
+        lines.append(
+            f"- {c['cores']} core(s) each: {labels[c['verl']]} / {labels[c['trl']]} = **{c['speedup']:.2f}x** "
+            f"samples/s ({verdict} the {TARGET_SPEEDUP:.0f}x target); reward after {samples} samples: verl "
+            f"{c['reward_verl']:.3f}, TRL {c['reward_trl']:.3f}."
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30, help="updates on each side")
+    parser.add_argument("--steps", type=int, default=60, help="updates on each side")
     parser.add_argument("--prompts", type=int, default=32, help="prompts per step")
     parser.add_argument("--n", type=int, default=8, help="group size (rollout.n / num_generations)")
     parser.add_argument("--response-length", type=int, default=16)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--reward-window", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reward-window", type=int, default=10)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--only", nargs="+", choices=[v.key for v in VARIANTS], help="run only these variants")
     parser.add_argument("--trl-spec", default="trl", help="pip requirement installed into bench/.venv-trl")
     parser.add_argument("--out-dir", type=Path, default=None)
-    parser.add_argument("--role", choices=("orchestrate", "trl"), default="orchestrate", help=argparse.SUPPRESS)
-    parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--data", help=argparse.SUPPRESS)
-    parser.add_argument("--model-dir", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.role == "trl":
-        run_trl(args, args.child_out)
+    if os.environ.get(CHILD_ENV):
+        child = argparse.Namespace(**json.loads(os.environ[CHILD_ENV]))
+        run_trl(child, Path(child.child_out))
         return None
+    args = parser.parse_args(argv)
     if args.steps <= max(args.warmup, args.reward_window):
         parser.error(f"--steps ({args.steps}) must exceed --warmup and --reward-window")
 
@@ -278,40 +374,36 @@ def main(argv: list[str] | None = None) -> dict | None:
         return None
     args.data = str(prepare_demo_data(demo_cache_dir())["train"])
     args.model_dir = str(tiny_model_path())
-    trl = run_trl_child(args)
-    ours = run_ours(args)
+    variants = [v for v in VARIANTS if not args.only or v.key in args.only]
+    raw: dict[str, list[dict]] = {v.key: [] for v in variants}
+    for seed in args.seeds:
+        for variant in variants:
+            run = run_trl_child(args, variant, seed) if variant.trainer == "trl" else run_ours(args, variant, seed)
+            run["seed"] = seed
+            raw[variant.key].append(run)
+            print(f"seed {seed} {variant.key}: median step {median(run['step_seconds'][args.warmup:]):.3f} s, "
+                  f"last-{args.reward_window} reward {statistics.mean(run['reward'][-args.reward_window:]):.3f}",
+                  flush=True)
     samples = args.prompts * args.n
-    s_trl = summarize(trl, samples, args.warmup, args.reward_window)
-    s_ours = summarize(ours, samples, args.warmup, args.reward_window)
-    speedup = s_ours["samples_per_s"] / s_trl["samples_per_s"]
-    rows = []
-    for name, s in (("TRL GRPOTrainer " + trl_version, s_trl), ("verl main_ppo", s_ours)):
-        rows.append([name, s["samples_per_s"], s["tokens_per_s"], s["median_step_s"], s["reward_first"],
-                     s["reward_last"], s["wall_s"]])
-    table = markdown_table(["trainer", "samples/s", "generated tokens/s", "median step (s)",
-                            f"reward, first {args.reward_window} steps", f"reward, last {args.reward_window} steps",
-                            f"whole run, {args.steps} steps (s)"], rows)
-    verdict = "meets" if speedup >= TARGET_SPEEDUP else "misses"
-    markdown = "\n".join([
-        f"GRPO on the target-digit task, tiny model, CPU, 1 torch thread each; {args.prompts} prompts x "
-        f"{args.n} samples per step, up to {args.response_length} response tokens, {args.steps} updates; "
-        f"throughput from the median step after {args.warmup} warm-up steps.",
-        "",
-        table,
-        "",
-        f"verl / TRL throughput: {speedup:.2f}x ({verdict} the {TARGET_SPEEDUP:.0f}x target); reward after "
-        f"{args.steps * samples} samples: verl {s_ours['reward_last']:.3f}, TRL {s_trl['reward_last']:.3f}.",
-    ])
+    summary = {key: summarize(runs, samples, args.warmup, args.reward_window) for key, runs in raw.items()}
+    comparisons = []
+    for cores in (1, 2):
+        try:
+            comparisons.append(compare(summary, cores))
+        except ValueError:  # a side has no variant within this many cores (--only)
+            continue
+    markdown = render(args, summary, comparisons, trl_version)
     print(markdown)
     payload = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "trl_version": trl_version,
         "target_speedup": TARGET_SPEEDUP,
-        "speedup_samples_per_s": speedup,
-        "summary": {"trl": s_trl, "verl": s_ours},
-        "raw": {"trl": trl, "verl": ours},
+        "variants": {v.key: {"label": v.label, "processes": v.processes, "threads": v.threads} for v in variants},
+        "comparisons": comparisons,
+        "summary": summary,
+        "raw": raw,
     }
-    paths = write_results(NAME, payload, markdown, seed=args.seed, out_dir=args.out_dir)
+    paths = write_results(NAME, payload, markdown, seed=args.seeds[0], out_dir=args.out_dir)
     print(f"\nwrote {paths[0]} and {paths[1]}")
     return payload
 

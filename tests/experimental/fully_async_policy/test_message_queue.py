@@ -50,6 +50,25 @@ def test_put_backpressure_times_out_with_the_queue_size():
         run(scenario())
 
 
+def test_put_many_fills_as_room_appears_and_keeps_order():
+    """One call for many items: more than fit wait for the consumer, in order; a timeout says how many got in."""
+    async def scenario():
+        queue = MessageQueue(2)
+        producer = asyncio.ensure_future(queue.put_many([1, 2, 3, 4], timeout_s=5))
+        got = await queue.get(2, timeout_s=1)
+        got += await queue.get(2, timeout_s=1)
+        size = await producer
+        stuck = MessageQueue(2)
+        with pytest.raises(TimeoutError, match="\\(size 2 of 2\\); 2 of 3 item\\(s\\) of this call queued"):
+            await stuck.put_many(["a", "b", "c"], timeout_s=0.05)
+        return got, size, await queue.get_statistics(), await stuck.get(2, timeout_s=0.05)
+
+    got, size, stats, kept = run(scenario())
+    assert got == [1, 2, 3, 4] and size <= 2
+    assert stats["queue/total_put"] == 4 and stats["queue/total_get"] == 4
+    assert kept == ["a", "b"], "items queued before the timeout stay queued"
+
+
 def test_close_wakes_waiters_with_the_reason():
     async def scenario():
         queue = MessageQueue(2)

@@ -13,25 +13,33 @@ that event loop, as before. :class:`WorkerRankReplica` is the caller's side: one
 A Ray call costs about a millisecond of CPU on each side, which is as much as decoding a short answer on the tiny
 model. So the caller coalesces: requests made to one rank in the same turn of its event loop travel together in one
 ``rollout_generate_batch`` call and reach the engine's admission queue together, where they decode as one batch.
+The batch travels packed into one ``bytes`` each way (:mod:`verl.workers.rollout.batch_wire`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 from typing import Any
 
 from verl.single_controller.base import Dispatch, register
 from verl.utils.async_utils import await_ray
 from verl.workers.rollout.base import TokenOutput
+from verl.workers.rollout.batch_wire import pack_batch, unpack_batch
 
 __all__ = [
+    "CURRENT_BATCH_GROUP",
     "ROLLOUT_GENERATE",
     "ROLLOUT_GENERATE_BATCH",
     "HybridRolloutServerMixin",
     "WorkerRankReplica",
     "rollout_method_name",
 ]
+
+# The batch group of the trainer batch the current agent-loop task belongs to (set by AgentLoopWorker): batch calls
+# carry it so the engine merges the calls of one batch (verl.workers.rollout.batch_rendezvous).
+CURRENT_BATCH_GROUP: contextvars.ContextVar[Any] = contextvars.ContextVar("verl_rollout_batch_group", default=None)
 
 ROLLOUT_GENERATE = "rollout_generate"
 ROLLOUT_GENERATE_BATCH = "rollout_generate_batch"
@@ -61,9 +69,11 @@ class HybridRolloutServerMixin:
                                        f"hybrid rollout request {request_id}")
 
     @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
-    async def rollout_generate_batch(self, requests: list[tuple[list[int], dict[str, Any], str]]) -> list[Any]:
+    async def rollout_generate_batch(
+        self, requests: list[tuple[list[int], dict[str, Any], str]] | bytes, batch_group: Any = None
+    ) -> list[Any] | bytes:
         """Many requests in one call: per request its ``TokenOutput`` or the exception it raised."""
-        return await self._hybrid_rollout(ROLLOUT_GENERATE_BATCH).serve_requests(list(requests))
+        return await self._hybrid_rollout(ROLLOUT_GENERATE_BATCH).serve_requests(requests, batch_group)
 
 
 def _bound_name(worker_group: Any, method: str) -> str | None:
@@ -140,8 +150,9 @@ class WorkerRankReplica:
         self.batch_sizes.append(len(pending))
         what = f"hybrid rollout rank {self.rank}: {len(pending)} requests ({pending[0][0][2]}, ...)"
         try:
-            ref = getattr(self.handle, self.batch_method_name).remote([request for request, _ in pending])
-            outputs = await await_ray(ref, self.call_timeout_s, what)
+            ref = getattr(self.handle, self.batch_method_name).remote(pack_batch([request for request, _ in pending]),
+                                                                      CURRENT_BATCH_GROUP.get())
+            outputs = unpack_batch(await await_ray(ref, self.call_timeout_s, what))
         except BaseException as exc:  # the whole call failed (dead rank, timeout): every caller sees it
             for _, result in pending:
                 if result.done():

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from typing import Any
 
 import numpy as np
@@ -38,12 +39,14 @@ from verl.experimental.agent_loop.registry import get_agent_loop_spec, load_agen
 from verl.experimental.agent_loop.server_manager import RoutingStats
 from verl.experimental.agent_loop.worker import (
     AGENT_LOOP_METRICS_KEY,
+    BATCH_GROUP_KEY,
     ROW_OFFSET_KEY,
     AgentLoopWorker,
     resolve_agent_names,
 )
 from verl.protocol import DataProto
 from verl.utils.async_utils import await_ray, run_blocking
+from verl.workers.rollout.batch_rendezvous import BatchGroup
 
 __all__ = ["AgentLoopManager", "load_manager_class", "summarize_metrics"]
 
@@ -269,9 +272,13 @@ class AgentLoopManager:
 
     async def _run_shards(self, batch: DataProto) -> DataProto:
         shards = batch.chunk(min(len(self.workers), len(batch)))
+        # Hybrid engines merge the calls of one batch from several workers into one admission wave.
+        group = BatchGroup(uuid.uuid4().hex, len(shards)) if self.worker_group is not None and len(shards) > 1 else None
         calls, offset = [], 0
         for i, shard in enumerate(shards):
             shard.meta_info = {**shard.meta_info, ROW_OFFSET_KEY: offset}
+            if group is not None:
+                shard.meta_info[BATCH_GROUP_KEY] = group
             what = f"agent loop worker {i} (rows {offset}..{offset + len(shard) - 1})"
             calls.append(await_ray(self.workers[i].generate_sequences.remote(shard), self.call_timeout_s, what))
             offset += len(shard)

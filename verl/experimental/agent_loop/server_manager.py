@@ -26,6 +26,8 @@ __all__ = ["AsyncLLMServerManager", "ReplicaDiedError", "RoutingStats", "is_repl
 
 logger = logging.getLogger(__name__)
 
+_HAS_TIMEOUT_CONTEXT = hasattr(asyncio, "timeout")  # Python 3.11+
+
 
 class ReplicaDiedError(RuntimeError):
     """Raised by a replica handle when the process serving it is gone (retried elsewhere by the manager)."""
@@ -122,6 +124,9 @@ class AsyncLLMServerManager:
                 call = self.replicas[index].generate(list(prompt_ids), dict(sampling_params), request_id)
                 if self.request_timeout_s is None:
                     return await call
+                if _HAS_TIMEOUT_CONTEXT:  # no extra task per request, unlike wait_for
+                    async with asyncio.timeout(self.request_timeout_s):
+                        return await call
                 return await asyncio.wait_for(call, timeout=self.request_timeout_s)
             except asyncio.TimeoutError:
                 raise TimeoutError(

@@ -19,12 +19,13 @@ import torch
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.config import model_group, reward_in_loop_enabled, rollout_group, sampling_params_for
+from verl.experimental.agent_loop.hybrid_server import CURRENT_BATCH_GROUP
 from verl.experimental.agent_loop.postprocess import assemble_batch
 from verl.experimental.agent_loop.registry import AgentLoopSpec, get_agent_loop_spec, restore_registry
 from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager, RoutingStats
 from verl.protocol import DataProto
 
-__all__ = ["AGENT_LOOP_METRICS_KEY", "ROW_OFFSET_KEY", "AgentLoopWorker", "resolve_agent_names"]
+__all__ = ["AGENT_LOOP_METRICS_KEY", "BATCH_GROUP_KEY", "ROW_OFFSET_KEY", "AgentLoopWorker", "resolve_agent_names"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 AGENT_LOOP_METRICS_KEY = "agent_loop_metrics"
 # meta_info key telling a worker the global index of its shard's first row (per-row seeds)
 ROW_OFFSET_KEY = "agent_loop_row_offset"
+# meta_info key carrying the BatchGroup of a hybrid batch (its calls to one engine are merged there)
+BATCH_GROUP_KEY = "agent_loop_batch_group"
 
 
 def resolve_agent_names(batch: DataProto, default: str) -> list[str]:
@@ -107,6 +110,7 @@ class AgentLoopWorker:
         specs = {name: get_agent_loop_spec(name) for name in dict.fromkeys(names)}
         seed = meta.get("seed")
         offset = int(meta.pop(ROW_OFFSET_KEY, 0) or 0)
+        group_token = CURRENT_BATCH_GROUP.set(meta.pop(BATCH_GROUP_KEY, None))  # tasks below copy this context
         tasks = []
         for i in range(len(batch)):
             row = {key: value[i] for key, value in batch.non_tensor_batch.items()}
@@ -116,6 +120,7 @@ class AgentLoopWorker:
             if seed is not None:
                 sample_params["seed"] = int(seed) + offset + i
             tasks.append(asyncio.ensure_future(self._run_sample(specs[names[i]], sample_params, row)))
+        CURRENT_BATCH_GROUP.reset(group_token)
         try:
             results = await asyncio.gather(*tasks)
         except BaseException:

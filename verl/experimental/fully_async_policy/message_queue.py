@@ -18,7 +18,15 @@ import collections
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["END_OF_STREAM", "MessageQueue", "QueueClosedError", "SampleRef", "by_reference", "resolve_refs"]
+__all__ = [
+    "END_OF_STREAM",
+    "CoalescingQueueWriter",
+    "MessageQueue",
+    "QueueClosedError",
+    "SampleRef",
+    "by_reference",
+    "resolve_refs",
+]
 
 # Put by the rollouter after its last sample: the trainer stops after consuming everything before it.
 END_OF_STREAM = "__verl_end_of_stream__"
@@ -69,6 +77,50 @@ def resolve_refs(items: list[Any], timeout_s: float) -> list[Any]:
     return out
 
 
+class CoalescingQueueWriter:
+    """The producer's side of a MessageQueue actor: puts made in the same turn of the caller's event loop travel in
+    one ``put_many`` call (a Ray actor call costs more than a small sample's bytes); each caller still waits for its
+    own item to be queued and sees the call's error."""
+
+    def __init__(self, queue: Any, timeout_s: float) -> None:
+        self.queue = queue
+        self.timeout_s = float(timeout_s)
+        self._pending: list[tuple[Any, asyncio.Future]] = []
+        self._sends: set[asyncio.Task] = set()
+        self.call_sizes: collections.deque[int] = collections.deque(maxlen=1024)  # items per recent call
+
+    async def put(self, item: Any, what: str) -> None:
+        loop = asyncio.get_running_loop()
+        queued: asyncio.Future = loop.create_future()
+        self._pending.append((item, queued))
+        if len(self._pending) == 1:  # the first put of this turn schedules the send
+            task = loop.create_task(self._send(what))
+            self._sends.add(task)
+            task.add_done_callback(self._sends.discard)
+        await queued
+
+    async def _send(self, what: str) -> None:
+        from verl.utils.async_utils import await_ray
+
+        await asyncio.sleep(0)  # let the other puts of this turn join
+        pending, self._pending = self._pending, []
+        self.call_sizes.append(len(pending))
+        label = what if len(pending) == 1 else f"{what} (with {len(pending) - 1} more)"
+        try:
+            await await_ray(self.queue.put_many.remote([item for item, _ in pending], self.timeout_s),
+                            self.timeout_s + 30, label)
+        except BaseException as exc:
+            for _, queued in pending:
+                if not queued.done():
+                    queued.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for _, queued in pending:
+            if not queued.done():
+                queued.set_result(None)
+
+
 class MessageQueue:
     """Bounded FIFO of samples.
 
@@ -98,24 +150,35 @@ class MessageQueue:
 
     async def put(self, item: Any, timeout_s: float = 600.0) -> int:
         """Append ``item``; waits for room at most ``timeout_s``. Returns the queue size after the put."""
+        return await self.put_many([item], timeout_s)
+
+    async def put_many(self, items: list[Any], timeout_s: float = 600.0) -> int:
+        """Append ``items`` in order, each as soon as there is room, all within ``timeout_s``; one actor call for
+        many samples. Returns the queue size after the last one. On a timeout the items already appended stay
+        queued and the error says how many."""
         cond = self._condition()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         async with cond:
-            try:
-                await asyncio.wait_for(
-                    cond.wait_for(lambda: self._closed_reason is not None or len(self._items) < self.max_queue_size),
-                    timeout=timeout_s,
-                )
-            except asyncio.TimeoutError:
-                raise TimeoutError(
-                    f"message queue put: no room within {timeout_s:g}s (size {len(self._items)} of "
-                    f"{self.max_queue_size}); is the trainer still consuming?"
-                ) from None
-            self._raise_if_closed("putting a sample")
-            self._items.append(item)
-            if item != END_OF_STREAM:
-                self.total_put += 1
-            self.max_seen_size = max(self.max_seen_size, len(self._items))
-            cond.notify_all()
+            for done, item in enumerate(items):
+                try:
+                    await asyncio.wait_for(
+                        cond.wait_for(lambda: self._closed_reason is not None
+                                      or len(self._items) < self.max_queue_size),
+                        timeout=max(0.0, deadline - loop.time()),
+                    )
+                except asyncio.TimeoutError:
+                    raise TimeoutError(
+                        f"message queue put: no room within {timeout_s:g}s (size {len(self._items)} of "
+                        f"{self.max_queue_size}); {done} of {len(items)} item(s) of this call queued; is the trainer "
+                        "still consuming?"
+                    ) from None
+                self._raise_if_closed("putting a sample")
+                self._items.append(item)
+                if item != END_OF_STREAM:
+                    self.total_put += 1
+                self.max_seen_size = max(self.max_seen_size, len(self._items))
+                cond.notify_all()
             return len(self._items)
 
     async def get(self, count: int = 1, timeout_s: float = 600.0) -> list[Any]:

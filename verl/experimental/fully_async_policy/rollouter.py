@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, by_reference
+from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, CoalescingQueueWriter, by_reference
 from verl.experimental.fully_async_policy.rollout_pool import build_agent_worker
 from verl.experimental.fully_async_policy.sample import RolloutSample, SampleVersions
 from verl.experimental.fully_async_policy.server_manager import CURRENT_SAMPLE_VERSIONS
@@ -81,6 +81,7 @@ class Rollouter:
         self.partial_rollout = bool(async_cfg.partial_rollout)
         self.sync_wait_timeout_s = float(sync_wait_timeout_s)
         self.put_timeout_s = float(put_timeout_s)
+        self.queue_writer = CoalescingQueueWriter(queue, self.put_timeout_s)
         self.worker = build_agent_worker(config, self.replicas, resume_timeout_s=resume_timeout_s,
                                          request_timeout_s=request_timeout_s)
         self.version = 0
@@ -324,9 +325,7 @@ class Rollouter:
             sample = RolloutSample(batch=batch, index=index, uid=uid, start_version=min(starts),
                                    end_version=max(ends), num_aborts=sum(aborts), num_failed=self.n - len(rows),
                                    generate_s=time.perf_counter() - start)
-            await await_ray(self.queue.put.remote(by_reference(sample, index), self.put_timeout_s),
-                            self.put_timeout_s + 30,
-                            f"message queue put of rollout group {index}")
+            await self.queue_writer.put(by_reference(sample, index), f"message queue put of rollout group {index}")
             self.stats["groups_enqueued"] += 1
             self.stats["samples_enqueued"] += len(rows)
         finally:

@@ -343,10 +343,12 @@ class ActorRolloutRefWorker(Worker):
                                        f"generate({request_id})")
 
     @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
-    async def rollout_generate_batch(self, requests: list[tuple[list[int], dict[str, Any], str]]) -> list[Any]:
+    async def rollout_generate_batch(
+        self, requests: list[tuple[list[int], dict[str, Any], str]] | bytes, batch_group: Any = None
+    ) -> list[Any] | bytes:
         """Many requests in one Ray call (``(prompt_ids, sampling_params, request_id)`` each): per request its
         ``TokenOutput`` or the exception it raised. Saves a Ray round trip per request on the hybrid path."""
-        return await self._require("rollout", "rollout_generate_batch").serve_requests(list(requests))
+        return await self._require("rollout", "rollout_generate_batch").serve_requests(requests, batch_group)
 
     @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
     async def abort_all(self) -> None:

@@ -19,6 +19,8 @@ import torch
 
 from verl.protocol import DataProto
 from verl.utils.weight_checksum import weight_checksum
+from verl.workers.rollout.batch_rendezvous import BatchGroup, BatchRendezvous
+from verl.workers.rollout.batch_wire import pack_batch, unpack_batch
 from verl.workers.rollout.replica import HybridReplica
 
 __all__ = ["AsyncLoopThread", "HybridRollout", "rollout_dtype"]
@@ -99,6 +101,7 @@ class HybridRollout:
             kwargs["model"] = load_model(model_path, self.dtype, device, "sdpa")
         self.replica = HybridReplica.create(config, model_path, **kwargs)
         self.loop = AsyncLoopThread()
+        self.rendezvous = BatchRendezvous()
         self.asleep = False
 
     def run(self, coro: Coroutine, what: str) -> Any:
@@ -192,13 +195,21 @@ class HybridRollout:
         meta = {k: v for k, v in prompts.meta_info.items() if k != "metrics"}
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
 
-    async def serve_requests(self, requests: list[tuple[list[int], dict[str, Any], str]]) -> list[Any]:
+    async def serve_requests(self, requests: list[tuple[list[int], dict[str, Any], str]] | bytes,
+                             batch_group: BatchGroup | None = None) -> list[Any] | bytes:
         """Serve many token-level requests in one call: each entry's ``TokenOutput``, or the exception it raised.
 
         One hop onto the engine's loop for the whole list (instead of one per request) and every request reaches
-        the engine's admission queue at once, so they decode together as one batch.
+        the engine's admission queue at once, so they decode together as one batch; the calls of one
+        ``batch_group`` (one trainer batch split over agent-loop workers) are merged first
+        (:mod:`verl.workers.rollout.batch_rendezvous`). Requests packed with
+        :func:`~verl.workers.rollout.batch_wire.pack_batch` get their results packed the same way.
         """
+        packed = isinstance(requests, bytes)
+        outputs = await self.rendezvous.serve(batch_group, unpack_batch(requests), self._serve_now)
+        return pack_batch(outputs) if packed else outputs
 
+    async def _serve_now(self, requests: list[tuple[list[int], dict[str, Any], str]]) -> list[Any]:
         async def serve_all() -> list[Any]:
             calls = [self.replica.generate(list(ids), dict(params), rid) for ids, params, rid in requests]
             return list(await asyncio.gather(*calls, return_exceptions=True))
