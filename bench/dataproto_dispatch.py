@@ -105,7 +105,12 @@ def run_dispatch(data: Any, workers: int, repeats: int) -> dict:
 def run_queue(samples: list[Any], in_flight: int, get_chunk: int, put_batch: int, repeats: int) -> dict:
     import ray
 
-    from verl.experimental.fully_async_policy.message_queue import MessageQueue, by_reference, resolve_refs
+    from verl.experimental.fully_async_policy.message_queue import (
+        MessageQueue,
+        by_reference,
+        by_reference_many,
+        resolve_refs,
+    )
 
     queue = ray.remote(MessageQueue).options(num_cpus=0, max_concurrency=1000).remote(len(samples) + 1)
 
@@ -123,7 +128,7 @@ def run_queue(samples: list[Any], in_flight: int, get_chunk: int, put_batch: int
         start = time.perf_counter()
         pending: list[Any] = []
         for first in range(0, len(samples), put_batch):
-            refs = [by_reference(sample) for sample in samples[first:first + put_batch]]
+            refs = by_reference_many(samples[first:first + put_batch])  # as CoalescingQueueWriter does
             pending.append(queue.put_many.remote(refs, 60.0))
             if len(pending) >= max(1, in_flight // put_batch):
                 ray.get(pending.pop(0))

@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--response-length", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--workers", type=int, default=1, help="main_ppo worker processes (trainer.n_gpus_per_node)")
     parser.add_argument("--ray-worker-niceness", type=int, default=None,

@@ -25,6 +25,7 @@ __all__ = [
     "QueueClosedError",
     "SampleRef",
     "by_reference",
+    "by_reference_many",
     "resolve_refs",
 ]
 
@@ -39,10 +40,12 @@ class QueueClosedError(RuntimeError):
 @dataclass(frozen=True)
 class SampleRef:
     """A queued sample that lives in the Ray object store; ``ref`` is nested, so passing this to the queue actor
-    moves the reference, never the payload."""
+    moves the reference, never the payload. With ``position`` set, ``ref`` holds a list of samples put together
+    (:func:`by_reference_many`) and this sample is the entry at ``position``."""
 
     ref: Any  # ray.ObjectRef, owned by the producer
     index: int | None = None
+    position: int | None = None
 
 
 def by_reference(sample: Any, index: int | None = None) -> SampleRef:
@@ -52,8 +55,24 @@ def by_reference(sample: Any, index: int | None = None) -> SampleRef:
     return SampleRef(ray.put(sample), index)
 
 
+def by_reference_many(samples: list[Any], indices: list[int | None] | None = None) -> list[SampleRef]:
+    """One handle per sample, all sharing one object-store entry: a ``ray.put`` costs about a millisecond whatever
+    the size of a small sample, so samples queued together are put together. The entry lives until the last of its
+    handles is dropped."""
+    import ray
+
+    indices = list(indices) if indices is not None else [None] * len(samples)
+    if len(indices) != len(samples):
+        raise ValueError(f"by_reference_many: {len(samples)} samples but {len(indices)} indices")
+    if len(samples) == 1:
+        return [by_reference(samples[0], indices[0])]
+    ref = ray.put(list(samples))
+    return [SampleRef(ref, index, position) for position, index in enumerate(indices)]
+
+
 def resolve_refs(items: list[Any], timeout_s: float) -> list[Any]:
-    """``items`` with every :class:`SampleRef` replaced by its payload (one ``ray.get`` for all of them).
+    """``items`` with every :class:`SampleRef` replaced by its payload (one ``ray.get`` for all of them; an entry
+    shared by several handles is fetched once).
 
     Raises:
         TimeoutError: the payloads were not fetched within ``timeout_s`` (names how many).
@@ -64,35 +83,40 @@ def resolve_refs(items: list[Any], timeout_s: float) -> list[Any]:
     positions = [i for i, item in enumerate(items) if isinstance(item, SampleRef)]
     if not positions:
         return list(items)
+    refs = list({items[i].ref: None for i in positions})
     try:
-        payloads = ray.get([items[i].ref for i in positions], timeout=timeout_s)
+        fetched = dict(zip(refs, ray.get(refs, timeout=timeout_s), strict=True))
     except ray.exceptions.GetTimeoutError:
         raise TimeoutError(f"message queue: {len(positions)} queued sample payload(s) not fetched from the object "
                            f"store within {timeout_s:g}s") from None
     except ray.exceptions.ObjectLostError as exc:
         raise RuntimeError(f"message queue: a queued sample's payload is lost (did its producer die?): {exc}") from exc
     out = list(items)
-    for i, payload in zip(positions, payloads):
-        out[i] = payload
+    for i in positions:
+        payload = fetched[items[i].ref]
+        out[i] = payload if items[i].position is None else payload[items[i].position]
     return out
 
 
 class CoalescingQueueWriter:
     """The producer's side of a MessageQueue actor: puts made in the same turn of the caller's event loop travel in
-    one ``put_many`` call (a Ray actor call costs more than a small sample's bytes); each caller still waits for its
-    own item to be queued and sees the call's error."""
+    one ``put_many`` call (a Ray actor call costs more than a small sample's bytes) and, with ``by_reference``, are
+    put into the object store together (:func:`by_reference_many`); each caller still waits for its own item to be
+    queued and sees the call's error."""
 
-    def __init__(self, queue: Any, timeout_s: float) -> None:
+    def __init__(self, queue: Any, timeout_s: float, by_reference: bool = True) -> None:
         self.queue = queue
         self.timeout_s = float(timeout_s)
-        self._pending: list[tuple[Any, asyncio.Future]] = []
+        self.by_reference = bool(by_reference)
+        self._pending: list[tuple[Any, int | None, asyncio.Future]] = []
         self._sends: set[asyncio.Task] = set()
         self.call_sizes: collections.deque[int] = collections.deque(maxlen=1024)  # items per recent call
 
-    async def put(self, item: Any, what: str) -> None:
+    async def put(self, item: Any, what: str, index: int | None = None) -> None:
+        """Queue ``item`` (``index`` goes into its SampleRef); returns once it is in the queue."""
         loop = asyncio.get_running_loop()
         queued: asyncio.Future = loop.create_future()
-        self._pending.append((item, queued))
+        self._pending.append((item, index, queued))
         if len(self._pending) == 1:  # the first put of this turn schedules the send
             task = loop.create_task(self._send(what))
             self._sends.add(task)
@@ -107,16 +131,18 @@ class CoalescingQueueWriter:
         self.call_sizes.append(len(pending))
         label = what if len(pending) == 1 else f"{what} (with {len(pending) - 1} more)"
         try:
-            await await_ray(self.queue.put_many.remote([item for item, _ in pending], self.timeout_s),
-                            self.timeout_s + 30, label)
+            items = [item for item, _, _ in pending]
+            if self.by_reference:
+                items = by_reference_many(items, [index for _, index, _ in pending])
+            await await_ray(self.queue.put_many.remote(items, self.timeout_s), self.timeout_s + 30, label)
         except BaseException as exc:
-            for _, queued in pending:
+            for _, _, queued in pending:
                 if not queued.done():
                     queued.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        for _, queued in pending:
+        for _, _, queued in pending:
             if not queued.done():
                 queued.set_result(None)
 

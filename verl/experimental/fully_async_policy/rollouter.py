@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, CoalescingQueueWriter, by_reference
+from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, CoalescingQueueWriter
 from verl.experimental.fully_async_policy.rollout_pool import build_agent_worker
 from verl.experimental.fully_async_policy.sample import RolloutSample, SampleVersions
 from verl.experimental.fully_async_policy.server_manager import CURRENT_SAMPLE_VERSIONS
@@ -325,7 +325,7 @@ class Rollouter:
             sample = RolloutSample(batch=batch, index=index, uid=uid, start_version=min(starts),
                                    end_version=max(ends), num_aborts=sum(aborts), num_failed=self.n - len(rows),
                                    generate_s=time.perf_counter() - start)
-            await self.queue_writer.put(by_reference(sample, index), f"message queue put of rollout group {index}")
+            await self.queue_writer.put(sample, f"message queue put of rollout group {index}", index=index)
             self.stats["groups_enqueued"] += 1
             self.stats["samples_enqueued"] += len(rows)
         finally:
