@@ -12,16 +12,15 @@ Scenarios: "mixed" response lengths (log-uniform over a wide range) and "equal" 
 disabled everywhere so lengths are exactly those asked for. Each variant runs ``--repeats`` times in
 this process, interleaved, and the best time counts (the CI machine is shared and noisy).
 
-    python bench/rollout_throughput.py            # writes bench/results/rollout_throughput.json
+    python bench/rollout_throughput.py            # writes bench/results/rollout_throughput.{json,md}
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
-import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,7 +28,12 @@ from types import SimpleNamespace
 
 import torch
 
-RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import write_results  # noqa: E402
+
+NAME = "rollout_throughput"
+SEED = 0  # the workload's prompts and lengths
 
 
 def make_workload(num_requests: int, vocab_size: int, lengths: str, max_len: int, seed: int):
@@ -118,7 +122,8 @@ def main(argv=None) -> dict:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (0 = leave as is); 1 keeps a shared CPU quiet"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS / "rollout_throughput.json")
+    parser.add_argument("--out-dir", type=Path, default=None,
+                        help="where rollout_throughput.{json,md} go (default bench/results)")
     parser.add_argument(
         "--sweep-admit", type=str, default="", help="comma list of min_admit_chunk values to time on 'mixed' (extra)"
     )
@@ -149,7 +154,7 @@ def main(argv=None) -> dict:
 
     rows = []
     for scenario in ("mixed", "equal"):
-        prompts, lens = make_workload(args.num_requests, vocab, scenario, args.max_response_length, seed=0)
+        prompts, lens = make_workload(args.num_requests, vocab, scenario, args.max_response_length, seed=SEED)
         useful = sum(lens)
         sub = args.single_subset
         times = {"engine": [], "generate": [], "one_at_a_time": []}
@@ -178,7 +183,7 @@ def main(argv=None) -> dict:
         )
     sweep = {}
     if args.sweep_admit:
-        prompts, lens = make_workload(args.num_requests, vocab, "mixed", args.max_response_length, seed=0)
+        prompts, lens = make_workload(args.num_requests, vocab, "mixed", args.max_response_length, seed=SEED)
         for chunk in [int(c) for c in args.sweep_admit.split(",")]:
             best = min(
                 run_engine(model, prompts, lens, args.max_num_seqs, args.max_response_length, chunk)
@@ -187,28 +192,29 @@ def main(argv=None) -> dict:
             sweep[chunk] = round(sum(lens) / best, 1)
         print("engine tokens/s on 'mixed' by min_admit_chunk:", sweep)
     result = {
-        "benchmark": "rollout_throughput",
         "model": {"hidden_size": args.hidden_size, "num_layers": args.num_layers, "vocab_size": vocab},
         "max_num_seqs": args.max_num_seqs,
         "max_response_length": args.max_response_length,
         "one_at_a_time_subset": args.single_subset,
         "repeats": args.repeats,
         "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "machine": platform.machine(),
         "rows": rows,
     }
     if sweep:
         result["engine_tokens_per_s_by_min_admit_chunk"] = sweep
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(markdown_table(result))
+    table = markdown_table(result)
+    print(table)
+    paths = write_results(NAME, result, table, seed=SEED, out_dir=args.out_dir)
+    print(f"\nwrote {paths[0]} and {paths[1]}")
     return result
 
 
 def markdown_table(result: dict) -> str:
     lines = [
-        f"max_num_seqs={result['max_num_seqs']}, model hidden={result['model']['hidden_size']} "
+        f"{result['rows'][0]['num_requests']} requests per scenario, max_num_seqs={result['max_num_seqs']}, "
+        f"best of {result['repeats']} interleaved repeats; engine: the hf continuous-batching engine; generate: "
+        "model.generate in static batches of max_num_seqs; one-at-a-time: a subset of requests alone; "
+        f"model hidden={result['model']['hidden_size']} "
         f"layers={result['model']['num_layers']}, torch threads={result['torch_threads']}",
         "",
         "| scenario | response len min/mean/max | engine tok/s | generate tok/s | one-at-a-time tok/s "

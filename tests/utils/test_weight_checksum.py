@@ -41,3 +41,19 @@ def test_bad_inputs_are_named():
         weight_checksum([("x", torch.zeros(1)), ("x", torch.zeros(1))])
     with pytest.raises(ValueError, match="value for 'y' is list"):
         weight_checksum([("y", [1.0])])
+
+
+def test_chunked_parallel_hash_equals_serial_and_sees_every_chunk(monkeypatch):
+    import verl.utils.weight_checksum as checksum_module
+
+    monkeypatch.setattr(checksum_module, "CHUNK_BYTES", 256)  # a 4 KiB tensor spans 16 chunks
+    gen = torch.Generator().manual_seed(1)
+    w = {"big.weight": torch.randn(32, 32, generator=gen), "small.bias": torch.randn(3, generator=gen)}
+    monkeypatch.setattr(checksum_module, "_PARALLEL_MIN_BYTES", 0)
+    parallel = weight_checksum(w)
+    monkeypatch.setattr(checksum_module, "_PARALLEL_MIN_BYTES", 1 << 60)
+    assert weight_checksum(w) == parallel
+    for flat_index in (0, 63, 64, 1023):  # first chunk, chunk edges, last chunk
+        changed = {k: v.clone() for k, v in w.items()}
+        changed["big.weight"].view(-1)[flat_index] += 1.0
+        assert weight_checksum(changed) != parallel, flat_index
