@@ -118,3 +118,22 @@ def test_device_none_keeps_tensors_where_they_were_gathered():
     pairs = [("w", torch.empty(4, device="meta"))]
     assert next(iter(iter_weight_buckets(pairs, 64, device=None)))[0][1].device.type == "meta"
     assert next(iter(iter_weight_buckets([("w", torch.ones(4))], 64)))[0][1].device.type == "cpu"
+
+
+def test_out_of_band_bucket_ships_tensor_bytes_outside_the_pickle_and_unpickles_as_a_list():
+    import pickle
+
+    from verl.checkpoint_engine.buckets import OutOfBandBucket
+
+    bucket = [("a.weight", torch.randn(64, 64)), ("b.bias", torch.randn(64).to(torch.bfloat16)),
+              ("c.weight", torch.randn(8, 16).t())]  # bfloat16 and a non-contiguous view
+    buffers: list[pickle.PickleBuffer] = []
+    payload = pickle.dumps(OutOfBandBucket(bucket), protocol=5, buffer_callback=buffers.append)
+    assert len(payload) < 4096  # names, dtypes and shapes only: the 16 KiB of weights went out of band
+    assert sum(memoryview(b).nbytes for b in buffers) == sum(t.numel() * t.element_size() for _, t in bucket)
+    # Ray's store hands out read-only buffers: the loaded tensors must still be writable copies.
+    loaded = pickle.loads(payload, buffers=[memoryview(b).toreadonly() for b in buffers])
+    assert isinstance(loaded, list) and [name for name, _ in loaded] == [name for name, _ in bucket]
+    for (_, sent), (_, got) in zip(bucket, loaded, strict=True):
+        assert got.dtype == sent.dtype and torch.equal(got, sent)
+        got.add_(1)  # writable

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from verl.checkpoint_engine.lora import LORA_PARAM_MARKERS, is_lora_layer, lora_delta
+from verl.utils.tensor_serialization import decode_tensor, encode_tensor
 
 __all__ = [
     "normalize_weight_name",
@@ -25,6 +26,7 @@ __all__ = [
     "iter_weight_buckets",
     "bucket_nbytes",
     "megabytes_to_bytes",
+    "OutOfBandBucket",
 ]
 
 _WRAPPER_COMPONENTS = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod", "base_layer")
@@ -142,3 +144,23 @@ def iter_weight_buckets(
         size += nbytes
     if bucket:
         yield bucket
+
+
+class OutOfBandBucket:
+    """A bucket that pickles its tensors as out-of-band byte buffers and unpickles as a plain ``(name, tensor)`` list.
+
+    Why: torch pickles a tensor's bytes in-band, so ``ray.put`` of a bucket copies them into the pickle and the
+    receiver copies them out again (about 4x slower than the object store's own transfer for a 64 MiB bucket on
+    CPU). Wrapped, the bytes are written straight into the object store and the receiver copies each tensor once
+    (:mod:`verl.utils.tensor_serialization`). The receiver needs nothing of this class: it gets a list.
+    """
+
+    def __init__(self, named_tensors: Iterable[tuple[str, torch.Tensor]]):
+        self.named_tensors = list(named_tensors)
+
+    def __reduce__(self) -> tuple:
+        return _decode_bucket, ([(name, encode_tensor(tensor)) for name, tensor in self.named_tensors],)
+
+
+def _decode_bucket(encoded: list[tuple[str, tuple]]) -> list[tuple[str, torch.Tensor]]:
+    return [(name, decode_tensor(state)) for name, state in encoded]

@@ -1,9 +1,10 @@
 """``ray``: trainer rank 0 puts each bucket in the Ray object store once; every replica actor fetches and loads it.
 
-One ``ray.put`` per bucket, whatever the number of replicas; the replica actors receive the object reference as
-a top-level argument of their ``update_weights`` method, so Ray hands them the tensors directly (the driver never
-touches the bytes). At most ``max_inflight_buckets`` buckets are outstanding, which bounds the object-store
-memory a weight update needs.
+One ``ray.put`` per bucket, whatever the number of replicas, with the tensor bytes out of band
+(``OutOfBandBucket``: written straight into the object store, not through torch's in-band pickle). The replica
+actors receive the object reference as a top-level argument of their ``update_weights`` method, so Ray hands them
+the tensors directly (the driver never touches the bytes). At most ``max_inflight_buckets`` buckets are
+outstanding, which bounds the object-store memory a weight update needs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from verl.checkpoint_engine.base import (
     describe_error,
     register_checkpoint_engine,
 )
+from verl.checkpoint_engine.buckets import OutOfBandBucket
 
 __all__ = ["RayCheckpointEngine", "replica_actor"]
 
@@ -90,7 +92,7 @@ class RayCheckpointEngine(CheckpointEngine):
             sent.add(bucket)
             while len(inflight) >= max_inflight:
                 settle_oldest()
-            ref = ray.put(bucket)
+            ref = ray.put(OutOfBandBucket(bucket))
             inflight.append([(name, actor.update_weights.remote(ref, request.version))
                              for name, actor in targets.items() if name not in errors])
             del ref
