@@ -1,6 +1,6 @@
 .PHONY: bench bench-gpu
 
-# The CPU benchmark set (tables + JSON under bench/results/); about 15 minutes on 2 busy cores.
+# The CPU benchmark set (tables + JSON under bench/results/); 10-15 minutes on 2 cores.
 bench:
 	python -m bench
 
