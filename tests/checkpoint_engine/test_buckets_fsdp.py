@@ -27,7 +27,13 @@ def _worker(rank: int, world_size: int, model_dir: str, init_file: str, out_dir:
         fully_shard(model, mesh=mesh)
         sharded = type(model.model.layers[0].mlp.up_proj.weight).__name__
         buckets = list(iter_weight_buckets(model, 8192))
-        torch.save({"sharded": sharded, "buckets": buckets}, os.path.join(out_dir, f"rank{rank}.pt"))
+        # Groups are unsharded one at a time and resharded at the end: training goes on from sharded parameters.
+        resharded = all(type(p).__name__ == "DTensor" for p in model.parameters())
+        ids = torch.arange(1, 9).unsqueeze(0)
+        model(input_ids=ids, labels=ids).loss.backward()
+        stepped = all(p.grad is not None for p in model.parameters())
+        torch.save({"sharded": sharded, "buckets": buckets, "resharded": resharded, "stepped": stepped},
+                   os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
@@ -42,6 +48,7 @@ def test_fsdp2_sharded_model_streams_full_tensors(tiny_model_dir, tiny_lm, tmp_p
     for rank in range(2):
         result = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
         assert result["sharded"] == "DTensor"  # the test really ran on shards
+        assert result["resharded"] and result["stepped"], rank
         got = result["buckets"]
         assert [[n for n, _ in b] for b in got] == [[n for n, _ in b] for b in expected]
         for bucket_got, bucket_ref in zip(got, expected):

@@ -5,8 +5,11 @@ so full tensors are gathered one at a time and shipped in groups of at most ``bu
 larger than the limit travels alone. Why plain names: the rollout engine loads by Hugging Face parameter name and
 knows nothing of FSDP, ``torch.compile``, activation-checkpoint or peft wrappers.
 
-Sharded (DTensor) parameters are gathered with ``full_tensor()``, a collective: every trainer rank must run the
-same iterator to the end, in the same order, even the ranks that send nothing.
+Sharded (DTensor) parameters are gathered with collectives: every trainer rank must run the same iterator to the
+end, in the same order, even the ranks that send nothing. Under FSDP2 a whole parameter group (one
+``fully_shard``-ed module) is gathered with one ``unshard()``, one all-gather for all its tensors instead of one
+``full_tensor()`` each (25 ms -> 5 ms for the tiny model on two gloo ranks); at most the current group and the root
+group are unsharded at a time, and every group is resharded before the iterator ends.
 """
 
 from __future__ import annotations
@@ -64,6 +67,57 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
     return full_tensor() if callable(full_tensor) else tensor
 
 
+def _fsdp_groups(module: nn.Module) -> dict[str, nn.Module]:
+    """FSDP2 modules by path ("" for the root); empty without FSDP2 or when nothing is sharded with it."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch without FSDP2
+        return {}
+    return {path: sub for path, sub in module.named_modules() if isinstance(sub, FSDPModule)}
+
+
+class _GroupGatherer:
+    """Full tensors of FSDP2-sharded parameters, gathered a parameter group at a time with ``unshard()``."""
+
+    def __init__(self, module: nn.Module, groups: dict[str, nn.Module]):
+        self.module = module
+        self.groups = groups
+        self.by_depth = sorted(groups, key=lambda path: path.count(".") + bool(path), reverse=True)
+        self.current: str | None = None
+        self.unsharded: set[str] = set()
+
+    def _owner(self, key: str) -> str:
+        for path in self.by_depth:  # the deepest group whose module holds the key
+            if path == "" or key.startswith(path + "."):
+                return path
+        raise KeyError(key)
+
+    def full(self, key: str) -> torch.Tensor:
+        """The gathered tensor of state-dict entry ``key``, as a copy that outlives the group's reshard."""
+        owner = self._owner(key)
+        if owner != self.current:
+            if self.current not in (None, ""):  # keep the root's group: its entries come first and last
+                self._reshard(self.current)
+            self.current = owner
+        if owner not in self.unsharded:
+            self.groups[owner].unshard()
+            self.unsharded.add(owner)
+        holder, _, attr = key.rpartition(".")
+        value = getattr(self.module.get_submodule(holder) if holder else self.module, attr)
+        if callable(getattr(value, "full_tensor", None)):  # not managed by this group (e.g. a sharded buffer)
+            return value.full_tensor()
+        return value.detach().clone()  # the group's reshard frees the unsharded storage
+
+    def _reshard(self, path: str) -> None:
+        if path in self.unsharded:
+            self.groups[path].reshard()
+            self.unsharded.discard(path)
+
+    def close(self) -> None:
+        for path in list(self.unsharded):
+            self._reshard(path)
+
+
 @torch.no_grad()
 def iter_named_weights(
     module: nn.Module, dtype: torch.dtype | None = None, device: str | torch.device | None = "cpu"
@@ -79,6 +133,22 @@ def iter_named_weights(
         ValueError: two keys normalise to the same name (both named).
     """
     state = module.state_dict(keep_vars=True)
+    groups = _fsdp_groups(module)
+    gatherer = _GroupGatherer(module, groups) if groups else None
+    try:
+        yield from _walk_state(module, state, gatherer, dtype, device)
+    finally:
+        if gatherer is not None:
+            gatherer.close()
+
+
+def _walk_state(
+    module: nn.Module,
+    state: dict[str, torch.Tensor],
+    gatherer: _GroupGatherer | None,
+    dtype: torch.dtype | None,
+    device: str | torch.device | None,
+) -> Iterator[tuple[str, torch.Tensor]]:
     seen_names: dict[str, str] = {}
     seen_tensors: set[int] = set()
     for key, value in state.items():
@@ -94,7 +164,8 @@ def iter_named_weights(
         if id(value) in seen_tensors:
             continue
         seen_tensors.add(id(value))
-        tensor = _full(value).detach()
+        sharded = callable(getattr(value, "full_tensor", None))
+        tensor = (gatherer.full(key) if gatherer is not None and sharded else _full(value)).detach()
         if "base_layer" in parts and parts[-1] == "weight":
             layer_path = ".".join(parts[: parts.index("base_layer")])
             layer = module.get_submodule(layer_path)
