@@ -144,7 +144,7 @@ def bench_model(label: str, path: Path, args: argparse.Namespace) -> list[dict[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--replicas", type=int, default=1, help="standalone replicas for ray / collective")
     parser.add_argument("--bucket-mb", type=float, default=64.0, help="update_weights_bucket_megabytes")
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
@@ -183,7 +183,7 @@ def main() -> None:
         f"after 1 warm-up; bucket {args.bucket_mb:g} MiB; {args.replicas} standalone replica(s) for ray/collective; "
         f"float32 on CPU (torch {torch.__version__}).\n\n"
         + markdown_table(headers, table_rows)
-        + "\n\nEvery update includes bucketing, per-bucket blake2b checksums on trainer and replica, and the "
+        + "\n\nEvery update includes bucketing, per-bucket checksums on trainer and replica, and the "
         "check. Run: `python bench/weight_sync.py` (add `--skip-100m` for the tiny model only).\n"
     )
     payload = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "rows": rows,

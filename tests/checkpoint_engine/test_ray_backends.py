@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import torch
 from _ckpt_helpers import TrainerActor, reference_greedy, rollout_config
 
 from verl.checkpoint_engine import (
@@ -118,3 +119,16 @@ def test_dtype_mismatch_and_a_dead_replica_are_named(actors):
     collective = CheckpointEngineManager("collective", trainer, pair, bucket_megabytes=BUCKET_MB, timeout_s=10)
     with pytest.raises(RuntimeError, match=r"cannot start receiving on replica 'half'"):
         collective.update_weights(11)
+
+
+def test_scratch_buffer_reuses_its_memory_and_grows_to_the_largest_bucket():
+    from verl.checkpoint_engine.collective import ScratchBuffer
+
+    scratch = ScratchBuffer("cpu")
+    first = scratch.take(1024)
+    assert first.numel() == 1024 and first.dtype == torch.uint8
+    smaller = scratch.take(100)
+    assert smaller.numel() == 100 and smaller.data_ptr() == first.data_ptr()  # no new memory per bucket
+    larger = scratch.take(4096)
+    assert larger.numel() == 4096
+    assert scratch.take(2048).data_ptr() == larger.data_ptr()

@@ -222,8 +222,10 @@ class OutOfBandBucket:
 
     Why: torch pickles a tensor's bytes in-band, so ``ray.put`` of a bucket copies them into the pickle and the
     receiver copies them out again (about 4x slower than the object store's own transfer for a 64 MiB bucket on
-    CPU). Wrapped, the bytes are written straight into the object store and the receiver copies each tensor once
-    (:mod:`verl.utils.tensor_serialization`). The receiver needs nothing of this class: it gets a list.
+    CPU). Wrapped, the bytes are written straight into the object store, and the receiver's tensors are read-only
+    views of it: the engine's load is the only copy on that side (:mod:`verl.utils.tensor_serialization`; 100M
+    float32 parameters: about 0.3 s less per update than decoding into private copies). Engines copy a bucket into
+    their own parameters and must not write into it. The receiver needs nothing of this class: it gets a list.
     """
 
     def __init__(self, named_tensors: Iterable[tuple[str, torch.Tensor]]):
@@ -234,4 +236,4 @@ class OutOfBandBucket:
 
 
 def _decode_bucket(encoded: list[tuple[str, tuple]]) -> list[tuple[str, torch.Tensor]]:
-    return [(name, decode_tensor(state)) for name, state in encoded]
+    return [(name, decode_tensor(state, copy_readonly=False)) for name, state in encoded]

@@ -4,11 +4,13 @@ The group lives outside any ``init_process_group`` world (the replicas are not t
 ``TCPStore`` on a free port, and each member builds a ``ProcessGroupGloo`` (CPU, ``device="cpu"``, default) or
 ``ProcessGroupNCCL`` (``device="cuda"``) on a per-update prefix of it. Rank 0 is the trainer; replica ``i`` is
 rank ``i + 1``. Per bucket: a length header, the pickled layout (names, dtypes, shapes, offsets), then one flat
-byte buffer; a zero header ends the version.
+byte buffer (a ``ScratchBuffer`` reused for every bucket of the version, on both sides); a zero header ends the
+version.
 
 On the replica side the receive loop runs inside the replica's Ray actor (via the actor's ``__ray_call__``, on a
 thread, so the engine's event loop keeps serving), and loads each bucket through the actor's own public
-``update_weights`` method, so any engine behind the rollout contract works unchanged.
+``update_weights`` method, so any engine behind the rollout contract works unchanged. That call hands the
+bucket over as an ``OutOfBandBucket``: one copy into the object store, read in place by the load.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from verl.checkpoint_engine.base import (
     describe_error,
     register_checkpoint_engine,
 )
+from verl.checkpoint_engine.buckets import OutOfBandBucket
 from verl.checkpoint_engine.ray_backend import replica_actor
 
-__all__ = ["CollectiveCheckpointEngine", "make_broadcast_group", "broadcast_bucket", "receive_bucket"]
+__all__ = ["CollectiveCheckpointEngine", "make_broadcast_group", "broadcast_bucket", "receive_bucket", "ScratchBuffer"]
 
 _ALIGN = 64  # every tensor starts on a 64-byte boundary of the flat buffer, so dtype views are always legal
 _DEVICES = ("cpu", "cuda")
@@ -73,8 +76,27 @@ def _pad(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def broadcast_bucket(group: Any, bucket: list[tuple[str, torch.Tensor]] | None, device: str) -> None:
-    """Rank 0: send one bucket (or, with ``None``, the end-of-version marker)."""
+class ScratchBuffer:
+    """One flat byte buffer reused for every bucket of a version.
+
+    Why: a fresh 64 MiB buffer per bucket is fresh memory from the OS, and touching it page by page costs about
+    as much as the broadcast itself on CPU. The buffer only grows, to the largest bucket seen.
+    """
+
+    def __init__(self, device: str):
+        self.device = device
+        self.tensor = torch.empty(0, dtype=torch.uint8, device=device)
+
+    def take(self, nbytes: int) -> torch.Tensor:
+        """The first ``nbytes`` of the buffer (its previous contents are overwritten by the caller)."""
+        if self.tensor.numel() < nbytes:
+            self.tensor = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        return self.tensor[:nbytes]
+
+
+def broadcast_bucket(group: Any, bucket: list[tuple[str, torch.Tensor]] | None, device: str,
+                     scratch: ScratchBuffer | None = None) -> None:
+    """Rank 0: send one bucket (or, with ``None``, the end-of-version marker), packed in ``scratch`` if given."""
     if bucket is None:
         _broadcast(group, torch.zeros(1, dtype=torch.int64, device=device))
         return
@@ -83,7 +105,7 @@ def broadcast_bucket(group: Any, bucket: list[tuple[str, torch.Tensor]] | None, 
         nbytes = tensor.numel() * tensor.element_size()
         layout.append((name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), offset, nbytes))
         offset = _pad(offset + nbytes)
-    flat = torch.empty(max(offset, 1), dtype=torch.uint8, device=device)
+    flat = (scratch or ScratchBuffer(device)).take(max(offset, 1))
     for (_, tensor), (_, _, _, start, nbytes) in zip(bucket, layout):
         flat[start:start + nbytes].copy_(tensor.contiguous().reshape(-1).view(torch.uint8))
     meta = torch.frombuffer(bytearray(pickle.dumps((layout, flat.numel()))), dtype=torch.uint8).to(device)
@@ -92,8 +114,12 @@ def broadcast_bucket(group: Any, bucket: list[tuple[str, torch.Tensor]] | None, 
     _broadcast(group, flat)
 
 
-def receive_bucket(group: Any, device: str) -> list[tuple[str, torch.Tensor]] | None:
-    """Ranks > 0: receive one bucket as CPU tensors, or None at the end of the version."""
+def receive_bucket(group: Any, device: str,
+                   scratch: ScratchBuffer | None = None) -> list[tuple[str, torch.Tensor]] | None:
+    """Ranks > 0: receive one bucket as CPU tensors, or None at the end of the version.
+
+    The tensors are views of one flat buffer (``scratch`` if given: they are valid until the next call with it).
+    """
     header = torch.zeros(1, dtype=torch.int64, device=device)
     _broadcast(group, header)
     length = int(header.item())
@@ -102,11 +128,11 @@ def receive_bucket(group: Any, device: str) -> list[tuple[str, torch.Tensor]] | 
     meta = torch.empty(length, dtype=torch.uint8, device=device)
     _broadcast(group, meta)
     layout, total = pickle.loads(meta.cpu().numpy().tobytes())
-    flat = torch.empty(total, dtype=torch.uint8, device=device)
+    flat = (scratch or ScratchBuffer(device)).take(total)
     _broadcast(group, flat)
     flat = flat.cpu()
     return [
-        (name, flat[start:start + nbytes].view(getattr(torch, dtype)).reshape(shape).clone())
+        (name, flat[start:start + nbytes].view(getattr(torch, dtype)).reshape(shape))
         for name, dtype, shape, start, nbytes in layout
     ]
 
@@ -128,15 +154,18 @@ def _receive_loop(handle: Any, spec: dict[str, Any], rank: int, version: int) ->
         except Exception as exc:  # noqa: BLE001 - keep receiving so the trainer's broadcasts complete
             error = describe_error(exc)
 
+    scratch = ScratchBuffer(spec["device"])
     while True:
-        bucket = receive_bucket(group, spec["device"])
+        bucket = receive_bucket(group, spec["device"], scratch)
         if bucket is None:
             break
         if error is not None:
             continue
         while len(pending) >= 2:
             settle_oldest()
-        pending.append(handle.update_weights.remote(bucket, version))
+        # ``.remote`` serializes its arguments before it returns (a bucket goes to the object store out of band),
+        # so the scratch buffer is free for the next bucket as soon as the call is submitted.
+        pending.append(handle.update_weights.remote(OutOfBandBucket(bucket), version))
     while pending:
         settle_oldest()
     del group
@@ -271,9 +300,10 @@ class CollectiveCheckpointEngine(CheckpointEngine):
         device = spec["device"]
         group = make_broadcast_group(spec, 0)
         sent = BucketLog()
+        scratch = ScratchBuffer(device)
         for bucket in request.buckets(module):
             sent.add(bucket)
-            broadcast_bucket(group, bucket, device)
+            broadcast_bucket(group, bucket, device, scratch)
         broadcast_bucket(group, None, device)
         del group
         return {"rank": rank, "checksum": sent.checksum, "num_buckets": len(sent.checksums), "bytes": sent.nbytes}

@@ -9,12 +9,14 @@ puts tensors on that fast path.
 
 Copies: encoding copies nothing for a contiguous CPU tensor (non-contiguous tensors are made contiguous, CUDA
 tensors are moved to host first). Decoding wraps a writable buffer without a copy and copies a read-only buffer
-(what Ray's object store hands out) exactly once, so every decoded tensor is writable and owns safe memory.
+(what Ray's object store hands out) exactly once, so every decoded tensor is writable and owns safe memory;
+``copy_readonly=False`` skips that copy for receivers that only read (weight buckets).
 Decoded tensors always live on CPU; callers move them with ``.to(device)``.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -53,8 +55,13 @@ def encode_tensor(tensor: Any) -> tuple:
     return (_RAW, str(t.dtype).removeprefix("torch."), tuple(t.shape), raw.numpy())
 
 
-def decode_tensor(state: tuple) -> Any:
-    """Inverse of :func:`encode_tensor`; at most one copy (only when the buffer is read-only)."""
+def decode_tensor(state: tuple, *, copy_readonly: bool = True) -> Any:
+    """Inverse of :func:`encode_tensor`; at most one copy (only when the buffer is read-only).
+
+    ``copy_readonly=False`` wraps a read-only buffer without copying: for receivers that only read the tensor
+    (a weight bucket is copied into the engine's own parameters), where the copy would be pure overhead. Such
+    a tensor must not be written to: its memory belongs to the sender's buffer (Ray's object store).
+    """
     kind = state[0]
     if kind == _OBJ:
         return state[1]
@@ -64,7 +71,12 @@ def decode_tensor(state: tuple) -> Any:
     dtype = getattr(torch, dtype_name, None)
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"encoded tensor names unknown torch dtype {dtype_name!r}")
-    flat = torch.from_numpy(ensure_writable(array))
+    if copy_readonly or array.flags.writeable:
+        flat = torch.from_numpy(ensure_writable(array))
+    else:
+        with warnings.catch_warnings():  # torch warns that it cannot mark the tensor read-only; the caller knows
+            warnings.simplefilter("ignore", UserWarning)
+            flat = torch.from_numpy(array)
     if dtype != torch.uint8:
         flat = flat.view(dtype)
     return flat.view(shape)

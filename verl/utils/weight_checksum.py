@@ -8,9 +8,11 @@ The digest covers each tensor's name, dtype, shape and raw bytes, in name order,
 depend on iteration order, device or memory layout. Engines that keep weights in a different dtype
 than the trainer must both hash in that dtype: pass ``dtype=`` on the side that converts.
 
-Hashing is most of a weight sync's cost on the host (blake2b runs at under 1 GB/s per core), so the
-bytes are hashed in place, in fixed-size chunks, on a thread pool (hashlib releases the GIL); the
-result is a blake2b over the headers and the chunk digests, the same on every machine.
+Hashing is most of a weight sync's cost on the host, so the bytes are hashed in place, in fixed-size
+chunks, on a thread pool, with XXH3-128 (xxhash, ~10 GB/s per core against under 1 GB/s for blake2b).
+The checksum guards against wrong or partial loads, not against an adversary, which is what a fast
+non-cryptographic 128-bit hash is for. The result is a blake2b over the headers and the chunk
+digests, the same on every machine.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+import xxhash
 
 __all__ = ["weight_checksum", "tensor_bytes"]
 
@@ -41,7 +44,7 @@ def _byte_view(tensor: torch.Tensor) -> memoryview:
 
 
 def _chunk_digest(chunk: memoryview) -> bytes:
-    return hashlib.blake2b(chunk, digest_size=16).digest()
+    return xxhash.xxh3_128_digest(chunk)
 
 
 def weight_checksum(
