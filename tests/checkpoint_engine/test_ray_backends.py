@@ -132,3 +132,63 @@ def test_scratch_buffer_reuses_its_memory_and_grows_to_the_largest_bucket():
     larger = scratch.take(4096)
     assert larger.numel() == 4096
     assert scratch.take(2048).data_ptr() == larger.data_ptr()
+
+
+def _live_groups(replicas):
+    import ray
+
+    def names(actor_self):
+        return sorted(actor_self.__dict__.get("_verl_checkpoint_engine_groups", {}))
+
+    return {name: ray.get(r.actor.__ray_call__.remote(names), timeout=60) for name, r in replicas.items()}
+
+
+def test_collective_keeps_its_group_across_healthy_versions_and_rebuilds_it_after_a_failure(actors):
+    import ray
+
+    trainer, all_replicas = actors
+    healthy = {name: all_replicas[name] for name in ("alpha", "beta")}
+    manager = CheckpointEngineManager("collective", trainer, healthy, bucket_megabytes=BUCKET_MB, timeout_s=60)
+    manager.update_weights(20)
+    first = _live_groups(healthy)
+    assert len(first["alpha"]) == 1 and first["alpha"] == first["beta"]
+    ray.get(trainer.perturb.remote(21))
+    result = manager.update_weights(21)  # the same group carries the next version, and it still checks out
+    assert result["replicas"] == {name: {"version": 21, "checksum": result["checksum"]} for name in healthy}
+    assert _live_groups(healthy) == first
+
+    mixed = {name: all_replicas[name] for name in ("alpha", "odd")}
+    failing = CheckpointEngineManager("collective", trainer, mixed, bucket_megabytes=BUCKET_MB, timeout_s=60)
+    groups = []
+    for version in (22, 23):
+        with pytest.raises(WeightSyncError, match="replica 'odd' failed"):
+            failing.update_weights(version)
+        groups.append(_live_groups(mixed)["alpha"])
+    assert groups[0] != groups[1] and groups[0] != first["alpha"]  # a failed version's group is never reused
+
+
+def test_a_group_that_is_not_live_in_this_process_is_named():
+    from verl.checkpoint_engine.collective import joined_group
+
+    with pytest.raises(RuntimeError, match=r"broadcast group 'verl_ckpt/x' is not live in this process"):
+        joined_group({}, {"group": "verl_ckpt/x", "fresh": False}, 1)
+
+
+def test_a_local_handoff_passes_the_tensors_themselves_once_and_only_within_its_process():
+    import pickle
+
+    from verl.checkpoint_engine.collective import LocalHandoff
+
+    bucket = [("w", torch.randn(256, 256)), ("b", torch.arange(4))]
+    handoff = LocalHandoff(bucket)
+    payload = pickle.dumps(handoff)
+    assert len(payload) < 512  # a key, not 256 KiB of weights
+    received = pickle.loads(payload)
+    assert [name for name, _ in received] == ["w", "b"]
+    assert all(got is sent for (_, got), (_, sent) in zip(received, bucket, strict=True))  # no copy at all
+    with pytest.raises(RuntimeError, match="already taken"):
+        pickle.loads(payload)
+    take, (key, pid) = LocalHandoff(bucket).__reduce__()
+    with pytest.raises(RuntimeError, match=f"made by process {pid + 1} was unpickled in process {pid}"):
+        take(key, pid + 1)  # as if another process had made it
+    assert take(key, pid)[0][1] is bucket[0][1]

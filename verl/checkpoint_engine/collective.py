@@ -2,15 +2,18 @@
 
 The group lives outside any ``init_process_group`` world (the replicas are not trainer ranks): the driver hosts a
 ``TCPStore`` on a free port, and each member builds a ``ProcessGroupGloo`` (CPU, ``device="cpu"``, default) or
-``ProcessGroupNCCL`` (``device="cuda"``) on a per-update prefix of it. Rank 0 is the trainer; replica ``i`` is
+``ProcessGroupNCCL`` (``device="cuda"``) on a per-group prefix of it. Rank 0 is the trainer; replica ``i`` is
 rank ``i + 1``. Per bucket: a length header, the pickled layout (names, dtypes, shapes, offsets), then one flat
-byte buffer (a ``ScratchBuffer`` reused for every bucket of the version, on both sides); a zero header ends the
-version.
+byte buffer (``ScratchBuffer``s reused for every bucket of the version: one on the sender, a ring of three on the
+receiver, where two buckets may still be loading); a zero header ends the version.
 
 On the replica side the receive loop runs inside the replica's Ray actor (via the actor's ``__ray_call__``, on a
 thread, so the engine's event loop keeps serving), and loads each bucket through the actor's own public
 ``update_weights`` method, so any engine behind the rollout contract works unchanged. That call hands the
-bucket over as an ``OutOfBandBucket``: one copy into the object store, read in place by the load.
+bucket over as a ``LocalHandoff`` (the same process: the tensors themselves, no pickling of their bytes).
+
+The group is kept from one version to the next while its members are the same actors and every update
+succeeded (building one is a TCP rendezvous of every member); any failure makes the next version build a new one.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import datetime
+import itertools
+import os
 import pickle
 import threading
 import time
@@ -36,10 +41,17 @@ from verl.checkpoint_engine.base import (
     describe_error,
     register_checkpoint_engine,
 )
-from verl.checkpoint_engine.buckets import OutOfBandBucket
 from verl.checkpoint_engine.ray_backend import replica_actor
 
-__all__ = ["CollectiveCheckpointEngine", "make_broadcast_group", "broadcast_bucket", "receive_bucket", "ScratchBuffer"]
+__all__ = [
+    "CollectiveCheckpointEngine",
+    "make_broadcast_group",
+    "joined_group",
+    "broadcast_bucket",
+    "receive_bucket",
+    "ScratchBuffer",
+    "LocalHandoff",
+]
 
 _ALIGN = 64  # every tensor starts on a 64-byte boundary of the flat buffer, so dtype views are always legal
 _DEVICES = ("cpu", "cuda")
@@ -64,6 +76,25 @@ def make_broadcast_group(spec: dict[str, Any], rank: int) -> Any:
         return group(store, rank, size, options)
     except (AttributeError, TypeError):  # a torch without the options overload: default device
         return group(store, rank, size, timeout)
+
+
+def joined_group(cache: dict[str, Any], spec: dict[str, Any], rank: int) -> Any:
+    """The group named by ``spec`` from ``cache``, joined on first use; older groups in the cache are dropped.
+
+    Why: building a gloo group is a TCP rendezvous of every member (~35 ms on CPU), a fixed cost per version
+    that dominates small models. The driver keeps a group's name while its members and every update stay healthy,
+    and names a new group after any failure, so a group left mid-stream by an error is never reused.
+    """
+    group = cache.get(spec["group"])
+    if group is None:
+        if not spec.get("fresh", True):
+            raise RuntimeError(
+                f"broadcast group {spec['group']!r} is not live in this process (it restarted since the last "
+                "update?); the next update builds a new group"
+            )
+        cache.clear()  # at most one live group per process and cache: a new name means the old one is done
+        group = cache[spec["group"]] = make_broadcast_group(spec, rank)
+    return group
 
 
 def _broadcast(group: Any, tensor: torch.Tensor) -> None:
@@ -137,9 +168,10 @@ def receive_bucket(group: Any, device: str,
     ]
 
 
-def _receive_loop(handle: Any, spec: dict[str, Any], rank: int, version: int) -> dict[str, Any]:
+def _receive_loop(handle: Any, groups: dict[str, Any], spec: dict[str, Any], rank: int,
+                  version: int) -> dict[str, Any]:
     """Receive every bucket of one version and load each through the replica actor's own ``update_weights``."""
-    group = make_broadcast_group(spec, rank)
+    group = joined_group(groups, spec, rank)
     log, error = BucketLog(), None
     pending: deque[Any] = deque()
     timeout_s = float(spec["timeout_s"])
@@ -147,32 +179,67 @@ def _receive_loop(handle: Any, spec: dict[str, Any], rank: int, version: int) ->
     def settle_oldest() -> None:
         nonlocal error
         ref = pending.popleft()
-        if error is not None:
-            return
-        try:
-            log.checksums.append(str(ref.future().result(timeout=timeout_s)["checksum"]))
+        try:  # waited for even after an error: the load reads a scratch buffer the next bucket will overwrite
+            checksum = str(ref.future().result(timeout=timeout_s)["checksum"])
         except Exception as exc:  # noqa: BLE001 - keep receiving so the trainer's broadcasts complete
-            error = describe_error(exc)
+            error = error or describe_error(exc)
+        else:
+            log.checksums.append(checksum)
 
-    scratch = ScratchBuffer(spec["device"])
-    while True:
-        bucket = receive_bucket(group, spec["device"], scratch)
+    # A load reads its bucket in place, so a scratch buffer is busy until that load settled: with at most
+    # _MAX_PENDING_LOADS loads outstanding, one more buffer is always free for the next receive.
+    scratches = [ScratchBuffer(spec["device"]) for _ in range(_MAX_PENDING_LOADS + 1)]
+    for index in itertools.count():
+        bucket = receive_bucket(group, spec["device"], scratches[index % len(scratches)])
         if bucket is None:
             break
         if error is not None:
             continue
-        while len(pending) >= 2:
+        while len(pending) >= _MAX_PENDING_LOADS:
             settle_oldest()
-        # ``.remote`` serializes its arguments before it returns (a bucket goes to the object store out of band),
-        # so the scratch buffer is free for the next bucket as soon as the call is submitted.
-        pending.append(handle.update_weights.remote(OutOfBandBucket(bucket), version))
+        pending.append(handle.update_weights.remote(LocalHandoff(bucket), version))
     while pending:
         settle_oldest()
-    del group
     return {"error": error} if error is not None else {"version": version, "checksum": log.checksum}
 
 
+class LocalHandoff:
+    """A bucket passed to a Ray call on an actor in this same process, without copying its tensors.
+
+    Why: the receive loop loads each bucket through its own actor's ``update_weights`` (a Ray call, so the
+    engine's event loop runs it). Pickled as tensors, a bucket would be copied into the object store and back
+    (40-120 ms per 64 MiB on CPU); this pickles as a key into a process-local table, and the call receives the
+    very same list. Unpickling anywhere but the process that made it is an error.
+    """
+
+    _table: dict[str, list[tuple[str, torch.Tensor]]] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, named_tensors: list[tuple[str, torch.Tensor]]):
+        self.key = uuid.uuid4().hex
+        with self._lock:
+            self._table[self.key] = list(named_tensors)
+
+    def __reduce__(self) -> tuple:
+        # The entry leaves the table when the call unpickles it (this wrapper is gone by then); a call that never
+        # runs can only be one whose actor, and so this process and table, is gone.
+        return _take_local_handoff, (self.key, os.getpid())
+
+
+def _take_local_handoff(key: str, pid: int) -> list[tuple[str, torch.Tensor]]:
+    if pid != os.getpid():
+        raise RuntimeError(f"a LocalHandoff made by process {pid} was unpickled in process {os.getpid()}")
+    with LocalHandoff._lock:
+        bucket = LocalHandoff._table.pop(key, None)
+    if bucket is None:
+        raise RuntimeError(f"LocalHandoff {key} was already taken or released")
+    return bucket
+
+
+_MAX_PENDING_LOADS = 2
 _JOBS_ATTR = "_verl_checkpoint_engine_jobs"
+_GROUPS_ATTR = "_verl_checkpoint_engine_groups"
+_SENDER_GROUPS: dict[str, Any] = {}  # trainer rank 0's side of the live group
 
 
 def _start_receiver(actor_self: Any, spec: dict[str, Any], rank: int, version: int, job: str) -> bool:
@@ -185,11 +252,13 @@ def _start_receiver(actor_self: Any, spec: dict[str, Any], rank: int, version: i
 
     handle = ray.get_runtime_context().current_actor
     future: concurrent.futures.Future = concurrent.futures.Future()
+    groups = actor_self.__dict__.setdefault(_GROUPS_ATTR, {})
 
     def run() -> None:
         try:
-            future.set_result(_receive_loop(handle, spec, rank, version))
+            future.set_result(_receive_loop(handle, groups, spec, rank, version))
         except BaseException as exc:  # noqa: BLE001 - reported to the driver by _poll_receiver
+            groups.pop(spec["group"], None)
             future.set_result({"error": describe_error(exc)})
 
     jobs = actor_self.__dict__.setdefault(_JOBS_ATTR, {})
@@ -220,6 +289,15 @@ class CollectiveCheckpointEngine(CheckpointEngine):
         if device not in _DEVICES:
             raise ValueError(f"checkpoint engine 'collective': device must be one of {_DEVICES}, got {device!r}")
         self._store = None
+        self._group: tuple[tuple[str, ...], str] | None = None  # (members, name) of the group kept across versions
+
+    def _group_name(self, actors: dict[str, Any]) -> tuple[str, bool]:
+        """The live group's name while its members are the same actors, else a new one; and whether it is new."""
+        members = tuple(f"{name}={actor._actor_id.hex()}" for name, actor in actors.items())
+        if self._group is None or self._group[0] != members:
+            self._group = (members, f"verl_ckpt/{uuid.uuid4().hex}")
+            return self._group[1], True
+        return self._group[1], False
 
     def _rendezvous(self) -> tuple[str, int]:
         """The driver hosts the store (port 0: the OS picks a free one), so no port can be raced for."""
@@ -235,15 +313,28 @@ class CollectiveCheckpointEngine(CheckpointEngine):
 
     def sync(self, call_trainer: Callable[[WeightSyncRequest], list[Any]], replicas: dict[str, Any],
              version: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-        import ray
-
         if not replicas:
             raise ValueError("checkpoint engine 'collective': no replicas to update")
         actors = {name: replica_actor(name, replica) for name, replica in replicas.items()}
         host, port = self._rendezvous()
-        spec = {"host": host, "port": port, "group": f"verl_ckpt/{uuid.uuid4().hex}/{version}",
+        name, fresh = self._group_name(actors)
+        spec = {"host": host, "port": port, "group": name, "fresh": fresh,
                 "world_size": 1 + len(actors), "device": self.options["device"], "timeout_s": self.timeout_s}
-        job = spec["group"]
+        job = f"{spec['group']}/{version}"
+        healthy = False
+        try:
+            trainer, found = self._sync_in_group(call_trainer, actors, spec, job, version)
+            healthy = all("error" not in report for report in found.values())
+            return trainer, found
+        finally:
+            if not healthy:  # whatever went wrong, the next version builds a fresh group
+                self._group = None
+
+    def _sync_in_group(self, call_trainer: Callable[[WeightSyncRequest], list[Any]], actors: dict[str, Any],
+                       spec: dict[str, Any], job: str, version: int
+                       ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        import ray
+
         started = {name: actor.__ray_call__.remote(_start_receiver, spec, i + 1, int(version), job)
                    for i, (name, actor) in enumerate(actors.items())}
         found: dict[str, dict[str, Any]] = {}
@@ -298,12 +389,15 @@ class CollectiveCheckpointEngine(CheckpointEngine):
             return None
         spec = request.targets
         device = spec["device"]
-        group = make_broadcast_group(spec, 0)
+        group = joined_group(_SENDER_GROUPS, spec, 0)
         sent = BucketLog()
         scratch = ScratchBuffer(device)
-        for bucket in request.buckets(module):
-            sent.add(bucket)
-            broadcast_bucket(group, bucket, device, scratch)
-        broadcast_bucket(group, None, device)
-        del group
+        try:
+            for bucket in request.buckets(module):
+                sent.add(bucket)
+                broadcast_bucket(group, bucket, device, scratch)
+            broadcast_bucket(group, None, device)
+        except BaseException:
+            _SENDER_GROUPS.pop(spec["group"], None)
+            raise
         return {"rank": rank, "checksum": sent.checksum, "num_buckets": len(sent.checksums), "bytes": sent.nbytes}
