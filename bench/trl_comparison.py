@@ -49,13 +49,18 @@ WEIGHT_DECAY = 0.01  # verl's actor.optim.weight_decay default; TRL's default is
 
 @dataclass(frozen=True)
 class Variant:
-    """One way to run one trainer: ``processes`` working processes with ``threads`` torch threads each."""
+    """One way to run one trainer: ``processes`` working processes with ``threads`` torch threads each.
+
+    ``mode`` picks verl's entry point: ``sync`` is ``main_ppo`` with every process a colocated actor+rollout worker;
+    ``one_step_off`` is the one-step-off recipe with one trainer process and one rollout process, generating batch
+    k+1 while batch k trains."""
 
     key: str
     trainer: str  # "trl" or "verl"
     processes: int
     threads: int
     label: str
+    mode: str = "sync"
 
     @property
     def cores(self) -> int:
@@ -68,7 +73,9 @@ VARIANTS = (
     Variant("trl_2p1t", "trl", 2, 1, "TRL GRPOTrainer, 2 processes (torchrun DDP) x 1 thread"),
     Variant("verl_1w", "verl", 1, 1, "verl main_ppo, 1 worker process"),
     Variant("verl_2w", "verl", 2, 1, "verl main_ppo, 2 worker processes"),
+    Variant("verl_osp", "verl", 2, 1, "verl one-step-off recipe, 1 trainer + 1 rollout process", "one_step_off"),
 )
+ENTRY_POINTS = {"sync": "verl.trainer.main_ppo", "one_step_off": "recipe.one_step_off_policy.main_ppo"}
 
 
 def venv_python() -> Path:
@@ -220,7 +227,10 @@ def run_trl_child(args: argparse.Namespace, variant: Variant, seed: int) -> dict
 # ---------------------------------------------------------------------------------------------- our side
 
 
-def ours_overrides(args: argparse.Namespace, run_dir: str, workers: int, seed: int) -> list[str]:
+def ours_overrides(args: argparse.Namespace, run_dir: str, variant: Variant, seed: int) -> list[str]:
+    # one_step_off: one of the variant's processes trains, the other generates (rollout.n_gpus_per_node)
+    workers = variant.processes if variant.mode == "sync" else variant.processes - 1
+    rollout_pool = ["rollout.nnodes=1", f"rollout.n_gpus_per_node={variant.processes - workers}"]
     samples = args.prompts * args.n
     return [
         "algorithm.adv_estimator=grpo",
@@ -256,6 +266,7 @@ def ours_overrides(args: argparse.Namespace, run_dir: str, workers: int, seed: i
         "trainer.logger=[file]",
         f"trainer.seed={seed}",
         f"trainer.default_local_dir={run_dir}",
+        *(rollout_pool if variant.mode == "one_step_off" else []),
     ]
 
 
@@ -263,20 +274,21 @@ def run_ours(args: argparse.Namespace, variant: Variant, seed: int) -> dict:
     from verl.utils.tracking import read_metrics
 
     with tempfile.TemporaryDirectory(prefix="bench_ours_") as run_dir:
-        overrides = ours_overrides(args, run_dir, variant.processes, seed)
-        cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+        overrides = ours_overrides(args, run_dir, variant, seed)
+        cmd = [sys.executable, "-m", ENTRY_POINTS[variant.mode], *overrides]
         start = time.perf_counter()
         proc = subprocess.run(cmd, env=_env(variant.threads), capture_output=True, text=True, cwd=REPO_ROOT)
         wall = time.perf_counter() - start
         if proc.returncode != 0:
-            raise RuntimeError(f"main_ppo {variant.key} failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
+            raise RuntimeError(f"{ENTRY_POINTS[variant.mode]} {variant.key} failed (rc={proc.returncode}):\n"
+                               f"{proc.stderr[-4000:]}")
         records = list(read_metrics(run_dir))
     return {
         "step_seconds": [r["timing_s/step"] for r in records],
         "reward": [r["critic/score/mean"] for r in records],
         "response_length": [r["response_length/mean"] for r in records],
         "wall_s": wall,
-        "overrides": ours_overrides(args, "<tmp>", variant.processes, seed),
+        "overrides": ours_overrides(args, "<tmp>", variant, seed),
     }
 
 
@@ -398,7 +410,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "trl_version": trl_version,
         "target_speedup": TARGET_SPEEDUP,
-        "variants": {v.key: {"label": v.label, "processes": v.processes, "threads": v.threads} for v in variants},
+        "variants": {v.key: {"label": v.label, "processes": v.processes, "threads": v.threads, "mode": v.mode}
+                     for v in variants},
         "comparisons": comparisons,
         "summary": summary,
         "raw": raw,

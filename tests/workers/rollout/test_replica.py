@@ -74,3 +74,38 @@ def test_standalone_replica_generates_updates_and_aborts(ray_cluster, tiny_model
     assert report == {"version": 5, "checksum": weight_checksum(new_state)} and version == 5
     assert out.token_ids == reference_greedy(updated, [3, 4, 5], 6)
     assert aborted.stop_reason == "aborted" and len(aborted.token_ids) < 450
+
+
+@pytest.mark.ray
+def test_standalone_replica_sends_requests_made_together_in_one_call(ray_cluster, tiny_model_dir, tiny_causal_lm):
+    import pickle
+
+    import ray
+
+    replica = StandaloneReplica(rollout_config(prompt_length=16, max_num_seqs=8), str(tiny_model_dir),
+                                server_kwargs={"device": "cpu"})
+    prompts = [[3, 4, 5], [6, 7], [8, 9, 10, 11]]
+    too_long = [5] * 40  # over prompt_length=16: the server refuses this request only
+    params = dict(GREEDY, max_tokens=5)
+
+    async def together(rep):
+        return await asyncio.gather(*(rep.generate(p, params, f"r{i}") for i, p in enumerate([*prompts, too_long])),
+                                    return_exceptions=True)
+
+    async def one_after_another(rep):
+        return [await rep.generate(p, params, f"s{i}") for i, p in enumerate(prompts)]
+
+    try:
+        outputs = asyncio.run(together(replica))
+        copy_of_replica = pickle.loads(pickle.dumps(replica))  # how replicas reach other actors
+        singles = asyncio.run(one_after_another(copy_of_replica))
+        sizes, copy_sizes = list(replica.batch_sizes), list(copy_of_replica.batch_sizes)
+    finally:
+        replica.kill()
+    assert sizes == [len(prompts) + 1] and copy_sizes == [1, 1, 1]
+    for prompt, output, alone in zip(prompts, outputs[:-1], singles, strict=True):
+        assert output.token_ids == alone.token_ids == reference_greedy(tiny_causal_lm, prompt, 5)
+    assert isinstance(outputs[-1], ValueError) and "prompt" in str(outputs[-1])
+    # a dead server fails every request of the call with Ray's error, none hangs
+    failed = asyncio.run(together(replica))
+    assert all(isinstance(f, ray.exceptions.RayActorError) for f in failed)

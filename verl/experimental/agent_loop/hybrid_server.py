@@ -10,23 +10,21 @@ an ``async def`` makes Ray run the worker as an asyncio actor: requests overlap 
 submitted to the engine's own loop thread, while the synchronous training methods still run one at a time on
 that event loop, as before. :class:`WorkerRankReplica` is the caller's side: one rank as a rollout replica.
 
-A Ray call costs about a millisecond of CPU on each side, which is as much as decoding a short answer on the tiny
-model. So the caller coalesces: requests made to one rank in the same turn of its event loop travel together in one
-``rollout_generate_batch`` call and reach the engine's admission queue together, where they decode as one batch.
-The batch travels packed into one ``bytes`` each way (:mod:`verl.workers.rollout.batch_wire`).
+The caller coalesces (:mod:`verl.workers.rollout.request_batching`): requests made to one rank in the same turn of
+its event loop travel together in one ``rollout_generate_batch`` call, packed into one ``bytes`` each way, and reach
+the engine's admission queue together, where they decode as one batch.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextvars
 from typing import Any
 
 from verl.single_controller.base import Dispatch, register
 from verl.utils.async_utils import await_ray
 from verl.workers.rollout.base import TokenOutput
 from verl.workers.rollout.batch_wire import pack_batch, unpack_batch
+from verl.workers.rollout.request_batching import CURRENT_BATCH_GROUP, Request, RequestCoalescer
 
 __all__ = [
     "CURRENT_BATCH_GROUP",
@@ -36,10 +34,6 @@ __all__ = [
     "WorkerRankReplica",
     "rollout_method_name",
 ]
-
-# The batch group of the trainer batch the current agent-loop task belongs to (set by AgentLoopWorker): batch calls
-# carry it so the engine merges the calls of one batch (verl.workers.rollout.batch_rendezvous).
-CURRENT_BATCH_GROUP: contextvars.ContextVar[Any] = contextvars.ContextVar("verl_rollout_batch_group", default=None)
 
 ROLLOUT_GENERATE = "rollout_generate"
 ROLLOUT_GENERATE_BATCH = "rollout_generate_batch"
@@ -119,9 +113,12 @@ class WorkerRankReplica:
         self._reset_pending()
 
     def _reset_pending(self) -> None:
-        self._pending: list[tuple[tuple[list[int], dict[str, Any], str], asyncio.Future]] = []
-        self._sends: set[asyncio.Task] = set()
-        self.batch_sizes: collections.deque[int] = collections.deque(maxlen=1024)  # requests per recent Ray call
+        self._coalescer = RequestCoalescer()
+
+    @property
+    def batch_sizes(self) -> collections.deque[int]:
+        """Requests per recent batch call."""
+        return self._coalescer.batch_sizes
 
     def __getstate__(self) -> dict[str, Any]:
         return {key: self.__dict__[key]
@@ -135,42 +132,12 @@ class WorkerRankReplica:
         if self.batch_method_name is None:
             ref = getattr(self.handle, self.method_name).remote(list(prompt_ids), dict(sampling_params), request_id)
             return await await_ray(ref, self.call_timeout_s, f"hybrid rollout rank {self.rank}: request {request_id}")
-        loop = asyncio.get_running_loop()
-        result: asyncio.Future = loop.create_future()
-        self._pending.append(((list(prompt_ids), dict(sampling_params), request_id), result))
-        if len(self._pending) == 1:  # the first request of this turn schedules the send
-            task = loop.create_task(self._send_pending())
-            self._sends.add(task)
-            task.add_done_callback(self._sends.discard)
-        return await result
+        return await self._coalescer.submit((list(prompt_ids), dict(sampling_params), request_id), self._send_batch)
 
-    async def _send_pending(self) -> None:
-        await asyncio.sleep(0)  # let the other requests of this turn join
-        pending, self._pending = self._pending, []
-        self.batch_sizes.append(len(pending))
-        what = f"hybrid rollout rank {self.rank}: {len(pending)} requests ({pending[0][0][2]}, ...)"
-        try:
-            ref = getattr(self.handle, self.batch_method_name).remote(pack_batch([request for request, _ in pending]),
-                                                                      CURRENT_BATCH_GROUP.get())
-            outputs = unpack_batch(await await_ray(ref, self.call_timeout_s, what))
-        except BaseException as exc:  # the whole call failed (dead rank, timeout): every caller sees it
-            for _, result in pending:
-                if result.done():
-                    continue
-                if isinstance(exc, asyncio.CancelledError):
-                    result.cancel()
-                else:
-                    result.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        for (_, result), output in zip(pending, outputs, strict=True):
-            if result.done():  # the caller gave up (timeout, cancel)
-                continue
-            if isinstance(output, BaseException):
-                result.set_exception(output)
-            else:
-                result.set_result(output)
+    async def _send_batch(self, requests: list[Request]) -> list[Any]:
+        what = f"hybrid rollout rank {self.rank}: {len(requests)} requests ({requests[0][2]}, ...)"
+        ref = getattr(self.handle, self.batch_method_name).remote(pack_batch(requests), CURRENT_BATCH_GROUP.get())
+        return unpack_batch(await await_ray(ref, self.call_timeout_s, what))
 
     def __repr__(self) -> str:
         return f"WorkerRankReplica(rank={self.rank}, method={self.batch_method_name or self.method_name!r})"

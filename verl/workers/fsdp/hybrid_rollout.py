@@ -20,8 +20,8 @@ import torch
 from verl.protocol import DataProto
 from verl.utils.weight_checksum import weight_checksum
 from verl.workers.rollout.batch_rendezvous import BatchGroup, BatchRendezvous
-from verl.workers.rollout.batch_wire import pack_batch, unpack_batch
 from verl.workers.rollout.replica import HybridReplica
+from verl.workers.rollout.request_batching import gather_each, serve_request_batch
 
 __all__ = ["AsyncLoopThread", "HybridRollout", "rollout_dtype"]
 
@@ -205,16 +205,10 @@ class HybridRollout:
         (:mod:`verl.workers.rollout.batch_rendezvous`). Requests packed with
         :func:`~verl.workers.rollout.batch_wire.pack_batch` get their results packed the same way.
         """
-        packed = isinstance(requests, bytes)
-        outputs = await self.rendezvous.serve(batch_group, unpack_batch(requests), self._serve_now)
-        return pack_batch(outputs) if packed else outputs
+        return await serve_request_batch(requests, batch_group, self.rendezvous, self._serve_now)
 
     async def _serve_now(self, requests: list[tuple[list[int], dict[str, Any], str]]) -> list[Any]:
-        async def serve_all() -> list[Any]:
-            calls = [self.replica.generate(list(ids), dict(params), rid) for ids, params, rid in requests]
-            return list(await asyncio.gather(*calls, return_exceptions=True))
-
-        return await self.run_async(serve_all(), f"{len(requests)} generate requests")
+        return await self.run_async(gather_each(self.replica.generate)(requests), f"{len(requests)} generate requests")
 
     async def _generate_all(self, rows: list[list[int]], params: dict[str, Any], seed: int | None) -> list:
         tag = uuid.uuid4().hex[:8]

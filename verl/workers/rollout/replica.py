@@ -3,7 +3,8 @@
 - ``HybridReplica``: the server runs inside the caller's process (the actor worker in the colocated
   "hybrid engine" layout); weight updates are in-place copies with no serialisation.
 - ``StandaloneReplica``: the server is its own Ray actor on the rollout resource pool (a placement
-  group bundle or plain Ray options); every call is a remote call with a timeout.
+  group bundle or plain Ray options); every call is a remote call with a timeout, and the ``generate`` calls made
+  in one turn of the caller's event loop share one remote call (:mod:`verl.workers.rollout.request_batching`).
 
 Both forward the ``RolloutServer`` contract unchanged, so callers never care which one they hold.
 """
@@ -18,7 +19,16 @@ import torch
 
 from verl.utils.async_utils import await_ray
 from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
+from verl.workers.rollout.batch_rendezvous import BatchGroup, BatchRendezvous
+from verl.workers.rollout.batch_wire import pack_batch, unpack_batch
 from verl.workers.rollout.registry import get_rollout_class
+from verl.workers.rollout.request_batching import (
+    CURRENT_BATCH_GROUP,
+    Request,
+    RequestCoalescer,
+    gather_each,
+    serve_request_batch,
+)
 
 __all__ = ["RolloutReplica", "HybridReplica", "StandaloneReplica", "RolloutServerActor", "build_server"]
 
@@ -100,9 +110,15 @@ class RolloutServerActor:
 
     def __init__(self, config: Any, model_path: str | None, name: str | None, server_kwargs: dict[str, Any]):
         self.server = build_server(config, model_path, name=name, **server_kwargs)
+        self.rendezvous = BatchRendezvous()
 
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
         return await self.server.generate(prompt_ids, sampling_params, request_id)
+
+    async def generate_batch(self, requests: list[Request] | bytes,
+                             batch_group: BatchGroup | None = None) -> list[Any] | bytes:
+        """Many requests in one call: per request its ``TokenOutput`` or the exception it raised."""
+        return await serve_request_batch(requests, batch_group, self.rendezvous, gather_each(self.server.generate))
 
     async def abort_all(self) -> None:
         await self.server.abort_all()
@@ -164,6 +180,7 @@ class StandaloneReplica(RolloutReplica):
             )
         options.update(ray_options or {})
         self.call_timeout_s = call_timeout_s
+        self._coalescer = RequestCoalescer()
         self.actor = (
             ray.remote(RolloutServerActor)
             .options(**options)
@@ -174,8 +191,26 @@ class StandaloneReplica(RolloutReplica):
         ref = getattr(self.actor, method).remote(*args)
         return await await_ray(ref, self.call_timeout_s, f"rollout replica {self.name!r} {method}")
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {key: value for key, value in self.__dict__.items() if key != "_coalescer"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._coalescer = RequestCoalescer()
+
+    @property
+    def batch_sizes(self) -> Any:
+        """Requests per recent ``generate_batch`` call (a deque)."""
+        return self._coalescer.batch_sizes
+
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
-        return await self._call("generate", list(prompt_ids), dict(sampling_params or {}), request_id)
+        request = (list(prompt_ids), dict(sampling_params or {}), request_id)
+        return await self._coalescer.submit(request, self._send_batch)
+
+    async def _send_batch(self, requests: list[Request]) -> list[Any]:
+        ref = self.actor.generate_batch.remote(pack_batch(requests), CURRENT_BATCH_GROUP.get())
+        what = f"rollout replica {self.name!r} generate: {len(requests)} requests ({requests[0][2]}, ...)"
+        return unpack_batch(await await_ray(ref, self.call_timeout_s, what))
 
     async def abort_all(self) -> None:
         await self._call("abort_all")
