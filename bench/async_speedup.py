@@ -7,7 +7,10 @@ samples with 2 processes in total:
 
 - sync: RayPPOTrainer, 2 colocated actor+rollout processes (generation and training take turns);
 - one_step_off: 1 trainer process + 1 rollout process, batch k+1 generated while batch k trains;
-- fully_async: 1 trainer process + 1 rollout process, staleness 0.5, partial rollout, sync every step.
+- fully_async: 1 trainer process + 1 rollout process, staleness 0.5, partial rollout, sync every step;
+- fully_async_s1: the same with staleness 1.0 (a whole batch may be generated ahead, as in one-step-off).
+
+Ray worker processes run at niceness 0, as ``main_ppo`` and the recipes start them (Ray's default is 15).
 
 Achieved time is the training loop's wall time (sum of per-step wall times, start-up excluded). The ideal pipelined
 time is max(total generation, total training) of the sync run's stages: what perfect overlap of the same work
@@ -78,17 +81,18 @@ def run_sync(args: argparse.Namespace, root: Path) -> dict[str, float]:
     return _loop_metrics(run_dir)
 
 
-def run_recipe(kind: str, args: argparse.Namespace, root: Path) -> dict[str, float]:
+def run_recipe(kind: str, args: argparse.Namespace, root: Path, staleness: float = 0.5,
+               name: str | None = None) -> dict[str, float]:
     from recipe._entry import compose_recipe_config
     from verl.experimental.fully_async_policy.main import run_async_training
 
-    run_dir = root / kind
+    run_dir = root / (name or kind)
     extra = ["rollout.nnodes=1", "rollout.n_gpus_per_node=1"]
     if kind == "fully_async":
         from recipe.fully_async_policy.fully_async_main import CONFIG_DIR, CONFIG_NAME
 
         extra += [f"rollout.total_rollout_steps={args.steps * args.prompts}",
-                  "async_training.staleness_threshold=0.5", "async_training.partial_rollout=true",
+                  f"async_training.staleness_threshold={staleness}", "async_training.partial_rollout=true",
                   "algorithm.rollout_correction.rollout_is=token"]
     else:
         from recipe.one_step_off_policy.main_ppo import CONFIG_DIR, CONFIG_NAME
@@ -144,8 +148,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     args = parser.parse_args()
 
+    import os
+
     import ray
 
+    os.environ.setdefault("RAY_worker_niceness", "0")  # as main_ppo and the recipes start Ray
     ray.init(num_cpus=args.ray_cpus, include_dashboard=False, log_to_driver=False)
     if args.learning:
         learning(args)
@@ -156,7 +163,8 @@ def main() -> None:
         root = Path(tmp)
         for name, run in (("sync", lambda: run_sync(args, root)),
                           ("one_step_off", lambda: run_recipe("one_step_off", args, root)),
-                          ("fully_async", lambda: run_recipe("fully_async", args, root))):
+                          ("fully_async", lambda: run_recipe("fully_async", args, root)),
+                          ("fully_async_s1", lambda: run_recipe("fully_async", args, root, 1.0, "fully_async_s1"))):
             start = time.perf_counter()
             results[name] = run()
             results[name]["total_with_startup_s"] = time.perf_counter() - start
