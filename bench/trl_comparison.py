@@ -228,9 +228,8 @@ def run_trl_child(args: argparse.Namespace, variant: Variant, seed: int) -> dict
 
 
 def ours_overrides(args: argparse.Namespace, run_dir: str, variant: Variant, seed: int) -> list[str]:
-    # one_step_off: one of the variant's processes trains, the other generates (rollout.n_gpus_per_node)
-    workers = variant.processes if variant.mode == "sync" else variant.processes - 1
-    rollout_pool = ["rollout.nnodes=1", f"rollout.n_gpus_per_node={variant.processes - workers}"]
+    one_step_off = variant.mode == "one_step_off"
+    workers = variant.processes - 1 if one_step_off else variant.processes  # one_step_off: the other one generates
     samples = args.prompts * args.n
     return [
         "algorithm.adv_estimator=grpo",
@@ -266,7 +265,7 @@ def ours_overrides(args: argparse.Namespace, run_dir: str, variant: Variant, see
         "trainer.logger=[file]",
         f"trainer.seed={seed}",
         f"trainer.default_local_dir={run_dir}",
-        *(rollout_pool if variant.mode == "one_step_off" else []),
+        *(["rollout.nnodes=1", "rollout.n_gpus_per_node=1"] if one_step_off else []),
     ]
 
 

@@ -23,8 +23,7 @@ from typing import Any
 from verl.single_controller.base import Dispatch, register
 from verl.utils.async_utils import await_ray
 from verl.workers.rollout.base import TokenOutput
-from verl.workers.rollout.batch_wire import pack_batch, unpack_batch
-from verl.workers.rollout.request_batching import CURRENT_BATCH_GROUP, Request, RequestCoalescer
+from verl.workers.rollout.request_batching import CURRENT_BATCH_GROUP, Request, RequestCoalescer, call_batch_method
 
 __all__ = [
     "CURRENT_BATCH_GROUP",
@@ -135,9 +134,8 @@ class WorkerRankReplica:
         return await self._coalescer.submit((list(prompt_ids), dict(sampling_params), request_id), self._send_batch)
 
     async def _send_batch(self, requests: list[Request]) -> list[Any]:
-        what = f"hybrid rollout rank {self.rank}: {len(requests)} requests ({requests[0][2]}, ...)"
-        ref = getattr(self.handle, self.batch_method_name).remote(pack_batch(requests), CURRENT_BATCH_GROUP.get())
-        return unpack_batch(await await_ray(ref, self.call_timeout_s, what))
+        return await call_batch_method(getattr(self.handle, self.batch_method_name), requests, self.call_timeout_s,
+                                       f"hybrid rollout rank {self.rank}")
 
     def __repr__(self) -> str:
         return f"WorkerRankReplica(rank={self.rank}, method={self.batch_method_name or self.method_name!r})"

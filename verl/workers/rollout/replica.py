@@ -20,12 +20,11 @@ import torch
 from verl.utils.async_utils import await_ray
 from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
 from verl.workers.rollout.batch_rendezvous import BatchGroup, BatchRendezvous
-from verl.workers.rollout.batch_wire import pack_batch, unpack_batch
 from verl.workers.rollout.registry import get_rollout_class
 from verl.workers.rollout.request_batching import (
-    CURRENT_BATCH_GROUP,
     Request,
     RequestCoalescer,
+    call_batch_method,
     gather_each,
     serve_request_batch,
 )
@@ -208,9 +207,8 @@ class StandaloneReplica(RolloutReplica):
         return await self._coalescer.submit(request, self._send_batch)
 
     async def _send_batch(self, requests: list[Request]) -> list[Any]:
-        ref = self.actor.generate_batch.remote(pack_batch(requests), CURRENT_BATCH_GROUP.get())
-        what = f"rollout replica {self.name!r} generate: {len(requests)} requests ({requests[0][2]}, ...)"
-        return unpack_batch(await await_ray(ref, self.call_timeout_s, what))
+        return await call_batch_method(self.actor.generate_batch, requests, self.call_timeout_s,
+                                       f"rollout replica {self.name!r} generate")
 
     async def abort_all(self) -> None:
         await self._call("abort_all")

@@ -6,7 +6,7 @@ worker group, or a standalone replica actor) coalesces: the requests made in one
 together in one call, packed into one ``bytes`` (:mod:`verl.workers.rollout.batch_wire`), and reach the engine's
 admission queue together, where they decode as one batch. Each caller still gets its own result or its own error.
 
-- :class:`RequestCoalescer`: the caller's side.
+- :class:`RequestCoalescer` and :func:`call_batch_method`: the caller's side.
 - :func:`serve_request_batch`: the engine's side; it merges the calls of one trainer batch first
   (:mod:`verl.workers.rollout.batch_rendezvous`) and answers each request with its output or the exception it raised.
 """
@@ -19,10 +19,18 @@ import contextvars
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from verl.utils.async_utils import await_ray
 from verl.workers.rollout.batch_rendezvous import BatchGroup, BatchRendezvous
 from verl.workers.rollout.batch_wire import pack_batch, unpack_batch
 
-__all__ = ["CURRENT_BATCH_GROUP", "Request", "RequestCoalescer", "gather_each", "serve_request_batch"]
+__all__ = [
+    "CURRENT_BATCH_GROUP",
+    "Request",
+    "RequestCoalescer",
+    "call_batch_method",
+    "gather_each",
+    "serve_request_batch",
+]
 
 # The batch group of the trainer batch the current agent-loop task belongs to (set by AgentLoopWorker): batch calls
 # carry it so the engine merges the calls of one batch (verl.workers.rollout.batch_rendezvous).
@@ -81,6 +89,14 @@ class RequestCoalescer:
                 result.set_exception(output)
             else:
                 result.set_result(output)
+
+
+async def call_batch_method(method: Any, requests: list[Request], timeout_s: float, where: str) -> list[Any]:
+    """One Ray call of the actor ``method`` (which takes packed requests and the batch group, and returns packed
+    results) for ``requests``; a timeout or a dead actor raises, naming ``where`` and the first request."""
+    ref = method.remote(pack_batch(requests), CURRENT_BATCH_GROUP.get())
+    what = f"{where}: {len(requests)} requests ({requests[0][2]}, ...)"
+    return unpack_batch(await await_ray(ref, timeout_s, what))
 
 
 def gather_each(generate: Callable[[list[int], dict[str, Any], str], Awaitable[Any]]) -> SendBatch:
