@@ -29,6 +29,7 @@ CPU_SET: dict[str, tuple[list[str], int]] = {
     "dataproto_dispatch": ([], 240),
     "dataproto_serialization": (["--repeats", "5"], 180),
     "rollout_throughput": (["--repeats", "1"], 300),
+    "sampling_cost": ([], 150),
     "weight_sync": ([], 240),
     "agent_loop_overhead": ([], 240),
     "async_speedup": ([], 300),

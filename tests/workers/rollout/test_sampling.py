@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl.workers.rollout.hf.sampling import RowSamplingState, SamplingParams, sample_next_tokens
+from verl.workers.rollout.hf.sampling import (
+    RowSamplingState,
+    SamplingParams,
+    categorical_from_uniform,
+    sample_next_tokens,
+    seeded_row_uniform,
+)
 
 DEFAULTS = {"max_tokens": 16}
 
@@ -105,3 +111,70 @@ def test_seeded_draws_follow_the_distribution(temperature, top_k):
     counts = torch.bincount(tokens, minlength=5).double()
     sigma = torch.sqrt(rows * expected * (1 - expected))
     assert torch.all((counts - rows * expected).abs() <= 4 * sigma + 1), (counts, rows * expected)
+
+
+def _assert_frequencies(tokens: torch.Tensor, expected: torch.Tensor) -> None:
+    """Token counts within 4 sigma of ``len(tokens) * expected``; tokens of probability zero never drawn."""
+    rows = tokens.numel()
+    counts = torch.bincount(tokens, minlength=expected.numel()).double()
+    sigma = torch.sqrt(rows * expected * (1 - expected))
+    assert torch.all(counts[expected == 0] == 0), counts[expected == 0].nonzero()
+    assert torch.all((counts - rows * expected).abs() <= 4 * sigma + 1), (counts, rows * expected)
+
+
+def _spread_distribution(vocab: int) -> torch.Tensor:
+    """Mass on a few tokens in the first, a middle and the last (partial) block of the inverse CDF; zero elsewhere."""
+    probs = torch.zeros(vocab, dtype=torch.float64)
+    mass = torch.tensor([0.1, 0.05, 0.3, 0.05, 0.2, 0.1, 0.2], dtype=torch.float64)
+    probs[[0, 3, 700, 1023, 1024, vocab - 2, vocab - 1]] = mass
+    return probs
+
+
+@pytest.mark.parametrize("seeded", [True, False])
+def test_draws_follow_the_distribution_across_vocabulary_blocks(seeded):
+    """A vocabulary of several inverse-CDF blocks plus a partial one: frequencies match softmax(logits)."""
+    rows, vocab = 6000, 3 * 512 + 37
+    expected = _spread_distribution(vocab)
+    logits = torch.log(expected).float().repeat(rows, 1)
+    params = [SamplingParams(seed=(77 + i) if seeded else None) for i in range(rows)]
+    tokens, _ = sample_next_tokens(logits, _state(params), torch.Generator().manual_seed(3))
+    _assert_frequencies(tokens, expected)
+
+
+def test_inverse_cdf_extremes_land_on_tokens_with_mass():
+    """u = 0 takes the first token with mass and u = 1 the last; the zero-mass tokens around them, at block edges and
+    in the partial last block, are never taken, nor where float32 block sums round above the block's exact mass."""
+    vocab = 2 * 512 + 5
+    probs = torch.zeros(2, vocab)
+    probs[:, [10, 511, 512, 900]] = 0.25
+    probs[1] *= 3.0  # unnormalised rows are fine
+    assert categorical_from_uniform(probs, torch.zeros(2, dtype=torch.float64)).tolist() == [10, 10]
+    assert categorical_from_uniform(probs, torch.ones(2, dtype=torch.float64)).tolist() == [900, 900]
+    # exactly a quarter of the mass lies before token 511
+    assert categorical_from_uniform(probs[:1], torch.tensor([0.25], dtype=torch.float64)).tolist() == [511]
+    # 1 + 1.5 * 2**-24 rounds up to 1 + 2**-23 in float32, so the block's sum exceeds its float64 cumulative sum
+    rounding = torch.zeros(1, vocab)
+    rounding[0, :2] = torch.tensor([1.0, 1.5 * 2.0**-24])
+    assert categorical_from_uniform(rounding, torch.ones(1, dtype=torch.float64)).tolist() == [1]
+
+
+def test_unseeded_rows_follow_the_distribution_from_the_generator_and_repeat_with_it():
+    rows = 4000
+    expected = torch.tensor([0.4, 0.25, 0.2, 0.1, 0.05], dtype=torch.float64)
+    logits = torch.log(expected).float().repeat(rows, 1)
+    params = [SamplingParams()] * rows
+    tokens, _ = sample_next_tokens(logits, _state(params), torch.Generator().manual_seed(11))
+    _assert_frequencies(tokens, expected)
+    again, _ = sample_next_tokens(logits, _state(params), torch.Generator().manual_seed(11))
+    assert torch.equal(tokens, again)
+
+
+def test_seeded_row_uniform_is_a_function_of_key_and_position():
+    keys = torch.tensor([5, 5, 6], dtype=torch.int64)
+    positions = torch.tensor([0, 1, 0], dtype=torch.int64)
+    u = seeded_row_uniform(keys, positions)
+    assert u.dtype == torch.float64 and bool(((u > 0) & (u < 1)).all())
+    assert len(set(u.tolist())) == 3
+    torch.testing.assert_close(seeded_row_uniform(keys[[2, 0]], positions[[2, 0]]), u[[2, 0]], rtol=0, atol=0)
+    many = seeded_row_uniform(torch.arange(20000, dtype=torch.int64), torch.zeros(20000, dtype=torch.int64))
+    assert abs(float(many.mean()) - 0.5) < 0.01 and abs(float((many < 0.1).double().mean()) - 0.1) < 0.01

@@ -118,7 +118,9 @@ class RolloutConfig(BaseConfig):
     """The generation engine and its sampling parameters.
 
     ``name`` picks the engine (``hf`` embedded default, ``vllm``, ``sglang``); ``prompt_length`` and
-    ``response_length`` default to the data group's limits through interpolation in the YAML.
+    ``response_length`` default to the data group's limits through interpolation in the YAML. ``seed`` gives row
+    ``i`` of step ``k`` its own sampling seed derived from (seed, k, i), so a run draws the same responses however
+    its requests share engine batches; ``None`` takes ``trainer.seed``, so sampling is seeded by default.
     """
 
     name: str = "hf"
@@ -147,7 +149,7 @@ class RolloutConfig(BaseConfig):
     n_gpus_per_node: int = 1
     # fully-async recipe: prompts the rollouter generates in total (None: the dataloader's epochs)
     total_rollout_steps: int | None = None
-    # per-request sampling seeds (row i of step k uses a seed derived from seed, k and i); None: unseeded
+    # per-request sampling seeds (row i of step k uses a seed derived from seed, k and i); None: trainer.seed
     seed: int | None = None
     update_weights_bucket_megabytes: int = 512
     engine_kwargs: dict[str, Any] = field(default_factory=dict)

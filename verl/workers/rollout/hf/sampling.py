@@ -3,10 +3,12 @@
 Rows of the running batch belong to different requests, each with its own temperature, top-k,
 top-p and seed, so sampling is vectorised over rows with per-row parameter tensors.
 
-A seeded request's draws depend only on its seed and on how many tokens it has sampled so far, never on what else is
-in the batch: its noise comes from a counter-based hash of ``(seed, position, token id)``, turned into Gumbel noise
-and added to the log-probabilities (the Gumbel-max trick samples exactly from the softmax). One vectorised draw serves
-every seeded row, where a ``torch.Generator`` per row would cost a separate sampling call per row and step.
+Every sampled row draws one uniform number and takes the token where it falls in the row's cumulative distribution
+(inverse CDF). A seeded request's number is a counter-based hash of ``(seed, position)``, so its draws depend only
+on its seed and on how many tokens it has sampled so far, never on what else is in the batch or how a generator was
+advanced; unseeded rows take theirs from the engine's generator. One number per row keeps sampling cheap at real
+vocabulary sizes, where noise over the whole vocabulary (``torch.multinomial``, Gumbel-max) costs more than the
+decode step itself on a CPU.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["SamplingParams", "RowSamplingState", "sample_next_tokens", "seeded_uniform"]
+__all__ = ["SamplingParams", "RowSamplingState", "sample_next_tokens", "seeded_row_uniform", "categorical_from_uniform"]
 
 _MASK32 = 0xFFFFFFFF
+_CDF_BLOCK = 512  # tokens per block of the two-level inverse CDF
 
 _KNOWN_KEYS = {
     "temperature",
@@ -124,13 +127,45 @@ def _row_keys(seeds: torch.Tensor) -> torch.Tensor:
     return _mix32(_mix32(seeds & _MASK32) ^ _mix32((seeds >> 32) & _MASK32) ^ 0x68E31DA4)
 
 
-def seeded_uniform(keys: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Uniform noise in (0, 1), float64 ``[rows, vocab]``, a pure function of (row key, position, token id)."""
+def seeded_row_uniform(keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """One uniform number in (0, 1) per row, float64 with 53 random bits, a pure function of (row key, position)."""
     base = _mix32(keys ^ _mix32(positions * 0x9E3779B9 + 0x2545F491))
-    token = torch.arange(vocab, device=keys.device, dtype=torch.int64)
-    bits = _mix32(base.unsqueeze(1) ^ _mix32(token * 0x85EBCA6B + 0x27D4EB2F).unsqueeze(0))
-    bits = _mix32(bits + base.unsqueeze(1))  # a second round: neighbouring ids and positions decorrelate fully
-    return (bits.double() + 0.5) / 4294967296.0
+    high = _mix32(base + 0x3C6EF372)
+    low = _mix32(base ^ 0x1B873593) >> 11
+    return (((high << 21) + low).double() + 0.5) / 9007199254740992.0
+
+
+def categorical_from_uniform(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw: row ``i`` takes the first token whose cumulative probability exceeds ``uniform[i]`` times
+    the row's total. ``probs`` [B, V] need not be normalised; a token of probability zero is never taken.
+
+    Two levels keep the work one vectorised pass over the vocabulary (a float32 sum per block of tokens, which picks
+    the block) plus a float64 cumulative sum inside the chosen block only, which picks the token; a cumulative sum
+    over the whole vocabulary runs row by row on a CPU and costs as much as the decode step.
+    """
+    rows, vocab = probs.shape
+    block = min(_CDF_BLOCK, vocab)
+    whole = vocab // block * block
+    masses = [probs[:, :whole].reshape(rows, -1, block).sum(-1)]
+    if whole < vocab:
+        masses.append(probs[:, whole:].sum(-1, keepdim=True))
+    block_mass = torch.cat(masses, dim=1).double()
+    block_cdf = block_mass.cumsum(-1)
+    total = block_cdf[:, -1:]
+    # strictly below the total, so the search always lands on a block (and then a token) of positive mass
+    target = torch.minimum(uniform.to(total).unsqueeze(1) * total, _just_below(total))
+    chosen = torch.searchsorted(block_cdf, target, right=True).clamp(max=block_cdf.shape[1] - 1)
+    before = block_cdf.gather(1, chosen) - block_mass.gather(1, chosen)
+    columns = chosen * block + torch.arange(block, device=probs.device)
+    local = probs.gather(1, columns.clamp(max=vocab - 1)).double().masked_fill(columns >= vocab, 0.0)
+    local_cdf = local.cumsum(-1)
+    residual = torch.minimum((target - before).clamp(min=0.0), _just_below(local_cdf[:, -1:]))
+    offset = torch.searchsorted(local_cdf, residual, right=True).clamp(max=block - 1)
+    return columns.gather(1, offset).squeeze(1)
+
+
+def _just_below(x: torch.Tensor) -> torch.Tensor:
+    return torch.nextafter(x, torch.zeros_like(x))
 
 
 class RowSamplingState:
@@ -197,16 +232,17 @@ def sample_next_tokens(
         tokens = greedy_tokens
     else:
         filtered = _filter_top_k_top_p(scaled, state) if (state.any_top_k or state.any_top_p) else scaled
-        tokens = None
-        if not state.all_seeded:
-            probs = torch.softmax(filtered, dim=-1)
-            tokens = torch.multinomial(probs, 1, generator=default_generator).squeeze(1)
+        if state.all_seeded:
+            uniform = seeded_row_uniform(state.keys, state.positions)
+        else:
+            uniform = torch.rand(
+                filtered.shape[0], generator=default_generator, dtype=torch.float64, device=filtered.device
+            )
+            if state.any_seeded:
+                uniform = torch.where(state.seeded, seeded_row_uniform(state.keys, state.positions), uniform)
         if state.any_seeded:
-            noise = seeded_uniform(state.keys, state.positions, filtered.shape[-1])
-            gumbel = -torch.log(-torch.log(noise))
-            seeded_tokens = torch.argmax(torch.log_softmax(filtered.double(), dim=-1) + gumbel, dim=-1)
-            tokens = seeded_tokens if tokens is None else torch.where(state.seeded, seeded_tokens, tokens)
             state.positions += 1
+        tokens = categorical_from_uniform(torch.softmax(filtered, dim=-1), uniform)
         if greedy_tokens is not None:
             tokens = torch.where(state.greedy, greedy_tokens, tokens)
     log_probs = None
