@@ -197,6 +197,58 @@ def test_remove_padding_equals_padded(model, meta):
     assert (lp_rm[mask == 0] == 0).sum() > 0
 
 
+@pytest.mark.parametrize("remove_padding", [False, True])
+def test_output_head_runs_on_response_slots_only(model, remove_padding):
+    """The LM head sees one hidden state per response slot, never the prompt's, and the log-probs are unchanged."""
+    data = make_batch(model.config.vocab_size, temperature=0.9)
+    data.meta_info["micro_batch_size"] = 8
+    head_inputs: list[tuple[int, ...]] = []
+    hook = model.lm_head.register_forward_pre_hook(lambda _m, args: head_inputs.append(tuple(args[0].shape[:2])))
+    actor = DataParallelPPOActor(make_config(), model)
+    actor.use_remove_padding = remove_padding
+    try:
+        log_probs, _ = actor.compute_log_prob(data)
+    finally:
+        hook.remove()
+    assert head_inputs == [(1, 8 * RESPONSE_LEN) if remove_padding else (8, RESPONSE_LEN)]
+    expected, _ = direct_log_probs(model, data, temperature=0.9)
+    assert masked_close(log_probs, expected, data.batch["response_mask"])
+
+
+class _PlainForward(torch.nn.Module):
+    """A module whose forward has no ``logits_to_keep``, like a user's own model: it outputs every position."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False):
+        return self.inner(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=use_cache
+        )
+
+
+class _IgnoresKeep(_PlainForward):
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False, logits_to_keep=0):
+        return super().forward(input_ids, attention_mask, position_ids, use_cache)
+
+
+@pytest.mark.parametrize("remove_padding", [False, True])
+def test_modules_without_logits_to_keep_score_every_position(model, remove_padding):
+    data = make_batch(model.config.vocab_size, temperature=0.9)
+    actor = DataParallelPPOActor(make_config(), _PlainForward(model))
+    actor.use_remove_padding = remove_padding
+    log_probs, _ = actor.compute_log_prob(data)
+    expected, _ = direct_log_probs(model, data, temperature=0.9)
+    assert masked_close(log_probs, expected, data.batch["response_mask"])
+
+
+def test_a_module_that_ignores_logits_to_keep_is_named(model):
+    actor = DataParallelPPOActor(make_config(), _IgnoresKeep(model))
+    with pytest.raises(ValueError, match="_IgnoresKeep takes logits_to_keep but returned"):
+        actor.compute_log_prob(make_batch(model.config.vocab_size))
+
+
 def test_remove_padding_reads_the_config_flag(model):
     assert DataParallelPPOActor(make_config(), model).use_remove_padding is False
     assert DataParallelPPOActor(SimpleNamespace(use_remove_padding=True), model).use_remove_padding is True

@@ -16,10 +16,16 @@ Without packing, the columns that are left padding in every row of the
 micro-batch are cut off before the forward: no token attends to them and no
 response slot reads them, so the result is the same while prompts padded to
 ``data.max_prompt_length`` cost only as much as the longest prompt present.
+
+A model whose forward takes ``logits_to_keep`` (every Hugging Face causal LM)
+runs its output head on the response slots only, in either layout: the logits
+of prompt positions, [B, S, vocab] of memory and an LM-head matmul per token,
+are never made. Other modules (a critic's value head) output every position.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -28,23 +34,26 @@ from torch import nn
 from verl.utils.device import get_device_id
 from verl.utils.padding import index_first_axis, unpad_input
 
-__all__ = ["ResponseSlots", "forward_for_responses", "module_device", "shared_left_padding"]
+__all__ = ["ResponseSlots", "forward_for_responses", "keeps_selected_logits", "module_device", "shared_left_padding"]
 
 
 @dataclass(frozen=True)
 class ResponseSlots:
     """Where the outputs that score each response token live in the flattened model output.
 
-    ``index`` ([B, R]) points into the token axis of the flat output; ``valid``
-    ([B, R], or ``None`` when every slot exists) is false where the slot is a
-    padding position that the packed forward never computed.
+    ``index`` ([B, R]) points into the token axis of the flat output, or is ``None`` when the flat output holds
+    exactly the slots, row by row (the model kept only those logits); ``valid`` ([B, R], or ``None`` when every
+    slot exists) is false where the slot is a padding position that the packed forward never computed.
     """
 
-    index: torch.Tensor
+    index: torch.Tensor | None
     valid: torch.Tensor | None
+    shape: tuple[int, int]
 
     def take(self, flat: torch.Tensor) -> torch.Tensor:
         """``flat`` [T, ...] -> [B, R, ...]; values at invalid slots are arbitrary until :meth:`clean`."""
+        if self.index is None:
+            return flat.reshape(*self.shape, *flat.shape[1:])
         return flat[self.index]
 
     def clean(self, per_slot: torch.Tensor) -> torch.Tensor:
@@ -71,6 +80,24 @@ def module_device(module: nn.Module) -> torch.device:
 
 def _model_output(output) -> torch.Tensor:
     return output.logits if hasattr(output, "logits") else output[0]
+
+
+def keeps_selected_logits(module: nn.Module) -> bool:
+    """Whether ``module``'s forward takes ``logits_to_keep`` (through a PEFT wrapper, its base model's does)."""
+    base = module.get_base_model() if callable(getattr(module, "get_base_model", None)) else module
+    try:
+        return "logits_to_keep" in inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _kept_output(module: nn.Module, flat: torch.Tensor, expected: int) -> torch.Tensor:
+    if flat.shape[1] != expected:
+        raise ValueError(
+            f"{type(module).__name__} takes logits_to_keep but returned {flat.shape[1]} positions where {expected} "
+            "were kept; its forward must apply logits_to_keep to its output head"
+        )
+    return flat
 
 
 def _check_packable(positions: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
@@ -115,16 +142,24 @@ def forward_for_responses(
     if response_length <= 0 or response_length >= seqlen:
         raise ValueError(f"responses length {response_length} must be in [1, {seqlen - 1}] for input_ids of {seqlen}")
 
+    keep = keeps_selected_logits(module)
     if not remove_padding:
         cut = shared_left_padding(attention_mask, response_length)
         if cut:
             input_ids, attention_mask = input_ids[:, cut:], attention_mask[:, cut:]
             position_ids = position_ids[..., cut:]
             seqlen -= cut
-        output = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-        flat = _model_output(output)
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
+                  "use_cache": False}
+        if keep:
+            columns = torch.arange(seqlen - response_length - 1, seqlen - 1, device=input_ids.device)
+            flat = _kept_output(module, _model_output(module(**inputs, logits_to_keep=columns)), response_length)
+            return flat.reshape(batch_size * response_length, *flat.shape[2:]), ResponseSlots(
+                None, None, (batch_size, response_length)
+            )
+        flat = _model_output(module(**inputs))
         return flat.reshape(batch_size * seqlen, *flat.shape[2:]), ResponseSlots(
-            _response_index(batch_size, seqlen, response_length, input_ids.device), None
+            _response_index(batch_size, seqlen, response_length, input_ids.device), None, (batch_size, response_length)
         )
 
     padded_index = _response_index(batch_size, seqlen, response_length, input_ids.device)
@@ -134,10 +169,14 @@ def forward_for_responses(
     packed_positions = index_first_axis(position_ids.reshape(-1, 1), token_index)
     packed_ids, packed_positions = packed_ids.reshape(1, -1), packed_positions.reshape(1, -1)
     _check_packable(packed_positions[0], cu_seqlens)
-    output = module(input_ids=packed_ids, position_ids=packed_positions, attention_mask=None, use_cache=False)
-    flat = _model_output(output)[0]
     real = attention_mask.reshape(-1).bool()
     packed_of_padded = torch.cumsum(real.long(), 0) - 1
     valid = real[padded_index]
     index = packed_of_padded[padded_index].clamp(min=0)
-    return flat, ResponseSlots(index, valid)
+    inputs = {"input_ids": packed_ids, "position_ids": packed_positions, "attention_mask": None, "use_cache": False}
+    if keep:
+        # one kept position per slot, in slot order; an invalid slot reads some real position until clean()
+        flat = _kept_output(module, _model_output(module(**inputs, logits_to_keep=index.reshape(-1))), index.numel())
+        return flat[0], ResponseSlots(None, valid, (batch_size, response_length))
+    flat = _model_output(module(**inputs))[0]
+    return flat, ResponseSlots(index, valid, (batch_size, response_length))
