@@ -33,6 +33,8 @@ from verl.workers.actor.dp_actor import DataParallelPPOActor  # noqa: E402
 
 NAME = "response_logits"
 SEED = 0
+KEPT = "response slots only (logits_to_keep)"
+EVERY = "every position (forward without logits_to_keep)"
 
 
 class EveryPositionForward(torch.nn.Module):
@@ -91,9 +93,8 @@ def main(argv: list[str] | None = None) -> dict:
                              grad_clip=1.0, loss_agg_mode="token-mean", clip_ratio=0.2, shuffle=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: both variants keep scoring the same weights
     actors = {
-        "response slots only (logits_to_keep)": DataParallelPPOActor(config, model, optimizer),
-        "every position (forward without logits_to_keep)": DataParallelPPOActor(
-            config, EveryPositionForward(model), optimizer),
+        KEPT: DataParallelPPOActor(config, model, optimizer),
+        EVERY: DataParallelPPOActor(config, EveryPositionForward(model), optimizer),
     }
     data = build_batch(args.rows, args.prompt, args.response, args.vocab)
     calls = {
@@ -109,11 +110,10 @@ def main(argv: list[str] | None = None) -> dict:
                 if round_index:
                     seconds[(call, name)].append(time.perf_counter() - start)
 
-    positions = {"response slots only (logits_to_keep)": args.response,
-                 "every position (forward without logits_to_keep)": args.prompt + args.response}
+    positions = {KEPT: args.response, EVERY: args.prompt + args.response}
     results, table = [], []
     for call in calls:
-        baseline = median(seconds[(call, "every position (forward without logits_to_keep)")])
+        baseline = median(seconds[(call, EVERY)])
         for name in actors:
             value = median(seconds[(call, name)])
             logits_mib = args.rows * positions[name] * args.vocab * 4 / 2**20

@@ -34,6 +34,7 @@ from verl.workers.rollout.hf.sampling import RowSamplingState, SamplingParams, s
 
 NAME = "sampling_cost"
 SEED = 0
+BASELINE = "torch.multinomial (unseeded)"
 HEAD_HIDDEN = 896  # Qwen2.5-0.5B
 
 
@@ -53,7 +54,7 @@ def variants(rows: int, vocab: int) -> dict[str, Callable[[], object]]:
         return torch.argmax(torch.log_softmax(logits.double(), dim=-1) - torch.log(-torch.log(noise)), dim=-1)
 
     return {
-        "torch.multinomial (unseeded)": multinomial,
+        BASELINE: multinomial,
         "Gumbel-max, float64 noise on every token": gumbel_full_vocabulary,
         "verl sample_next_tokens, unseeded rows": lambda: sample_next_tokens(logits, unseeded, gen),
         "verl sample_next_tokens, seeded rows": lambda: sample_next_tokens(logits, seeded),
@@ -86,12 +87,12 @@ def main(argv: list[str] | None = None) -> dict:
     results, table = [], []
     for vocab in args.vocab:
         seconds = measure(args.rows, vocab, args.repeats)
-        baseline = median(seconds["torch.multinomial (unseeded)"])
+        baseline = median(seconds[BASELINE])
         for name, samples in seconds.items():
-            ms = median(samples) * 1000
-            results.append({"vocab": vocab, "variant": name, "median_ms": ms, "vs_multinomial": ms / 1000 / baseline,
-                            "seconds": samples})
-            table.append([f"{vocab:,}", name, ms, ms / 1000 / baseline])
+            value = median(samples)
+            results.append({"vocab": vocab, "variant": name, "median_ms": value * 1000,
+                            "vs_multinomial": value / baseline, "seconds": samples})
+            table.append([f"{vocab:,}", name, value * 1000, value / baseline])
     title = (f"Next-token sampling of {args.rows} rows per decode step, CPU, {args.threads} torch thread(s); "
              f"median of {args.repeats} interleaved rounds.")
     markdown = title + "\n\n" + markdown_table(["vocab", "variant", "median ms", "x torch.multinomial"], table)

@@ -25,6 +25,7 @@ are never made. Other modules (a critic's value head) output every position.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 
@@ -85,19 +86,37 @@ def _model_output(output) -> torch.Tensor:
 def keeps_selected_logits(module: nn.Module) -> bool:
     """Whether ``module``'s forward takes ``logits_to_keep`` (through a PEFT wrapper, its base model's does)."""
     base = module.get_base_model() if callable(getattr(module, "get_base_model", None)) else module
+    return _takes_logits_to_keep(getattr(base.forward, "__func__", base.forward))
+
+
+@functools.lru_cache(maxsize=64)
+def _takes_logits_to_keep(forward) -> bool:
+    """Cached per forward function: the check runs once per micro-batch of every update."""
     try:
-        return "logits_to_keep" in inspect.signature(base.forward).parameters
+        return "logits_to_keep" in inspect.signature(forward).parameters
     except (TypeError, ValueError):
         return False
 
 
-def _kept_output(module: nn.Module, flat: torch.Tensor, expected: int) -> torch.Tensor:
-    if flat.shape[1] != expected:
+def _forward_slots(
+    module: nn.Module, inputs: dict, kept: torch.Tensor, index: torch.Tensor, valid: torch.Tensor | None
+) -> tuple[torch.Tensor, ResponseSlots]:
+    """Run ``module`` on ``inputs``; the flat output and the slots into it.
+
+    ``index`` [B, R] locates the slots in the full flat output; ``kept`` names the same slots, in slot order, along
+    the output's token axis, which is what ``logits_to_keep`` selects, so a model that takes it outputs the slots
+    alone and ``take`` only reshapes.
+    """
+    shape = (index.shape[0], index.shape[1])
+    if not keeps_selected_logits(module):
+        return _model_output(module(**inputs)).flatten(0, 1), ResponseSlots(index, valid, shape)
+    output = _model_output(module(**inputs, logits_to_keep=kept))
+    if output.shape[1] != kept.numel():
         raise ValueError(
-            f"{type(module).__name__} takes logits_to_keep but returned {flat.shape[1]} positions where {expected} "
-            "were kept; its forward must apply logits_to_keep to its output head"
+            f"{type(module).__name__} takes logits_to_keep but returned {output.shape[1]} positions where "
+            f"{kept.numel()} were kept; its forward must apply logits_to_keep to its output head"
         )
-    return flat
+    return output.flatten(0, 1), ResponseSlots(None, valid, shape)
 
 
 def _check_packable(positions: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
@@ -123,9 +142,14 @@ def shared_left_padding(attention_mask: torch.Tensor, response_length: int) -> i
     return max(0, min(first, seqlen - response_length - 1))
 
 
+def _response_columns(seqlen: int, response_length: int, device: torch.device) -> torch.Tensor:
+    """[R] positions of a padded row whose outputs score its response tokens."""
+    return torch.arange(seqlen - response_length - 1, seqlen - 1, device=device)
+
+
 def _response_index(batch_size: int, seqlen: int, response_length: int, device: torch.device) -> torch.Tensor:
     """[B, R] positions, in the flattened [B * S] padded layout, of the outputs that score each response token."""
-    columns = torch.arange(seqlen - response_length - 1, seqlen - 1, device=device)
+    columns = _response_columns(seqlen, response_length, device)
     return torch.arange(batch_size, device=device)[:, None] * seqlen + columns[None, :]
 
 
@@ -142,7 +166,6 @@ def forward_for_responses(
     if response_length <= 0 or response_length >= seqlen:
         raise ValueError(f"responses length {response_length} must be in [1, {seqlen - 1}] for input_ids of {seqlen}")
 
-    keep = keeps_selected_logits(module)
     if not remove_padding:
         cut = shared_left_padding(attention_mask, response_length)
         if cut:
@@ -151,16 +174,9 @@ def forward_for_responses(
             seqlen -= cut
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
                   "use_cache": False}
-        if keep:
-            columns = torch.arange(seqlen - response_length - 1, seqlen - 1, device=input_ids.device)
-            flat = _kept_output(module, _model_output(module(**inputs, logits_to_keep=columns)), response_length)
-            return flat.reshape(batch_size * response_length, *flat.shape[2:]), ResponseSlots(
-                None, None, (batch_size, response_length)
-            )
-        flat = _model_output(module(**inputs))
-        return flat.reshape(batch_size * seqlen, *flat.shape[2:]), ResponseSlots(
-            _response_index(batch_size, seqlen, response_length, input_ids.device), None, (batch_size, response_length)
-        )
+        device = input_ids.device
+        return _forward_slots(module, inputs, _response_columns(seqlen, response_length, device),
+                              _response_index(batch_size, seqlen, response_length, device), None)
 
     padded_index = _response_index(batch_size, seqlen, response_length, input_ids.device)
     if position_ids.dim() != 2:
@@ -171,12 +187,7 @@ def forward_for_responses(
     _check_packable(packed_positions[0], cu_seqlens)
     real = attention_mask.reshape(-1).bool()
     packed_of_padded = torch.cumsum(real.long(), 0) - 1
-    valid = real[padded_index]
     index = packed_of_padded[padded_index].clamp(min=0)
     inputs = {"input_ids": packed_ids, "position_ids": packed_positions, "attention_mask": None, "use_cache": False}
-    if keep:
-        # one kept position per slot, in slot order; an invalid slot reads some real position until clean()
-        flat = _kept_output(module, _model_output(module(**inputs, logits_to_keep=index.reshape(-1))), index.numel())
-        return flat[0], ResponseSlots(None, valid, (batch_size, response_length))
-    flat = _model_output(module(**inputs))[0]
-    return flat, ResponseSlots(index, valid, (batch_size, response_length))
+    # an invalid slot (padding) reads some real position until clean()
+    return _forward_slots(module, inputs, index.reshape(-1), index, real[padded_index])
