@@ -30,6 +30,7 @@ CPU_SET: dict[str, tuple[list[str], int]] = {
     "dataproto_serialization": (["--repeats", "5"], 180),
     "rollout_throughput": (["--repeats", "1"], 300),
     "sampling_cost": ([], 150),
+    "kv_cache_growth": ([], 150),
     "response_logits": (["--repeats", "3"], 240),
     "weight_sync": ([], 240),
     "agent_loop_overhead": ([], 240),

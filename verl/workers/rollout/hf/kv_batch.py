@@ -4,21 +4,25 @@ Layout: every row is right-aligned, so the newest token of every row sits in the
 and a row's padding is on its left, hidden by its attention-mask row. Each row keeps its own
 position ids, so a request computes exactly what it would compute alone (up to float rounding).
 
-- admit: newly admitted prompts are prefilled together (left padded) in a fresh cache, which is then
-  left-padded or the running cache is, to a common length, and concatenated on the batch axis.
-- decode: one forward of the last sampled token of every row.
-- retire: rows are dropped with an index select; leading columns that are padding for every
-  remaining row are trimmed so the cache never grows past the longest live row.
+- admit: newly admitted prompts are prefilled together (left padded) in a fresh cache; it and the running
+  cache are left-padded to a common length and stacked on the batch axis.
+- decode: one forward of the last sampled token of every row; its keys and values go into spare cache
+  columns (:mod:`kv_headroom`) instead of a reallocated cache.
+- retire: the kept rows move up in place; leading columns that are padding for every remaining row are
+  trimmed so the cache never grows past the longest live row.
 
 The cache always holds every token of a row except the last sampled one, which is the next input.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache
+
+from verl.workers.rollout.hf.kv_headroom import HeadroomLayer, with_headroom_layers
 
 __all__ = ["RunningBatch"]
 
@@ -31,13 +35,25 @@ def _left_pad(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
     return torch.cat([t.new_zeros(shape), t], dim=dim)
 
 
+def cache_argument(model: torch.nn.Module) -> str:
+    """Name of the forward argument that takes the KV cache: ``cache`` in newer transformers releases, which
+    deprecate the older ``past_key_values`` (still the only one in earlier releases)."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 class RunningBatch:
     """KV cache, attention mask, positions and last tokens of the live rows of one model."""
+
+    #: cache layer that holds each transformer layer's keys and values (``bench/kv_cache_growth.py`` swaps in a
+    #: ``torch.cat``-per-step layer to measure what the headroom saves)
+    layer_class: type[HeadroomLayer] = HeadroomLayer
 
     def __init__(self, model: torch.nn.Module, device: torch.device, pad_token_id: int = 0):
         self.model = model
         self.device = device
         self.pad_token_id = pad_token_id
+        self._cache_argument = cache_argument(model)
         self.clear()
 
     def clear(self) -> None:
@@ -62,9 +78,9 @@ class RunningBatch:
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
+            **{self._cache_argument: cache},
         )
         return out.logits[:, -1, :]
 
@@ -91,6 +107,7 @@ class RunningBatch:
         cache = DynamicCache()
         logits = self._forward(ids, mask, positions, cache)
         self._check_layers(cache)
+        cache.layers[:] = with_headroom_layers(cache.layers, self.layer_class)
         self._merge(cache, mask)
         self.next_position = torch.cat([self.next_position, torch.as_tensor(lengths, device=self.device)])
         self.last_tokens = torch.cat(
@@ -105,8 +122,7 @@ class RunningBatch:
         length = max(self.cache_length, new_mask.shape[1])
         pad_old, pad_new = length - self.cache_length, length - new_mask.shape[1]
         for old, new in zip(self.cache.layers, new_cache.layers):
-            old.keys = torch.cat([_left_pad(old.keys, pad_old, 2), _left_pad(new.keys, pad_new, 2)], dim=0)
-            old.values = torch.cat([_left_pad(old.values, pad_old, 2), _left_pad(new.values, pad_new, 2)], dim=0)
+            old.append_rows(new.keys, new.values)
         self.attention_mask = torch.cat(
             [_left_pad(self.attention_mask, pad_old, 1), _left_pad(new_mask, pad_new, 1)], dim=0
         )
@@ -135,7 +151,6 @@ class RunningBatch:
         start = int(live[0]) if live.numel() else mask.shape[1]
         self.attention_mask = mask[:, start:]
         for layer in self.cache.layers:
-            layer.keys = layer.keys.index_select(0, index)[:, :, start:]
-            layer.values = layer.values.index_select(0, index)[:, :, start:]
+            layer.keep_rows(rows, start)
         self.next_position = self.next_position.index_select(0, index)
         self.last_tokens = self.last_tokens.index_select(0, index)

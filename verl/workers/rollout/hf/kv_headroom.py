@@ -1,0 +1,138 @@
+"""A KV cache layer for the running batch that decodes into spare columns instead of reallocating.
+
+``transformers``' ``DynamicLayer`` grows by ``torch.cat`` on every forward, so each decode step copies the whole
+cache of the running batch, and the copying of a response grows with the square of its length. This layer keeps
+its keys and values in buffers with spare columns at the end and exposes the filled part as a view
+(``buffer[:rows, :, start:end]``):
+
+- a decode step writes its column into the spare ones; when they run out, the buffers grow by a fraction of the
+  filled length, so copies are amortised to a constant per token;
+- retiring rows moves the rows after the first dropped one up inside the same buffers, and trimming shared left
+  padding only moves ``start``;
+- admitting rows builds new buffers (with spare columns) holding the running rows and the new ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+__all__ = ["HeadroomLayer", "with_headroom_layers"]
+
+MIN_HEADROOM = 64  # spare columns added at least when the buffers grow
+GROWTH = 0.5  # ... or this fraction of the filled length, if larger
+
+
+def _capacity_for(length: int) -> int:
+    return length + max(MIN_HEADROOM, int(length * GROWTH))
+
+
+class HeadroomLayer(DynamicLayer):
+    """``DynamicLayer`` whose ``keys``/``values`` [rows, heads, end - start, dim] are views of larger buffers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._key_buffer: torch.Tensor | None = None
+        self._value_buffer: torch.Tensor | None = None
+        self.rows = self.start = self.end = 0
+
+    @property
+    def capacity(self) -> int:
+        """Columns the buffers hold, filled or not."""
+        return 0 if self._key_buffer is None else int(self._key_buffer.shape[-2])
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+    def _expose(self) -> None:
+        self.keys = self._key_buffer[: self.rows, :, self.start : self.end]
+        self.values = self._value_buffer[: self.rows, :, self.start : self.end]
+
+    def assign(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Take ``keys``/``values`` [B, H, L, D] as the whole cache (no spare columns until the next step)."""
+        self._key_buffer, self._value_buffer = keys, values
+        self.rows, self.start, self.end = int(keys.shape[0]), 0, int(keys.shape[-2])
+        self.device = keys.device
+        self.is_initialized = True
+        self._expose()
+
+    def _new_buffers(self, rows: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = list(self._key_buffer.shape)
+        shape[0], shape[-2] = rows, _capacity_for(length)
+        return self._key_buffer.new_empty(shape), self._value_buffer.new_empty(shape)
+
+    def _grow(self, needed: int) -> None:
+        """Move the filled columns to the front of new buffers with room for ``needed`` more and spare ones."""
+        length = self.length
+        keys, values = self._new_buffers(self.rows, length + needed)
+        keys[:, :, :length] = self.keys
+        values[:, :, :length] = self.values
+        self._key_buffer, self._value_buffer = keys, values
+        self.start, self.end = 0, length
+        self._expose()
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized or self._key_buffer is None:
+            self.assign(key_states, value_states)
+            return self.keys, self.values
+        if key_states.shape[0] != self.rows:
+            raise ValueError(f"HeadroomLayer.update: {key_states.shape[0]} rows of new states for a cache of "
+                             f"{self.rows} rows")
+        width = int(key_states.shape[-2])
+        if self.end + width > self.capacity:
+            self._grow(width)
+        self._key_buffer[: self.rows, :, self.end : self.end + width] = key_states
+        self._value_buffer[: self.rows, :, self.end : self.end + width] = value_states
+        self.end += width
+        self._expose()
+        return self.keys, self.values
+
+    def keep_rows(self, rows: Sequence[int], drop_columns: int = 0) -> None:
+        """Keep ``rows`` in that order and drop the first ``drop_columns`` filled columns, inside the buffers."""
+        self.start += drop_columns
+        unchanged = next((i for i, row in enumerate(rows) if row != i), len(rows))
+        if unchanged < len(rows):
+            moved = torch.as_tensor(list(rows[unchanged:]), dtype=torch.long, device=self._key_buffer.device)
+            columns = slice(self.start, self.end)
+            # the right side is gathered into a new tensor first, so overlapping rows are read before written
+            self._key_buffer[unchanged : len(rows), :, columns] = self._key_buffer[:, :, columns].index_select(0, moved)
+            self._value_buffer[unchanged : len(rows), :, columns] = self._value_buffer[:, :, columns].index_select(
+                0, moved
+            )
+        self.rows = len(rows)
+        self._expose()
+
+    def append_rows(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Add rows whose cache is ``keys``/``values`` [n, H, L, D], right-aligned like the running rows.
+
+        The shorter side is padded on the left with zeros (its attention mask hides those columns; zeros keep the
+        masked products finite).
+        """
+        old_length, new_length = self.length, int(keys.shape[-2])
+        length = max(old_length, new_length)
+        total = self.rows + int(keys.shape[0])
+        key_buffer, value_buffer = self._new_buffers(total, length)
+        for buffer, old, new in ((key_buffer, self.keys, keys), (value_buffer, self.values, values)):
+            buffer[: self.rows, :, : length - old_length].zero_()
+            buffer[: self.rows, :, length - old_length : length] = old
+            buffer[self.rows : total, :, : length - new_length].zero_()
+            buffer[self.rows : total, :, length - new_length : length] = new
+        self._key_buffer, self._value_buffer = key_buffer, value_buffer
+        self.rows, self.start, self.end = total, 0, length
+        self._expose()
+
+
+def with_headroom_layers(layers: list, layer_class: type[HeadroomLayer] = HeadroomLayer) -> list[HeadroomLayer]:
+    """The same keys and values as ``layers`` (plain dynamic layers after a prefill), held by ``layer_class``."""
+    converted = []
+    for layer in layers:
+        if isinstance(layer, layer_class):
+            converted.append(layer)
+            continue
+        headroom = layer_class()
+        headroom.assign(layer.keys, layer.values)
+        converted.append(headroom)
+    return converted
