@@ -4,6 +4,13 @@ The rollout engine's log-probs (`rollout_log_probs`) are the behaviour policy; t
 `old_log_probs` are the proximal policy. Their ratio, truncated at `rollout_is_threshold`, becomes the
 `rollout_is_weights` that the policy loss multiplies in. Mismatch metrics are reported whenever both
 log-probs are present, so a run shows how far rollout and trainer drift apart even without correction.
+
+Rejection comes before the weights: `rollout_rs` drops tokens (``token``) or whole responses (``sequence``: the
+product of the token ratios; ``geometric``: their geometric mean) whose ratio leaves
+`[rollout_rs_threshold_lower, rollout_rs_threshold]`, and `rollout_token_veto_threshold` drops every response with a
+token whose ratio is below it. Dropped tokens leave `response_mask`, so they get no advantage and no loss.
+`rollout_is_batch_normalize` then rescales the weights to a mean of 1 over the batch (over tokens at token level,
+over responses at sequence level).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from verl.protocol import DataProto
 from verl.utils.torch_functional import masked_mean
 
 IS_LEVELS = ("token", "sequence")
+RS_LEVELS = ("token", "sequence", "geometric")
 LOG_RATIO_CLAMP = 20.0
 
 
@@ -55,21 +63,77 @@ def mismatch_metrics(
     return {"rollout_corr/mismatch_kl_k1": k1, "rollout_corr/mismatch_kl_k3": k3, "rollout_corr/ess": ess}
 
 
+def rejection_mask(
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, level: str | None,
+    upper: float | None, lower: float | None, veto: float | None = None,
+) -> torch.Tensor:
+    """``response_mask`` without the tokens that rejection sampling (``level``) and the token veto drop."""
+    if level is not None and level not in RS_LEVELS:
+        raise ValueError(f"algorithm.rollout_correction.rollout_rs={level!r}; expected one of {list(RS_LEVELS)}")
+    mask = response_mask.to(old_log_prob.dtype)
+    valid = mask > 0
+    log_ratio = ((old_log_prob - rollout_log_prob) * mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    keep = valid.clone()
+    if level is not None:
+        if level == "token":
+            ratio = torch.exp(log_ratio)
+        else:
+            per_row = log_ratio.sum(-1, keepdim=True)
+            if level == "geometric":
+                per_row = per_row / mask.sum(-1, keepdim=True).clamp(min=1)
+            ratio = torch.exp(per_row.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).expand_as(log_ratio)
+        if upper is not None:
+            keep &= ratio <= upper
+        if lower is not None:
+            keep &= ratio >= lower
+    if veto is not None:
+        vetoed = (valid & (torch.exp(log_ratio) < veto)).any(-1, keepdim=True)
+        keep &= ~vetoed
+    return keep.to(response_mask.dtype)
+
+
+def _normalized(weights: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    if level == "sequence":
+        rows = mask.sum(-1) > 0
+        mean = weights.max(-1).values[rows].mean() if rows.any() else weights.new_ones(())
+    else:
+        mean = masked_mean(weights, mask) if mask.sum() > 0 else weights.new_ones(())
+    return weights / mean.clamp(min=1e-8)
+
+
 def apply_rollout_correction(batch: DataProto, config: Any) -> dict[str, float]:
-    """Add `rollout_is_weights` to the batch when configured; return mismatch and weight metrics."""
+    """Reject tokens or responses (`rollout_rs`, the token veto) from `response_mask` and add `rollout_is_weights`
+    when configured; return mismatch, rejection and weight metrics."""
     keys = batch.batch.keys()
     if "rollout_log_probs" not in keys or "old_log_probs" not in keys:
         return {}
     response_mask = batch.batch["response_mask"]
     old_log_prob, rollout_log_prob = batch.batch["old_log_probs"], batch.batch["rollout_log_probs"]
     metrics = mismatch_metrics(old_log_prob, rollout_log_prob, response_mask)
+    rs_level = _get(config, "rollout_rs", None)
+    veto = _get(config, "rollout_token_veto_threshold", None)
+    if rs_level or veto is not None:
+        upper = _get(config, "rollout_rs_threshold", None)
+        lower = _get(config, "rollout_rs_threshold_lower", None)
+        if lower is None and upper is not None:
+            lower = 1.0 / float(upper)  # as RolloutCorrectionConfig fills it in
+        kept = rejection_mask(old_log_prob, rollout_log_prob, response_mask, rs_level or None,
+                              None if upper is None else float(upper), None if lower is None else float(lower),
+                              None if veto is None else float(veto))
+        valid_tokens = response_mask.sum().clamp(min=1)
+        valid_rows = (response_mask.sum(-1) > 0).sum().clamp(min=1)
+        metrics["rollout_corr/rs_rejected_token_frac"] = (1 - kept.sum() / valid_tokens).item()
+        dropped_rows = (response_mask.sum(-1) > 0) & (kept.sum(-1) == 0)
+        metrics["rollout_corr/rs_rejected_seq_frac"] = (dropped_rows.sum() / valid_rows).item()
+        response_mask = kept
+        batch.batch["response_mask"] = kept
     level = _get(config, "rollout_is", None)
     if level:
-        weights = compute_rollout_is_weights(
-            old_log_prob, rollout_log_prob, response_mask, str(level), float(_get(config, "rollout_is_threshold", 2.0))
-        )
+        threshold = float(_get(config, "rollout_is_threshold", 2.0))
+        weights = compute_rollout_is_weights(old_log_prob, rollout_log_prob, response_mask, str(level), threshold)
+        metrics["rollout_corr/is_truncated_frac"] = masked_mean((weights >= threshold).float(), response_mask).item()
+        if _get(config, "rollout_is_batch_normalize", False):
+            weights = _normalized(weights, response_mask, str(level))
         batch.batch["rollout_is_weights"] = weights
         metrics["rollout_corr/is_weight_mean"] = masked_mean(weights, response_mask).item()
-        threshold = float(_get(config, "rollout_is_threshold", 2.0))
-        metrics["rollout_corr/is_truncated_frac"] = masked_mean((weights >= threshold).float(), response_mask).item()
     return metrics
