@@ -61,12 +61,13 @@ def test_generation_seed_is_per_step_and_optional():
     assert issubclass(StopTraining, Exception)
 
 
-def _log_prob_trainer(**actor):
+def _log_prob_trainer(correction=None, **actor):
     trainer = object.__new__(SeparateRayPPOTrainer)
     trainer.bypass_mode, trainer.global_steps = False, 1
     trainer.config = OmegaConf.create({
         "actor": {"ppo_epochs": 1, "ppo_mini_batch_size": 4, "skip_on_policy_log_prob": True, **actor},
-        "rollout": {"n": 2}, "algorithm": {"use_kl_in_reward": False}, "trainer": {"critic_warmup": 0},
+        "rollout": {"n": 2}, "trainer": {"critic_warmup": 0},
+        "algorithm": {"use_kl_in_reward": False, "rollout_correction": correction or {"rollout_is": None}},
     })
     return trainer
 
@@ -91,10 +92,26 @@ def test_on_policy_update_skips_the_old_log_prob_pass():
         (_log_prob_trainer(ppo_epochs=2), _batch(8)),
         (_log_prob_trainer(ppo_mini_batch_size=2), _batch(8)),  # two mini-batches: the second is off-policy
         (_log_prob_trainer(skip_on_policy_log_prob=False), _batch(8)),
-        (_log_prob_trainer(), _batch(8, rollout_log_probs=True)),  # rollout correction reads old_log_probs
+        # corrections that look at the whole batch before the update
+        (_log_prob_trainer({"rollout_rs": "token", "rollout_rs_threshold": 2.0}), _batch(8, rollout_log_probs=True)),
+        (_log_prob_trainer({"rollout_token_veto_threshold": 1e-3}), _batch(8, rollout_log_probs=True)),
+        (_log_prob_trainer({"rollout_is": "token", "rollout_is_batch_normalize": True}),
+         _batch(8, rollout_log_probs=True)),
     ]
     kl_in_reward = _log_prob_trainer()
     kl_in_reward.config.algorithm.use_kl_in_reward = True
     needs_pass.append((kl_in_reward, _batch(8)))
     for trainer, data in needs_pass:
         assert not trainer._update_supplies_old_log_probs(data), trainer.config
+
+
+def test_token_weighting_correction_is_left_to_the_on_policy_update():
+    from verl.trainer.ppo.rollout_corr import IN_UPDATE_KEY
+
+    trainer = _log_prob_trainer({"rollout_is": "sequence", "rollout_is_threshold": 3.0})
+    batch = _batch(8, rollout_log_probs=True)
+    assert trainer._fit_compute_log_prob(batch, {}) is batch and "old_log_probs" not in batch.batch.keys()
+    assert batch.meta_info[IN_UPDATE_KEY] == {"rollout_is": "sequence", "rollout_is_threshold": 3.0}
+    plain = _batch(8)
+    _log_prob_trainer()._fit_compute_log_prob(plain, {})
+    assert IN_UPDATE_KEY not in plain.meta_info

@@ -422,6 +422,46 @@ def test_rollout_is_weights_scale_the_policy_gradient(base_model):
     assert norms[2.0] == pytest.approx(2 * norms[1.0], rel=1e-5)
 
 
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_rollout_correction_inside_the_update_equals_a_separate_pass(base_model, level):
+    """On-policy, the update's own log-probs give the same weights, step and metrics as the trainer's old
+    log-prob pass followed by apply_rollout_correction."""
+    from omegaconf import OmegaConf
+
+    from verl.trainer.ppo.rollout_corr import IN_UPDATE_KEY, apply_rollout_correction, in_update_spec
+
+    correction = OmegaConf.create({"rollout_is": level, "rollout_is_threshold": 1.5})
+    data = make_batch(base_model.config.vocab_size, seed=7)
+    gen = torch.Generator().manual_seed(1)
+    reference_actor = DataParallelPPOActor(make_config(), copy.deepcopy(base_model), None)
+    current, _ = reference_actor.compute_log_prob(data)
+    noise = 0.3 * torch.randn(current.shape, generator=gen) if level == "token" else 0.05 * torch.randn(
+        current.shape, generator=gen)
+    data.batch["rollout_log_probs"] = (current + noise) * data.batch["response_mask"]
+    results = []
+    for in_update in (False, True):
+        model = copy.deepcopy(base_model)
+        actor = DataParallelPPOActor(make_config(grad_clip=1e6), model, torch.optim.SGD(model.parameters(), lr=0.5))
+        batch = DataProto.from_dict(tensors=dict(data.batch.items()), meta_info=dict(data.meta_info))
+        if in_update:
+            batch.meta_info[IN_UPDATE_KEY] = in_update_spec(correction)
+            trainer_metrics = {}
+        else:
+            with_old_log_probs(actor, batch)
+            trainer_metrics = apply_rollout_correction(batch, correction)
+            assert "rollout_is_weights" in batch.batch.keys()
+        metrics = actor.update_policy(batch)
+        metrics.update({k: [v] for k, v in trainer_metrics.items()})
+        results.append((metrics, torch.cat([p.detach().flatten() for p in model.parameters()])))
+    (separate, params_separate), (inside, params_inside) = results
+    assert separate["actor/grad_norm"][0] == pytest.approx(inside["actor/grad_norm"][0], rel=1e-5)
+    torch.testing.assert_close(params_inside, params_separate, atol=1e-6, rtol=0)
+    for key in ("rollout_corr/mismatch_kl_k1", "rollout_corr/mismatch_kl_k3", "rollout_corr/ess",
+                "rollout_corr/is_weight_mean", "rollout_corr/is_truncated_frac"):
+        assert inside[key][0] == pytest.approx(separate[key][0], rel=1e-4, abs=1e-6), key
+    assert inside["rollout_corr/is_weight_mean"][0] != pytest.approx(1.0, abs=1e-3)  # the weights did something
+
+
 def test_entropy_bonus_enters_the_gradient(base_model):
     data = make_batch(base_model.config.vocab_size)
     data.batch["advantages"] = torch.zeros(8, RESPONSE_LEN)

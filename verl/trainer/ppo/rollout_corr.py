@@ -137,3 +137,42 @@ def apply_rollout_correction(batch: DataProto, config: Any) -> dict[str, float]:
         batch.batch["rollout_is_weights"] = weights
         metrics["rollout_corr/is_weight_mean"] = masked_mean(weights, response_mask).item()
     return metrics
+
+
+# meta_info key of a batch whose on-policy update applies the correction itself (no separate old log-prob pass)
+IN_UPDATE_KEY = "rollout_correction_in_update"
+
+
+def in_update_spec(config: Any) -> dict[str, Any] | None:
+    """What an on-policy update needs to apply ``config`` from its own forward pass, or None when the correction
+    looks at the whole batch before the update (rejection, the token veto, batch normalisation) or bypasses the
+    trainer's log-probs altogether."""
+    if _get(config, "rollout_rs", None) or _get(config, "rollout_token_veto_threshold", None) is not None:
+        return None
+    if _get(config, "rollout_is_batch_normalize", False) or _get(config, "bypass_mode", False):
+        return None
+    level = _get(config, "rollout_is", None)
+    return {"rollout_is": None if level is None else str(level),
+            "rollout_is_threshold": float(_get(config, "rollout_is_threshold", 2.0))}
+
+
+def in_update_weights(log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor,
+                      spec: dict[str, Any]) -> torch.Tensor | None:
+    """The truncated weights of one micro-batch from the update's own (detached) log-probs; None without
+    ``rollout_is``. On an on-policy update they equal what a separate pass would have given."""
+    if not spec.get("rollout_is"):
+        return None
+    return compute_rollout_is_weights(log_prob.detach(), rollout_log_prob, response_mask, spec["rollout_is"],
+                                      spec["rollout_is_threshold"])
+
+
+def in_update_metrics(log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor,
+                      spec: dict[str, Any]) -> dict[str, float]:
+    """The mismatch and weight metrics :func:`apply_rollout_correction` reports, over the rows an update saw."""
+    metrics = mismatch_metrics(log_prob, rollout_log_prob, response_mask)
+    weights = in_update_weights(log_prob, rollout_log_prob, response_mask, spec)
+    if weights is not None:
+        threshold = spec["rollout_is_threshold"]
+        metrics["rollout_corr/is_truncated_frac"] = masked_mean((weights >= threshold).float(), response_mask).item()
+        metrics["rollout_corr/is_weight_mean"] = masked_mean(weights, response_mask).item()
+    return metrics

@@ -40,7 +40,7 @@ from verl.trainer.ppo.metric_utils import (
 )
 from verl.trainer.ppo.reward import compute_reward
 from verl.trainer.ppo.roles import Role
-from verl.trainer.ppo.rollout_corr import apply_rollout_correction
+from verl.trainer.ppo.rollout_corr import IN_UPDATE_KEY, apply_rollout_correction, in_update_spec
 from verl.utils.dataset.collate import collate_fn as default_collate_fn
 from verl.utils.dataset.dataloader import create_stateful_dataloader
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
@@ -323,6 +323,8 @@ class SeparateRayPPOTrainer:
             batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
             return batch
         if self._update_supplies_old_log_probs(batch):
+            if "rollout_log_probs" in batch.batch.keys():
+                batch.meta_info[IN_UPDATE_KEY] = in_update_spec(self.config.algorithm.rollout_correction)
             return batch
         old_log_prob = self.actor_rollout_wg.compute_log_prob(batch)
         entropys = old_log_prob.batch.pop("entropys", None) if old_log_prob.batch is not None else None
@@ -336,13 +338,18 @@ class SeparateRayPPOTrainer:
     def _update_supplies_old_log_probs(self, batch: DataProto) -> bool:
         """True when the actor update is on-policy (one epoch over one mini-batch holding the whole batch) and
         nothing but the update reads ``old_log_probs``: the update then takes them from its own forward pass, where
-        they equal a separate pass's values, and the pass is skipped (``actor.skip_on_policy_log_prob``)."""
+        they equal a separate pass's values, and the pass is skipped (``actor.skip_on_policy_log_prob``). A rollout
+        correction that weights tokens one by one (``rollout_is``) is then applied inside the update too; one that
+        needs the whole batch first (rejection, the token veto, batch normalisation) keeps the pass."""
         actor = self.config.actor
         if not bool(actor.get("skip_on_policy_log_prob", True)) or int(actor.ppo_epochs) != 1:
             return False
         if int(actor.ppo_mini_batch_size) * int(self.config.rollout.n) < len(batch):
             return False
-        if self.config.algorithm.get("use_kl_in_reward", False) or "rollout_log_probs" in batch.batch.keys():
+        if self.config.algorithm.get("use_kl_in_reward", False):
+            return False
+        correction = self.config.algorithm.rollout_correction
+        if "rollout_log_probs" in batch.batch.keys() and in_update_spec(correction) is None:
             return False
         return self.global_steps > int(self.config.trainer.get("critic_warmup", 0))
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+from verl.trainer.ppo.rollout_corr import IN_UPDATE_KEY, in_update_metrics, in_update_weights
 from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.actor.batching import positive_int, read_meta, restore_order, select_batch, split_micro_batches
@@ -138,7 +139,10 @@ class DataParallelPPOActor(BasePPOActor):
         Needs responses, response_mask, input_ids, attention_mask, position_ids,
         advantages, old_log_probs (unless the update is on-policy: one epoch over
         one mini-batch, where the ratio is 1 by construction), ref_log_prob when
-        ``use_kl_loss``; uses rollout_is_weights when present. Returns lists of
+        ``use_kl_loss``; uses rollout_is_weights when present. When the trainer
+        leaves the rollout correction to an on-policy update (``meta_info`` key
+        ``rollout_correction_in_update``), the weights and the ``rollout_corr/*``
+        metrics come from this update's own forward and rollout_log_probs. Returns lists of
         per-micro-batch ``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/ppo_kl``,
         ``actor/entropy`` (and ``actor/kl_loss``, ``actor/kl_coef``), per-step
         ``actor/grad_norm`` and ``actor/step_skipped``, and ``actor/lr``.
@@ -163,7 +167,11 @@ class DataParallelPPOActor(BasePPOActor):
             keys.append("ref_log_prob")
         if data.batch is not None and "rollout_is_weights" in data.batch.keys():
             keys.append("rollout_is_weights")
+        correction = data.meta_info.get(IN_UPDATE_KEY) if on_policy else None
+        if correction is not None:
+            keys.append("rollout_log_probs")
         batch = select_batch(data, keys, where)
+        seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (log-probs, rollout's, mask) per micro
 
         def micro_loss(micro: TensorDict, scale: float) -> dict[str, Any]:
             response_mask = micro["response_mask"].float()
@@ -175,6 +183,11 @@ class DataParallelPPOActor(BasePPOActor):
                 (log_prob.sum() * 0.0).backward()
                 return {}
             old_log_prob = log_prob.detach() if on_policy else micro["old_log_probs"]
+            rollout_is_weights = micro.get("rollout_is_weights", None)
+            if correction is not None:
+                seen.append((old_log_prob, micro["rollout_log_probs"], micro["response_mask"]))
+                rollout_is_weights = in_update_weights(old_log_prob, micro["rollout_log_probs"], response_mask,
+                                                       correction)
             pg_loss, pg_metrics = policy_loss_fn(
                 old_log_prob,
                 log_prob,
@@ -182,7 +195,7 @@ class DataParallelPPOActor(BasePPOActor):
                 response_mask,
                 loss_agg_mode=plan.loss_agg_mode,
                 config=cfg,
-                rollout_is_weights=micro.get("rollout_is_weights", None),
+                rollout_is_weights=rollout_is_weights,
             )
             entropy_agg = agg_loss(entropy, response_mask, plan.loss_agg_mode)
             loss = pg_loss - entropy_coeff * entropy_agg if entropy_coeff != 0 else pg_loss
@@ -197,9 +210,14 @@ class DataParallelPPOActor(BasePPOActor):
             metrics.update(pg_metrics)
             return metrics
 
-        return run_updates(
+        metrics = run_updates(
             batch, plan, micro_loss, self.actor_module, self.actor_optimizer, self._shuffle_generator, "actor"
         )
+        if seen:
+            log_prob, rollout_log_prob, response_mask = (torch.cat(parts) for parts in zip(*seen))
+            for key, value in in_update_metrics(log_prob, rollout_log_prob, response_mask, correction).items():
+                metrics[key] = [value]
+        return metrics
 
 
 def _loss_mode(cfg: Any) -> str:

@@ -79,8 +79,9 @@ class ActorConfig(BaseConfig):
     ``ppo_micro_batch_size_per_gpu=None`` means one micro-batch per mini-batch (no gradient accumulation);
     ``log_prob_micro_batch_size_per_gpu=None`` means the whole per-rank batch in one forward pass.
     ``skip_on_policy_log_prob``: when the update is on-policy (one epoch over one mini-batch), the trainer skips the
-    separate old log-prob pass, because the update's own forward gives the same values (the PPO ratio is 1); the
-    pass still runs when something else reads ``old_log_probs`` (KL in the reward, rollout log-prob correction).
+    separate old log-prob pass, because the update's own forward gives the same values (the PPO ratio is 1), and
+    applies ``rollout_is`` weights from that forward too; the pass still runs when something else reads
+    ``old_log_probs`` first (KL in the reward; rollout rejection, token veto or batch-normalised weights).
     """
 
     _mutable_fields = frozenset(
