@@ -28,6 +28,7 @@ def recipe_main(config_dir: Path, config_name: str, kind: str, argv: Sequence[st
     from verl.base_config import ConfigError
     from verl.experimental.fully_async_policy.main import run_async_training
     from verl.trainer.config.batch_plan import compute_batch_plan, format_batch_plan
+    from verl.trainer.config.inert_keys import check_inert_keys
     from verl.trainer.config.ppo_config import build_ppo_config
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -42,6 +43,7 @@ def recipe_main(config_dir: Path, config_name: str, kind: str, argv: Sequence[st
     if print_only:
         print(OmegaConf.to_yaml(config), end="")
         return {}
+    check_inert_keys(typed)
     print(format_batch_plan(compute_batch_plan(typed)), flush=True)
     summary = run_async_training(config, kind)
     print(f"{kind} finished: {summary.get('global_steps')} steps, weight version {summary.get('weight_version')}",

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.base_config import ConfigError
 from verl.trainer.config.batch_plan import compute_batch_plan, format_batch_plan
+from verl.trainer.config.inert_keys import check_inert_keys
 from verl.trainer.config.legacy import override_key, translate_legacy_config, translate_legacy_overrides
 from verl.trainer.config.ppo_config import PPOConfig, build_ppo_config
 
@@ -61,6 +62,7 @@ def _hydra_main(config: DictConfig) -> None:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
+    check_inert_keys(typed)
     print(format_batch_plan(compute_batch_plan(typed)), flush=True)
     run_dir = run_ppo(config)
     if _DEMO_MODE:

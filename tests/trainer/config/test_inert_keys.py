@@ -1,0 +1,71 @@
+"""Config keys accepted for compatibility but without effect: named with their reason when set, silent otherwise."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+import verl
+import verl.trainer.config as trainer_config
+import verl.workers.config as worker_config
+from verl.trainer.config.compose import compose_ppo_config
+from verl.trainer.config.inert_keys import INERT_FIELDS, InertConfigWarning, check_inert_keys, inert_settings
+from verl.trainer.main_ppo import resolve_config
+
+
+def _typed(overrides):
+    return resolve_config(compose_ppo_config(overrides))[1]
+
+
+def _config_classes() -> dict[str, type]:
+    classes = {}
+    for package in (trainer_config, worker_config):
+        for module_info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{package.__name__}.{module_info.name}")
+            classes.update({name: obj for name, obj in vars(module).items()
+                            if dataclasses.is_dataclass(obj) and isinstance(obj, type)})
+    return classes
+
+
+def test_the_packaged_defaults_set_no_inert_key():
+    assert inert_settings(_typed([])) == []
+    assert inert_settings(_typed(["actor.ppo_epochs=2", "rollout.temperature=0.7"])) == []
+
+
+def test_each_inert_key_set_is_named_with_its_reason():
+    typed = _typed(["actor.ulysses_sequence_parallel_size=2", "rollout.enforce_eager=true",
+                    "trainer.rollout_data_dir=/tmp/dump", "actor.fsdp_config.forward_prefetch=true",
+                    "rollout.multi_turn.tokenization_sanity_check_mode=disable"])
+    with pytest.warns(InertConfigWarning) as caught:
+        messages = check_inert_keys(typed)
+    assert [str(w.message) for w in caught] == messages
+    keys = [m.split("=")[0].removeprefix("config: ") for m in messages]
+    assert sorted(keys) == ["actor.fsdp_config.forward_prefetch", "actor.ulysses_sequence_parallel_size",
+                            "ref.ulysses_sequence_parallel_size", "rollout.enforce_eager",
+                            "rollout.multi_turn.tokenization_sanity_check_mode", "trainer.rollout_data_dir"]
+    assert any("trainer.rollout_data_dir='/tmp/dump' has no effect in this build (rollout generations are not "
+               "dumped to files)" in m for m in messages)
+
+
+def test_the_legacy_spelling_is_caught_too():
+    keys = [key for key, _, _ in inert_settings(_typed(["actor_rollout_ref.rollout.enforce_eager=true"]))]
+    assert keys == ["rollout.enforce_eager"]
+
+
+def test_every_listed_key_exists_and_is_still_unread():
+    """A key that gains an effect must leave the list: no module outside the config classes may read it."""
+    classes = _config_classes()
+    root = Path(verl.__file__).parent
+    sources = {path: path.read_text() for path in root.rglob("*.py")
+               if "config" not in path.relative_to(root).parts[:-1] and path.name != "inert_keys.py"}
+    for class_name, fields in INERT_FIELDS.items():
+        names = {f.name for f in dataclasses.fields(classes[class_name])}
+        for field in fields:
+            assert field in names, f"{class_name}.{field} is not a config field"
+            readers = [str(p) for p, text in sources.items() if re.search(rf"\b{field}\b", text)]
+            assert not readers, f"{class_name}.{field} is read by {readers}; it has an effect now"

@@ -1,0 +1,109 @@
+"""Config keys that verl accepts (so that existing scripts keep parsing) but that change nothing in this build.
+
+A user who sets one of them to something other than its default expects an effect; silence would let a run differ
+from what its command line says. :func:`check_inert_keys` names each such key and why it is inert, as one
+:class:`InertConfigWarning` per key, when the trainer resolves its config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+__all__ = ["INERT_FIELDS", "InertConfigWarning", "check_inert_keys", "inert_settings"]
+
+_SP = "sequence parallelism (Ulysses) is not implemented; every rank holds whole sequences"
+_NO_KERNELS = "no fused or custom kernels are swapped in; the model runs its own modules"
+
+# config class name -> {field: why it has no effect}
+INERT_FIELDS: dict[str, dict[str, str]] = {
+    "DataConfig": {
+        "use_shm": "the data set is read from its path as given",
+        "return_raw_input_ids": "rows carry raw_prompt_ids for the agent loop regardless",
+        "validation_shuffle": "the validation set is always read in order",
+        "filter_overlong_prompts_workers": "overlong prompts are filtered in the loading process",
+        "image_key": "multi-modal rows are not supported: images are not read",
+        "video_key": "multi-modal rows are not supported: videos are not read",
+    },
+    "TrainerConfig": {
+        "log_val_generations": "validation generations are not logged",
+        "default_hdfs_dir": "checkpoints are written to trainer.default_local_dir only",
+        "del_local_ckpt_after_load": "loaded checkpoints are kept",
+        "max_critic_ckpt_to_keep": "checkpoint retention follows trainer.max_actor_ckpt_to_keep for every role",
+        "ray_wait_register_center_timeout": "there is no register center to wait for",
+        "rollout_data_dir": "rollout generations are not dumped to files",
+        "validation_data_dir": "validation generations are not dumped to files",
+    },
+    "CheckpointConfig": {"async_save": "checkpoints are saved synchronously"},
+    "ActorConfig": {"use_torch_compile": "the model is not compiled"},
+    "FSDPActorConfig": {
+        "use_torch_compile": "the model is not compiled",
+        "ulysses_sequence_parallel_size": _SP,
+        "entropy_checkpointing": "entropy is computed without activation checkpointing",
+    },
+    "FSDPCriticConfig": {"ulysses_sequence_parallel_size": _SP},
+    "FSDPEngineConfig": {
+        "wrap_policy": "FSDP2 shards every decoder layer and the root module",
+        "forward_prefetch": "FSDP2 prefetches by its own defaults",
+    },
+    "HFModelConfig": {
+        "enable_activation_offload": "activations stay on the device",
+        "use_fused_kernels": _NO_KERNELS,
+        "use_liger": _NO_KERNELS,
+        "use_shm": "the model is read from its path as given",
+    },
+    "MultiTurnConfig": {
+        "use_inference_chat_template": "the tool agent loop always renders with the tokenizer's chat template",
+        "tokenization_sanity_check_mode": "assistant turns keep the engine's token ids and are never re-tokenized",
+    },
+    "AgentLoopConfig": {"custom_async_server": "rollout servers come from rollout.name and the rollout registry"},
+    "RolloutConfig": {
+        "max_num_batched_tokens": "no engine adapter passes it on; the hf engine batches by rollout.max_num_seqs",
+        "enforce_eager": "no engine adapter passes it on",
+        "data_parallel_size": "the replica count follows the rollout pool and rollout.tensor_model_parallel_size",
+    },
+}
+
+
+class InertConfigWarning(UserWarning):
+    """A config key was set to a non-default value that has no effect in this build."""
+
+
+def _default_of(config: Any, name: str) -> Any:
+    for f in dataclasses.fields(config):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+    return dataclasses.MISSING
+
+
+def inert_settings(config: Any, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """``(key, value, reason)`` for every inert key of the typed ``config`` tree that differs from its default."""
+    if not dataclasses.is_dataclass(config):
+        return []
+    found = []
+    inert = {}
+    for cls in type(config).__mro__:
+        inert = {**INERT_FIELDS.get(cls.__name__, {}), **inert}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name, None)
+        key = f"{prefix}{f.name}"
+        if f.name in inert:
+            default = _default_of(config, f.name)
+            if default is not dataclasses.MISSING and value != default:
+                found.append((key, value, inert[f.name]))
+            continue
+        found.extend(inert_settings(value, key + "."))
+    return found
+
+
+def check_inert_keys(config: Any) -> list[str]:
+    """Warn once per inert key set to a non-default value in the typed trainer ``config``; return the messages."""
+    messages = [f"config: {key}={value!r} has no effect in this build ({reason})"
+                for key, value, reason in inert_settings(config)]
+    for message in messages:
+        warnings.warn(message, InertConfigWarning, stacklevel=2)
+    return messages
