@@ -39,7 +39,7 @@ def test_the_packaged_defaults_set_no_inert_key():
 
 def test_each_inert_key_set_is_named_with_its_reason():
     typed = _typed(["actor.ulysses_sequence_parallel_size=2", "rollout.enforce_eager=true",
-                    "trainer.rollout_data_dir=/tmp/dump", "actor.fsdp_config.forward_prefetch=true",
+                    "trainer.default_hdfs_dir=hdfs://x", "actor.fsdp_config.forward_prefetch=true",
                     "rollout.multi_turn.tokenization_sanity_check_mode=disable"])
     with pytest.warns(InertConfigWarning) as caught:
         messages = check_inert_keys(typed)
@@ -47,9 +47,9 @@ def test_each_inert_key_set_is_named_with_its_reason():
     keys = [m.split("=")[0].removeprefix("config: ") for m in messages]
     assert sorted(keys) == ["actor.fsdp_config.forward_prefetch", "actor.ulysses_sequence_parallel_size",
                             "ref.ulysses_sequence_parallel_size", "rollout.enforce_eager",
-                            "rollout.multi_turn.tokenization_sanity_check_mode", "trainer.rollout_data_dir"]
-    assert any("trainer.rollout_data_dir='/tmp/dump' has no effect in this build (rollout generations are not "
-               "dumped to files)" in m for m in messages)
+                            "rollout.multi_turn.tokenization_sanity_check_mode", "trainer.default_hdfs_dir"]
+    assert any("trainer.default_hdfs_dir='hdfs://x' has no effect in this build (checkpoints are written to "
+               "trainer.default_local_dir only)" in m for m in messages)
 
 
 def test_the_legacy_spelling_is_caught_too():

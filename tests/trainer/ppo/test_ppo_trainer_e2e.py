@@ -1,5 +1,6 @@
-"""The PPO trainer end to end on the shared Ray cluster: learning, and kill-and-resume equivalence."""
+"""The PPO trainer end to end on the shared Ray cluster: learning, kill-and-resume equivalence, generation dumps."""
 
+import json
 import os
 import time
 
@@ -79,3 +80,24 @@ def test_killed_run_resumes_to_the_same_metrics(ray_cluster, tmp_path):
     for step in (3, 4):
         for key in _COMPARED:
             assert resumed[step][key] == pytest.approx(full[step][key], rel=1e-6, abs=1e-7), (step, key)
+
+
+def test_generations_are_dumped_per_step_with_the_logged_scores(ray_cluster, tmp_path):
+    rollouts, validations = tmp_path / "rollouts", tmp_path / "validations"
+    config = _config(tmp_path / "run", "trainer.total_training_steps=2", f"trainer.rollout_data_dir={rollouts}",
+                     f"trainer.validation_data_dir={validations}", "trainer.val_before_train=true",
+                     "trainer.test_freq=2")
+    run_ppo(config)
+    assert sorted(p.name for p in rollouts.iterdir()) == ["1.jsonl", "2.jsonl"]
+    assert sorted(p.name for p in validations.iterdir()) == ["0.jsonl", "2.jsonl"]
+    metrics = {r["training/global_step"]: r for r in read_metrics(tmp_path / "run") if "critic/score/mean" in r}
+    samples = int(config.data.train_batch_size) * int(config.rollout.n)
+    for step in (1, 2):
+        records = [json.loads(line) for line in (rollouts / f"{step}.jsonl").read_text().splitlines()]
+        assert len(records) == samples
+        assert {r["step"] for r in records} == {step}
+        assert all(r["input"] and isinstance(r["output"], str) and r["uid"] for r in records)
+        mean = sum(r["score"] for r in records) / samples
+        assert mean == pytest.approx(metrics[step]["critic/score/mean"], abs=1e-6)
+    validation = [json.loads(line) for line in (validations / "0.jsonl").read_text().splitlines()]
+    assert validation and all(r["step"] == 0 and "score" in r for r in validation)

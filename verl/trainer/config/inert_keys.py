@@ -32,8 +32,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "del_local_ckpt_after_load": "loaded checkpoints are kept",
         "max_critic_ckpt_to_keep": "checkpoint retention follows trainer.max_actor_ckpt_to_keep for every role",
         "ray_wait_register_center_timeout": "there is no register center to wait for",
-        "rollout_data_dir": "rollout generations are not dumped to files",
-        "validation_data_dir": "validation generations are not dumped to files",
     },
     "CheckpointConfig": {"async_save": "checkpoints are saved synchronously"},
     "ActorConfig": {"use_torch_compile": "the model is not compiled"},

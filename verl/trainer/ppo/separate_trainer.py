@@ -31,6 +31,7 @@ from verl.single_controller.ray import (
 )
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.checkpointing import TrainerCheckpointer
+from verl.trainer.ppo.generation_dump import dump_generations
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughout_metrics,
@@ -313,6 +314,13 @@ class SeparateRayPPOTrainer:
         metrics.update(reward_metrics)
         return batch
 
+    def _fit_dump_generations(self, batch: DataProto) -> None:
+        """``trainer.rollout_data_dir``: this step's prompts, responses and scores as ``<dir>/<step>.jsonl``."""
+        directory = self.config.trainer.get("rollout_data_dir")
+        if directory:
+            scores = batch.batch["token_level_scores"].sum(-1)
+            dump_generations(directory, self.global_steps, self.tokenizer, batch, scores)
+
     def _fit_compute_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
         if self.bypass_mode:
             if "rollout_log_probs" not in batch.batch.keys():
@@ -437,6 +445,7 @@ class SeparateRayPPOTrainer:
             batch = self._fit_assemble(batch, gen_output, metrics)
             with marked_timer("reward", timing_raw):
                 batch = self._fit_compute_reward(batch, metrics)
+            self._fit_dump_generations(batch)
             with marked_timer("old_log_prob", timing_raw):
                 batch = self._fit_compute_log_prob(batch, metrics)
             with marked_timer("ref", timing_raw):
@@ -525,6 +534,8 @@ class SeparateRayPPOTrainer:
         val_kwargs = self.config.rollout.val_kwargs
         n = int(val_kwargs.get("n", 1))
         sources, uids, scores = [], [], []
+        dump_dir = self.config.trainer.get("validation_data_dir")
+        scored: list[DataProto] = []
         for batch_dict in self.val_dataloader:
             batch, gen_batch = self._fit_get_batch(batch_dict)
             gen_batch.meta_info.update(
@@ -544,9 +555,13 @@ class SeparateRayPPOTrainer:
             batch = batch.union(output)
             reward_tensor, _ = compute_reward(batch, self.val_reward_fn)
             scores.extend(reward_tensor.sum(-1).tolist())
+            if dump_dir:
+                scored.append(batch)
             uids.extend(batch.non_tensor_batch["uid"].tolist())
             key = self.config.data.get("reward_fn_key", "data_source")
             sources.extend(batch.non_tensor_batch.get(key, np.array(["unknown"] * len(batch), dtype=object)).tolist())
+        if dump_dir and scored:
+            dump_generations(dump_dir, self.global_steps, self.tokenizer, DataProto.concat(scored), scores)
         return process_validation_metrics(sources, uids, scores)
 
     # ------------------------------------------------------------------ checkpoints
