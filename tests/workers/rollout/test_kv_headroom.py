@@ -114,3 +114,32 @@ def test_cache_is_passed_under_the_name_the_model_forward_takes():
 
     assert cache_argument(NewStyle()) == "cache"
     assert cache_argument(OldStyle()) == "past_key_values"
+
+
+def test_dynamic_layer_editing_methods_stay_consistent_with_the_buffers():
+    layer = _layer(3, 4)
+    layer.update(*_states(3, 1, seed=5))  # spare columns from here on
+    keys, values = layer.keys.clone(), layer.values.clone()
+
+    layer.crop(-2)
+    torch.testing.assert_close(layer.keys, keys[:, :, :-2], rtol=0, atol=0)
+    new_keys, new_values = _states(3, 1, seed=6)
+    layer.update(new_keys, new_values)  # overwrites the cropped columns
+    keys = torch.cat([keys[:, :, :-2], new_keys], dim=2)
+    values = torch.cat([values[:, :, :-2], new_values], dim=2)
+    torch.testing.assert_close(layer.values, values, rtol=0, atol=0)
+
+    layer.batch_select_indices(torch.tensor([2, 0]))
+    torch.testing.assert_close(layer.keys, keys[[2, 0]], rtol=0, atol=0)
+
+    layer.batch_repeat_interleave(2)
+    torch.testing.assert_close(layer.keys, keys[[2, 0]].repeat_interleave(2, dim=0), rtol=0, atol=0)
+    assert layer.get_seq_length() == keys.shape[2]
+
+    layer.reset()
+    assert layer.get_seq_length() == 0
+    fresh_keys, fresh_values = _states(2, 3, seed=8)
+    layer.update(fresh_keys, fresh_values)
+    torch.testing.assert_close(layer.keys, fresh_keys, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="negative count"):
+        layer.crop(3)

@@ -105,6 +105,25 @@ class HeadroomLayer(DynamicLayer):
         self.rows = len(rows)
         self._expose()
 
+    # DynamicLayer's own editing methods, kept consistent with the buffers (the engine does not call them, but code
+    # that handles any transformers cache may)
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.keep_rows([int(i) for i in torch.as_tensor(indices).tolist()])
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self.assign(self.keys.repeat_interleave(repeats, dim=0), self.values.repeat_interleave(repeats, dim=0))
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError(f"HeadroomLayer.crop takes a negative count of tokens to remove, got {tokens_to_remove}")
+        self.end = max(self.start, self.end + tokens_to_remove)
+        self._expose()
+
+    def reset(self) -> None:
+        self._key_buffer = self._value_buffer = None
+        self.rows = self.start = self.end = 0
+        super().reset()
+
     def append_rows(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Add rows whose cache is ``keys``/``values`` [n, H, L, D], right-aligned like the running rows.
 
