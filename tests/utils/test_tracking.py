@@ -44,6 +44,36 @@ def test_tensorboard_backend_writes_event_file(tmp_path, monkeypatch):
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
 
 
+SAMPLES = [{"input": "1+2=", "output": "3", "score": 1.0}, {"input": "a|b", "output": "x\ny", "score": 0.0}]
+
+
+def test_generations_go_to_the_file_and_the_console(tmp_path, capsys):
+    tracker = Tracking("p", "e", ["file", "console"], local_dir=tmp_path)
+    tracker.log_generations(SAMPLES, step=0)
+    tracker.log_generations(SAMPLES[:1], step=4)
+    tracker.log_generations([], step=5)  # nothing picked: nothing logged
+    lines = [json.loads(line) for line in (tmp_path / "val_generations.jsonl").read_text().splitlines()]
+    assert lines == [{"step": 0, **SAMPLES[0]}, {"step": 0, **SAMPLES[1]}, {"step": 4, **SAMPLES[0]}]
+    out = capsys.readouterr().out
+    assert "step:0 - validation generations:" in out and "[score 1] '1+2=' -> '3'" in out
+    assert "step:5" not in out
+
+
+def test_generations_become_a_tensorboard_text_table(tmp_path, monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.delenv("TENSORBOARD_DIR", raising=False)
+    tracker = Tracking("p", "e", ["tensorboard"], local_dir=tmp_path)
+    tracker.log_generations(SAMPLES, step=2)
+    tracker.finish()
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    (event,) = events.Tensors("val/generations/text_summary")
+    text = event.tensor_proto.string_val[0].decode()
+    assert event.step == 2
+    assert "| 1+2= | 3 | 1 |" in text and "| a\\|b | x y | 0 |" in text
+
+
 def test_missing_optional_backend_names_the_extra(monkeypatch):
     import builtins
 

@@ -1,7 +1,8 @@
 """Experiment tracking: one `Tracking.log(metrics, step)` call fans out to every configured backend.
 
 Backends are chosen by `trainer.logger` (a list): ``console``, ``file`` (``metrics.jsonl`` in the run
-folder, one JSON object per step), ``tensorboard``, ``wandb`` and ``mlflow``. The last two are optional
+folder, one JSON object per step, and ``val_generations.jsonl`` for `Tracking.log_generations`), ``tensorboard``,
+``wandb`` and ``mlflow``. The last two are optional
 packages, imported only when asked for, with an error that names the extra to install.
 """
 
@@ -17,10 +18,13 @@ from typing import Any, Protocol
 
 SUPPORTED_BACKENDS = ("console", "file", "tensorboard", "wandb", "mlflow")
 METRICS_FILE_NAME = "metrics.jsonl"
+GENERATIONS_FILE_NAME = "val_generations.jsonl"
 
 
 class _Backend(Protocol):
     def log(self, data: dict[str, float], step: int) -> None: ...
+
+    def log_generations(self, samples: list[dict[str, Any]], step: int) -> None: ...
 
     def finish(self) -> None: ...
 
@@ -57,6 +61,11 @@ class ConsoleBackend:
         parts = [f"{key}:{value:.4g}" for key, value in sorted(data.items())]
         print(f"step:{step} - " + " - ".join(parts), flush=True)
 
+    def log_generations(self, samples: list[dict[str, Any]], step: int) -> None:
+        lines = [f"step:{step} - validation generations:"]
+        lines += [f"  [score {s['score']:.4g}] {s['input']!r} -> {s['output']!r}" for s in samples]
+        print("\n".join(lines), flush=True)
+
     def finish(self) -> None:
         pass
 
@@ -73,6 +82,11 @@ class FileBackend:
         record.update({key: (None if math.isnan(value) else value) for key, value in data.items()})
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def log_generations(self, samples: list[dict[str, Any]], step: int) -> None:
+        with open(self.path.parent / GENERATIONS_FILE_NAME, "a", encoding="utf-8") as handle:
+            for sample in samples:
+                handle.write(json.dumps({"step": step, **sample}, ensure_ascii=False) + "\n")
 
     def finish(self) -> None:
         pass
@@ -92,8 +106,20 @@ class TensorboardBackend:
             self.writer.add_scalar(key, value, global_step=step)
         self.writer.flush()
 
+    def log_generations(self, samples: list[dict[str, Any]], step: int) -> None:
+        self.writer.add_text("val/generations", _markdown_table(samples), global_step=step)
+        self.writer.flush()
+
     def finish(self) -> None:
         self.writer.close()
+
+
+def _markdown_table(samples: list[dict[str, Any]]) -> str:
+    def cell(text: Any) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    rows = [f"| {cell(s['input'])} | {cell(s['output'])} | {s['score']:.4g} |" for s in samples]
+    return "\n".join(["| input | output | score |", "|---|---|---|", *rows])
 
 
 def _optional_import(module: str, extra: str):
@@ -113,6 +139,11 @@ class WandbBackend:
     def log(self, data: dict[str, float], step: int) -> None:
         self.wandb.log(data, step=step)
 
+    def log_generations(self, samples: list[dict[str, Any]], step: int) -> None:
+        columns = ["input", "output", "score"]
+        table = self.wandb.Table(columns=columns, data=[[s[c] for c in columns] for s in samples])
+        self.wandb.log({"val/generations": table}, step=step)
+
     def finish(self) -> None:
         self.wandb.finish()
 
@@ -128,6 +159,9 @@ class MlflowBackend:
     def log(self, data: dict[str, float], step: int) -> None:
         # mlflow metric names may not contain '@'; keep them otherwise identical.
         self.mlflow.log_metrics({key.replace("@", "_at_"): value for key, value in data.items()}, step=step)
+
+    def log_generations(self, samples: list[dict[str, Any]], step: int) -> None:
+        self.mlflow.log_text(json.dumps(samples, ensure_ascii=False, indent=1), f"val_generations/step_{step}.json")
 
     def finish(self) -> None:
         self.mlflow.end_run()
@@ -166,6 +200,14 @@ class Tracking:
         flat = flatten_metrics(data)
         for backend in self.backends.values():
             backend.log(flat, step)
+
+    def log_generations(self, samples: Sequence[Mapping[str, Any]], step: int) -> None:
+        """Log validation samples (``input``, ``output``, ``score``) to every backend: a console listing, lines of
+        ``val_generations.jsonl``, a TensorBoard text table, a wandb table or an mlflow artifact."""
+        rows = [{"input": str(s["input"]), "output": str(s["output"]), "score": float(s["score"])} for s in samples]
+        if rows:
+            for backend in self.backends.values():
+                backend.log_generations(rows, step)
 
     def finish(self) -> None:
         for backend in self.backends.values():

@@ -53,3 +53,17 @@ def test_a_score_count_that_does_not_match_is_refused(tokenizer, tmp_path):
     batch = _batch(tokenizer, ["1+2=", "9+9="], ["3", "18"])
     with pytest.raises(ValueError, match="1 scores for 2 samples"):
         dump_generations(tmp_path, 1, tokenizer, batch, [1.0])
+
+
+def test_the_same_prompts_are_picked_at_every_validation():
+    from verl.trainer.ppo.generation_dump import pick_samples
+
+    prompts = [f"{i}+{i}=" for i in range(20)]
+    first = pick_samples(prompts, ["a"] * 20, [0.0] * 20, 4)
+    # a later validation: other answers, and the loader may hand the prompts over in another order
+    order = list(reversed(range(20)))
+    later = pick_samples([prompts[i] for i in order], [f"b{i}" for i in order], [1.0] * 20, 4)
+    assert len(first) == 4 and [s["input"] for s in later] == [s["input"] for s in first]
+    assert {s["output"] for s in later} == {f"b{prompts.index(s['input'])}" for s in first}
+    assert len({s["input"] for s in first}) == 4
+    assert pick_samples(prompts[:2], ["x", "y"], [1.0, 0.0], 5) == pick_samples(prompts[:2], ["x", "y"], [1.0, 0.0], 2)

@@ -82,11 +82,11 @@ def test_killed_run_resumes_to_the_same_metrics(ray_cluster, tmp_path):
             assert resumed[step][key] == pytest.approx(full[step][key], rel=1e-6, abs=1e-7), (step, key)
 
 
-def test_generations_are_dumped_per_step_with_the_logged_scores(ray_cluster, tmp_path):
+def test_generations_are_dumped_and_logged_with_their_scores(ray_cluster, tmp_path):
     rollouts, validations = tmp_path / "rollouts", tmp_path / "validations"
     config = _config(tmp_path / "run", "trainer.total_training_steps=2", f"trainer.rollout_data_dir={rollouts}",
                      f"trainer.validation_data_dir={validations}", "trainer.val_before_train=true",
-                     "trainer.test_freq=2")
+                     "trainer.test_freq=2", "trainer.log_val_generations=3")
     run_ppo(config)
     assert sorted(p.name for p in rollouts.iterdir()) == ["1.jsonl", "2.jsonl"]
     assert sorted(p.name for p in validations.iterdir()) == ["0.jsonl", "2.jsonl"]
@@ -101,3 +101,8 @@ def test_generations_are_dumped_per_step_with_the_logged_scores(ray_cluster, tmp
         assert mean == pytest.approx(metrics[step]["critic/score/mean"], abs=1e-6)
     validation = [json.loads(line) for line in (validations / "0.jsonl").read_text().splitlines()]
     assert validation and all(r["step"] == 0 and "score" in r for r in validation)
+    logged = [json.loads(line) for line in (tmp_path / "run" / "val_generations.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [0, 0, 0, 2, 2, 2]
+    assert [r["input"] for r in logged[:3]] == [r["input"] for r in logged[3:]]  # the same prompts each time
+    dumped = {(r["input"], r["output"], r["score"]) for r in validation}
+    assert {(r["input"], r["output"], r["score"]) for r in logged[:3]} <= dumped

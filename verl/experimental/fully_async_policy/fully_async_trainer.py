@@ -71,6 +71,12 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.partial_rollout = bool(async_cfg.partial_rollout)
         self.use_rollout_log_probs = bool(async_cfg.use_rollout_log_probs)
         self.use_trainer_do_validate = bool(async_cfg.get("use_trainer_do_validate", False))
+        trainer_cfg = self.config.trainer
+        if not self.use_trainer_do_validate and (trainer_cfg.get("validation_data_dir")
+                                                 or trainer_cfg.get("log_val_generations", 0)):
+            logger.warning("trainer.validation_data_dir / log_val_generations apply to validation on the trainer "
+                           "side: set async_training.use_trainer_do_validate=true, or the rollouter validates "
+                           "without them")
         if self.use_rollout_log_probs and not bool(self.config.rollout.calculate_log_probs):
             raise ValueError("async_training.use_rollout_log_probs=true needs the rollout's log-probs: set "
                              "rollout.calculate_log_probs=true (or use_rollout_log_probs=false)")

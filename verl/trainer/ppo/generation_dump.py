@@ -17,7 +17,7 @@ import torch
 
 from verl.protocol import DataProto
 
-__all__ = ["decode_samples", "dump_generations"]
+__all__ = ["decode_samples", "dump_generations", "pick_samples"]
 
 
 def decode_samples(tokenizer: Any, batch: DataProto) -> tuple[list[str], list[str]]:
@@ -69,3 +69,12 @@ def dump_generations(directory: str | Path, step: int, tokenizer: Any, batch: Da
                     record[key] = value
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
     return path
+
+
+def pick_samples(inputs: list[str], outputs: list[str], scores: list[float], count: int,
+                 seed: int = 42) -> list[dict[str, Any]]:
+    """``count`` samples for ``trainer.log_val_generations``: the same prompts at every validation (a fixed
+    permutation of the samples sorted by prompt), so their answers can be followed across steps."""
+    order = sorted(range(len(inputs)), key=lambda i: inputs[i])
+    chosen = [order[i] for i in np.random.RandomState(seed).permutation(len(order))[:count]]
+    return [{"input": inputs[i], "output": outputs[i], "score": float(scores[i])} for i in chosen]

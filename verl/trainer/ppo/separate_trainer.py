@@ -31,7 +31,7 @@ from verl.single_controller.ray import (
 )
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.checkpointing import TrainerCheckpointer
-from verl.trainer.ppo.generation_dump import dump_generations
+from verl.trainer.ppo.generation_dump import decode_samples, dump_generations, pick_samples
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughout_metrics,
@@ -480,6 +480,7 @@ class SeparateRayPPOTrainer:
             val_metrics = self._validate()
             if val_metrics:
                 tracker.log(val_metrics, step=0)
+            self._log_val_generations(tracker, step=0)
             if trainer_cfg.get("val_only", False):
                 tracker.finish()
                 return
@@ -495,6 +496,7 @@ class SeparateRayPPOTrainer:
                     logger.info("training stopped at step %d: %s", self.global_steps, stop)
                     return
                 tracker.log(metrics, step=self.global_steps)
+                self._log_val_generations(tracker, step=self.global_steps)
                 progress.update(1)
                 if self.global_steps >= self.total_training_steps:
                     return
@@ -529,12 +531,19 @@ class SeparateRayPPOTrainer:
         )
 
     # ------------------------------------------------------------------ validation
+    def _log_val_generations(self, tracker: Tracking, step: int) -> None:
+        """``trainer.log_val_generations``: the samples the last validation picked, to every logger backend."""
+        samples, self._val_generations = getattr(self, "_val_generations", None), None
+        if samples:
+            tracker.log_generations(samples, step)
+
     def _validate(self) -> dict[str, float]:
         """Generate on the validation set with `rollout.val_kwargs` and report mean@n / best@n / pass@n."""
         val_kwargs = self.config.rollout.val_kwargs
         n = int(val_kwargs.get("n", 1))
         sources, uids, scores = [], [], []
         dump_dir = self.config.trainer.get("validation_data_dir")
+        log_count = int(self.config.trainer.get("log_val_generations", 0) or 0)
         scored: list[DataProto] = []
         for batch_dict in self.val_dataloader:
             batch, gen_batch = self._fit_get_batch(batch_dict)
@@ -555,13 +564,18 @@ class SeparateRayPPOTrainer:
             batch = batch.union(output)
             reward_tensor, _ = compute_reward(batch, self.val_reward_fn)
             scores.extend(reward_tensor.sum(-1).tolist())
-            if dump_dir:
+            if dump_dir or log_count > 0:
                 scored.append(batch)
             uids.extend(batch.non_tensor_batch["uid"].tolist())
             key = self.config.data.get("reward_fn_key", "data_source")
             sources.extend(batch.non_tensor_batch.get(key, np.array(["unknown"] * len(batch), dtype=object)).tolist())
-        if dump_dir and scored:
-            dump_generations(dump_dir, self.global_steps, self.tokenizer, DataProto.concat(scored), scores)
+        if scored:
+            everything = DataProto.concat(scored)
+            if dump_dir:
+                dump_generations(dump_dir, self.global_steps, self.tokenizer, everything, scores)
+            if log_count > 0:
+                inputs, outputs = decode_samples(self.tokenizer, everything)
+                self._val_generations = pick_samples(inputs, outputs, scores, log_count)
         return process_validation_metrics(sources, uids, scores)
 
     # ------------------------------------------------------------------ checkpoints
