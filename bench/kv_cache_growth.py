@@ -15,13 +15,10 @@ torch thread, and the median of ``--repeats`` runs counts.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
@@ -29,7 +26,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import markdown_table, median, write_results  # noqa: E402
-from bench.rollout_throughput import make_workload  # noqa: E402
+from bench.rollout_throughput import make_workload, run_engine  # noqa: E402
 from verl.workers.rollout.hf.kv_batch import RunningBatch  # noqa: E402
 from verl.workers.rollout.hf.kv_headroom import HeadroomLayer  # noqa: E402
 
@@ -67,28 +64,6 @@ class ConcatRunningBatch(RunningBatch):
     layer_class = ConcatLayer
 
 
-def run_engine(model, prompts, lengths, max_num_seqs: int, max_len: int, batch_class: type[RunningBatch]) -> float:
-    from verl.workers.rollout.hf.server import HFRolloutServer
-
-    config = SimpleNamespace(prompt_length=64, response_length=max_len, max_num_seqs=max_num_seqs,
-                             calculate_log_probs=False)
-    server = HFRolloutServer(config, model=model, seed=SEED)
-    server.batch = batch_class(server.model, server.device)
-
-    async def go() -> float:
-        start = time.perf_counter()
-        outputs = await asyncio.gather(*[
-            server.generate(p, {"temperature": 1.0, "max_tokens": n, "ignore_eos": True}, f"r{i}")
-            for i, (p, n) in enumerate(zip(prompts, lengths))
-        ])
-        elapsed = time.perf_counter() - start
-        if [len(o.token_ids) for o in outputs] != list(lengths):
-            raise RuntimeError("kv_cache_growth: a request did not produce the tokens asked for")
-        return elapsed
-
-    return asyncio.run(go())
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -113,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     warm_prompts, warm_lengths = make_workload(8, vocab, "mixed", 16, seed=99)
     for batch_class in variants.values():
-        run_engine(model, warm_prompts, warm_lengths, 4, 16, batch_class)
+        run_engine(model, warm_prompts, warm_lengths, 4, 16, batch_class=batch_class)
 
     results, table = [], []
     for name, lengths_kind, max_len, requests in SCENARIOS:
@@ -121,7 +96,8 @@ def main(argv: list[str] | None = None) -> dict:
         seconds: dict[str, list[float]] = {v: [] for v in variants}
         for _ in range(args.repeats):
             for variant, batch_class in variants.items():
-                seconds[variant].append(run_engine(model, prompts, lengths, args.max_num_seqs, max_len, batch_class))
+                seconds[variant].append(run_engine(model, prompts, lengths, args.max_num_seqs, max_len,
+                                                  batch_class=batch_class))
         baseline = median(seconds[CONCAT])
         for variant, samples in seconds.items():
             value = median(samples)

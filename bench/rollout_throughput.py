@@ -48,13 +48,17 @@ def make_workload(num_requests: int, vocab_size: int, lengths: str, max_len: int
     return prompts, response_lens
 
 
-def run_engine(model, prompts, response_lens, max_num_seqs: int, max_len: int, min_admit_chunk=None) -> float:
+def run_engine(model, prompts, response_lens, max_num_seqs: int, max_len: int, min_admit_chunk=None,
+               batch_class=None) -> float:
+    """Wall time of the engine on every request at once; ``batch_class`` swaps the running batch (kv_cache_growth)."""
     from verl.workers.rollout.hf.server import HFRolloutServer
 
     config = SimpleNamespace(
         prompt_length=64, response_length=max_len, max_num_seqs=max_num_seqs, calculate_log_probs=False
     )
     server = HFRolloutServer(config, model=model, seed=0, min_admit_chunk=min_admit_chunk)
+    if batch_class is not None:
+        server.batch = batch_class(server.model, server.device)
 
     async def go():
         start = time.perf_counter()

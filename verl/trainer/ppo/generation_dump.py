@@ -34,6 +34,9 @@ def decode_samples(tokenizer: Any, batch: DataProto) -> tuple[list[str], list[st
     return inputs, outputs
 
 
+_SKIP = object()  # a per-sample value that is not a JSON scalar (lists of messages, arrays, ...)
+
+
 def _scalar(value: Any) -> Any:
     if isinstance(value, (str, bool)) or value is None:
         return value
@@ -44,9 +47,6 @@ def _scalar(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return _SKIP
-
-
-_SKIP = object()
 
 
 def dump_generations(directory: str | Path, step: int, tokenizer: Any, batch: DataProto,

@@ -92,6 +92,11 @@ def rejection_mask(
     return keep.to(response_mask.dtype)
 
 
+def _weight_metrics(weights: torch.Tensor, response_mask: torch.Tensor, threshold: float) -> dict[str, float]:
+    return {"rollout_corr/is_truncated_frac": masked_mean((weights >= threshold).float(), response_mask).item(),
+            "rollout_corr/is_weight_mean": masked_mean(weights, response_mask).item()}
+
+
 def _normalized(weights: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
     if level == "sequence":
         rows = mask.sum(-1) > 0
@@ -131,11 +136,11 @@ def apply_rollout_correction(batch: DataProto, config: Any) -> dict[str, float]:
     if level:
         threshold = float(_get(config, "rollout_is_threshold", 2.0))
         weights = compute_rollout_is_weights(old_log_prob, rollout_log_prob, response_mask, str(level), threshold)
-        metrics["rollout_corr/is_truncated_frac"] = masked_mean((weights >= threshold).float(), response_mask).item()
+        metrics.update(_weight_metrics(weights, response_mask, threshold))
         if _get(config, "rollout_is_batch_normalize", False):
             weights = _normalized(weights, response_mask, str(level))
+            metrics["rollout_corr/is_weight_mean"] = masked_mean(weights, response_mask).item()
         batch.batch["rollout_is_weights"] = weights
-        metrics["rollout_corr/is_weight_mean"] = masked_mean(weights, response_mask).item()
     return metrics
 
 
@@ -172,7 +177,5 @@ def in_update_metrics(log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, re
     metrics = mismatch_metrics(log_prob, rollout_log_prob, response_mask)
     weights = in_update_weights(log_prob, rollout_log_prob, response_mask, spec)
     if weights is not None:
-        threshold = spec["rollout_is_threshold"]
-        metrics["rollout_corr/is_truncated_frac"] = masked_mean((weights >= threshold).float(), response_mask).item()
-        metrics["rollout_corr/is_weight_mean"] = masked_mean(weights, response_mask).item()
+        metrics.update(_weight_metrics(weights, response_mask, spec["rollout_is_threshold"]))
     return metrics

@@ -148,9 +148,6 @@ def with_headroom_layers(layers: list, layer_class: type[HeadroomLayer] = Headro
     """The same keys and values as ``layers`` (plain dynamic layers after a prefill), held by ``layer_class``."""
     converted = []
     for layer in layers:
-        if isinstance(layer, layer_class):
-            converted.append(layer)
-            continue
         headroom = layer_class()
         headroom.assign(layer.keys, layer.values)
         converted.append(headroom)
