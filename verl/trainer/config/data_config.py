@@ -37,8 +37,10 @@ class SamplerConfig(BaseConfig):
 @dataclass
 class DataConfig(BaseConfig):
     """Prompt data. ``train_batch_size`` counts prompts per step; ``val_batch_size=None`` validates the whole
-    validation set in one batch. ``seed=None`` uses ``trainer.seed``. ``truncation`` decides what happens to
-    prompts longer than ``max_prompt_length``: ``error`` refuses them, the others cut from that side."""
+    validation set in one batch. ``seed=None`` uses ``trainer.seed``. ``validation_shuffle`` reads the validation
+    set in one seeded shuffled order, the same at every validation (file order when false). ``truncation`` decides
+    what happens to prompts longer than ``max_prompt_length``: ``error`` refuses them, the others cut from that
+    side."""
 
     tokenizer: str | None = None
     use_shm: bool = False

@@ -78,7 +78,7 @@ def build_dataloaders(config: DictConfig, tokenizer: Any, processor: Any = None,
     """(train set, val set, train loader, val loader) exactly as every trainer and the rollouter build them, so a
     rollouter iterating its own loader sees the prompts in the trainer's order."""
     from verl.utils.dataset.factory import create_rl_dataset
-    from verl.utils.dataset.sampler import create_rl_sampler
+    from verl.utils.dataset.sampler import create_rl_sampler, create_val_sampler
 
     data = config.data
     if train_dataset is None:
@@ -100,8 +100,9 @@ def build_dataloaders(config: DictConfig, tokenizer: Any, processor: Any = None,
     val_dataloader = None
     if val_dataset is not None:
         val_batch_size = data.get("val_batch_size") or len(val_dataset)
+        val_sampler = create_val_sampler(data, val_dataset, seed=config.trainer.get("seed"))
         val_dataloader = create_stateful_dataloader(
-            val_dataset, batch_size=int(val_batch_size), sampler=None, collate_fn=collate_fn, drop_last=False,
+            val_dataset, batch_size=int(val_batch_size), sampler=val_sampler, collate_fn=collate_fn, drop_last=False,
         )
     return train_dataset, val_dataset, train_dataloader, val_dataloader
 

@@ -15,7 +15,7 @@ from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from verl.utils.import_utils import load_extern_object
 
-__all__ = ["DEFAULT_SEED", "create_rl_sampler"]
+__all__ = ["DEFAULT_SEED", "FixedPermutationSampler", "create_rl_sampler", "create_val_sampler"]
 
 DEFAULT_SEED = 1
 
@@ -23,6 +23,39 @@ DEFAULT_SEED = 1
 def _sub(config: Any, key: str) -> Any:
     value = config.get(key) if config is not None else None
     return value if value is not None else {}
+
+
+def _resolve_seed(data_config: Any, seed: int | None) -> int:
+    if seed is None:
+        seed = data_config.get("seed") if data_config is not None else None
+    return DEFAULT_SEED if seed is None else int(seed)
+
+
+class FixedPermutationSampler(Sampler[int]):
+    """One seeded permutation of ``range(size)``, the same on every pass.
+
+    Validation reads it: every validation sees the prompts in the same order, so its metrics stay comparable across
+    steps, and a resumed run validates exactly like an uninterrupted one without any sampler state to checkpoint.
+    """
+
+    def __init__(self, size: int, seed: int) -> None:
+        generator = torch.Generator()
+        generator.manual_seed(seed)
+        self.order: list[int] = torch.randperm(size, generator=generator).tolist()
+
+    def __iter__(self):
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
+def create_val_sampler(data_config: Any, data_source: Any, seed: int | None = None) -> Sampler | None:
+    """Sampler of the validation loader: a seeded :class:`FixedPermutationSampler` when ``data.validation_shuffle``
+    is true (seed as for :func:`create_rl_sampler`), else None (file order)."""
+    if not (data_config is not None and data_config.get("validation_shuffle", False)):
+        return None
+    return FixedPermutationSampler(len(data_source), _resolve_seed(data_config, seed))
 
 
 def create_rl_sampler(data_config: Any, data_source: Any, seed: int | None = None) -> Sampler:
@@ -47,8 +80,6 @@ def create_rl_sampler(data_config: Any, data_source: Any, seed: int | None = Non
     shuffle = data_config.get("shuffle", True) if data_config is not None else True
     if not shuffle:
         return SequentialSampler(data_source)
-    if seed is None:
-        seed = data_config.get("seed") if data_config is not None else None
     generator = torch.Generator()
-    generator.manual_seed(DEFAULT_SEED if seed is None else int(seed))
+    generator.manual_seed(_resolve_seed(data_config, seed))
     return RandomSampler(data_source, generator=generator)

@@ -1,0 +1,45 @@
+"""data.validation_shuffle: the validation loader reads one seeded shuffled order, or file order when off."""
+
+import pytest
+
+from verl.trainer.config.compose import compose_ppo_config
+from verl.trainer.ppo.separate_trainer import build_dataloaders
+from verl.utils.synthetic_tasks import write_task_files
+
+VAL_ROWS = 12
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return write_task_files("target_digit", tmp_path_factory.mktemp("val_order"), train_size=8, test_size=VAL_ROWS)
+
+
+def val_order(files, tokenizer, *overrides: str) -> list[int]:
+    """Row indices of the validation set in the order the trainer's validation loader yields them, over two passes."""
+    config = compose_ppo_config([f"data.train_files={files['train']}", f"data.val_files={files['test']}",
+                                 "data.train_batch_size=4", "data.val_batch_size=5", "data.max_prompt_length=8",
+                                 *overrides])
+    val_loader = build_dataloaders(config, tokenizer)[3]
+    passes = [[int(i) for batch in val_loader for i in batch["index"]] for _ in range(2)]
+    assert passes[0] == passes[1], "every validation must read the same order"
+    return passes[0]
+
+
+def test_validation_reads_file_order_by_default(files, tokenizer):
+    assert val_order(files, tokenizer) == list(range(VAL_ROWS))
+    assert val_order(files, tokenizer, "data.validation_shuffle=false") == list(range(VAL_ROWS))
+
+
+def test_validation_shuffle_is_a_seeded_permutation(files, tokenizer):
+    shuffled = val_order(files, tokenizer, "data.validation_shuffle=true", "trainer.seed=7")
+    assert sorted(shuffled) == list(range(VAL_ROWS))
+    assert shuffled != list(range(VAL_ROWS))
+    assert val_order(files, tokenizer, "data.validation_shuffle=true", "trainer.seed=7") == shuffled
+    assert val_order(files, tokenizer, "data.validation_shuffle=true", "trainer.seed=8") != shuffled
