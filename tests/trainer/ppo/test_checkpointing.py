@@ -53,3 +53,27 @@ def test_old_checkpoints_are_pruned(tmp_path):
     for step in (1, 2, 3):
         ckpt.save_trainer_state(step, {})
     assert sorted(p.name for p in tmp_path.glob("global_step_*")) == ["global_step_2", "global_step_3"]
+
+
+def test_deleting_the_loaded_checkpoint_moves_the_tracker_back(tmp_path):
+    ckpt = TrainerCheckpointer(_cfg(tmp_path, del_local_ckpt_after_load=True))
+    assert ckpt.del_after_load
+    for step in (2, 4):
+        ckpt.save_trainer_state(step, {})
+    (tmp_path / "global_step_5").mkdir()  # incomplete: never a tracker target
+    ckpt.delete_loaded(ckpt.find_resume_dir())
+    assert not (tmp_path / "global_step_4").exists()
+    assert (tmp_path / TRACKER_FILE).read_text() == "2"
+    assert ckpt.find_resume_dir() == tmp_path / "global_step_2"
+    ckpt.delete_loaded(tmp_path / "global_step_2")
+    assert not (tmp_path / TRACKER_FILE).exists() and ckpt.find_resume_dir() is None
+
+
+def test_deleting_an_explicit_resume_path_leaves_the_tracker_alone(tmp_path):
+    ckpt = TrainerCheckpointer(_cfg(tmp_path))
+    assert not ckpt.del_after_load
+    for step in (1, 3):
+        ckpt.save_trainer_state(step, {})
+    ckpt.delete_loaded(tmp_path / "global_step_1")
+    assert (tmp_path / TRACKER_FILE).read_text() == "3"
+    assert sorted(p.name for p in tmp_path.glob("global_step_*")) == ["global_step_3"]

@@ -82,6 +82,18 @@ def test_killed_run_resumes_to_the_same_metrics(ray_cluster, tmp_path):
             assert resumed[step][key] == pytest.approx(full[step][key], rel=1e-6, abs=1e-7), (step, key)
 
 
+def test_resume_deletes_the_loaded_checkpoint_when_asked(ray_cluster, tmp_path):
+    one_worker = "trainer.n_gpus_per_node=1"
+    run_ppo(_config(tmp_path, "trainer.total_training_steps=2", "trainer.save_freq=1", one_worker))
+    assert (tmp_path / TRACKER_FILE).read_text() == "2" and (tmp_path / "global_step_2" / "actor").is_dir()
+    run_ppo(_config(tmp_path, "trainer.total_training_steps=3", "trainer.save_freq=-1", "trainer.resume_mode=auto",
+                    "trainer.del_local_ckpt_after_load=true", one_worker))
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]  # the second run resumed after step 2
+    assert not (tmp_path / "global_step_2").exists()
+    assert (tmp_path / "global_step_1" / "actor").is_dir()  # not loaded: kept, and the tracker now names it
+    assert (tmp_path / TRACKER_FILE).read_text() == "1"
+
+
 def test_generations_are_dumped_and_logged_with_their_scores(ray_cluster, tmp_path):
     rollouts, validations = tmp_path / "rollouts", tmp_path / "validations"
     config = _config(tmp_path / "run", "trainer.total_training_steps=2", f"trainer.rollout_data_dir={rollouts}",

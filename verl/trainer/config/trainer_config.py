@@ -21,7 +21,8 @@ class TrainerConfig(BaseConfig):
     the process-group backend is gloo. ``total_training_steps=None`` derives the step count from
     ``total_epochs`` and the data size. ``save_freq``/``test_freq`` of ``-1`` (or 0) disable saving/validation.
     ``resume_mode``: ``auto`` resumes from the newest checkpoint in ``default_local_dir`` if any, ``disable``
-    starts fresh, ``resume_path`` loads ``resume_from_path``.
+    starts fresh, ``resume_path`` loads ``resume_from_path``. ``del_local_ckpt_after_load`` deletes the
+    ``global_step_<k>`` folder a run resumed from once it is loaded.
     """
 
     project_name: str = "verl_examples"

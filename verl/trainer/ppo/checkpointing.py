@@ -8,6 +8,8 @@ Layout under `trainer.default_local_dir`::
     latest_checkpointed_iteration.txt the step of the newest complete checkpoint
 
 The tracker file is written last, so a run killed mid-save resumes from the previous complete checkpoint.
+With ``trainer.del_local_ckpt_after_load`` the folder a run resumed from is deleted once it is loaded, and the
+tracker moves back to the newest complete checkpoint left (or goes away when none is left).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class TrainerCheckpointer:
             raise ValueError(f"trainer.resume_mode={self.resume_mode!r}; expected one of {list(RESUME_MODES)}")
         self.resume_from_path = trainer_config.get("resume_from_path")
         self.max_to_keep = trainer_config.get("max_actor_ckpt_to_keep")
+        self.del_after_load = bool(trainer_config.get("del_local_ckpt_after_load", False))
 
     def step_dir(self, step: int) -> Path:
         return self.root / f"global_step_{step}"
@@ -47,14 +50,38 @@ class TrainerCheckpointer:
         os.replace(tmp, self.root / TRACKER_FILE)
         self._prune()
 
+    def _steps(self) -> list[int]:
+        """Steps of the ``global_step_*`` folders under the root, oldest first (complete or not)."""
+        if not self.root.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in self.root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name)))
+
     def _prune(self) -> None:
         if not self.max_to_keep or int(self.max_to_keep) <= 0:
             return
-        steps = sorted(
-            int(m.group(1)) for p in self.root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))
-        )
-        for step in steps[: -int(self.max_to_keep)]:
+        for step in self._steps()[: -int(self.max_to_keep)]:
             shutil.rmtree(self.step_dir(step), ignore_errors=True)
+
+    def delete_loaded(self, step_dir: str | os.PathLike) -> None:
+        """Delete the folder a run resumed from (``trainer.del_local_ckpt_after_load``).
+
+        A tracker naming that folder is moved back to the newest complete checkpoint left, or removed, so that it
+        never names a missing folder and a restart before the next save resumes from what is still on disk.
+        """
+        step_dir = Path(step_dir)
+        shutil.rmtree(step_dir, ignore_errors=True)
+        tracker = self.root / TRACKER_FILE
+        if step_dir.parent.resolve() != self.root.resolve() or not tracker.is_file():
+            return
+        if self.step_dir(int(tracker.read_text().strip())).resolve() != step_dir.resolve():
+            return
+        complete = [step for step in self._steps() if (self.step_dir(step) / STATE_FILE).is_file()]
+        if not complete:
+            tracker.unlink()
+            return
+        tmp = self.root / (TRACKER_FILE + ".tmp")
+        tmp.write_text(str(complete[-1]))
+        os.replace(tmp, tracker)
 
     def latest_step_dir(self) -> Path | None:
         tracker = self.root / TRACKER_FILE

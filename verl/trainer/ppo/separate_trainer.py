@@ -602,14 +602,18 @@ class SeparateRayPPOTrainer:
             return
         self._restore_checkpoint(Path(step_dir), self.checkpointer.load_trainer_state(step_dir))
         logger.info("resumed from %s at step %d", step_dir, self.global_steps)
+        if self.checkpointer.del_after_load:
+            self.checkpointer.delete_loaded(step_dir)
+            logger.info("deleted %s after loading it (trainer.del_local_ckpt_after_load)", step_dir)
 
     def _restore_checkpoint(self, step_dir: Path, state: dict[str, Any]) -> None:
         """Restore workers, data position and counters from a checkpoint, then give the rollout the restored
         actor's weights (recipes extend it with their own state)."""
         self.global_steps = int(state["global_step"])
-        self.actor_rollout_wg.load_checkpoint(str(step_dir / "actor"))
+        delete = self.checkpointer.del_after_load  # each worker group deletes its own folder once it has loaded it
+        self.actor_rollout_wg.load_checkpoint(str(step_dir / "actor"), del_local_after_load=delete)
         if self.use_critic:
-            self.critic_wg.load_checkpoint(str(step_dir / "critic"))
+            self.critic_wg.load_checkpoint(str(step_dir / "critic"), del_local_after_load=delete)
         self.train_dataloader.load_state_dict(state["dataloader"])
         if self.kl_ctrl_in_reward is not None and state.get("kl_ctrl") is not None:
             self.kl_ctrl_in_reward.value = state["kl_ctrl"]
