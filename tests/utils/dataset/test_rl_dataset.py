@@ -1,6 +1,7 @@
 """RLHFDataset over real parquet files written by the synthetic-task kit, tokenized with the tiny model's tokenizer."""
 
 import logging
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -134,6 +135,41 @@ def test_filter_overlong_prompts_drops_and_logs(tokenizer, files, caplog):
     # Kept rows keep their original order and identity.
     kept = [i for i, n in enumerate(lens) if n <= limit]
     assert [ds[i]["index"] for i in range(len(ds))] == kept
+
+
+class PidRecordingRenderer:
+    """A chat renderer that writes the id of each process it renders in (picklable, so worker processes get one)."""
+
+    def __init__(self, tokenizer, record_dir):
+        self.tokenizer = tokenizer
+        self.record_dir = record_dir
+
+    def apply_chat_template(self, messages, **kwargs):
+        (self.record_dir / str(os.getpid())).touch()
+        return self.tokenizer.apply_chat_template(messages, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def many_rows(tmp_path_factory):
+    return write_rows(make_rows("addition", 4400, seed=3), tmp_path_factory.mktemp("many") / "train.parquet")
+
+
+def test_filter_overlong_prompts_workers_split_rows_over_processes(tokenizer, many_rows, tmp_path):
+    lens = lengths(tokenizer, many_rows)
+    limit = max(lens) - 1
+    kept = [i for i, n in enumerate(lens) if n <= limit]
+    assert 0 < len(kept) < len(lens)
+    single = RLHFDataset(many_rows, tokenizer, cfg(max_prompt_length=limit, filter_overlong_prompts=True))
+    assert [single[i]["index"] for i in range(len(single))] == kept
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    config = cfg(max_prompt_length=limit, filter_overlong_prompts=True, filter_overlong_prompts_workers=2)
+    parallel = RLHFDataset(many_rows, tokenizer, config, processor=PidRecordingRenderer(tokenizer, pids))
+    assert parallel.num_filtered == len(lens) - len(kept)
+    assert [parallel[i]["index"] for i in range(len(parallel))] == kept
+    # the filter ran in two worker processes; later reads render in this one
+    assert len({p.name for p in pids.iterdir()} - {str(os.getpid())}) == 2
 
 
 def test_truncation_error_names_row_and_length(tokenizer, files):

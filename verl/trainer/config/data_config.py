@@ -40,7 +40,8 @@ class DataConfig(BaseConfig):
     validation set in one batch. ``seed=None`` uses ``trainer.seed``. ``validation_shuffle`` reads the validation
     set in one seeded shuffled order, the same at every validation (file order when false). ``truncation`` decides
     what happens to prompts longer than ``max_prompt_length``: ``error`` refuses them, the others cut from that
-    side."""
+    side; ``filter_overlong_prompts`` drops them at load time instead, templating and counting the rows in
+    ``filter_overlong_prompts_workers`` processes (worth it from tens of thousands of rows)."""
 
     tokenizer: str | None = None
     use_shm: bool = False

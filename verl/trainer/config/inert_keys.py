@@ -21,7 +21,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
     "DataConfig": {
         "use_shm": "the data set is read from its path as given",
         "return_raw_input_ids": "rows carry raw_prompt_ids for the agent loop regardless",
-        "filter_overlong_prompts_workers": "overlong prompts are filtered in the loading process",
         "image_key": "multi-modal rows are not supported: images are not read",
         "video_key": "multi-modal rows are not supported: videos are not read",
     },

@@ -32,6 +32,38 @@ TRUNCATION_MODES = ("error", "left", "right", "middle")
 PASSTHROUGH_EXTRA_INFO_KEYS = ("tools_kwargs", "interaction_kwargs")
 
 
+def prompt_messages(prompt: str | list[dict]) -> list[dict]:
+    """A row's prompt as chat messages: a plain string becomes one user message."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    # pyarrow fills struct fields missing in one message with None; the chat template expects them absent.
+    return [{k: v for k, v in message.items() if v is not None} for message in prompt]
+
+
+def _render(tokenizer: Any, processor: Any, messages: list[dict], template_kwargs: dict) -> str:
+    renderer = processor if processor is not None else tokenizer
+    return renderer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **template_kwargs)
+
+
+# Below this many rows per process, starting a process costs more than it saves.
+_MIN_ROWS_PER_WORKER = 2000
+
+
+class _PromptTokenCounter:
+    """Picklable: templated token counts of a list of prompts (one tokenizer call for all of them)."""
+
+    def __init__(self, tokenizer: Any, processor: Any, template_kwargs: dict) -> None:
+        self.tokenizer = tokenizer
+        self.processor = processor
+        self.template_kwargs = template_kwargs
+
+    def __call__(self, prompts: list[Any]) -> list[int]:
+        if not prompts:
+            return []
+        texts = [_render(self.tokenizer, self.processor, prompt_messages(p), self.template_kwargs) for p in prompts]
+        return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
 def _get(config: Any, key: str, default: Any) -> Any:
     """Read ``key`` from a DataConfig, DictConfig or dict alike; ``None`` config means all defaults."""
     if config is None:
@@ -128,7 +160,10 @@ class RLHFDataset(Dataset):
             raise KeyError(f"row {first_null} of {path} has no prompt key {self.prompt_key!r} (value is null)")
 
     def _filter_overlong(self) -> None:
-        keep = [i for i in range(len(self)) if len(self._prompt_ids(self._row(i))) <= self.max_prompt_length]
+        prompts = self.dataframe.column(self.prompt_key).to_pylist()
+        workers = int(_get(self.config, "filter_overlong_prompts_workers", 1) or 1)
+        lengths = self._prompt_lengths(prompts, workers)
+        keep = [i for i, n in enumerate(lengths) if n <= self.max_prompt_length]
         self.num_filtered = len(self) - len(keep)
         if self.num_filtered:
             self.dataframe = self.dataframe.take(pa.array(keep, type=pa.int64()))
@@ -141,6 +176,23 @@ class RLHFDataset(Dataset):
             ", ".join(self.data_files),
         )
 
+    def _prompt_lengths(self, prompts: list[Any], workers: int) -> list[int]:
+        """Templated token count of every prompt; ``workers`` > 1 splits the rows over that many processes
+        (``data.filter_overlong_prompts_workers``), which pays off on large sets where templating dominates."""
+        counter = _PromptTokenCounter(self.tokenizer, self.processor, self.apply_chat_template_kwargs)
+        workers = min(workers, max(1, len(prompts) // _MIN_ROWS_PER_WORKER))
+        if workers <= 1:
+            return counter(prompts)
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        size = -(-len(prompts) // workers)
+        chunks = [prompts[start:start + size] for start in range(0, len(prompts), size)]
+        # fork where the platform has it: no re-import of the caller's main module, no start-up imports
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method)) as pool:
+            return [n for part in pool.map(counter, chunks) for n in part]
+
     # ------------------------------------------------------------------------------------------- per row
 
     def __len__(self) -> int:
@@ -150,17 +202,10 @@ class RLHFDataset(Dataset):
         return self.dataframe.slice(index, 1).to_pylist()[0]
 
     def _messages(self, row: dict) -> list[dict]:
-        prompt = row[self.prompt_key]
-        if isinstance(prompt, str):
-            return [{"role": "user", "content": prompt}]
-        # pyarrow fills struct fields missing in one message with None; the chat template expects them absent.
-        return [{k: v for k, v in message.items() if v is not None} for message in prompt]
+        return prompt_messages(row[self.prompt_key])
 
     def _template(self, messages: list[dict]) -> str:
-        renderer = self.processor if self.processor is not None else self.tokenizer
-        return renderer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False, **self.apply_chat_template_kwargs
-        )
+        return _render(self.tokenizer, self.processor, messages, self.apply_chat_template_kwargs)
 
     def _prompt_ids(self, row: dict) -> list[int]:
         text = self._template(self._messages(row))
