@@ -34,7 +34,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
     "FSDPActorConfig": {
         "use_torch_compile": "the model is not compiled",
         "ulysses_sequence_parallel_size": _SP,
-        "entropy_checkpointing": "entropy is computed without activation checkpointing",
     },
     "FSDPCriticConfig": {"ulysses_sequence_parallel_size": _SP},
     "FSDPEngineConfig": {

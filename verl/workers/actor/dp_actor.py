@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 from tensordict import TensorDict
 from torch import nn
 
@@ -80,15 +81,22 @@ class DataParallelPPOActor(BasePPOActor):
         log_probs = slots.clean(logprobs_from_logits(logits, responses))
         entropy = None
         if calculate_entropy:
-            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            with_grad = entropy_grad and torch.is_grad_enabled()
+            with torch.set_grad_enabled(with_grad):
                 source = logits if entropy_grad else logits.detach()
-                if getattr(self.config, "entropy_from_logits_with_chunking", False):
-                    flat = entropy_from_logits_with_chunking(source.reshape(-1, source.shape[-1]))
-                    entropy = flat.view(source.shape[:-1])
+                if with_grad and getattr(self.config, "entropy_checkpointing", False):
+                    # Recompute the entropy in backward rather than keep what its forward saved.
+                    entropy = torch.utils.checkpoint.checkpoint(self._entropy, source, use_reentrant=False)
                 else:
-                    entropy = entropy_from_logits(source)
+                    entropy = self._entropy(source)
                 entropy = slots.clean(entropy)
         return log_probs, entropy
+
+    def _entropy(self, logits: torch.Tensor) -> torch.Tensor:
+        """Per-token entropy ([B, R]) of ``logits`` ([B, R, V])."""
+        if getattr(self.config, "entropy_from_logits_with_chunking", False):
+            return entropy_from_logits_with_chunking(logits.reshape(-1, logits.shape[-1])).view(logits.shape[:-1])
+        return entropy_from_logits(logits)
 
     def compute_log_prob(
         self, data: DataProto, calculate_entropy: bool = False

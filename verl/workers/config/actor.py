@@ -159,7 +159,11 @@ class ActorConfig(BaseConfig):
 
 @dataclass
 class FSDPActorConfig(ActorConfig):
-    """ActorConfig for the FSDP/FSDP2 backend: adds sharding, offload and sequence-parallel knobs."""
+    """ActorConfig for the FSDP/FSDP2 backend: adds sharding, offload and sequence-parallel knobs.
+
+    ``entropy_checkpointing`` recomputes the entropy in backward when it is trained (``entropy_coeff != 0``)
+    instead of storing what its forward saved: with verl's entropy kernel that is only 3 numbers per token.
+    """
 
     strategy: str = "fsdp"
     fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
