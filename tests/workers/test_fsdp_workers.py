@@ -171,6 +171,33 @@ def test_checkpoint_resume_gives_identical_next_update(groups, tmp_path):
     assert {"dcp", "lr_scheduler.pt", "rng_rank0.pt", "rng_rank1.pt", "extra_state.pt", "huggingface"} <= files
 
 
+def test_async_checkpoint_holds_the_state_of_its_step_while_training_goes_on(ray_cluster, tiny_model_dir, tmp_path):
+    config = make_config(tiny_model_dir, actor={"checkpoint": {"save_contents": ["model", "optimizer", "extra"],
+                                                               "async_save": True}})
+    group = make_group(config, 2)
+    try:
+        group.init_model()
+        batch = with_old_log_probs(group, make_batch(seed=3))
+        group.update_actor(batch)  # the optimizer has state to save
+        path = tmp_path / "global_step_1" / "actor"
+        group.save_checkpoint(str(path), global_step=1)
+        assert not (path / "checkpoint_meta.json").exists()  # written only once the background write is done
+        first = group.update_actor(batch).meta_info["metrics"]  # changes parameters and moments in place
+        lp_first = group.compute_log_prob(batch).batch["old_log_probs"]
+        assert group.wait_for_checkpoint() == [True, True]
+        assert (path / "checkpoint_meta.json").is_file()
+        assert group.wait_for_checkpoint() == [False, False]
+
+        group.load_checkpoint(str(path))
+        second = group.update_actor(batch).meta_info["metrics"]
+        for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
+            assert second[key] == pytest.approx(first[key], abs=1e-6), key
+        torch.testing.assert_close(group.compute_log_prob(batch).batch["old_log_probs"], lp_first, atol=1e-6, rtol=0)
+    finally:
+        group.shutdown()
+        group.resource_pool.release()
+
+
 def test_hf_export_loads_with_from_pretrained_and_gives_same_logits(groups, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -94,6 +94,19 @@ def test_resume_deletes_the_loaded_checkpoint_when_asked(ray_cluster, tmp_path):
     assert (tmp_path / TRACKER_FILE).read_text() == "1"
 
 
+def test_async_checkpoints_are_completed_and_resumable(ray_cluster, tmp_path):
+    one_worker = "trainer.n_gpus_per_node=1"
+    async_save = "actor.checkpoint.async_save=true"
+    run_ppo(_config(tmp_path, "trainer.total_training_steps=2", "trainer.save_freq=1", one_worker, async_save))
+    assert (tmp_path / TRACKER_FILE).read_text() == "2"  # the last save was completed when training ended
+    for step in (1, 2):
+        folder = tmp_path / f"global_step_{step}"
+        assert (folder / "trainer_state.pt").is_file() and (folder / "actor" / "checkpoint_meta.json").is_file()
+    run_ppo(_config(tmp_path, "trainer.total_training_steps=3", "trainer.save_freq=-1", "trainer.resume_mode=auto",
+                    one_worker, async_save))
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]  # resumed after step 2
+
+
 def test_generations_are_dumped_and_logged_with_their_scores(ray_cluster, tmp_path):
     rollouts, validations = tmp_path / "rollouts", tmp_path / "validations"
     config = _config(tmp_path / "run", "trainer.total_training_steps=2", f"trainer.rollout_data_dir={rollouts}",

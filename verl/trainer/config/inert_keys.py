@@ -29,7 +29,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "max_critic_ckpt_to_keep": "checkpoint retention follows trainer.max_actor_ckpt_to_keep for every role",
         "ray_wait_register_center_timeout": "there is no register center to wait for",
     },
-    "CheckpointConfig": {"async_save": "checkpoints are saved synchronously"},
     "ActorConfig": {"use_torch_compile": "the model is not compiled"},
     "FSDPActorConfig": {
         "use_torch_compile": "the model is not compiled",

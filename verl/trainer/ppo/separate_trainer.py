@@ -178,6 +178,7 @@ class SeparateRayPPOTrainer:
         self.weight_checksums: dict[int, str] = {}  # version -> checksum every replica reported for it
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
         self.checkpointer = TrainerCheckpointer(config.trainer)
+        self._unfinished_checkpoint: tuple[int, dict[str, Any]] | None = None  # async save in flight
 
     # ------------------------------------------------------------------ setup
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler) -> None:
@@ -507,8 +508,12 @@ class SeparateRayPPOTrainer:
             raise
         finally:
             progress.close()
-            self._fit_finish(error)
-            tracker.finish()
+            try:
+                if error is None:
+                    self._finish_checkpoint()
+            finally:
+                self._fit_finish(error)
+                tracker.finish()
 
     def _iter_batch_dicts(self):
         """Dataloader batches, epoch after epoch (the async recipes feed steps from elsewhere)."""
@@ -581,12 +586,35 @@ class SeparateRayPPOTrainer:
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self) -> None:
+        """Save every worker group and the trainer state of this step. ``trainer_state.pt`` and the tracker file
+        are written once the workers' files are complete: at once, or with ``checkpoint.async_save`` when the
+        shards written in the background are done (before the next save and when training ends)."""
+        self._finish_checkpoint()
         step_dir = self.checkpointer.step_dir(self.global_steps)
         # Old checkpoints are pruned as whole global_step_* folders by the checkpointer, not per worker.
         self.actor_rollout_wg.save_checkpoint(local_path=str(step_dir / "actor"), global_step=self.global_steps)
         if self.use_critic:
             self.critic_wg.save_checkpoint(local_path=str(step_dir / "critic"), global_step=self.global_steps)
-        self.checkpointer.save_trainer_state(self.global_steps, self._checkpoint_state())
+        state = self._checkpoint_state()
+        if self._async_checkpoint():
+            self._unfinished_checkpoint = (self.global_steps, state)
+        else:
+            self.checkpointer.save_trainer_state(self.global_steps, state)
+
+    def _async_checkpoint(self) -> bool:
+        roles = [self.config.actor] + ([self.config.critic] if self.use_critic else [])
+        return any(bool(OmegaConf.select(role, "checkpoint.async_save", default=False)) for role in roles)
+
+    def _finish_checkpoint(self) -> None:
+        """Wait for the shards of an asynchronous save, then write its trainer state and point the tracker at it."""
+        unfinished, self._unfinished_checkpoint = self._unfinished_checkpoint, None
+        if unfinished is None:
+            return
+        step, state = unfinished
+        self.actor_rollout_wg.wait_for_checkpoint()
+        if self.use_critic:
+            self.critic_wg.wait_for_checkpoint()
+        self.checkpointer.save_trainer_state(step, state)
 
     def _checkpoint_state(self) -> dict[str, Any]:
         """What ``trainer_state.pt`` holds besides the global step; recipes add their own keys."""

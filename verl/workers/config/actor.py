@@ -56,7 +56,9 @@ class PolicyLossConfig(BaseConfig):
 
 @dataclass
 class CheckpointConfig(BaseConfig):
-    """What a checkpoint holds. ``load_contents`` defaults to ``save_contents``."""
+    """What a checkpoint holds. ``load_contents`` defaults to ``save_contents``. ``async_save``: model and
+    optimizer shards are copied aside during the save and written in the background while training goes on;
+    the step counts as saved (tracker file, ``trainer_state.pt``) once they are complete."""
 
     save_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
     load_contents: list[str] | None = None

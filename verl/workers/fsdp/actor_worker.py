@@ -399,6 +399,11 @@ class ActorRolloutRefWorker(Worker):
             self._offload_actor()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def wait_for_checkpoint(self) -> bool:
+        """Finish a save still being written in the background (``checkpoint.async_save``); True if there was one."""
+        return self._require("checkpoint_manager", "wait_for_checkpoint").wait_for_save()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(
         self, local_path: str | None, hdfs_path: str | None = None, del_local_after_load: bool = False
     ) -> dict[str, Any]:

@@ -11,6 +11,11 @@ Layout of one checkpoint folder (``local_path``, e.g. ``.../global_step_10/actor
 
 What is saved and loaded follows ``checkpoint.save_contents`` / ``load_contents`` (model, optimizer, extra,
 hf_model). Restoring model, optimizer, scheduler and RNG gives the same next update as never having stopped.
+
+``checkpoint.async_save``: the model and optimizer shards are copied aside (staged) during ``save_checkpoint`` and
+written by a background thread while training goes on. ``checkpoint_meta.json`` is written last, by
+:meth:`~FSDPCheckpointManager.wait_for_save` (called by the trainer before its next save and at the end of
+training, and by every save or load first), so a folder without it is never taken for a checkpoint.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import os
 import random
 import shutil
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -118,6 +124,9 @@ class FSDPCheckpointManager:
         self.save_contents = save
         self.load_contents = list(load) if load is not None else list(save)
         self.previous_saved_paths: list[str] = []
+        self.async_save = bool(getattr(checkpoint_config, "async_save", False))
+        self._pending_save: tuple[Future, Callable[[], None], str] | None = None
+        self._async_group: Any = None
 
     # ------------------------------------------------------------------ save
 
@@ -129,7 +138,9 @@ class FSDPCheckpointManager:
         max_ckpt_to_keep: int | None = None,
         extra_state: dict[str, Any] | None = None,
     ) -> str:
-        """Write a checkpoint of every rank into ``local_path`` and prune to the newest ``max_ckpt_to_keep``."""
+        """Write a checkpoint of every rank into ``local_path`` and prune to the newest ``max_ckpt_to_keep``
+        (with ``async_save``: start writing it; :meth:`wait_for_save` completes it)."""
+        self.wait_for_save()
         if hdfs_path is not None:
             logger.warning("%s checkpoint: hdfs_path=%r is ignored (only local checkpoints are supported)",
                            self.role, hdfs_path)
@@ -145,8 +156,13 @@ class FSDPCheckpointManager:
         fresh_optimizer = self.optimizer is not None and not self.optimizer.state
         contents = [c for c in self.save_contents if not (c == "optimizer" and fresh_optimizer)]
         state = self._dcp_state(contents)
+        shards = None
         if state:
-            dcp.save(state, checkpoint_id=os.path.join(local_path, "dcp"))
+            shard_dir = os.path.join(local_path, "dcp")
+            if self.async_save:
+                shards = dcp.async_save(state, checkpoint_id=shard_dir, process_group=self._background_group())
+            else:
+                dcp.save(state, checkpoint_id=shard_dir)
         if "optimizer" in self.save_contents and self.lr_scheduler is not None and rank == 0:
             torch.save(self.lr_scheduler.state_dict(), os.path.join(local_path, "lr_scheduler.pt"))
         if "extra" in self.save_contents:
@@ -159,13 +175,44 @@ class FSDPCheckpointManager:
             self.export_weights(hf_dir)  # collective
         if rank == 0:
             self._save_hf_metadata(hf_dir)
-            meta = {"global_step": int(global_step), "world_size": _world_size(), "contents": self.save_contents,
-                    "role": self.role, "fresh_optimizer": fresh_optimizer}
-            with open(os.path.join(local_path, _META_FILE), "w") as f:
-                json.dump(meta, f, indent=2)
-        _barrier()
-        self._prune(local_path, max_ckpt_to_keep)
+        meta = {"global_step": int(global_step), "world_size": _world_size(), "contents": self.save_contents,
+                "role": self.role, "fresh_optimizer": fresh_optimizer}
+
+        def finish() -> None:
+            if rank == 0:
+                with open(os.path.join(local_path, _META_FILE), "w") as f:
+                    json.dump(meta, f, indent=2)
+            _barrier()
+            self._prune(local_path, max_ckpt_to_keep)
+
+        if shards is None:
+            finish()
+        else:
+            self._pending_save = (shards, finish, local_path)
         return local_path
+
+    def wait_for_save(self) -> bool:
+        """Finish an asynchronous save still being written (collective); True if there was one."""
+        if self._pending_save is None:
+            return False
+        shards, finish, local_path = self._pending_save
+        self._pending_save = None
+        try:
+            shards.result()
+        except Exception as exc:
+            raise RuntimeError(f"{self.role} checkpoint {local_path!r}: writing the model and optimizer shards in "
+                               f"the background failed: {type(exc).__name__}: {exc}") from exc
+        finish()
+        return True
+
+    def _background_group(self) -> Any:
+        """A gloo group of its own for the background writer's collectives, so they never interleave with the
+        training collectives on the default group (NCCL cannot serve a second thread either)."""
+        if not dist.is_initialized():
+            return None
+        if self._async_group is None:
+            self._async_group = dist.new_group(backend="gloo")
+        return self._async_group
 
     def _save_hf_metadata(self, hf_dir: str) -> None:
         os.makedirs(hf_dir, exist_ok=True)
@@ -194,6 +241,7 @@ class FSDPCheckpointManager:
         self, local_path: str | None, hdfs_path: str | None = None, del_local_after_load: bool = False
     ) -> dict[str, Any]:
         """Restore what ``load_contents`` names from ``local_path``; returns ``{global_step, extra_state}``."""
+        self.wait_for_save()
         if local_path is None:
             return {"global_step": 0, "extra_state": None}
         local_path = os.path.abspath(os.path.expanduser(str(local_path)))

@@ -157,6 +157,13 @@ class CriticWorker(Worker):
             self._offload()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def wait_for_checkpoint(self) -> bool:
+        """Finish a save still being written in the background (``checkpoint.async_save``); True if there was one."""
+        if self.checkpoint_manager is None:
+            raise RuntimeError("CriticWorker.wait_for_checkpoint: call init_model first")
+        return self.checkpoint_manager.wait_for_save()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str | None, hdfs_path: str | None = None,
                         del_local_after_load: bool = False) -> dict[str, Any]:
         if self.checkpoint_manager is None:
