@@ -39,13 +39,13 @@ def test_the_packaged_defaults_set_no_inert_key():
 
 def test_each_inert_key_set_is_named_with_its_reason():
     typed = _typed(["actor.ulysses_sequence_parallel_size=2", "rollout.enforce_eager=true",
-                    "trainer.default_hdfs_dir=hdfs://x", "actor.fsdp_config.forward_prefetch=true",
+                    "trainer.default_hdfs_dir=hdfs://x", "model.use_liger=true",
                     "rollout.multi_turn.tokenization_sanity_check_mode=disable"])
     with pytest.warns(InertConfigWarning) as caught:
         messages = check_inert_keys(typed)
     assert [str(w.message) for w in caught] == messages
     keys = [m.split("=")[0].removeprefix("config: ") for m in messages]
-    assert sorted(keys) == ["actor.fsdp_config.forward_prefetch", "actor.ulysses_sequence_parallel_size",
+    assert sorted(keys) == ["actor.ulysses_sequence_parallel_size", "model.use_liger",
                             "ref.ulysses_sequence_parallel_size", "rollout.enforce_eager",
                             "rollout.multi_turn.tokenization_sanity_check_mode", "trainer.default_hdfs_dir"]
     assert any("trainer.default_hdfs_dir='hdfs://x' has no effect in this build (checkpoints are written to "

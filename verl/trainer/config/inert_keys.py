@@ -35,10 +35,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "ulysses_sequence_parallel_size": _SP,
     },
     "FSDPCriticConfig": {"ulysses_sequence_parallel_size": _SP},
-    "FSDPEngineConfig": {
-        "wrap_policy": "FSDP2 shards every decoder layer and the root module",
-        "forward_prefetch": "FSDP2 prefetches by its own defaults",
-    },
     "HFModelConfig": {
         "enable_activation_offload": "activations stay on the device",
         "use_fused_kernels": _NO_KERNELS,

@@ -7,15 +7,19 @@ from typing import Any
 
 from verl.base_config import BaseConfig, check
 
-__all__ = ["MODEL_DTYPES", "FSDPEngineConfig"]
+__all__ = ["MODEL_DTYPES", "WRAP_POLICY_KEYS", "FSDPEngineConfig"]
 
 MODEL_DTYPES = ("fp32", "bf16", "fp16", "float32", "bfloat16", "float16")
+WRAP_POLICY_KEYS = ("transformer_layer_cls_to_wrap", "min_num_params")
 
 
 @dataclass
 class FSDPEngineConfig(BaseConfig):
     """FSDP2 knobs. ``fsdp_size=-1`` shards over the whole data-parallel group; a positive value uses hybrid
-    sharding with groups of that size. ``model_dtype`` is the dtype of the parameters held by the trainer."""
+    sharding with groups of that size. ``model_dtype`` is the dtype of the parameters held by the trainer.
+    ``wrap_policy`` picks the modules sharded on their own: ``transformer_layer_cls_to_wrap`` (class names, default
+    the model's ``_no_split_modules``) with at least ``min_num_params`` parameters; the root takes the rest.
+    ``forward_prefetch`` has each sharded layer start the next layer's all-gather before its own forward."""
 
     wrap_policy: dict[str, Any] = field(default_factory=lambda: {"min_num_params": 0})
     param_offload: bool = False
@@ -27,6 +31,15 @@ class FSDPEngineConfig(BaseConfig):
     model_dtype: str = "fp32"
 
     def __post_init__(self) -> None:
+        unknown = sorted(set(self.wrap_policy) - set(WRAP_POLICY_KEYS))
+        check(not unknown, "wrap_policy", f"unknown key(s) {unknown}; allowed: {list(WRAP_POLICY_KEYS)}")
+        min_params = self.wrap_policy.get("min_num_params") or 0
+        check(isinstance(min_params, int) and min_params >= 0, "wrap_policy.min_num_params",
+              f"must be an integer >= 0, got {min_params!r}")
+        names = self.wrap_policy.get("transformer_layer_cls_to_wrap")
+        names = [names] if isinstance(names, str) else names
+        check(names is None or all(isinstance(n, str) for n in names), "wrap_policy.transformer_layer_cls_to_wrap",
+              f"must be a list of class names, got {names!r}")
         check(self.fsdp_size == -1 or self.fsdp_size >= 1, "fsdp_size", f"must be -1 or >= 1, got {self.fsdp_size}")
         check(self.model_dtype in MODEL_DTYPES, "model_dtype",
               f"must be one of {list(MODEL_DTYPES)}, got {self.model_dtype!r}")

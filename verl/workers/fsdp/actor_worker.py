@@ -118,6 +118,9 @@ class ActorRolloutRefWorker(Worker):
             param_dtype=compute_dtype(self.device),
             reshard_after_forward=bool(getattr(fsdp_cfg, "reshard_after_forward", True)),
             cpu_offload=bool(getattr(fsdp_cfg, "offload_policy", False)) and self.device.type != "cpu",
+            wrap_policy=getattr(fsdp_cfg, "wrap_policy", None),
+            forward_prefetch=bool(getattr(fsdp_cfg, "forward_prefetch", False)),
+            key=f"{group}.fsdp_config",
         )
 
     def _optim_config(self, optim: Any) -> Any:

@@ -82,6 +82,8 @@ class CriticWorker(Worker):
             module, mesh, param_dtype=compute_dtype(self.device),
             reshard_after_forward=bool(getattr(fsdp_cfg, "reshard_after_forward", True)),
             cpu_offload=bool(getattr(fsdp_cfg, "offload_policy", False)) and self.device.type != "cpu",
+            wrap_policy=getattr(fsdp_cfg, "wrap_policy", None),
+            forward_prefetch=bool(getattr(fsdp_cfg, "forward_prefetch", False)), key="critic.fsdp_config",
         )
         optim = optim_with_total_steps(self.critic_config.optim, self.trainer_config)
         self.critic_optimizer = build_optimizer(self.critic_module_fsdp.parameters(), optim, key="critic.optim")

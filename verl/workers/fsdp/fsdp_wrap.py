@@ -1,13 +1,16 @@
-"""FSDP2 wrapping (``fully_shard`` per decoder layer, then the root) and the offload switches of a worker.
+"""FSDP2 wrapping (``fully_shard`` per layer, then the root) and the offload switches of a worker.
 
 Per-layer sharding lets FSDP2 gather one layer's parameters at a time; the root call takes what is left (embeddings,
-final norm, head). Offloading parameters or optimizer state only means something on an accelerator: on CPU the
-switches are accepted and do nothing, so one config runs on a laptop and a GPU node.
+final norm, head). Which modules count as layers is ``fsdp_config.wrap_policy`` (default: the decoder layers), and
+``fsdp_config.forward_prefetch`` lets each layer start gathering the next one while it computes. Offloading
+parameters or optimizer state only means something on an accelerator: on CPU the switches are accepted and do
+nothing, so one config runs on a laptop and a GPU node.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -17,6 +20,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 
 __all__ = [
     "decoder_layer_classes",
+    "layers_to_shard",
     "apply_fsdp2",
     "offload_model",
     "load_model",
@@ -38,6 +42,37 @@ def decoder_layer_classes(model: nn.Module) -> set[str]:
     return set(names)
 
 
+def layers_to_shard(model: nn.Module, wrap_policy: Mapping[str, Any] | None = None,
+                    key: str = "fsdp_config.wrap_policy") -> list[nn.Module]:
+    """The submodules ``wrap_policy`` shards on their own, in forward (registration) order.
+
+    ``transformer_layer_cls_to_wrap`` (class names; default: the model's ``_no_split_modules``) picks the classes;
+    modules of them with fewer than ``min_num_params`` parameters (0: none) stay with their parent. A class name
+    the model does not have is a ValueError naming ``key``: a typo would otherwise silently shard the root only.
+    """
+    policy = dict(wrap_policy or {})
+    names = policy.get("transformer_layer_cls_to_wrap")
+    names = [names] if isinstance(names, str) else list(names or [])
+    if names:
+        present = {type(m).__name__ for m in model.modules()}
+        unknown = sorted(set(names) - present)
+        if unknown:
+            raise ValueError(f"{key}.transformer_layer_cls_to_wrap: {unknown} not in the model; its module classes "
+                             f"are {sorted(present)}")
+    wanted = set(names) or decoder_layer_classes(model)
+    min_params = int(policy.get("min_num_params") or 0)
+    return [m for m in model.modules() if m is not model and type(m).__name__ in wanted
+            and sum(p.numel() for p in m.parameters()) >= min_params]
+
+
+def _chain_forward_prefetch(layers: list[nn.Module]) -> None:
+    """Each outermost sharded layer prefetches the next one in forward; nested layers are left to FSDP2."""
+    inside = {id(sub) for layer in layers for sub in layer.modules() if sub is not layer}
+    chain = [layer for layer in layers if id(layer) not in inside]
+    for layer, following in zip(chain, chain[1:]):
+        layer.set_modules_to_forward_prefetch([following])
+
+
 def apply_fsdp2(
     model: nn.Module,
     mesh: DeviceMesh,
@@ -46,16 +81,22 @@ def apply_fsdp2(
     reduce_dtype: torch.dtype = torch.float32,
     reshard_after_forward: bool = True,
     cpu_offload: bool = False,
+    wrap_policy: Mapping[str, Any] | None = None,
+    forward_prefetch: bool = False,
+    key: str = "fsdp_config",
 ) -> nn.Module:
     """Shard ``model`` in place over ``mesh`` and return it (now also an ``FSDPModule``).
 
     ``param_dtype`` is the compute dtype of gathered parameters (``None``: keep the stored dtype, no casting).
     ``cpu_offload`` keeps sharded parameters, gradients and the optimizer step on the host (FSDP2 CPUOffloadPolicy).
+    ``wrap_policy`` picks the layers sharded on their own (:func:`layers_to_shard`); ``forward_prefetch`` has each
+    layer issue the next layer's all-gather before its own forward; ``key`` prefixes the config keys in errors.
 
     A mesh of one rank with neither casting nor offload leaves ``model`` unwrapped: there is nothing to shard,
     gather or reduce, and FSDP2's hooks alone cost about a tenth of a forward and backward on a small model. Every
     caller (updates, checkpoints, weight export) handles plain and sharded parameters alike.
     """
+    layers = layers_to_shard(model, wrap_policy, key=f"{key}.wrap_policy")  # a bad policy fails on one rank too
     if mesh.size() == 1 and param_dtype is None and not cpu_offload:
         return model
     kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
@@ -64,14 +105,14 @@ def apply_fsdp2(
                                                    cast_forward_inputs=True)
     if cpu_offload:
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
-    layer_names = decoder_layer_classes(model)
-    layers = [m for m in model.modules() if type(m).__name__ in layer_names]
     if not layers:
-        logger.warning("no decoder layers (_no_split_modules) found in %s; sharding the root module only",
+        logger.warning("%s.wrap_policy selects no layer of %s; sharding the root module only", key,
                        type(model).__name__)
-    for layer in layers:
+    for layer in reversed(layers):  # innermost first: a parent takes every parameter no sharded child claimed
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)
+    if forward_prefetch:
+        _chain_forward_prefetch(layers)
     return model
 
 
