@@ -41,7 +41,8 @@ class DataConfig(BaseConfig):
     set in one seeded shuffled order, the same at every validation (file order when false). ``truncation`` decides
     what happens to prompts longer than ``max_prompt_length``: ``error`` refuses them, the others cut from that
     side; ``filter_overlong_prompts`` drops them at load time instead, templating and counting the rows in
-    ``filter_overlong_prompts_workers`` processes (worth it from tens of thousands of rows)."""
+    ``filter_overlong_prompts_workers`` processes (worth it from tens of thousands of rows). ``use_shm`` reads the
+    files from copies in ``/dev/shm``."""
 
     tokenizer: str | None = None
     use_shm: bool = False

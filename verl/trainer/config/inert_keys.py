@@ -19,7 +19,6 @@ _NO_KERNELS = "no fused or custom kernels are swapped in; the model runs its own
 # config class name -> {field: why it has no effect}
 INERT_FIELDS: dict[str, dict[str, str]] = {
     "DataConfig": {
-        "use_shm": "the data set is read from its path as given",
         "return_raw_input_ids": "rows carry raw_prompt_ids for the agent loop regardless",
         "image_key": "multi-modal rows are not supported: images are not read",
         "video_key": "multi-modal rows are not supported: videos are not read",
@@ -39,7 +38,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "enable_activation_offload": "activations stay on the device",
         "use_fused_kernels": _NO_KERNELS,
         "use_liger": _NO_KERNELS,
-        "use_shm": "the model is read from its path as given",
     },
     "MultiTurnConfig": {
         "use_inference_chat_template": "the tool agent loop always renders with the tokenizer's chat template",

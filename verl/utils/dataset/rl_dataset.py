@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset
 
+from verl.utils.shm import maybe_shm_copy
 from verl.utils.torch_functional import compute_position_id_with_mask
 
 __all__ = ["RLHFDataset", "truncate_ids"]
@@ -128,10 +129,12 @@ class RLHFDataset(Dataset):
 
     def _read_files(self) -> None:
         tables, origins = [], []
+        use_shm = bool(_get(self.config, "use_shm", False))
         for file_idx, path in enumerate(self.data_files):
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"data file not found: {path}")
-            table = pq.read_table(path)
+            # errors keep naming the user's path; with data.use_shm the bytes come from the shared-memory copy
+            table = pq.read_table(maybe_shm_copy(path, use_shm, "data.use_shm"))
             self._check_prompt_column(table, path)
             tables.append(table)
             origins.extend((file_idx, row) for row in range(table.num_rows))

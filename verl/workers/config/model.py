@@ -19,6 +19,7 @@ class HFModelConfig(BaseConfig):
     """Where the model lives and how to load it; the worker does the loading, this only describes it.
 
     ``tokenizer_path`` defaults to ``path``. ``lora_rank > 0`` turns on LoRA with ``lora_alpha`` / ``target_modules``.
+    ``use_shm`` reads the checkpoint from a copy in ``/dev/shm`` that every process of the node shares.
     """
 
     path: str = BUILTIN_TINY_MODEL

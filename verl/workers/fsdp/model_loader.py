@@ -48,14 +48,18 @@ def parse_dtype(name: str | torch.dtype, key: str = "fsdp_config.model_dtype") -
 
 
 def resolve_model_path(model_config: Any, key: str = "model.path") -> str:
-    """The local checkpoint folder of ``model_config.path``, validated; the built-in tiny model is built on demand."""
+    """The local checkpoint folder of ``model_config.path``, validated; the built-in tiny model is built on demand.
+    With ``use_shm`` it is the folder's copy in shared memory (:mod:`verl.utils.shm`), made by the first caller."""
+    from verl.utils.shm import maybe_shm_copy
     from verl.workers.config.model import BUILTIN_TINY_MODEL
 
     raw = getattr(model_config, "path", None)
+    use_shm = bool(getattr(model_config, "use_shm", False))
+    shm_key = key.rsplit(".", 1)[0] + ".use_shm"
     if raw == BUILTIN_TINY_MODEL:
         from verl.utils.tiny_model import tiny_model_path
 
-        return str(tiny_model_path())
+        return maybe_shm_copy(tiny_model_path(), use_shm, shm_key)
     if not raw:
         raise ValueError(f"{key} is empty; set it to a Hugging Face checkpoint folder")
     path = Path(str(raw)).expanduser()
@@ -71,7 +75,7 @@ def resolve_model_path(model_config: Any, key: str = "model.path") -> str:
             f"{key}={raw!r} is not a Hugging Face checkpoint: it has config.json but no weights "
             f"(expected one of {list(_WEIGHT_FILES)})"
         )
-    return str(path)
+    return maybe_shm_copy(path, use_shm, shm_key)
 
 
 def _import_external_lib(model_config: Any) -> None:
