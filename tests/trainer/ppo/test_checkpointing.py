@@ -55,6 +55,42 @@ def test_old_checkpoints_are_pruned(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("global_step_*")) == ["global_step_2", "global_step_3"]
 
 
+def _save_with_roles(ckpt, step, roles=("actor", "critic")):
+    for role in roles:
+        (ckpt.step_dir(step) / role).mkdir(parents=True)
+        (ckpt.step_dir(step) / role / "shard").write_text(role)
+    ckpt.save_trainer_state(step, {})
+
+
+def _layout(tmp_path):
+    return {p.name: sorted(c.name for c in p.iterdir()) for p in sorted(tmp_path.glob("global_step_*"))}
+
+
+def test_critic_shards_have_their_own_limit(tmp_path):
+    fewer = TrainerCheckpointer(_cfg(tmp_path / "fewer", max_actor_ckpt_to_keep=3, max_critic_ckpt_to_keep=1))
+    for step in (1, 2, 3, 4):
+        _save_with_roles(fewer, step)
+    assert _layout(tmp_path / "fewer") == {"global_step_2": ["actor", "trainer_state.pt"],
+                                           "global_step_3": ["actor", "trainer_state.pt"],
+                                           "global_step_4": ["actor", "critic", "trainer_state.pt"]}
+    more = TrainerCheckpointer(_cfg(tmp_path / "more", max_actor_ckpt_to_keep=1, max_critic_ckpt_to_keep=2))
+    for step in (1, 2, 3):
+        _save_with_roles(more, step)
+    # step 2 keeps its critic shards only: it is no longer a checkpoint to resume from
+    assert _layout(tmp_path / "more") == {"global_step_2": ["critic"],
+                                          "global_step_3": ["actor", "critic", "trainer_state.pt"]}
+    assert more.find_resume_dir() == tmp_path / "more" / "global_step_3"
+    same = TrainerCheckpointer(_cfg(tmp_path / "same", max_actor_ckpt_to_keep=1))  # unset: the actor's limit
+    for step in (1, 2):
+        _save_with_roles(same, step)
+    assert _layout(tmp_path / "same") == {"global_step_2": ["actor", "critic", "trainer_state.pt"]}
+    actor_only = TrainerCheckpointer(_cfg(tmp_path / "actor_only", max_actor_ckpt_to_keep=1,
+                                          max_critic_ckpt_to_keep=3))
+    for step in (1, 2):
+        _save_with_roles(actor_only, step, roles=("actor",))  # no critic in this run: nothing else to keep
+    assert _layout(tmp_path / "actor_only") == {"global_step_2": ["actor", "trainer_state.pt"]}
+
+
 def test_deleting_the_loaded_checkpoint_moves_the_tracker_back(tmp_path):
     ckpt = TrainerCheckpointer(_cfg(tmp_path, del_local_ckpt_after_load=True))
     assert ckpt.del_after_load

@@ -25,7 +25,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
     },
     "TrainerConfig": {
         "default_hdfs_dir": "checkpoints are written to trainer.default_local_dir only",
-        "max_critic_ckpt_to_keep": "checkpoint retention follows trainer.max_actor_ckpt_to_keep for every role",
         "ray_wait_register_center_timeout": "there is no register center to wait for",
     },
     "ActorConfig": {"use_torch_compile": "the model is not compiled"},

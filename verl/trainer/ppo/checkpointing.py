@@ -26,6 +26,14 @@ TRACKER_FILE = "latest_checkpointed_iteration.txt"
 STATE_FILE = "trainer_state.pt"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 RESUME_MODES = ("auto", "disable", "resume_path")
+CRITIC_DIR = "critic"
+
+
+def _newest(steps: list[int], limit: int | None) -> set[int]:
+    """The last ``limit`` of ``steps`` (all of them when the limit is unset or not positive)."""
+    if not limit or int(limit) <= 0:
+        return set(steps)
+    return set(steps[-int(limit):])
 
 
 class TrainerCheckpointer:
@@ -36,6 +44,8 @@ class TrainerCheckpointer:
             raise ValueError(f"trainer.resume_mode={self.resume_mode!r}; expected one of {list(RESUME_MODES)}")
         self.resume_from_path = trainer_config.get("resume_from_path")
         self.max_to_keep = trainer_config.get("max_actor_ckpt_to_keep")
+        critic_limit = trainer_config.get("max_critic_ckpt_to_keep")
+        self.max_critic_to_keep = self.max_to_keep if critic_limit is None else critic_limit
         self.del_after_load = bool(trainer_config.get("del_local_ckpt_after_load", False))
 
     def step_dir(self, step: int) -> Path:
@@ -57,10 +67,22 @@ class TrainerCheckpointer:
         return sorted(int(m.group(1)) for p in self.root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name)))
 
     def _prune(self) -> None:
-        if not self.max_to_keep or int(self.max_to_keep) <= 0:
-            return
-        for step in self._steps()[: -int(self.max_to_keep)]:
-            shutil.rmtree(self.step_dir(step), ignore_errors=True)
+        """Keep the newest ``max_actor_ckpt_to_keep`` folders whole, and the critic shards of the newest
+        ``max_critic_ckpt_to_keep`` (unset: the actor's limit); a folder with nothing left to keep goes entirely."""
+        steps = self._steps()
+        whole = _newest(steps, self.max_to_keep)
+        critic = _newest(steps, self.max_critic_to_keep)
+        for step in steps:
+            folder = self.step_dir(step)
+            if step in whole:
+                if step not in critic:
+                    shutil.rmtree(folder / CRITIC_DIR, ignore_errors=True)
+            elif step in critic and (folder / CRITIC_DIR).is_dir():
+                for child in folder.iterdir():  # the trainer state and actor shards go: this folder is not resumable
+                    if child.name != CRITIC_DIR:
+                        shutil.rmtree(child) if child.is_dir() else child.unlink()
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def delete_loaded(self, step_dir: str | os.PathLike) -> None:
         """Delete the folder a run resumed from (``trainer.del_local_ckpt_after_load``).
