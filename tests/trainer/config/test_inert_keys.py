@@ -38,7 +38,7 @@ def test_the_packaged_defaults_set_no_inert_key():
 
 
 def test_each_inert_key_set_is_named_with_its_reason():
-    typed = _typed(["actor.ulysses_sequence_parallel_size=2", "rollout.enforce_eager=true",
+    typed = _typed(["actor.ulysses_sequence_parallel_size=2", "rollout.data_parallel_size=2",
                     "trainer.default_hdfs_dir=hdfs://x", "model.use_liger=true",
                     "rollout.multi_turn.tokenization_sanity_check_mode=disable"])
     with pytest.warns(InertConfigWarning) as caught:
@@ -46,15 +46,15 @@ def test_each_inert_key_set_is_named_with_its_reason():
     assert [str(w.message) for w in caught] == messages
     keys = [m.split("=")[0].removeprefix("config: ") for m in messages]
     assert sorted(keys) == ["actor.ulysses_sequence_parallel_size", "model.use_liger",
-                            "ref.ulysses_sequence_parallel_size", "rollout.enforce_eager",
+                            "ref.ulysses_sequence_parallel_size", "rollout.data_parallel_size",
                             "rollout.multi_turn.tokenization_sanity_check_mode", "trainer.default_hdfs_dir"]
     assert any("trainer.default_hdfs_dir='hdfs://x' has no effect in this build (checkpoints are written to "
                "trainer.default_local_dir only)" in m for m in messages)
 
 
 def test_the_legacy_spelling_is_caught_too():
-    keys = [key for key, _, _ in inert_settings(_typed(["actor_rollout_ref.rollout.enforce_eager=true"]))]
-    assert keys == ["rollout.enforce_eager"]
+    keys = [key for key, _, _ in inert_settings(_typed(["actor_rollout_ref.rollout.data_parallel_size=2"]))]
+    assert keys == ["rollout.data_parallel_size"]
 
 
 def test_every_listed_key_exists_and_is_still_unread():

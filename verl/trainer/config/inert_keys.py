@@ -44,8 +44,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
     },
     "AgentLoopConfig": {"custom_async_server": "rollout servers come from rollout.name and the rollout registry"},
     "RolloutConfig": {
-        "max_num_batched_tokens": "no engine adapter passes it on; the hf engine batches by rollout.max_num_seqs",
-        "enforce_eager": "no engine adapter passes it on",
         "data_parallel_size": "the replica count follows the rollout pool and rollout.tensor_model_parallel_size",
     },
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -23,7 +23,31 @@ from verl.workers.rollout.adapter_utils import (
 )
 from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
 
-__all__ = ["SGLangRolloutServer"]
+__all__ = ["SGLangRolloutServer", "sglang_engine_args"]
+
+
+def sglang_engine_args(config: Any, model_path: str, engine_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Keyword arguments of ``sglang.Engine`` (its ``ServerArgs``) for the rollout ``config``.
+
+    Pure (SGLang is not imported) so that the mapping from verl's keys is testable anywhere: ``enforce_eager`` is
+    SGLang's ``disable_cuda_graph`` and ``max_num_batched_tokens`` its ``chunked_prefill_size``.
+    ``rollout.engine_kwargs.sglang`` and then the caller's ``engine_kwargs`` override any of them.
+    """
+    prompt_length = int(config_value(config, "prompt_length", 512))
+    response_length = int(config_value(config, "response_length", 512))
+    args: dict[str, Any] = {
+        "model_path": str(model_path),
+        "dtype": str(config_value(config, "dtype", "bfloat16")),
+        "tp_size": int(config_value(config, "tensor_model_parallel_size", 1)),
+        "context_length": int(config_value(config, "max_model_len", prompt_length + response_length)),
+        "max_running_requests": int(config_value(config, "max_num_seqs", 256)),
+        "mem_fraction_static": float(config_value(config, "gpu_memory_utilization", 0.5)),
+        "disable_cuda_graph": bool(config_value(config, "enforce_eager", False)),
+    }
+    max_batched = config_value(config, "max_num_batched_tokens", None)
+    if max_batched is not None:
+        args["chunked_prefill_size"] = int(max_batched)
+    return {**args, **engine_kwargs_for(config, "sglang"), **dict(engine_kwargs or {})}
 
 
 class SGLangRolloutServer(RolloutServer):
@@ -35,20 +59,11 @@ class SGLangRolloutServer(RolloutServer):
             raise ValueError("rollout.name='sglang' needs model_path (model.path)")
         import sglang
 
-        prompt_length = int(config_value(config, "prompt_length", 512))
+        args = sglang_engine_args(config, model_path, engine_kwargs)
         self.response_length = int(config_value(config, "response_length", 512))
-        self.dtype = str(config_value(config, "dtype", "bfloat16"))
+        self.dtype = str(args["dtype"])
         self.calculate_log_probs = bool(config_value(config, "calculate_log_probs", False))
-        self.engine = sglang.Engine(
-            model_path=str(model_path),
-            dtype=self.dtype,
-            tp_size=int(config_value(config, "tensor_model_parallel_size", 1)),
-            context_length=int(config_value(config, "max_model_len", prompt_length + self.response_length)),
-            max_running_requests=int(config_value(config, "max_num_seqs", 256)),
-            mem_fraction_static=float(config_value(config, "gpu_memory_utilization", 0.5)),
-            **engine_kwargs_for(config, "sglang"),
-            **engine_kwargs,
-        )
+        self.engine = sglang.Engine(**args)
         self.gate = PauseGate()
         self.in_flight: dict[str, asyncio.Task] = {}
         self.version = 0

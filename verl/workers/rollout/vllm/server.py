@@ -11,7 +11,7 @@ Weights travel through ``collective_rpc`` to a worker extension that calls the m
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -25,7 +25,33 @@ from verl.workers.rollout.adapter_utils import (
 )
 from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
 
-__all__ = ["VLLMRolloutServer", "WeightUpdateExtension"]
+__all__ = ["VLLMRolloutServer", "WeightUpdateExtension", "vllm_engine_args"]
+
+
+def vllm_engine_args(config: Any, model_path: str, engine_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Keyword arguments of vLLM's ``AsyncEngineArgs`` for the rollout ``config``.
+
+    Pure (vLLM is not imported) so that the mapping from verl's keys is testable anywhere.
+    ``rollout.engine_kwargs.vllm`` and then the caller's ``engine_kwargs`` override any of them: the user's explicit
+    engine settings win.
+    """
+    prompt_length = int(config_value(config, "prompt_length", 512))
+    response_length = int(config_value(config, "response_length", 512))
+    args: dict[str, Any] = {
+        "model": str(model_path),
+        "dtype": str(config_value(config, "dtype", "bfloat16")),
+        "tensor_parallel_size": int(config_value(config, "tensor_model_parallel_size", 1)),
+        "max_num_seqs": int(config_value(config, "max_num_seqs", 256)),
+        "max_model_len": int(config_value(config, "max_model_len", prompt_length + response_length)),
+        "gpu_memory_utilization": float(config_value(config, "gpu_memory_utilization", 0.5)),
+        "enforce_eager": bool(config_value(config, "enforce_eager", False)),
+        "enable_sleep_mode": True,
+        "worker_extension_cls": f"{__name__}.WeightUpdateExtension",
+    }
+    max_batched = config_value(config, "max_num_batched_tokens", None)
+    if max_batched is not None:
+        args["max_num_batched_tokens"] = int(max_batched)
+    return {**args, **engine_kwargs_for(config, "vllm"), **dict(engine_kwargs or {})}
 
 
 class WeightUpdateExtension:
@@ -46,26 +72,13 @@ class VLLMRolloutServer(RolloutServer):
             raise ValueError("rollout.name='vllm' needs model_path (model.path)")
         from vllm import AsyncEngineArgs, AsyncLLMEngine
 
-        prompt_length = int(config_value(config, "prompt_length", 512))
-        response_length = int(config_value(config, "response_length", 512))
+        args = vllm_engine_args(config, model_path, engine_kwargs)
         self.config = config
-        self.dtype = str(config_value(config, "dtype", "bfloat16"))
-        self.max_model_len = int(config_value(config, "max_model_len", prompt_length + response_length))
-        self.response_length = response_length
+        self.dtype = str(args["dtype"])
+        self.max_model_len = int(args["max_model_len"])
+        self.response_length = int(config_value(config, "response_length", 512))
         self.calculate_log_probs = bool(config_value(config, "calculate_log_probs", False))
-        args = AsyncEngineArgs(
-            model=str(model_path),
-            dtype=self.dtype,
-            tensor_parallel_size=int(config_value(config, "tensor_model_parallel_size", 1)),
-            max_num_seqs=int(config_value(config, "max_num_seqs", 256)),
-            max_model_len=self.max_model_len,
-            gpu_memory_utilization=float(config_value(config, "gpu_memory_utilization", 0.5)),
-            enable_sleep_mode=True,
-            worker_extension_cls=f"{__name__}.WeightUpdateExtension",
-            **engine_kwargs_for(config, "vllm"),
-            **engine_kwargs,
-        )
-        self.engine = AsyncLLMEngine.from_engine_args(args)
+        self.engine = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**args))
         self.gate = PauseGate()
         self.in_flight: set[str] = set()
         self.version = 0
