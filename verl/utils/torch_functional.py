@@ -9,8 +9,9 @@ keeps only the per-row log-normaliser for the backward pass.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -147,6 +148,38 @@ def logprobs_from_logits(
     return _ChunkedLogProbs.apply(logits, labels.long(), rows)
 
 
+def _entropy_block_stats(block: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Row max, ``lse`` and ``mu`` of one ``[rows, V]`` block (see :class:`_ChunkedEntropy`)."""
+    block = block.to(dtype)
+    row_max = block.amax(dim=-1, keepdim=True)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    xs = block - row_max
+    lse = torch.logsumexp(xs, dim=-1)
+    probs = torch.exp(xs - lse.unsqueeze(-1))
+    # where() keeps masked (-inf) logits from producing 0 * -inf = nan.
+    mu = torch.where(probs > 0, probs * xs, torch.zeros((), dtype=dtype, device=xs.device)).sum(-1)
+    return row_max.squeeze(-1), lse, mu
+
+
+def _entropy_block_grad(block: torch.Tensor, row_max: torch.Tensor, lse: torch.Tensor, mu: torch.Tensor,
+                        grad_out: torch.Tensor) -> torch.Tensor:
+    """``dH/dx * grad_out`` of one block, recomputing ``p`` from the saved row statistics."""
+    xs = block.to(lse.dtype) - row_max.unsqueeze(-1)
+    probs = torch.exp(xs - lse.unsqueeze(-1))
+    centred = torch.where(probs > 0, xs - mu.unsqueeze(-1), torch.zeros_like(xs))
+    return probs.mul_(centred).mul_(-grad_out.unsqueeze(-1)).to(block.dtype)
+
+
+_EAGER_KERNELS = (_entropy_block_stats, _entropy_block_grad)
+
+
+@functools.cache
+def _compiled_entropy_kernels() -> tuple[Callable, Callable]:
+    """The block kernels under ``torch.compile`` (dynamic shapes: every chunk length reuses one compiled kernel),
+    each fused into one pass over the block instead of one ``[rows, V]`` temporary per operation."""
+    return (torch.compile(_entropy_block_stats, dynamic=True), torch.compile(_entropy_block_grad, dynamic=True))
+
+
 class _ChunkedEntropy(torch.autograd.Function):
     """Row-chunked entropy that saves three numbers per row instead of ``softmax`` copies.
 
@@ -156,61 +189,54 @@ class _ChunkedEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def _centred(block: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        block = block.to(dtype)
-        row_max = block.amax(dim=-1, keepdim=True)
-        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-        return block - row_max, row_max.squeeze(-1)
-
-    @staticmethod
-    def forward(ctx, logits: torch.Tensor, rows: int) -> torch.Tensor:
+    def forward(ctx, logits: torch.Tensor, rows: int, kernels: tuple[Callable, Callable]) -> torch.Tensor:
         dtype = _compute_dtype(logits.dtype)
         n_rows = math.prod(logits.shape[:-1])
-        stats = torch.empty(3, n_rows, dtype=dtype, device=logits.device)  # row max, lse, mu
+        # row max, lse, mu: three tensors, not rows of one, so no kernel input is a view of a [3, n] base whose
+        # leading 3 a compiled kernel could mistake for a row count
+        row_max, lse, mu = (torch.empty(n_rows, dtype=dtype, device=logits.device) for _ in range(3))
+        block_stats = kernels[0]
         for start, block in _row_blocks(logits, rows):
             stop = start + block.shape[0]
-            xs, row_max = _ChunkedEntropy._centred(block, dtype)
-            lse = torch.logsumexp(xs, dim=-1)
-            probs = torch.exp(xs - lse.unsqueeze(-1))
-            # where() keeps masked (-inf) logits from producing 0 * -inf = nan.
-            mu = torch.where(probs > 0, probs * xs, torch.zeros((), dtype=dtype, device=xs.device)).sum(-1)
-            stats[0, start:stop], stats[1, start:stop], stats[2, start:stop] = row_max, lse, mu
-        ctx.save_for_backward(logits, stats)
+            row_max[start:stop], lse[start:stop], mu[start:stop] = block_stats(block, dtype)
+        ctx.save_for_backward(logits, row_max, lse, mu)
         ctx.rows = rows
-        return (stats[1] - stats[2]).view(logits.shape[:-1])
+        ctx.block_grad = kernels[1]
+        return (lse - mu).view(logits.shape[:-1])
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out: torch.Tensor):
-        logits, stats = ctx.saved_tensors
-        grad_out = grad_out.reshape(-1).to(stats.dtype)
+        logits, row_max, lse, mu = ctx.saved_tensors
+        grad_out = grad_out.reshape(-1).to(lse.dtype)
         grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
         grad_flat = grad.view(-1, logits.shape[-1])
         for start, block in _row_blocks(logits, ctx.rows):
             stop = start + block.shape[0]
-            xs = block.to(stats.dtype) - stats[0, start:stop].unsqueeze(-1)
-            probs = torch.exp(xs - stats[1, start:stop].unsqueeze(-1))
-            centred = torch.where(probs > 0, xs - stats[2, start:stop].unsqueeze(-1), torch.zeros_like(xs))
-            grad_flat[start:stop] = probs.mul_(centred).mul_(-grad_out[start:stop].unsqueeze(-1))
-        return grad, None
+            grad_flat[start:stop] = ctx.block_grad(block, row_max[start:stop], lse[start:stop], mu[start:stop],
+                                                   grad_out[start:stop])
+        return grad, None, None
 
 
-def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
+def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = None, compiled: bool = False) -> torch.Tensor:
     """Entropy of ``softmax(logits)`` over the last dim, differentiable.
 
     Stable for huge and ``-inf`` (masked) logits, float32 inside for half inputs, and computed in row
     chunks (``chunk_size`` rows, default ~256 MiB of float32) so no full-vocab probability copy is kept.
+    ``compiled`` runs each chunk through ``torch.compile``d kernels (``actor.use_torch_compile``).
     """
     if logits.dim() < 1 or not logits.is_floating_point():
         raise TypeError(f"entropy_from_logits expects floating-point [..., V] logits, got {logits.dtype}")
-    return _ChunkedEntropy.apply(logits, _rows_per_chunk(logits.shape[-1], chunk_size))
+    kernels = _compiled_entropy_kernels() if compiled else _EAGER_KERNELS
+    return _ChunkedEntropy.apply(logits, _rows_per_chunk(logits.shape[-1], chunk_size), kernels)
 
 
-def entropy_from_logits_with_chunking(logits: torch.Tensor, chunk_size: int = 2048) -> torch.Tensor:
+def entropy_from_logits_with_chunking(logits: torch.Tensor, chunk_size: int = 2048,
+                                      compiled: bool = False) -> torch.Tensor:
     """:func:`entropy_from_logits` on ``[T, V]`` logits with an explicit row chunk size."""
     if logits.dim() != 2:
         raise ValueError(f"entropy_from_logits_with_chunking expects [T, V] logits, got {tuple(logits.shape)}")
-    return entropy_from_logits(logits, chunk_size=chunk_size)
+    return entropy_from_logits(logits, chunk_size=chunk_size, compiled=compiled)
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis: int | Sequence[int] | None = None) -> torch.Tensor:

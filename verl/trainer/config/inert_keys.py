@@ -27,11 +27,7 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "default_hdfs_dir": "checkpoints are written to trainer.default_local_dir only",
         "ray_wait_register_center_timeout": "there is no register center to wait for",
     },
-    "ActorConfig": {"use_torch_compile": "the model is not compiled"},
-    "FSDPActorConfig": {
-        "use_torch_compile": "the model is not compiled",
-        "ulysses_sequence_parallel_size": _SP,
-    },
+    "FSDPActorConfig": {"ulysses_sequence_parallel_size": _SP},
     "FSDPCriticConfig": {"ulysses_sequence_parallel_size": _SP},
     "HFModelConfig": {
         "enable_activation_offload": "activations stay on the device",

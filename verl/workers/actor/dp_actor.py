@@ -8,6 +8,8 @@ by the data-parallel size before building the actor.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -37,6 +39,16 @@ def read_temperature(data: DataProto, where: str) -> float:
     return temperature
 
 
+def _entropy_function(config: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Entropy of ``[T, V]`` logits: in row chunks of 2048 with ``entropy_from_logits_with_chunking`` (default: as
+    many rows as fit ~256 MiB), each chunk through ``torch.compile``d kernels with ``use_torch_compile`` (one fused
+    pass per chunk instead of a ``[rows, V]`` temporary per operation; compiled on first use)."""
+    compiled = bool(getattr(config, "use_torch_compile", False))
+    if getattr(config, "entropy_from_logits_with_chunking", False):
+        return functools.partial(entropy_from_logits_with_chunking, compiled=compiled)
+    return functools.partial(entropy_from_logits, compiled=compiled)
+
+
 class DataParallelPPOActor(BasePPOActor):
     """Scores responses (``compute_log_prob``) and runs PPO-style policy updates (``update_policy``).
 
@@ -57,6 +69,7 @@ class DataParallelPPOActor(BasePPOActor):
         self.use_remove_padding = bool(getattr(config, "use_remove_padding", False))
         seed = getattr(config, "data_loader_seed", None)
         self._shuffle_generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
+        self._entropy_of = _entropy_function(config)
 
     # ------------------------------------------------------------------ forward
 
@@ -94,9 +107,7 @@ class DataParallelPPOActor(BasePPOActor):
 
     def _entropy(self, logits: torch.Tensor) -> torch.Tensor:
         """Per-token entropy ([B, R]) of ``logits`` ([B, R, V])."""
-        if getattr(self.config, "entropy_from_logits_with_chunking", False):
-            return entropy_from_logits_with_chunking(logits.reshape(-1, logits.shape[-1])).view(logits.shape[:-1])
-        return entropy_from_logits(logits)
+        return self._entropy_of(logits.reshape(-1, logits.shape[-1])).view(logits.shape[:-1])
 
     def compute_log_prob(
         self, data: DataProto, calculate_entropy: bool = False
