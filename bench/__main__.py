@@ -32,7 +32,7 @@ CPU_SET: dict[str, tuple[list[str], int]] = {
     "sampling_cost": ([], 150),
     "kv_cache_growth": ([], 150),
     "response_logits": (["--repeats", "3"], 240),
-    "compiled_entropy": (["--vocab", "32000", "--repeats", "3"], 150),
+    "compiled_kernels": (["--vocab", "32000", "--repeats", "3"], 150),
     "weight_sync": ([], 240),
     "agent_loop_overhead": ([], 240),
     "async_speedup": ([], 300),

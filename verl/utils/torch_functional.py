@@ -78,6 +78,21 @@ def _row_blocks(logits: torch.Tensor, rows: int) -> Iterator[tuple[int, torch.Te
         yield start * rows_per_item, logits[start : start + items].reshape(-1, vocab)
 
 
+def _logprob_block(block: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of ``labels`` and the log-normaliser of one ``[rows, V]`` block."""
+    block = block.to(dtype)
+    lse = torch.logsumexp(block, dim=-1)
+    return block.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse, lse
+
+
+def _logprob_block_grad(block: torch.Tensor, labels: torch.Tensor, lse: torch.Tensor,
+                        grad_out: torch.Tensor) -> torch.Tensor:
+    """``d logp / d logits * grad_out`` of one block: ``g * (onehot(label) - softmax)``."""
+    g = grad_out.to(lse.dtype).unsqueeze(-1)
+    chunk_grad = torch.exp(block.to(lse.dtype) - lse.unsqueeze(-1)).mul_(-g)
+    return chunk_grad.scatter_add_(-1, labels.unsqueeze(-1), g).to(block.dtype)
+
+
 class _ChunkedLogProbs(torch.autograd.Function):
     """``log_softmax(logits)[label]`` computed per row chunk as ``logit[label] - logsumexp(logits)``.
 
@@ -86,20 +101,20 @@ class _ChunkedLogProbs(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, rows: int) -> torch.Tensor:
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, rows: int,
+                kernels: tuple[Callable, Callable]) -> torch.Tensor:
         dtype = _compute_dtype(logits.dtype)
-        flat_labels = labels.reshape(-1)
+        # a copy of the (small) labels: a view would tie the compiled kernels to the size of the tensor it views
+        flat_labels = labels.reshape(-1).clone()
         out = torch.empty(flat_labels.shape[0], dtype=dtype, device=logits.device)
         lse = torch.empty_like(out)
+        block_logprobs = kernels[0]
         for start, block in _row_blocks(logits, rows):
             stop = start + block.shape[0]
-            block = block.to(dtype)
-            lse_block = torch.logsumexp(block, dim=-1)
-            picked = block.gather(-1, flat_labels[start:stop].unsqueeze(-1)).squeeze(-1)
-            out[start:stop] = picked - lse_block
-            lse[start:stop] = lse_block
+            out[start:stop], lse[start:stop] = block_logprobs(block, flat_labels[start:stop], dtype)
         ctx.save_for_backward(logits, flat_labels, lse)
         ctx.rows = rows
+        ctx.block_grad = kernels[1]
         return out.view(labels.shape)
 
     @staticmethod
@@ -107,21 +122,27 @@ class _ChunkedLogProbs(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor):
         logits, flat_labels, lse = ctx.saved_tensors
         grad_out = grad_out.reshape(-1)
-        vocab = logits.shape[-1]
         grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
-        grad_flat = grad.view(-1, vocab)
+        grad_flat = grad.view(-1, logits.shape[-1])
         for start, block in _row_blocks(logits, ctx.rows):
             stop = start + block.shape[0]
-            g = grad_out[start:stop].to(lse.dtype).unsqueeze(-1)
-            probs = torch.exp(block.to(lse.dtype) - lse[start:stop].unsqueeze(-1))
-            chunk_grad = probs.mul_(-g)
-            chunk_grad.scatter_add_(-1, flat_labels[start:stop].unsqueeze(-1), g)
-            grad_flat[start:stop] = chunk_grad
-        return grad, None, None
+            grad_flat[start:stop] = ctx.block_grad(block, flat_labels[start:stop], lse[start:stop],
+                                                   grad_out[start:stop])
+        return grad, None, None, None
+
+
+_EAGER_LOGPROB_KERNELS = (_logprob_block, _logprob_block_grad)
+
+
+@functools.cache
+def _compiled_logprob_kernels() -> tuple[Callable, Callable]:
+    """The log-prob block kernels under ``torch.compile`` (dynamic shapes), each one fused pass over a block."""
+    return (torch.compile(_logprob_block, dynamic=True), torch.compile(_logprob_block_grad, dynamic=True))
 
 
 def logprobs_from_logits(
-    logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = True, chunk_size: int | None = None
+    logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = True, chunk_size: int | None = None,
+    compiled: bool = False,
 ) -> torch.Tensor:
     """Log-probability of each label under ``softmax(logits)``.
 
@@ -131,6 +152,7 @@ def logprobs_from_logits(
         inplace_backward: accepted for verl compatibility (flash-attn's kernel flag); this kernel never
             writes into ``logits``, so other users of the same logits (e.g. entropy) stay correct.
         chunk_size: rows processed at once; default keeps one float32 chunk around 256 MiB.
+        compiled: run each chunk through ``torch.compile``d kernels (``actor.use_torch_compile``).
 
     Returns:
         ``[...]`` log-probs in float32 (float64 for float64 logits), differentiable w.r.t. ``logits``.
@@ -145,7 +167,8 @@ def logprobs_from_logits(
     if labels.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
         raise TypeError(f"logprobs_from_logits: labels must be integer token ids, got {labels.dtype}")
     rows = _rows_per_chunk(logits.shape[-1], chunk_size)
-    return _ChunkedLogProbs.apply(logits, labels.long(), rows)
+    kernels = _compiled_logprob_kernels() if compiled else _EAGER_LOGPROB_KERNELS
+    return _ChunkedLogProbs.apply(logits, labels.long(), rows, kernels)
 
 
 def _entropy_block_stats(block: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -170,7 +193,7 @@ def _entropy_block_grad(block: torch.Tensor, row_max: torch.Tensor, lse: torch.T
     return probs.mul_(centred).mul_(-grad_out.unsqueeze(-1)).to(block.dtype)
 
 
-_EAGER_KERNELS = (_entropy_block_stats, _entropy_block_grad)
+_EAGER_ENTROPY_KERNELS = (_entropy_block_stats, _entropy_block_grad)
 
 
 @functools.cache
@@ -227,7 +250,7 @@ def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = None, com
     """
     if logits.dim() < 1 or not logits.is_floating_point():
         raise TypeError(f"entropy_from_logits expects floating-point [..., V] logits, got {logits.dtype}")
-    kernels = _compiled_entropy_kernels() if compiled else _EAGER_KERNELS
+    kernels = _compiled_entropy_kernels() if compiled else _EAGER_ENTROPY_KERNELS
     return _ChunkedEntropy.apply(logits, _rows_per_chunk(logits.shape[-1], chunk_size), kernels)
 
 

@@ -42,7 +42,8 @@ def read_temperature(data: DataProto, where: str) -> float:
 def _entropy_function(config: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     """Entropy of ``[T, V]`` logits: in row chunks of 2048 with ``entropy_from_logits_with_chunking`` (default: as
     many rows as fit ~256 MiB), each chunk through ``torch.compile``d kernels with ``use_torch_compile`` (one fused
-    pass per chunk instead of a ``[rows, V]`` temporary per operation; compiled on first use)."""
+    pass per chunk instead of a ``[rows, V]`` temporary per operation; compiled on first use). The log-probs follow
+    the same switch."""
     compiled = bool(getattr(config, "use_torch_compile", False))
     if getattr(config, "entropy_from_logits_with_chunking", False):
         return functools.partial(entropy_from_logits_with_chunking, compiled=compiled)
@@ -69,6 +70,7 @@ class DataParallelPPOActor(BasePPOActor):
         self.use_remove_padding = bool(getattr(config, "use_remove_padding", False))
         seed = getattr(config, "data_loader_seed", None)
         self._shuffle_generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
+        self._compiled = bool(getattr(config, "use_torch_compile", False))
         self._entropy_of = _entropy_function(config)
 
     # ------------------------------------------------------------------ forward
@@ -91,7 +93,7 @@ class DataParallelPPOActor(BasePPOActor):
             self.use_remove_padding,
         )
         logits = slots.take(flat_logits).float() / temperature
-        log_probs = slots.clean(logprobs_from_logits(logits, responses))
+        log_probs = slots.clean(logprobs_from_logits(logits, responses, compiled=self._compiled))
         entropy = None
         if calculate_entropy:
             with_grad = entropy_grad and torch.is_grad_enabled()

@@ -84,8 +84,8 @@ class ActorConfig(BaseConfig):
     separate old log-prob pass, because the update's own forward gives the same values (the PPO ratio is 1), and
     applies ``rollout_is`` weights from that forward too; the pass still runs when something else reads
     ``old_log_probs`` first (KL in the reward; rollout rejection, token veto or batch-normalised weights).
-    ``use_torch_compile`` runs the entropy's per-chunk kernels through ``torch.compile`` (dynamic shapes; compiled
-    once per process on first use).
+    ``use_torch_compile`` runs the per-chunk log-prob and entropy kernels through ``torch.compile`` (dynamic shapes;
+    compiled once per process on first use).
     """
 
     _mutable_fields = frozenset(
