@@ -43,3 +43,18 @@ def test_validation_shuffle_is_a_seeded_permutation(files, tokenizer):
     assert shuffled != list(range(VAL_ROWS))
     assert val_order(files, tokenizer, "data.validation_shuffle=true", "trainer.seed=7") == shuffled
     assert val_order(files, tokenizer, "data.validation_shuffle=true", "trainer.seed=8") != shuffled
+
+
+def train_order(files, tokenizer, *overrides: str) -> list[int]:
+    config = compose_ppo_config([f"data.train_files={files['train']}", f"data.val_files={files['test']}",
+                                 "data.train_batch_size=4", "data.max_prompt_length=8", *overrides])
+    return [int(i) for batch in build_dataloaders(config, tokenizer)[2] for i in batch["index"]]
+
+
+def test_data_seed_orders_the_prompts_when_set(files, tokenizer):
+    by_trainer_seed = {seed: train_order(files, tokenizer, f"trainer.seed={seed}") for seed in (7, 8)}
+    assert by_trainer_seed[7] != by_trainer_seed[8]
+    # data.seed wins over trainer.seed, whatever trainer.seed is
+    assert train_order(files, tokenizer, "data.seed=7", "trainer.seed=8") == by_trainer_seed[7]
+    assert (val_order(files, tokenizer, "data.validation_shuffle=true", "data.seed=7", "trainer.seed=8")
+            == val_order(files, tokenizer, "data.validation_shuffle=true", "trainer.seed=7"))

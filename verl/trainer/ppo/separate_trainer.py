@@ -81,12 +81,14 @@ def build_dataloaders(config: DictConfig, tokenizer: Any, processor: Any = None,
     from verl.utils.dataset.sampler import create_rl_sampler, create_val_sampler
 
     data = config.data
+    # data.seed orders the prompts when set; otherwise trainer.seed does
+    order_seed = data.get("seed") if data.get("seed") is not None else config.trainer.get("seed")
     if train_dataset is None:
         train_dataset = create_rl_dataset(data.train_files, data, tokenizer, processor, is_train=True)
     if val_dataset is None and data.get("val_files"):
         val_dataset = create_rl_dataset(data.val_files, data, tokenizer, processor, is_train=False)
     if train_sampler is None:
-        train_sampler = create_rl_sampler(data, train_dataset, seed=config.trainer.get("seed"))
+        train_sampler = create_rl_sampler(data, train_dataset, seed=order_seed)
     collate_fn = collate_fn or default_collate_fn
     train_dataloader = create_stateful_dataloader(
         train_dataset, batch_size=int(data.train_batch_size), sampler=train_sampler, collate_fn=collate_fn,
@@ -100,7 +102,7 @@ def build_dataloaders(config: DictConfig, tokenizer: Any, processor: Any = None,
     val_dataloader = None
     if val_dataset is not None:
         val_batch_size = data.get("val_batch_size") or len(val_dataset)
-        val_sampler = create_val_sampler(data, val_dataset, seed=config.trainer.get("seed"))
+        val_sampler = create_val_sampler(data, val_dataset, seed=order_seed)
         val_dataloader = create_stateful_dataloader(
             val_dataset, batch_size=int(val_batch_size), sampler=val_sampler, collate_fn=collate_fn, drop_last=False,
         )

@@ -63,7 +63,8 @@ def create_rl_sampler(data_config: Any, data_source: Any, seed: int | None = Non
 
     ``data.sampler.class_path``/``class_name`` names a user ``Sampler`` subclass, built as
     ``cls(data_source=..., data_config=...)``. Otherwise ``data.shuffle`` picks a random order seeded with ``seed``
-    (the resolved trainer seed), else ``data.seed``, else 1; without shuffle the order is sequential.
+    (the trainers pass ``data.seed``, or ``trainer.seed`` when it is unset), else ``data.seed``, else 1; without
+    shuffle the order is sequential.
     """
     sampler_cfg = _sub(data_config, "sampler")
     class_path = sampler_cfg.get("class_path")
