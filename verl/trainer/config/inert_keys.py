@@ -30,7 +30,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
     "FSDPActorConfig": {"ulysses_sequence_parallel_size": _SP},
     "FSDPCriticConfig": {"ulysses_sequence_parallel_size": _SP},
     "HFModelConfig": {
-        "enable_activation_offload": "activations stay on the device",
         "use_fused_kernels": _NO_KERNELS,
         "use_liger": _NO_KERNELS,
     },

@@ -122,15 +122,20 @@ def _attn_implementation(model_config: Any) -> str:
     return str(dict(getattr(model_config, "override_config", None) or {}).get("attn_implementation", "sdpa"))
 
 
-def _enable_gradient_checkpointing(model: nn.Module, model_config: Any) -> None:
+def _enable_memory_savers(model: nn.Module, model_config: Any) -> None:
+    """``model.enable_gradient_checkpointing`` and ``model.enable_activation_offload`` of a trainable model."""
     if getattr(model_config, "enable_gradient_checkpointing", False):
         # Non-reentrant checkpointing works with frozen inputs (LoRA) and with FSDP2's hooks.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if getattr(model_config, "enable_activation_offload", False):
+        from verl.workers.fsdp.activation_offload import enable_activation_offload
+
+        enable_activation_offload(model)
 
 
 def load_causal_lm(model_config: Any, model_path: str, dtype: torch.dtype, *, trainable: bool = True) -> nn.Module:
     """``AutoModelForCausalLM.from_pretrained(model.path)`` with the config's overrides; LoRA when trainable and
-    ``model.lora_rank > 0``; gradient checkpointing when trainable and enabled."""
+    ``model.lora_rank > 0``; gradient checkpointing and activation offload when trainable and enabled."""
     from transformers import AutoModelForCausalLM
 
     _import_external_lib(model_config)
@@ -145,7 +150,7 @@ def load_causal_lm(model_config: Any, model_path: str, dtype: torch.dtype, *, tr
     if not trainable:
         model.requires_grad_(False)
         return model.eval()
-    _enable_gradient_checkpointing(model, model_config)
+    _enable_memory_savers(model, model_config)
     if int(getattr(model_config, "lora_rank", 0) or 0) > 0:
         model = apply_lora(model, model_config)
     return model
@@ -165,7 +170,7 @@ def load_critic_model(model_config: Any, model_path: str, dtype: torch.dtype) ->
         override_config=overrides,
         attn_implementation=_attn_implementation(model_config),
     )
-    _enable_gradient_checkpointing(model, model_config)
+    _enable_memory_savers(model, model_config)
     return model
 
 
