@@ -39,7 +39,7 @@ def test_the_packaged_defaults_set_no_inert_key():
 
 def test_each_inert_key_set_is_named_with_its_reason():
     typed = _typed(["actor.ulysses_sequence_parallel_size=2", "rollout.data_parallel_size=2",
-                    "trainer.default_hdfs_dir=hdfs://x", "model.use_liger=true",
+                    "trainer.ray_wait_register_center_timeout=10", "model.use_liger=true",
                     "rollout.multi_turn.tokenization_sanity_check_mode=disable"])
     with pytest.warns(InertConfigWarning) as caught:
         messages = check_inert_keys(typed)
@@ -47,9 +47,10 @@ def test_each_inert_key_set_is_named_with_its_reason():
     keys = [m.split("=")[0].removeprefix("config: ") for m in messages]
     assert sorted(keys) == ["actor.ulysses_sequence_parallel_size", "model.use_liger",
                             "ref.ulysses_sequence_parallel_size", "rollout.data_parallel_size",
-                            "rollout.multi_turn.tokenization_sanity_check_mode", "trainer.default_hdfs_dir"]
-    assert any("trainer.default_hdfs_dir='hdfs://x' has no effect in this build (checkpoints are written to "
-               "trainer.default_local_dir only)" in m for m in messages)
+                            "rollout.multi_turn.tokenization_sanity_check_mode",
+                            "trainer.ray_wait_register_center_timeout"]
+    assert any("trainer.ray_wait_register_center_timeout=10 has no effect in this build (there is no register "
+               "center to wait for)" in m for m in messages)
 
 
 def test_the_legacy_spelling_is_caught_too():

@@ -113,3 +113,31 @@ def test_deleting_an_explicit_resume_path_leaves_the_tracker_alone(tmp_path):
     ckpt.delete_loaded(tmp_path / "global_step_1")
     assert (tmp_path / TRACKER_FILE).read_text() == "3"
     assert sorted(p.name for p in tmp_path.glob("global_step_*")) == ["global_step_3"]
+
+
+def test_complete_checkpoints_are_mirrored_and_resumable_from_the_mirror(tmp_path):
+    mirror = tmp_path / "mirror"
+    ckpt = TrainerCheckpointer(_cfg(tmp_path / "local", default_hdfs_dir=str(mirror), max_actor_ckpt_to_keep=1))
+    for step in (1, 2):
+        _save_with_roles(ckpt, step)
+    assert _layout(tmp_path / "local") == {"global_step_2": ["actor", "critic", "trainer_state.pt"]}
+    # the mirror keeps every checkpoint, in the local layout, and its tracker names the newest
+    assert _layout(mirror) == {f"global_step_{s}": ["actor", "critic", "trainer_state.pt"] for s in (1, 2)}
+    assert (mirror / "global_step_1" / "actor" / "shard").read_text() == "actor"
+    assert (mirror / TRACKER_FILE).read_text() == "2"
+    resumed = TrainerCheckpointer(_cfg(tmp_path / "elsewhere", resume_mode="resume_path",
+                                       resume_from_path=str(mirror / "global_step_1")))
+    assert resumed.load_trainer_state(resumed.find_resume_dir())["global_step"] == 1
+
+
+def test_mirror_problems_name_the_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty_bin"))  # no 'hdfs' command
+    with pytest.raises(RuntimeError, match="trainer.default_hdfs_dir='hdfs://nn/ckpt' needs the 'hdfs' command"):
+        TrainerCheckpointer(_cfg(tmp_path, default_hdfs_dir="hdfs://nn/ckpt"))
+    blocked = tmp_path / "a_file"
+    blocked.write_text("not a folder")
+    ckpt = TrainerCheckpointer(_cfg(tmp_path / "local", default_hdfs_dir=str(blocked / "mirror")))
+    with pytest.raises(RuntimeError, match=r"trainer.default_hdfs_dir=.*a_file/mirror: copying .*global_step_1 "
+                                           r"failed .*the checkpoint in .*local is complete"):
+        _save_with_roles(ckpt, 1)
+    assert (tmp_path / "local" / TRACKER_FILE).read_text() == "1"  # the local checkpoint is intact

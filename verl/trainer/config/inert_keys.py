@@ -24,7 +24,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "video_key": "multi-modal rows are not supported: videos are not read",
     },
     "TrainerConfig": {
-        "default_hdfs_dir": "checkpoints are written to trainer.default_local_dir only",
         "ray_wait_register_center_timeout": "there is no register center to wait for",
     },
     "FSDPActorConfig": {"ulysses_sequence_parallel_size": _SP},

@@ -9,7 +9,8 @@ Layout under `trainer.default_local_dir`::
 
 The tracker file is written last, so a run killed mid-save resumes from the previous complete checkpoint.
 With ``trainer.del_local_ckpt_after_load`` the folder a run resumed from is deleted once it is loaded, and the
-tracker moves back to the newest complete checkpoint left (or goes away when none is left).
+tracker moves back to the newest complete checkpoint left (or goes away when none is left). With
+``trainer.default_hdfs_dir`` every complete checkpoint is also copied there (:mod:`checkpoint_mirror`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from verl.trainer.ppo.checkpoint_mirror import CheckpointMirror
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 STATE_FILE = "trainer_state.pt"
@@ -47,6 +50,8 @@ class TrainerCheckpointer:
         critic_limit = trainer_config.get("max_critic_ckpt_to_keep")
         self.max_critic_to_keep = self.max_to_keep if critic_limit is None else critic_limit
         self.del_after_load = bool(trainer_config.get("del_local_ckpt_after_load", False))
+        mirror = trainer_config.get("default_hdfs_dir")
+        self.mirror = CheckpointMirror(mirror) if mirror else None
 
     def step_dir(self, step: int) -> Path:
         return self.root / f"global_step_{step}"
@@ -58,6 +63,8 @@ class TrainerCheckpointer:
         tmp = self.root / (TRACKER_FILE + ".tmp")
         tmp.write_text(str(step))
         os.replace(tmp, self.root / TRACKER_FILE)
+        if self.mirror is not None:
+            self.mirror.copy(step_dir, self.root / TRACKER_FILE)
         self._prune()
 
     def _steps(self) -> list[int]:

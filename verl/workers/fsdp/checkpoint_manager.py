@@ -142,8 +142,8 @@ class FSDPCheckpointManager:
         (with ``async_save``: start writing it; :meth:`wait_for_save` completes it)."""
         self.wait_for_save()
         if hdfs_path is not None:
-            logger.warning("%s checkpoint: hdfs_path=%r is ignored (only local checkpoints are supported)",
-                           self.role, hdfs_path)
+            logger.warning("%s checkpoint: hdfs_path=%r is ignored here; the trainer copies complete checkpoints to "
+                           "trainer.default_hdfs_dir", self.role, hdfs_path)
         local_path = os.path.abspath(os.path.expanduser(str(local_path)))
         rank = _rank()
         if rank == 0:
