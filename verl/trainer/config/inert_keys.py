@@ -30,7 +30,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
     "FSDPCriticConfig": {"ulysses_sequence_parallel_size": _SP},
     "HFModelConfig": {
         "use_fused_kernels": _NO_KERNELS,
-        "use_liger": _NO_KERNELS,
     },
     "MultiTurnConfig": {
         "use_inference_chat_template": "the tool agent loop always renders with the tokenizer's chat template",

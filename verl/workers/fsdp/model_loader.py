@@ -135,7 +135,8 @@ def _enable_memory_savers(model: nn.Module, model_config: Any) -> None:
 
 def load_causal_lm(model_config: Any, model_path: str, dtype: torch.dtype, *, trainable: bool = True) -> nn.Module:
     """``AutoModelForCausalLM.from_pretrained(model.path)`` with the config's overrides; LoRA when trainable and
-    ``model.lora_rank > 0``; gradient checkpointing and activation offload when trainable and enabled."""
+    ``model.lora_rank > 0``; gradient checkpointing and activation offload when trainable and enabled; Liger's
+    kernels with ``model.use_liger``."""
     from transformers import AutoModelForCausalLM
 
     _import_external_lib(model_config)
@@ -147,6 +148,10 @@ def load_causal_lm(model_config: Any, model_path: str, dtype: torch.dtype, *, tr
         attn_implementation=_attn_implementation(model_config),
         trust_remote_code=bool(getattr(model_config, "trust_remote_code", False)),
     )
+    if getattr(model_config, "use_liger", False):
+        from verl.workers.fsdp.liger import apply_liger
+
+        apply_liger(model)
     if not trainable:
         model.requires_grad_(False)
         return model.eval()
