@@ -39,13 +39,13 @@ def test_the_packaged_defaults_set_no_inert_key():
 
 def test_each_inert_key_set_is_named_with_its_reason():
     typed = _typed(["actor.ulysses_sequence_parallel_size=2", "rollout.data_parallel_size=2",
-                    "trainer.ray_wait_register_center_timeout=10", "model.use_liger=true",
+                    "trainer.ray_wait_register_center_timeout=10", "model.use_fused_kernels=true",
                     "rollout.multi_turn.tokenization_sanity_check_mode=disable"])
     with pytest.warns(InertConfigWarning) as caught:
         messages = check_inert_keys(typed)
     assert [str(w.message) for w in caught] == messages
     keys = [m.split("=")[0].removeprefix("config: ") for m in messages]
-    assert sorted(keys) == ["actor.ulysses_sequence_parallel_size", "model.use_liger",
+    assert sorted(keys) == ["actor.ulysses_sequence_parallel_size", "model.use_fused_kernels",
                             "ref.ulysses_sequence_parallel_size", "rollout.data_parallel_size",
                             "rollout.multi_turn.tokenization_sanity_check_mode",
                             "trainer.ray_wait_register_center_timeout"]
