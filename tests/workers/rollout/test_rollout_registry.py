@@ -80,3 +80,63 @@ def test_pause_gate_of_adapters_waits_and_times_out_by_request():
         "stop",
         "stop",
     ]
+
+
+CUSTOM_SERVER = '''
+from verl.workers.rollout.hf.server import HFRolloutServer
+
+
+class CountingServer(HFRolloutServer):
+    """The hf engine, counting the requests it serves."""
+
+    def __init__(self, config, model_path=None, **kwargs):
+        super().__init__(config, model_path, **kwargs)
+        self.requests = 0
+
+    async def generate(self, prompt_ids, sampling_params, request_id):
+        self.requests += 1
+        return await super().generate(prompt_ids, sampling_params, request_id)
+
+
+NOT_A_SERVER = object
+'''
+
+
+def _with_custom_server(path, name):
+    from types import SimpleNamespace
+
+    from _rollout_helpers import rollout_config
+
+    config = rollout_config()
+    config.agent = SimpleNamespace(custom_async_server=SimpleNamespace(path=path and str(path), name=name))
+    return config
+
+
+def test_custom_async_server_class_serves_the_requests(tmp_path, tiny_causal_lm):
+    import asyncio
+    import copy
+
+    from verl.workers.rollout import HybridReplica, server_class
+
+    module = tmp_path / "my_server.py"
+    module.write_text(CUSTOM_SERVER)
+    config = _with_custom_server(module, "CountingServer")
+    assert server_class(config).__name__ == "CountingServer"
+    assert server_class(_with_custom_server(None, None)) is HFRolloutServer  # unset: rollout.name decides
+    replica = HybridReplica.create(config, model=copy.deepcopy(tiny_causal_lm))
+    out = asyncio.run(replica.generate([1, 5, 6], {"temperature": 0.0, "max_tokens": 3}, "r0"))
+    assert type(replica.server).__name__ == "CountingServer" and replica.server.requests == 1
+    assert len(out.token_ids) == 3
+
+
+def test_bad_custom_async_server_names_the_key(tmp_path):
+    from verl.workers.rollout import server_class
+
+    module = tmp_path / "my_server.py"
+    module.write_text(CUSTOM_SERVER)
+    with pytest.raises(AttributeError, match=r"rollout server class 'Missing' not found .*"
+                                             r"rollout.agent.custom_async_server.path.*CountingServer"):
+        server_class(_with_custom_server(module, "Missing"))
+    with pytest.raises(TypeError, match=r"rollout.agent.custom_async_server.name='NOT_A_SERVER' .* must be a "
+                                        r"subclass of verl.workers.rollout.base.RolloutServer"):
+        server_class(_with_custom_server(module, "NOT_A_SERVER"))

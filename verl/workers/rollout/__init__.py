@@ -2,7 +2,7 @@
 
 from verl.workers.rollout.base import RolloutServer, TokenOutput
 from verl.workers.rollout.registry import get_rollout_class, list_rollouts, register_rollout
-from verl.workers.rollout.replica import HybridReplica, RolloutReplica, StandaloneReplica, build_server
+from verl.workers.rollout.replica import HybridReplica, RolloutReplica, StandaloneReplica, build_server, server_class
 
 __all__ = [
     "TokenOutput",
@@ -11,6 +11,7 @@ __all__ = [
     "HybridReplica",
     "StandaloneReplica",
     "build_server",
+    "server_class",
     "register_rollout",
     "get_rollout_class",
     "list_rollouts",

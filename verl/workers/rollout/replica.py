@@ -29,15 +29,36 @@ from verl.workers.rollout.request_batching import (
     serve_request_batch,
 )
 
-__all__ = ["RolloutReplica", "HybridReplica", "StandaloneReplica", "RolloutServerActor", "build_server"]
+__all__ = ["RolloutReplica", "HybridReplica", "StandaloneReplica", "RolloutServerActor", "build_server", "server_class"]
+
+
+_CUSTOM_KEY = "rollout.agent.custom_async_server"
+
+
+def server_class(config: Any, name: str | None = None) -> type[RolloutServer]:
+    """The server class of ``config``: ``rollout.agent.custom_async_server`` (a ``RolloutServer`` subclass in a .py
+    file or module) when its ``path`` is set, else the class registered for ``name`` (default ``config.name``)."""
+    agent = config_value(config, "agent", None)
+    custom = config_value(agent, "custom_async_server", None) if agent is not None else None
+    path = config_value(custom, "path", None) if custom is not None else None
+    if not path:
+        return get_rollout_class(name or config_value(config, "name", "hf"))
+    from verl.utils.import_utils import load_extern_object
+
+    cls = load_extern_object(str(path), config_value(custom, "name", None), config_key=f"{_CUSTOM_KEY}.path",
+                             what="rollout server class")
+    if not (isinstance(cls, type) and issubclass(cls, RolloutServer)):
+        raise TypeError(f"{_CUSTOM_KEY}.name={config_value(custom, 'name', None)!r} in {path!r} must be a subclass of "
+                        f"verl.workers.rollout.base.RolloutServer, got {cls!r}")
+    return cls
 
 
 def build_server(
     config: Any, model_path: str | None = None, *, name: str | None = None, **kwargs: Any
 ) -> RolloutServer:
-    """Instantiate the server class registered for ``name`` (default ``config.name``, else ``hf``)."""
-    cls = get_rollout_class(name or config_value(config, "name", "hf"))
-    return cls(config, model_path, **kwargs)
+    """Instantiate :func:`server_class` of ``config``: ``cls(config, model_path, **kwargs)`` (hybrid engines get
+    the actor's live module as ``model=``)."""
+    return server_class(config, name)(config, model_path, **kwargs)
 
 
 class RolloutReplica(abc.ABC):
@@ -169,7 +190,7 @@ class StandaloneReplica(RolloutReplica):
         import ray
 
         self.name = name or config_value(config, "name", "hf")
-        get_rollout_class(self.name)  # fail here, on the driver, when the engine's package is missing
+        server_class(config, self.name)  # fail here, on the driver, when the engine or custom class is missing
         options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_concurrency": 1000}
         if placement_group is not None:
             from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
