@@ -131,3 +131,19 @@ def test_generations_are_dumped_and_logged_with_their_scores(ray_cluster, tmp_pa
     assert [r["input"] for r in logged[:3]] == [r["input"] for r in logged[3:]]  # the same prompts each time
     dumped = {(r["input"], r["output"], r["score"]) for r in validation}
     assert {(r["input"], r["output"], r["score"]) for r in logged[:3]} <= dumped
+
+
+def test_a_resume_that_fails_deletes_nothing(ray_cluster, tmp_path):
+    import torch
+
+    one_worker = "trainer.n_gpus_per_node=1"
+    run_ppo(_config(tmp_path, "trainer.total_training_steps=1", "trainer.save_freq=1", one_worker))
+    state_file = tmp_path / "global_step_1" / "trainer_state.pt"
+    state = torch.load(state_file, weights_only=False)
+    state["weight_version"] = "not a number"  # the restore fails after the worker shards have loaded
+    torch.save(state, state_file)
+    with pytest.raises(ValueError, match="not a number"):
+        run_ppo(_config(tmp_path, "trainer.total_training_steps=2", "trainer.resume_mode=auto",
+                        "trainer.del_local_ckpt_after_load=true", one_worker))
+    assert (tmp_path / "global_step_1" / "actor" / "checkpoint_meta.json").is_file()
+    assert (tmp_path / TRACKER_FILE).read_text() == "1"

@@ -640,10 +640,12 @@ class SeparateRayPPOTrainer:
         """Restore workers, data position and counters from a checkpoint, then give the rollout the restored
         actor's weights (recipes extend it with their own state)."""
         self.global_steps = int(state["global_step"])
-        delete = self.checkpointer.del_after_load  # each worker group deletes its own folder once it has loaded it
-        self.actor_rollout_wg.load_checkpoint(str(step_dir / "actor"), del_local_after_load=delete)
+        # trainer.del_local_ckpt_after_load deletes the whole folder in _load_checkpoint, once every part (and a
+        # recipe's own state) has loaded: a worker deleting its shards first would leave half a checkpoint behind
+        # when a later part fails to load
+        self.actor_rollout_wg.load_checkpoint(str(step_dir / "actor"))
         if self.use_critic:
-            self.critic_wg.load_checkpoint(str(step_dir / "critic"), del_local_after_load=delete)
+            self.critic_wg.load_checkpoint(str(step_dir / "critic"))
         self.train_dataloader.load_state_dict(state["dataloader"])
         if self.kl_ctrl_in_reward is not None and state.get("kl_ctrl") is not None:
             self.kl_ctrl_in_reward.value = state["kl_ctrl"]
