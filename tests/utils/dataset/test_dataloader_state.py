@@ -81,3 +81,16 @@ def test_batches_are_collated(dataset):
 def test_bad_batch_size(dataset):
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         create_stateful_dataloader(dataset, batch_size=0)
+
+
+def test_a_position_the_loader_cannot_resume_from_is_refused_by_file(dataset):
+    from verl.utils.dataset.dataloader import check_loader_state
+
+    loader = make_loader(dataset, shuffle=True)
+    next(iter(loader))
+    check_loader_state(make_loader(dataset, shuffle=True), loader.state_dict(), "ckpt/trainer_state.pt")
+    with pytest.raises(ValueError, match=r"ckpt/trainer_state.pt: the saved data loader position does not fit .*"
+                                         r"unexpected \['not'\].*dataloader_num_workers"):
+        check_loader_state(loader, {"not": "a position"}, "ckpt/trainer_state.pt")
+    with pytest.raises(ValueError, match=r"ckpt/trainer_state.pt: the saved data loader position is a NoneType"):
+        check_loader_state(loader, None, "ckpt/trainer_state.pt")

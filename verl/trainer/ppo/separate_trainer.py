@@ -30,7 +30,7 @@ from verl.single_controller.ray import (
     create_colocated_worker_cls,
 )
 from verl.trainer.ppo import core_algos
-from verl.trainer.ppo.checkpointing import TrainerCheckpointer
+from verl.trainer.ppo.checkpointing import STATE_FILE, TrainerCheckpointer
 from verl.trainer.ppo.generation_dump import decode_samples, dump_generations, pick_samples
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
@@ -43,7 +43,7 @@ from verl.trainer.ppo.reward import compute_reward
 from verl.trainer.ppo.roles import Role
 from verl.trainer.ppo.rollout_corr import IN_UPDATE_KEY, apply_rollout_correction, in_update_spec
 from verl.utils.dataset.collate import collate_fn as default_collate_fn
-from verl.utils.dataset.dataloader import create_stateful_dataloader
+from verl.utils.dataset.dataloader import check_loader_state, create_stateful_dataloader
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
 from verl.utils.tracking import Tracking
 
@@ -640,6 +640,7 @@ class SeparateRayPPOTrainer:
         """Restore workers, data position and counters from a checkpoint, then give the rollout the restored
         actor's weights (recipes extend it with their own state)."""
         self.global_steps = int(state["global_step"])
+        check_loader_state(self.train_dataloader, state.get("dataloader"), str(step_dir / STATE_FILE))
         # trainer.del_local_ckpt_after_load deletes the whole folder in _load_checkpoint, once every part (and a
         # recipe's own state) has loaded: a worker deleting its shards first would leave half a checkpoint behind
         # when a later part fails to load

@@ -16,7 +16,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from verl.utils.dataset.collate import collate_fn as default_collate_fn
 
-__all__ = ["StatefulDataLoader", "create_stateful_dataloader"]
+__all__ = ["StatefulDataLoader", "check_loader_state", "create_stateful_dataloader"]
 
 
 def create_stateful_dataloader(
@@ -40,4 +40,22 @@ def create_stateful_dataloader(
             collate_fn=collate_fn or default_collate_fn,
             num_workers=num_workers,
             drop_last=drop_last,
+        )
+
+
+def check_loader_state(loader: StatefulDataLoader, state: Any, where: str) -> None:
+    """Refuse a saved position that ``loader`` cannot resume from, before anything is restored.
+
+    ``load_state_dict`` takes any dict and fails only when the loader is next iterated, after a resumed run has
+    loaded its workers and perhaps deleted the checkpoint (``trainer.del_local_ckpt_after_load``). ``where`` names
+    the file the state came from.
+    """
+    if not isinstance(state, dict):
+        raise ValueError(f"{where}: the saved data loader position is a {type(state).__name__}, not a dict")
+    expected, saved = set(loader.state_dict()), set(state)
+    if saved != expected:
+        raise ValueError(
+            f"{where}: the saved data loader position does not fit this data loader (missing "
+            f"{sorted(expected - saved)}, unexpected {sorted(saved - expected)}); was data.dataloader_num_workers "
+            "changed since it was saved?"
         )
