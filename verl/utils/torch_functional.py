@@ -104,8 +104,10 @@ class _ChunkedLogProbs(torch.autograd.Function):
     def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, rows: int,
                 kernels: tuple[Callable, Callable]) -> torch.Tensor:
         dtype = _compute_dtype(logits.dtype)
-        # a copy of the (small) labels: a view would tie the compiled kernels to the size of the tensor it views
-        flat_labels = labels.reshape(-1).clone()
+        flat_labels = labels.reshape(-1)
+        if kernels is not _EAGER_LOGPROB_KERNELS:
+            # a copy of the (small) labels: a view would tie the compiled kernels to the size of the tensor it views
+            flat_labels = flat_labels.clone()
         out = torch.empty(flat_labels.shape[0], dtype=dtype, device=logits.device)
         lse = torch.empty_like(out)
         block_logprobs = kernels[0]
@@ -135,9 +137,14 @@ _EAGER_LOGPROB_KERNELS = (_logprob_block, _logprob_block_grad)
 
 
 @functools.cache
-def _compiled_logprob_kernels() -> tuple[Callable, Callable]:
-    """The log-prob block kernels under ``torch.compile`` (dynamic shapes), each one fused pass over a block."""
-    return (torch.compile(_logprob_block, dynamic=True), torch.compile(_logprob_block_grad, dynamic=True))
+def _compiled(kernel: Callable) -> Callable:
+    """``kernel`` under ``torch.compile`` with dynamic shapes (every chunk length reuses one compiled kernel), fused
+    into one pass over its block instead of one ``[rows, V]`` temporary per operation; one wrapper per process."""
+    return torch.compile(kernel, dynamic=True)
+
+
+def _kernels(eager: tuple[Callable, Callable], compiled: bool) -> tuple[Callable, Callable]:
+    return (_compiled(eager[0]), _compiled(eager[1])) if compiled else eager
 
 
 def logprobs_from_logits(
@@ -167,8 +174,7 @@ def logprobs_from_logits(
     if labels.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
         raise TypeError(f"logprobs_from_logits: labels must be integer token ids, got {labels.dtype}")
     rows = _rows_per_chunk(logits.shape[-1], chunk_size)
-    kernels = _compiled_logprob_kernels() if compiled else _EAGER_LOGPROB_KERNELS
-    return _ChunkedLogProbs.apply(logits, labels.long(), rows, kernels)
+    return _ChunkedLogProbs.apply(logits, labels.long(), rows, _kernels(_EAGER_LOGPROB_KERNELS, compiled))
 
 
 def _entropy_block_stats(block: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -194,13 +200,6 @@ def _entropy_block_grad(block: torch.Tensor, row_max: torch.Tensor, lse: torch.T
 
 
 _EAGER_ENTROPY_KERNELS = (_entropy_block_stats, _entropy_block_grad)
-
-
-@functools.cache
-def _compiled_entropy_kernels() -> tuple[Callable, Callable]:
-    """The block kernels under ``torch.compile`` (dynamic shapes: every chunk length reuses one compiled kernel),
-    each fused into one pass over the block instead of one ``[rows, V]`` temporary per operation."""
-    return (torch.compile(_entropy_block_stats, dynamic=True), torch.compile(_entropy_block_grad, dynamic=True))
 
 
 class _ChunkedEntropy(torch.autograd.Function):
@@ -250,7 +249,7 @@ def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = None, com
     """
     if logits.dim() < 1 or not logits.is_floating_point():
         raise TypeError(f"entropy_from_logits expects floating-point [..., V] logits, got {logits.dtype}")
-    kernels = _compiled_entropy_kernels() if compiled else _EAGER_ENTROPY_KERNELS
+    kernels = _kernels(_EAGER_ENTROPY_KERNELS, compiled)
     return _ChunkedEntropy.apply(logits, _rows_per_chunk(logits.shape[-1], chunk_size), kernels)
 
 

@@ -60,9 +60,7 @@ class TrainerCheckpointer:
         step_dir = self.step_dir(step)
         step_dir.mkdir(parents=True, exist_ok=True)
         torch.save({"global_step": step, **state}, step_dir / STATE_FILE)
-        tmp = self.root / (TRACKER_FILE + ".tmp")
-        tmp.write_text(str(step))
-        os.replace(tmp, self.root / TRACKER_FILE)
+        self._write_tracker(step)
         if self.mirror is not None:
             self.mirror.copy(step_dir, self.root / TRACKER_FILE)
         self._prune()
@@ -108,9 +106,13 @@ class TrainerCheckpointer:
         if not complete:
             tracker.unlink()
             return
+        self._write_tracker(complete[-1])
+
+    def _write_tracker(self, step: int) -> None:
+        """Point the tracker file at ``step`` atomically (a reader sees the old step or the new one)."""
         tmp = self.root / (TRACKER_FILE + ".tmp")
-        tmp.write_text(str(complete[-1]))
-        os.replace(tmp, tracker)
+        tmp.write_text(str(step))
+        os.replace(tmp, self.root / TRACKER_FILE)
 
     def latest_step_dir(self) -> Path | None:
         tracker = self.root / TRACKER_FILE

@@ -181,6 +181,7 @@ class SeparateRayPPOTrainer:
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
         self.checkpointer = TrainerCheckpointer(config.trainer)
         self._unfinished_checkpoint: tuple[int, dict[str, Any]] | None = None  # async save in flight
+        self._val_generations: list[dict[str, Any]] | None = None  # picked by the last validation
 
     # ------------------------------------------------------------------ setup
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler) -> None:
@@ -541,7 +542,7 @@ class SeparateRayPPOTrainer:
     # ------------------------------------------------------------------ validation
     def _log_val_generations(self, tracker: Tracking, step: int) -> None:
         """``trainer.log_val_generations``: the samples the last validation picked, to every logger backend."""
-        samples, self._val_generations = getattr(self, "_val_generations", None), None
+        samples, self._val_generations = self._val_generations, None
         if samples:
             tracker.log_generations(samples, step)
 

@@ -17,8 +17,9 @@ import torch
 from verl.utils.weight_checksum import weight_checksum
 from verl.workers.rollout.adapter_utils import (
     PauseGate,
-    engine_kwargs_for,
+    engine_args_with_overrides,
     finish_reason_to_stop_reason,
+    model_length,
     require_engine,
 )
 from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
@@ -33,13 +34,11 @@ def sglang_engine_args(config: Any, model_path: str, engine_kwargs: Mapping[str,
     SGLang's ``disable_cuda_graph`` and ``max_num_batched_tokens`` its ``chunked_prefill_size``.
     ``rollout.engine_kwargs.sglang`` and then the caller's ``engine_kwargs`` override any of them.
     """
-    prompt_length = int(config_value(config, "prompt_length", 512))
-    response_length = int(config_value(config, "response_length", 512))
     args: dict[str, Any] = {
         "model_path": str(model_path),
         "dtype": str(config_value(config, "dtype", "bfloat16")),
         "tp_size": int(config_value(config, "tensor_model_parallel_size", 1)),
-        "context_length": int(config_value(config, "max_model_len", prompt_length + response_length)),
+        "context_length": model_length(config),
         "max_running_requests": int(config_value(config, "max_num_seqs", 256)),
         "mem_fraction_static": float(config_value(config, "gpu_memory_utilization", 0.5)),
         "disable_cuda_graph": bool(config_value(config, "enforce_eager", False)),
@@ -47,7 +46,7 @@ def sglang_engine_args(config: Any, model_path: str, engine_kwargs: Mapping[str,
     max_batched = config_value(config, "max_num_batched_tokens", None)
     if max_batched is not None:
         args["chunked_prefill_size"] = int(max_batched)
-    return {**args, **engine_kwargs_for(config, "sglang"), **dict(engine_kwargs or {})}
+    return engine_args_with_overrides(config, "sglang", args, engine_kwargs)
 
 
 class SGLangRolloutServer(RolloutServer):

@@ -19,8 +19,9 @@ import torch
 from verl.utils.weight_checksum import weight_checksum
 from verl.workers.rollout.adapter_utils import (
     PauseGate,
-    engine_kwargs_for,
+    engine_args_with_overrides,
     finish_reason_to_stop_reason,
+    model_length,
     require_engine,
 )
 from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
@@ -35,14 +36,12 @@ def vllm_engine_args(config: Any, model_path: str, engine_kwargs: Mapping[str, A
     ``rollout.engine_kwargs.vllm`` and then the caller's ``engine_kwargs`` override any of them: the user's explicit
     engine settings win.
     """
-    prompt_length = int(config_value(config, "prompt_length", 512))
-    response_length = int(config_value(config, "response_length", 512))
     args: dict[str, Any] = {
         "model": str(model_path),
         "dtype": str(config_value(config, "dtype", "bfloat16")),
         "tensor_parallel_size": int(config_value(config, "tensor_model_parallel_size", 1)),
         "max_num_seqs": int(config_value(config, "max_num_seqs", 256)),
-        "max_model_len": int(config_value(config, "max_model_len", prompt_length + response_length)),
+        "max_model_len": model_length(config),
         "gpu_memory_utilization": float(config_value(config, "gpu_memory_utilization", 0.5)),
         "enforce_eager": bool(config_value(config, "enforce_eager", False)),
         "enable_sleep_mode": True,
@@ -51,7 +50,7 @@ def vllm_engine_args(config: Any, model_path: str, engine_kwargs: Mapping[str, A
     max_batched = config_value(config, "max_num_batched_tokens", None)
     if max_batched is not None:
         args["max_num_batched_tokens"] = int(max_batched)
-    return {**args, **engine_kwargs_for(config, "vllm"), **dict(engine_kwargs or {})}
+    return engine_args_with_overrides(config, "vllm", args, engine_kwargs)
 
 
 class WeightUpdateExtension:
