@@ -70,3 +70,8 @@ def test_every_listed_key_exists_and_is_still_unread():
             assert field in names, f"{class_name}.{field} is not a config field"
             readers = [str(p) for p, text in sources.items() if re.search(rf"\b{field}\b", text)]
             assert not readers, f"{class_name}.{field} is read by {readers}; it has an effect now"
+
+
+@pytest.mark.parametrize("override", ["data.return_raw_input_ids=true"])
+def test_keys_that_act_are_not_reported(override):
+    assert inert_settings(_typed([override])) == []

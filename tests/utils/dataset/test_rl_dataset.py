@@ -197,6 +197,30 @@ def test_truncation_modes(tokenizer, files, mode):
     assert item["input_ids"].tolist() == expected and item["attention_mask"].all()
 
 
+def test_return_raw_input_ids_adds_the_unpadded_templated_ids(tokenizer, files):
+    rows = pq.read_table(files["addition"]).to_pylist()
+    ds = RLHFDataset(files["addition"], tokenizer, DataConfig(train_files=str(files["addition"]), max_prompt_length=32,
+                                                             return_raw_input_ids=True))
+    item = ds[5]
+    assert item["raw_input_ids"] == templated_ids(tokenizer, rows[5]["prompt"])
+    assert item["raw_input_ids"] == item["input_ids"][item["attention_mask"].bool()].tolist()
+    assert len(item["raw_input_ids"]) < 32, "the row is padded, the column is not"
+    assert item["raw_input_ids"] is not item["raw_prompt_ids"]
+    # through the collate function into a batch, one list per row
+    data = DataProto.from_single_dict(collate_fn([ds[0], ds[1]]))
+    assert data.non_tensor_batch["raw_input_ids"][1] == templated_ids(tokenizer, rows[1]["prompt"])
+    assert "raw_input_ids" not in RLHFDataset(files["addition"], tokenizer, cfg())[5]
+    assert "raw_input_ids" not in RLHFDataset(files["addition"], tokenizer, cfg(return_raw_input_ids=False))[5]
+
+
+def test_raw_input_ids_follow_truncation(tokenizer, files):
+    rows = pq.read_table(files["addition"]).to_pylist()
+    full = templated_ids(tokenizer, rows[0]["prompt"])
+    ds = RLHFDataset(files["addition"], tokenizer,
+                     cfg(max_prompt_length=len(full) - 2, truncation="left", return_raw_input_ids=True))
+    assert ds[0]["raw_input_ids"] == full[2:] == ds[0]["input_ids"].tolist()
+
+
 def test_collate_makes_a_dataproto(tokenizer, files):
     ds = RLHFDataset(files["addition"], tokenizer, cfg(max_prompt_length=16))
     # Same-length id lists must still become a 1-D object array, one list per sample.

@@ -42,7 +42,9 @@ class DataConfig(BaseConfig):
     what happens to prompts longer than ``max_prompt_length``: ``error`` refuses them, the others cut from that
     side; ``filter_overlong_prompts`` drops them at load time instead, templating and counting the rows in
     ``filter_overlong_prompts_workers`` processes (worth it from tens of thousands of rows). ``use_shm`` reads the
-    files from copies in ``/dev/shm``."""
+    files from copies in ``/dev/shm``. ``return_raw_input_ids`` adds a ``raw_input_ids`` column per row: the prompt's
+    ids after the chat template (and truncation), without the left padding of ``input_ids``, for reward code that
+    decodes and re-templates the prompt for a model with another tokenizer."""
 
     tokenizer: str | None = None
     use_shm: bool = False

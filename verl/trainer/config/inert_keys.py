@@ -19,7 +19,6 @@ _NO_KERNELS = "no fused or custom kernels are swapped in; the model runs its own
 # config class name -> {field: why it has no effect}
 INERT_FIELDS: dict[str, dict[str, str]] = {
     "DataConfig": {
-        "return_raw_input_ids": "rows carry raw_prompt_ids for the agent loop regardless",
         "image_key": "multi-modal rows are not supported: images are not read",
         "video_key": "multi-modal rows are not supported: videos are not read",
     },

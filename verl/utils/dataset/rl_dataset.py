@@ -3,6 +3,8 @@
 Each parquet row follows verl's row format (``data_source``, ``prompt`` = chat messages, ``ability``,
 ``reward_model`` = {ground_truth, ...}, ``extra_info``). An item is the templated prompt as fixed-length tensors plus
 everything the reward side and the agent loop need (``raw_prompt_ids``, ``raw_prompt``, ``reward_model``, ...).
+``data.return_raw_input_ids`` adds ``raw_input_ids``: the ids ``input_ids`` holds, without the padding, as a column
+of its own for reward code that re-tokenizes or wants the policy's exact ids.
 
 Prompts longer than ``max_prompt_length`` are either dropped at load time (``filter_overlong_prompts``) or cut when
 read (``truncation`` = left | right | middle); ``truncation=error`` refuses them, naming the row, because silently cut
@@ -112,6 +114,7 @@ class RLHFDataset(Dataset):
         self.filter_overlong_prompts: bool = bool(_get(config, "filter_overlong_prompts", False))
         self.return_raw_chat: bool = bool(_get(config, "return_raw_chat", True))
         self.return_full_prompt: bool = bool(_get(config, "return_full_prompt", False))
+        self.return_raw_input_ids: bool = bool(_get(config, "return_raw_input_ids", False))
         self.apply_chat_template_kwargs: dict = dict(_get(config, "apply_chat_template_kwargs", {}) or {})
         if self.truncation not in TRUNCATION_MODES:
             raise ValueError(f"data.truncation must be one of {list(TRUNCATION_MODES)}, got {self.truncation!r}")
@@ -247,6 +250,8 @@ class RLHFDataset(Dataset):
             item["raw_prompt"] = messages
         if self.return_full_prompt:
             item["full_prompts"] = prompt_text
+        if self.return_raw_input_ids:
+            item["raw_input_ids"] = list(ids)  # a copy: raw_prompt_ids goes to the agent loop, this to reward code
         extra_info = row.get("extra_info") or {}
         item["index"] = extra_info.get("index", index) if isinstance(extra_info, dict) else index
         if isinstance(extra_info, dict):
