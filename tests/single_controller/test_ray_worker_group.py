@@ -6,6 +6,7 @@ Groups are module-scoped and reused: on 2 cores every extra process costs second
 
 import logging
 import os
+import re
 import signal
 import time
 
@@ -212,6 +213,21 @@ class DyingWorker(Worker):
         return self.rank
 
 
+class SlowStartWorker(Worker):
+    """A constructor that takes ``seconds`` on the ranks in ``slow_ranks`` (or raises there, with ``fail``)."""
+
+    def __init__(self, seconds, slow_ranks, fail=False):
+        super().__init__()
+        if self.rank in slow_ranks:
+            if fail:
+                raise ValueError(f"cannot start rank {self.rank}")
+            time.sleep(seconds)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def whoami(self):
+        return self.rank
+
+
 # ------------------------------------------------------------------------------------------------ fixtures
 
 
@@ -378,6 +394,52 @@ def test_pool_and_actor_names_are_unique_per_run(pools, demo):
     second = RayResourcePool([1], use_gpu=False, name_prefix="main")
     assert second.name_prefix != pools.get_resource_pool(Role.ActorRollout).name_prefix
     assert len(set(demo.worker_names)) == 3 and all(n.startswith("DemoWorker_") for n in demo.worker_names)
+
+
+@pytest.fixture(scope="module")
+def startup_pool(ray_cluster):
+    pool = RayResourcePool([2], use_gpu=False, name_prefix="startup")
+    yield pool
+    pool.release()
+
+
+def test_constructor_slower_than_the_startup_limit_fails_naming_the_key(startup_pool):
+    start = time.monotonic()
+    with pytest.raises(WorkerTimeoutError) as info:
+        RayWorkerGroup(startup_pool, RayClassWithInitArgs(SlowStartWorker, seconds=60, slow_ranks=[0, 1]),
+                       startup_timeout_s=1, call_timeout_s=CALL_TIMEOUT_S)
+    assert time.monotonic() - start < 10, "the driver gave up after the limit, not after the constructors"
+    message = str(info.value)
+    assert "trainer.ray_wait_register_center_timeout" in message and "SlowStartWorker worker group" in message
+    assert re.search(r"[01] of 2 workers started within 1s", message), message
+    assert info.value.method == "__init__" and info.value.pending_ranks
+
+
+def test_startup_error_counts_the_workers_that_answered_and_frees_the_pool(startup_pool):
+    with pytest.raises(WorkerTimeoutError, match=r"1 of 2 workers started within 8s \(trainer\."
+                                                 r"ray_wait_register_center_timeout\); rank\(s\) \[1\]") as info:
+        RayWorkerGroup(startup_pool, RayClassWithInitArgs(SlowStartWorker, seconds=120, slow_ranks=[1]),
+                       startup_timeout_s=8, call_timeout_s=CALL_TIMEOUT_S)
+    assert info.value.pending_ranks == [1]
+    # the failed group's actors were killed: a normal start on the same slots works (and returns once all are up)
+    group = RayWorkerGroup(startup_pool, RayClassWithInitArgs(SlowStartWorker, seconds=0, slow_ranks=[]),
+                           startup_timeout_s=60, call_timeout_s=CALL_TIMEOUT_S)
+    try:
+        assert group.startup_timeout_s == 60.0
+        assert group.whoami() == [0, 1]
+    finally:
+        group.shutdown()
+
+
+def test_constructor_that_raises_is_reported_at_startup_by_rank(startup_pool):
+    with pytest.raises(WorkerError, match=r"(?s)SlowStartWorker rank 1 .*__init__\(\).*ValueError: cannot start "
+                                          r"rank 1"):
+        RayWorkerGroup(startup_pool, RayClassWithInitArgs(SlowStartWorker, seconds=0, slow_ranks=[1], fail=True),
+                       startup_timeout_s=60, call_timeout_s=CALL_TIMEOUT_S)
+    with pytest.raises(ValueError, match=r"startup_timeout_s \(trainer.ray_wait_register_center_timeout\) must be "
+                                         r"> 0 seconds, got 0"):
+        RayWorkerGroup(startup_pool, RayClassWithInitArgs(SlowStartWorker, seconds=0, slow_ranks=[]),
+                       startup_timeout_s=0)
 
 
 def test_unsatisfiable_pool_fails_with_a_named_error(ray_cluster):

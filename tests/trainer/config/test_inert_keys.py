@@ -13,6 +13,7 @@ import pytest
 import verl
 import verl.trainer.config as trainer_config
 import verl.workers.config as worker_config
+from verl.base_config import ConfigError
 from verl.trainer.config.compose import compose_ppo_config
 from verl.trainer.config.inert_keys import INERT_FIELDS, InertConfigWarning, check_inert_keys, inert_settings
 from verl.trainer.main_ppo import resolve_config
@@ -38,24 +39,20 @@ def test_the_packaged_defaults_set_no_inert_key():
 
 
 def test_each_inert_key_set_is_named_with_its_reason():
-    typed = _typed(["actor.ulysses_sequence_parallel_size=2", "rollout.data_parallel_size=2",
-                    "trainer.ray_wait_register_center_timeout=10", "model.use_fused_kernels=true",
-                    "rollout.multi_turn.tokenization_sanity_check_mode=disable"])
+    typed = _typed(["actor.ulysses_sequence_parallel_size=2", "data.image_key=pictures"])
     with pytest.warns(InertConfigWarning) as caught:
         messages = check_inert_keys(typed)
     assert [str(w.message) for w in caught] == messages
     keys = [m.split("=")[0].removeprefix("config: ") for m in messages]
-    assert sorted(keys) == ["actor.ulysses_sequence_parallel_size", "model.use_fused_kernels",
-                            "ref.ulysses_sequence_parallel_size", "rollout.data_parallel_size",
-                            "rollout.multi_turn.tokenization_sanity_check_mode",
-                            "trainer.ray_wait_register_center_timeout"]
-    assert any("trainer.ray_wait_register_center_timeout=10 has no effect in this build (there is no register "
-               "center to wait for)" in m for m in messages)
+    assert sorted(keys) == ["actor.ulysses_sequence_parallel_size", "data.image_key",
+                            "ref.ulysses_sequence_parallel_size"]
+    assert any("data.image_key='pictures' has no effect in this build (multi-modal rows are not supported: images "
+               "are not read)" in m for m in messages)
 
 
 def test_the_legacy_spelling_is_caught_too():
-    keys = [key for key, _, _ in inert_settings(_typed(["actor_rollout_ref.rollout.data_parallel_size=2"]))]
-    assert keys == ["rollout.data_parallel_size"]
+    keys = [key for key, _, _ in inert_settings(_typed(["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]))]
+    assert keys == ["actor.ulysses_sequence_parallel_size", "ref.ulysses_sequence_parallel_size"]
 
 
 def test_every_listed_key_exists_and_is_still_unread():
@@ -72,6 +69,11 @@ def test_every_listed_key_exists_and_is_still_unread():
             assert not readers, f"{class_name}.{field} is read by {readers}; it has an effect now"
 
 
-@pytest.mark.parametrize("override", ["data.return_raw_input_ids=true"])
+@pytest.mark.parametrize("override", ["data.return_raw_input_ids=true", "trainer.ray_wait_register_center_timeout=10"])
 def test_keys_that_act_are_not_reported(override):
     assert inert_settings(_typed([override])) == []
+
+
+def test_a_startup_limit_that_is_not_positive_is_refused_by_name():
+    with pytest.raises(ConfigError, match=r"trainer.ray_wait_register_center_timeout: must be > 0 seconds, got 0"):
+        _typed(["trainer.ray_wait_register_center_timeout=0"])

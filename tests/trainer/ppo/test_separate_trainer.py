@@ -115,3 +115,37 @@ def test_token_weighting_correction_is_left_to_the_on_policy_update():
     plain = _batch(8)
     _log_prob_trainer()._fit_compute_log_prob(plain, {})
     assert IN_UPDATE_KEY not in plain.meta_info
+
+
+def _slow_start_actor_cls():
+    """An actor worker whose constructor outlasts a 1 s start-up limit (pickled by value to the Ray worker)."""
+    from verl.single_controller.base import Worker
+
+    class SlowStartActor(Worker):
+        def __init__(self, config, role):
+            super().__init__()
+            import time
+
+            time.sleep(60)
+
+    return SlowStartActor
+
+
+def test_trainer_bounds_worker_startup_by_ray_wait_register_center_timeout(ray_cluster):
+    from verl.single_controller.ray import RayWorkerGroup, ResourcePoolManager, WorkerTimeoutError
+    from verl.trainer.ppo.roles import Role
+
+    manager = ResourcePoolManager({"main": [1]}, {Role.ActorRollout: "main"}, device="cpu")
+    manager.create_resource_pool()
+    trainer = object.__new__(SeparateRayPPOTrainer)
+    trainer.config = OmegaConf.create({"trainer": {"ray_wait_register_center_timeout": 1}})
+    trainer.role_worker_mapping = {Role.ActorRollout: _slow_start_actor_cls()}
+    trainer.resource_pool_manager, trainer.ray_worker_group_cls = manager, RayWorkerGroup
+    trainer.use_critic = trainer.use_reference_policy = trainer.ref_in_actor = trainer.use_rm = False
+    try:
+        with pytest.raises(WorkerTimeoutError, match=r"Colocated_actor_rollout worker group: 0 of 1 workers started "
+                                                     r"within 1s \(trainer.ray_wait_register_center_timeout\)"):
+            trainer._init_trainer_workers()
+    finally:
+        for pool in manager.resource_pool_dict.values():
+            pool.release()

@@ -17,6 +17,9 @@ from verl.single_controller.ray.worker_process import read_first_error
 
 TIMEOUT_ENV = "VERL_WORKER_CALL_TIMEOUT_S"
 DEFAULT_CALL_TIMEOUT_S = 1800.0
+# The trainer key that bounds a group's start-up (verl's name: it bounded the wait for rank 0's register center).
+STARTUP_TIMEOUT_KEY = "trainer.ray_wait_register_center_timeout"
+DEFAULT_STARTUP_TIMEOUT_S = 300.0
 
 
 def default_call_timeout_s() -> float:
@@ -119,3 +122,31 @@ def wait_for_workers(refs: list, *, ranks: list[int], method: str, role: str, ti
                 raise translate_ray_error(err, role=role, rank=rank, method=method, actor_id=actor_id,
                                           worker_names=worker_names) from err
     return results
+
+
+def startup_timeout_error(role: str, timeout_s: float, answered: int, world_size: int,
+                          pending_ranks: list[int], detail: str) -> WorkerTimeoutError:
+    """The start-up ran out of time: say how many workers came up, who did not, and which key sets the limit."""
+    return WorkerTimeoutError(
+        f"{role} worker group: {answered} of {world_size} workers started within {timeout_s:g}s "
+        f"({STARTUP_TIMEOUT_KEY}); rank(s) {pending_ranks} did not answer: {detail}. Raise "
+        f"{STARTUP_TIMEOUT_KEY} if start-up is only slow (large imports, busy nodes)",
+        role=role, rank=pending_ranks[0] if pending_ranks else None, method="__init__", pending_ranks=pending_ranks,
+    )
+
+
+def wait_for_startup(refs: list, *, role: str, remaining_s: float, limit_s: float,
+                     actor_ids: list[str] | None = None, worker_names: list[str] | None = None) -> None:
+    """Wait until every worker's constructor has returned (``__ray_ready__`` refs, one per rank), at most
+    ``remaining_s`` of the start-up limit ``limit_s``; a constructor that raised is reported at once, naming its
+    rank."""
+    ranks = list(range(len(refs)))
+    try:
+        # a spent budget still collects the workers that are already up, so the count in the error is right
+        wait_for_workers(refs, ranks=ranks, method="__init__", role=role, timeout_s=max(remaining_s, 0.01),
+                         actor_ids=actor_ids, worker_names=worker_names)
+    except WorkerTimeoutError as err:
+        raise startup_timeout_error(
+            role, limit_s, len(refs) - len(err.pending_ranks), len(refs), err.pending_ranks,
+            "their constructors are still running or Ray has not started their processes",
+        ) from None

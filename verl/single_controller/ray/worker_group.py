@@ -15,10 +15,14 @@ from verl.single_controller.base.worker import BACKEND_ENV
 from verl.single_controller.base.worker_group import WorkerGroup
 from verl.single_controller.ray.class_with_init_args import RayClassWithInitArgs
 from verl.single_controller.ray.errors import (
+    DEFAULT_STARTUP_TIMEOUT_S,
+    STARTUP_TIMEOUT_KEY,
     WorkerDiedError,
     WorkerError,
     default_call_timeout_s,
+    startup_timeout_error,
     translate_ray_error,
+    wait_for_startup,
     wait_for_workers,
 )
 from verl.single_controller.ray.resource_pool import RayResourcePool
@@ -37,16 +41,18 @@ class RayWorkerGroup(WorkerGroup):
     """Spawn ``ray_cls_with_init`` once per slot of ``resource_pool`` and expose its ``@register`` methods.
 
     Each actor gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (rank 0 picks a
-    free port on its node, so every group has its own). Every wait is bounded by ``call_timeout_s`` (default
-    $VERL_WORKER_CALL_TIMEOUT_S or 1800 s). Alternatively attach to running actors with ``worker_names`` or
-    ``worker_handles``.
+    free port on its node, so every group has its own). The group is returned once every constructor has returned;
+    that start-up is bounded by ``startup_timeout_s`` (the trainer passes ``trainer.ray_wait_register_center_timeout``,
+    default 300 s), so a worker that cannot start fails the run at once instead of at its first call. Every later
+    wait is bounded by ``call_timeout_s`` (default $VERL_WORKER_CALL_TIMEOUT_S or 1800 s). Alternatively attach to
+    running actors with ``worker_names`` or ``worker_handles``.
     """
 
     def __init__(self, resource_pool: RayResourcePool | None = None,
                  ray_cls_with_init: RayClassWithInitArgs | None = None, bin_pack: bool = True,
                  name_prefix: str | None = None, detached: bool = False, worker_names: list[str] | None = None,
                  worker_handles: list[Any] | None = None, call_timeout_s: float | None = None,
-                 role: str | None = None, **kwargs) -> None:
+                 role: str | None = None, startup_timeout_s: float | None = None, **kwargs) -> None:
         if ray_cls_with_init is not None and not isinstance(ray_cls_with_init, RayClassWithInitArgs):
             raise TypeError(f"ray_cls_with_init must be a RayClassWithInitArgs, got {type(ray_cls_with_init).__name__}")
         role = role or (ray_cls_with_init.user_cls.__name__ if ray_cls_with_init is not None else "worker")
@@ -54,6 +60,10 @@ class RayWorkerGroup(WorkerGroup):
         if call_timeout_s is not None and call_timeout_s <= 0:
             raise ValueError(f"call_timeout_s must be > 0, got {call_timeout_s!r}")
         self.call_timeout_s = float(call_timeout_s) if call_timeout_s is not None else default_call_timeout_s()
+        if startup_timeout_s is not None and not startup_timeout_s > 0:
+            raise ValueError(f"startup_timeout_s ({STARTUP_TIMEOUT_KEY}) must be > 0 seconds, "
+                             f"got {startup_timeout_s!r}")
+        self.startup_timeout_s = float(startup_timeout_s or DEFAULT_STARTUP_TIMEOUT_S)
         self.ray_cls_with_init = ray_cls_with_init
         self.resource_pool = resource_pool
         self.detached = detached
@@ -90,7 +100,21 @@ class RayWorkerGroup(WorkerGroup):
         self._actor_ids = [w._actor_id.hex() for w in self._workers]
 
     def _spawn_workers(self, pool: RayResourcePool, cls_with_init: RayClassWithInitArgs, bin_pack: bool) -> None:
+        """Create one actor per slot and wait until all of them are up; on any failure kill what was created, so
+        a failed start-up holds no pool slots."""
         pgs = pool.get_placement_groups(strategy="STRICT_PACK" if bin_pack else "PACK")
+        deadline = time.monotonic() + self.startup_timeout_s
+        try:
+            self._create_actors(pool, pgs, cls_with_init, deadline)
+            wait_for_startup([w.__ray_ready__.remote() for w in self._workers], role=self.role,
+                             remaining_s=deadline - time.monotonic(), limit_s=self.startup_timeout_s,
+                             actor_ids=self._actor_ids, worker_names=self._worker_names)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _create_actors(self, pool: RayResourcePool, pgs: list, cls_with_init: RayClassWithInitArgs,
+                       deadline: float) -> None:
         world_size = pool.world_size
         rendezvous_key = f"rendezvous/{self.name_prefix}_{uuid.uuid4().hex[:8]}"
         resources = pool.actor_resources()
@@ -116,15 +140,15 @@ class RayWorkerGroup(WorkerGroup):
                     self._worker_names.append(name)
                     self._actor_ids.append(actor._actor_id.hex())
                     if rank == 0:
-                        self.master_address, self.master_port = self._wait_rendezvous(rendezvous_key, actor)
+                        self.master_address, self.master_port = self._wait_rendezvous(rendezvous_key, actor,
+                                                                                      deadline, world_size)
                     rank += 1
         finally:
             clear_rendezvous(rendezvous_key)
 
-    def _wait_rendezvous(self, key: str, rank0: Any) -> tuple[str, str]:
+    def _wait_rendezvous(self, key: str, rank0: Any, deadline: float, world_size: int) -> tuple[str, str]:
         """Rank 0 publishes MASTER_ADDR/PORT before its constructor runs; wait for it, or for rank 0's failure."""
         ready = rank0.__ray_ready__.remote()
-        deadline = time.monotonic() + self.call_timeout_s
         while time.monotonic() < deadline:
             found = read_rendezvous(key)
             if found:
@@ -140,9 +164,10 @@ class RayWorkerGroup(WorkerGroup):
                 if found:
                     return found
                 raise RuntimeError(f"{self.role} rank 0 started but published no MASTER_ADDR/MASTER_PORT")
-        raise TimeoutError(
-            f"{self.role} rank 0 ({self._worker_names[0]}) did not start within {self.call_timeout_s:g}s; its pool "
-            f"slot may be full (more groups than max_colocate_count share it) or the cluster lacks resources"
+        raise startup_timeout_error(
+            self.role, self.startup_timeout_s, 0, world_size, [0],
+            f"rank 0 ({self._worker_names[0]}) never ran, so the other ranks were not created; its pool slot may be "
+            "full (more groups than max_colocate_count share it) or the cluster lacks resources",
         )
 
     # -- backend hooks ------------------------------------------------------------------------------------------
@@ -201,7 +226,8 @@ class RayWorkerGroup(WorkerGroup):
         group = object.__new__(type(self))
         WorkerGroup.__init__(group, None, role=role)
         group._is_init_with_detached_workers = False
-        for attr in ("call_timeout_s", "ray_cls_with_init", "resource_pool", "detached", "name_prefix",
+        for attr in ("call_timeout_s", "startup_timeout_s", "ray_cls_with_init", "resource_pool", "detached",
+                     "name_prefix",
                      "master_address", "master_port", "_health"):
             setattr(group, attr, getattr(self, attr))
         group._workers, group._worker_names, group._actor_ids = self._workers, self._worker_names, self._actor_ids

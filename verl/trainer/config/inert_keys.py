@@ -22,9 +22,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "image_key": "multi-modal rows are not supported: images are not read",
         "video_key": "multi-modal rows are not supported: videos are not read",
     },
-    "TrainerConfig": {
-        "ray_wait_register_center_timeout": "there is no register center to wait for",
-    },
     "FSDPActorConfig": {"ulysses_sequence_parallel_size": _SP},
     "FSDPCriticConfig": {"ulysses_sequence_parallel_size": _SP},
     "HFModelConfig": {

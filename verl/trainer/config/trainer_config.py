@@ -22,7 +22,9 @@ class TrainerConfig(BaseConfig):
     ``total_epochs`` and the data size. ``save_freq``/``test_freq`` of ``-1`` (or 0) disable saving/validation.
     ``resume_mode``: ``auto`` resumes from the newest checkpoint in ``default_local_dir`` if any, ``disable``
     starts fresh, ``resume_path`` loads ``resume_from_path``. ``del_local_ckpt_after_load`` deletes the
-    ``global_step_<k>`` folder a run resumed from once it is loaded.
+    ``global_step_<k>`` folder a run resumed from once it is loaded. ``ray_wait_register_center_timeout``: seconds
+    each worker group may take to start (every process up, every constructor returned) before the run fails with an
+    error naming the group and how many of its workers came up.
     """
 
     project_name: str = "verl_examples"
@@ -69,6 +71,8 @@ class TrainerConfig(BaseConfig):
         for key in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep"):
             value = getattr(self, key)
             check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
+        check(self.ray_wait_register_center_timeout > 0, "ray_wait_register_center_timeout",
+              f"must be > 0 seconds, got {self.ray_wait_register_center_timeout}")
         check(self.log_val_generations >= 0, "log_val_generations", f"must be >= 0, got {self.log_val_generations}")
 
     @property

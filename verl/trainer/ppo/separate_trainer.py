@@ -236,9 +236,12 @@ class SeparateRayPPOTrainer:
             add(Role.RewardModel, "rm")
 
         all_groups: dict[str, RayWorkerGroup] = {}
+        # how long each group may take to start every process (verl's name for the wait on its rank 0)
+        startup_timeout_s = float(self.config.trainer.get("ray_wait_register_center_timeout", 300))
         for pool, class_dict in pool_to_roles.items():
             colocated = create_colocated_worker_cls(class_dict)
-            group = self.ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=colocated)
+            group = self.ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=colocated,
+                                              startup_timeout_s=startup_timeout_s)
             all_groups.update(group.spawn(prefix_set=class_dict.keys()))
 
         if self.use_critic:
