@@ -33,6 +33,7 @@ CPU_SET: dict[str, tuple[list[str], int]] = {
     "kv_cache_growth": ([], 150),
     "response_logits": (["--repeats", "3"], 240),
     "compiled_kernels": (["--vocab", "32000", "--repeats", "3"], 150),
+    "fused_kernels": (["--rows", "4", "--repeats", "2"], 150),
     "weight_sync": ([], 240),
     "agent_loop_overhead": ([], 240),
     "async_speedup": ([], 300),

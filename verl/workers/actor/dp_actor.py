@@ -23,6 +23,7 @@ from verl.trainer.ppo.rollout_corr import IN_UPDATE_KEY, in_update_metrics, in_u
 from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.actor.batching import positive_int, read_meta, restore_order, select_batch, split_micro_batches
+from verl.workers.actor.fused_head import check_fused_head, fused_lm_head
 from verl.workers.actor.token_forward import forward_for_responses, module_device
 from verl.workers.actor.update_loop import UpdatePlan, run_updates
 
@@ -59,8 +60,8 @@ class DataParallelPPOActor(BasePPOActor):
     ``loss_agg_mode``, ``policy_loss.loss_mode`` (plus what the policy loss reads,
     e.g. ``clip_ratio*``), ``entropy_coeff``, ``use_kl_loss``, ``kl_loss_coef``,
     ``kl_loss_type``, ``log_prob_*`` defaults and ``use_remove_padding``.
-    ``use_remove_padding`` is also a public attribute: ActorConfig has no such
-    field, so the worker sets ``actor.use_remove_padding = model.use_remove_padding``.
+    ``use_remove_padding`` and ``use_fused_kernels`` are also public attributes:
+    ActorConfig has no such fields, so the worker copies them from the model config.
     """
 
     def __init__(self, config: Any, actor_module: nn.Module, actor_optimizer: torch.optim.Optimizer | None = None):
@@ -72,6 +73,9 @@ class DataParallelPPOActor(BasePPOActor):
         self._shuffle_generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
         self._compiled = bool(getattr(config, "use_torch_compile", False))
         self._entropy_of = _entropy_function(config)
+        self.use_fused_kernels = bool(getattr(config, "use_fused_kernels", False))
+        if self.use_fused_kernels:
+            check_fused_head(actor_module)  # an unsuitable model fails when the worker is built, naming the key
 
     # ------------------------------------------------------------------ forward
 
@@ -83,6 +87,8 @@ class DataParallelPPOActor(BasePPOActor):
         Values at padded response slots are unspecified (0 under padding removal);
         callers mask them with ``response_mask``.
         """
+        if self.use_fused_kernels:
+            return self._forward_fused(micro, temperature, calculate_entropy, entropy_grad)
         responses = micro["responses"]
         flat_logits, slots = forward_for_responses(
             self.actor_module,
@@ -106,6 +112,22 @@ class DataParallelPPOActor(BasePPOActor):
                     entropy = self._entropy(source)
                 entropy = slots.clean(entropy)
         return log_probs, entropy
+
+    def _forward_fused(
+        self, micro: TensorDict, temperature: float, calculate_entropy: bool, entropy_grad: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``_forward_micro_batch`` with the head computing log-probs and entropy itself (``use_fused_kernels``)."""
+        responses = micro["responses"]
+        with_grad = entropy_grad and torch.is_grad_enabled()
+        with fused_lm_head(self.actor_module, responses, temperature, calculate_entropy=calculate_entropy,
+                           entropy_grad=with_grad):
+            flat, slots = forward_for_responses(
+                self.actor_module, micro["input_ids"], micro["attention_mask"], micro["position_ids"],
+                responses.shape[-1], self.use_remove_padding,
+            )
+        per_slot = slots.take(flat)
+        entropy = slots.clean(per_slot[..., 1]) if calculate_entropy else None
+        return slots.clean(per_slot[..., 0]), entropy
 
     def _entropy(self, logits: torch.Tensor) -> torch.Tensor:
         """Per-token entropy ([B, R]) of ``logits`` ([B, R, V])."""

@@ -140,7 +140,9 @@ class ActorRolloutRefWorker(Worker):
     def init_model(self) -> None:
         """Load, shard and set up optimizer, reference policy and rollout engine as the role asks."""
         self.tokenizer = load_tokenizer(self.model_config, self.model_path)
-        use_rmpad = bool(self.model_config.use_remove_padding)
+        # model-level switches the actor and reference policy read as their own attributes
+        forward_flags = {"use_remove_padding": bool(self.model_config.use_remove_padding),
+                         "use_fused_kernels": bool(self.model_config.use_fused_kernels)}
         if self._is_actor:
             module = load_causal_lm(self.model_config, self.model_path, self._model_dtype(self.actor_config, "actor"))
             self.hf_config = export_config(module)
@@ -149,7 +151,7 @@ class ActorRolloutRefWorker(Worker):
             self.actor_optimizer = build_optimizer(self.actor_module_fsdp.parameters(), optim)
             self.actor_lr_scheduler = build_lr_scheduler(self.actor_optimizer, optim)
             sizes = per_rank_update_sizes(self.actor_config, "actor", self.rollout_n, self.world_size)
-            view = ConfigView(self.actor_config, use_remove_padding=use_rmpad, **sizes)
+            view = ConfigView(self.actor_config, **forward_flags, **sizes)
             self.actor = DataParallelPPOActor(view, self.actor_module_fsdp, self.actor_optimizer)
             self.checkpoint_manager = FSDPCheckpointManager(
                 self.actor_module_fsdp,
@@ -163,7 +165,7 @@ class ActorRolloutRefWorker(Worker):
                 role="actor",
             )
         if self._is_ref:
-            ref_view = ConfigView(self.ref_config, use_remove_padding=use_rmpad)
+            ref_view = ConfigView(self.ref_config, **forward_flags)
             if self._is_lora and self.actor_module_fsdp is not None:
                 self.ref_policy = DataParallelPPOActor(ref_view, self.actor_module_fsdp)
             else:
