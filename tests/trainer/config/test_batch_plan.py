@@ -55,6 +55,23 @@ def test_standalone_rollout_pool_and_tensor_parallel_replicas():
         _config(nnodes=2, n_gpus_per_node=4, tensor_model_parallel_size=3)
 
 
+def test_data_parallel_engines_make_fewer_larger_replicas():
+    plan = compute_batch_plan(_config(name="vllm", nnodes=2, n_gpus_per_node=4, tensor_model_parallel_size=2,
+                                      data_parallel_size=2))
+    assert plan["rollout_world_size"] == 8 and plan["rollout_replicas"] == 2  # 4 GPUs per replica
+    with pytest.raises(ConfigError, match=r"^rollout.data_parallel_size: \(3\) x rollout.tensor_model_parallel_size "
+                                          r"\(2\) = 6 GPUs per replica does not divide the 8 rollout processes"):
+        _config(name="sglang", nnodes=2, n_gpus_per_node=4, tensor_model_parallel_size=2, data_parallel_size=3)
+
+
+def test_data_parallel_size_on_the_hf_engine_is_refused_by_name():
+    from verl.trainer.config.compose import compose_ppo_config
+    from verl.trainer.main_ppo import resolve_config
+
+    with pytest.raises(ConfigError, match=r"rollout.data_parallel_size: is 2, but the hf engine"):
+        resolve_config(compose_ppo_config(["rollout.data_parallel_size=2"]))
+
+
 def test_dynamic_batch_size_has_no_fixed_micro_batches():
     cfg = _config()
     actor = FSDPActorConfig(ppo_mini_batch_size=8, rollout_n=4, use_dynamic_bsz=True, log_prob_use_dynamic_bsz=True,

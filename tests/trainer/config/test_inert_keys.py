@@ -69,9 +69,13 @@ def test_every_listed_key_exists_and_is_still_unread():
             assert not readers, f"{class_name}.{field} is read by {readers}; it has an effect now"
 
 
-@pytest.mark.parametrize("override", ["data.return_raw_input_ids=true", "trainer.ray_wait_register_center_timeout=10"])
-def test_keys_that_act_are_not_reported(override):
-    assert inert_settings(_typed([override])) == []
+@pytest.mark.parametrize("overrides", [
+    ["data.return_raw_input_ids=true"],
+    ["trainer.ray_wait_register_center_timeout=10"],
+    ["rollout.name=vllm", "rollout.data_parallel_size=2", "trainer.n_gpus_per_node=2"],
+])
+def test_keys_that_act_are_not_reported(overrides):
+    assert inert_settings(_typed(overrides)) == []
 
 
 def test_a_startup_limit_that_is_not_positive_is_refused_by_name():

@@ -4,7 +4,8 @@ import sys
 
 import pytest
 
-from verl.workers.config.rollout import RolloutConfig
+from verl.base_config import ConfigError
+from verl.workers.config.rollout import AgentLoopConfig, CustomAsyncServerConfig, RolloutConfig
 from verl.workers.rollout.sglang.server import sglang_engine_args
 from verl.workers.rollout.vllm.server import vllm_engine_args
 
@@ -40,3 +41,25 @@ def test_engine_kwargs_win_over_the_rollout_keys(build, name):
     args = build(config, "/m")
     assert (args[batched], args[eager], args["seed"]) == (16384, False, 3)
     assert build(config, "/m", {batched: 1024})[batched] == 1024  # the caller's own arguments come last
+
+
+def test_data_parallel_size_is_vllm_data_parallel_size_and_sglang_dp_size():
+    vllm = vllm_engine_args(RolloutConfig(name="vllm", tensor_model_parallel_size=2, data_parallel_size=4), "/m")
+    assert (vllm["tensor_parallel_size"], vllm["data_parallel_size"]) == (2, 4)
+    sglang = sglang_engine_args(RolloutConfig(name="sglang", tensor_model_parallel_size=2, data_parallel_size=4), "/m")
+    assert (sglang["tp_size"], sglang["dp_size"]) == (2, 4) and "data_parallel_size" not in sglang
+    assert vllm_engine_args(RolloutConfig(name="vllm"), "/m")["data_parallel_size"] == 1
+    assert sglang_engine_args(RolloutConfig(name="sglang"), "/m")["dp_size"] == 1
+    overridden = RolloutConfig(name="vllm", data_parallel_size=4, engine_kwargs={"vllm": {"data_parallel_size": 2}})
+    assert vllm_engine_args(overridden, "/m")["data_parallel_size"] == 2
+    assert "vllm" not in sys.modules and "sglang" not in sys.modules
+
+
+def test_hf_engine_refuses_data_parallelism_and_says_what_to_use():
+    with pytest.raises(ConfigError, match=r"^data_parallel_size: is 2, but the hf engine .* more rollout processes "
+                                          r"\(trainer.n_gpus_per_node"):
+        RolloutConfig(name="hf", data_parallel_size=2)
+    RolloutConfig(name="hf", data_parallel_size=1)
+    # a custom server class decides for itself what the key means
+    RolloutConfig(name="hf", data_parallel_size=2,
+                  agent=AgentLoopConfig(custom_async_server=CustomAsyncServerConfig(path="my.py", name="S")))

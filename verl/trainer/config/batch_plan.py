@@ -47,11 +47,17 @@ def _plan(cfg: PPOConfig) -> dict[str, Any]:
     else:
         rollout_world = world
         rollout_world_keys = "trainer.nnodes * trainer.n_gpus_per_node"
-    tp = cfg.rollout.tensor_model_parallel_size
+    tp, dp = cfg.rollout.tensor_model_parallel_size, cfg.rollout.data_parallel_size
     if rollout_world % tp != 0:
         raise ConfigError(
             f"({tp}) does not divide the {rollout_world} rollout processes ({rollout_world_keys})",
             key="rollout.tensor_model_parallel_size",
+        )
+    if rollout_world % (tp * dp) != 0:  # one replica spans tp x dp GPUs
+        raise ConfigError(
+            f"({dp}) x rollout.tensor_model_parallel_size ({tp}) = {tp * dp} GPUs per replica does not divide the "
+            f"{rollout_world} rollout processes ({rollout_world_keys})",
+            key="rollout.data_parallel_size",
         )
     pad = (-samples) % world
     plan: dict[str, Any] = {
@@ -60,7 +66,7 @@ def _plan(cfg: PPOConfig) -> dict[str, Any]:
         "samples_per_step": samples,
         "trainer_world_size": world,
         "rollout_world_size": rollout_world,
-        "rollout_replicas": rollout_world // tp,
+        "rollout_replicas": rollout_world // (tp * dp),
         "forward_pad_samples": pad,
         "forward_samples_per_rank": (samples + pad) // world,
     }
@@ -144,7 +150,7 @@ _ROWS = (
     ("samples per step", "samples_per_step", "train_batch_size x rollout.n"),
     ("trainer processes", "trainer_world_size", "trainer.nnodes x trainer.n_gpus_per_node"),
     ("rollout processes", "rollout_world_size", "rollout.nnodes>0 ? rollout pool : trainer pool"),
-    ("rollout replicas", "rollout_replicas", "rollout processes / tensor_model_parallel_size"),
+    ("rollout replicas", "rollout_replicas", "rollout processes / (tensor_model_parallel_size x data_parallel_size)"),
     ("forward padding (samples)", "forward_pad_samples", "pad to a multiple of trainer processes"),
     ("forward samples per rank", "forward_samples_per_rank", "(samples + padding) / trainer processes"),
 )

@@ -31,9 +31,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "use_inference_chat_template": "the tool agent loop always renders with the tokenizer's chat template",
         "tokenization_sanity_check_mode": "assistant turns keep the engine's token ids and are never re-tokenized",
     },
-    "RolloutConfig": {
-        "data_parallel_size": "the replica count follows the rollout pool and rollout.tensor_model_parallel_size",
-    },
 }
 
 

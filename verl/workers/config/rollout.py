@@ -121,6 +121,8 @@ class RolloutConfig(BaseConfig):
     ``response_length`` default to the data group's limits through interpolation in the YAML. ``seed`` gives row
     ``i`` of step ``k`` its own sampling seed derived from (seed, k, i), so a run draws the same responses however
     its requests share engine batches; ``None`` takes ``trainer.seed``, so sampling is seeded by default.
+    ``data_parallel_size`` is vLLM's ``data_parallel_size`` / SGLang's ``dp_size``: engine copies inside one replica,
+    which then spans ``tensor_model_parallel_size x data_parallel_size`` GPUs (the ``hf`` engine refuses values > 1).
     """
 
     name: str = "hf"
@@ -175,6 +177,12 @@ class RolloutConfig(BaseConfig):
         check(self.tensor_model_parallel_size >= 1, "tensor_model_parallel_size",
               f"must be >= 1, got {self.tensor_model_parallel_size}")
         check(self.data_parallel_size >= 1, "data_parallel_size", f"must be >= 1, got {self.data_parallel_size}")
+        check(self.data_parallel_size == 1 or self.name != "hf" or bool(self.agent.custom_async_server.path),
+              "data_parallel_size",
+              f"is {self.data_parallel_size}, but the hf engine serves one model copy per rollout process and has no "
+              "data parallelism: keep it at 1 and get more replicas from more rollout processes "
+              "(trainer.n_gpus_per_node / trainer.nnodes when colocated, rollout.n_gpus_per_node / rollout.nnodes "
+              "when standalone), or use rollout.name=vllm|sglang")
         check(self.nnodes >= 0, "nnodes", f"must be >= 0 (0 = share the actor's processes), got {self.nnodes}")
         check(self.n_gpus_per_node >= 1, "n_gpus_per_node", f"must be >= 1, got {self.n_gpus_per_node}")
         check(self.update_weights_bucket_megabytes >= 1, "update_weights_bucket_megabytes",

@@ -31,13 +31,15 @@ def sglang_engine_args(config: Any, model_path: str, engine_kwargs: Mapping[str,
     """Keyword arguments of ``sglang.Engine`` (its ``ServerArgs``) for the rollout ``config``.
 
     Pure (SGLang is not imported) so that the mapping from verl's keys is testable anywhere: ``enforce_eager`` is
-    SGLang's ``disable_cuda_graph`` and ``max_num_batched_tokens`` its ``chunked_prefill_size``.
+    SGLang's ``disable_cuda_graph``, ``max_num_batched_tokens`` its ``chunked_prefill_size`` and
+    ``data_parallel_size`` its ``dp_size`` (one replica spans ``tp_size x dp_size`` GPUs).
     ``rollout.engine_kwargs.sglang`` and then the caller's ``engine_kwargs`` override any of them.
     """
     args: dict[str, Any] = {
         "model_path": str(model_path),
         "dtype": str(config_value(config, "dtype", "bfloat16")),
         "tp_size": int(config_value(config, "tensor_model_parallel_size", 1)),
+        "dp_size": int(config_value(config, "data_parallel_size", 1)),
         "context_length": model_length(config),
         "max_running_requests": int(config_value(config, "max_num_seqs", 256)),
         "mem_fraction_static": float(config_value(config, "gpu_memory_utilization", 0.5)),

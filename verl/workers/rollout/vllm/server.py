@@ -32,7 +32,9 @@ __all__ = ["VLLMRolloutServer", "WeightUpdateExtension", "vllm_engine_args"]
 def vllm_engine_args(config: Any, model_path: str, engine_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Keyword arguments of vLLM's ``AsyncEngineArgs`` for the rollout ``config``.
 
-    Pure (vLLM is not imported) so that the mapping from verl's keys is testable anywhere.
+    Pure (vLLM is not imported) so that the mapping from verl's keys is testable anywhere. One replica spans
+    ``tensor_model_parallel_size x data_parallel_size`` GPUs: vLLM runs ``data_parallel_size`` engine copies of
+    ``tensor_parallel_size`` GPUs each behind the one server.
     ``rollout.engine_kwargs.vllm`` and then the caller's ``engine_kwargs`` override any of them: the user's explicit
     engine settings win.
     """
@@ -40,6 +42,7 @@ def vllm_engine_args(config: Any, model_path: str, engine_kwargs: Mapping[str, A
         "model": str(model_path),
         "dtype": str(config_value(config, "dtype", "bfloat16")),
         "tensor_parallel_size": int(config_value(config, "tensor_model_parallel_size", 1)),
+        "data_parallel_size": int(config_value(config, "data_parallel_size", 1)),
         "max_num_seqs": int(config_value(config, "max_num_seqs", 256)),
         "max_model_len": model_length(config),
         "gpu_memory_utilization": float(config_value(config, "gpu_memory_utilization", 0.5)),
