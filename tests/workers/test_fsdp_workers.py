@@ -35,6 +35,10 @@ class ProbeActorWorker(ActorRolloutRefWorker):
         return dict(iter_full_state(self.actor_module_fsdp))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def fused_flags(self) -> tuple[bool, bool]:
+        return self.actor.use_fused_kernels, self.ref_policy.use_fused_kernels
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def trainable_names(self) -> list[str]:
         return [name for name, p in self.actor_module_fsdp.named_parameters() if p.requires_grad]
 
@@ -151,6 +155,25 @@ def test_ppo_update_two_ranks_equals_one_rank(groups):
     # the reference policy does not move
     ref = two.compute_ref_log_prob(batch).batch["ref_log_prob"]
     torch.testing.assert_close(ref[mask], before[mask], atol=1e-5, rtol=1e-5)
+
+
+def test_fused_kernels_reach_actor_and_reference_with_the_same_log_probs(groups, tiny_model_dir):
+    one, _ = groups
+    fused = make_group(make_config(tiny_model_dir, model={"use_fused_kernels": True}), 1)
+    try:
+        fused.init_model()
+        assert fused.fused_flags() == [(True, True)]
+        batch = make_batch(seed=4)
+        mask = batch.batch["response_mask"].bool()
+        unfused_ref = one.compute_ref_log_prob(batch).batch["ref_log_prob"]  # the initial weights, logits path
+        scored = fused.compute_log_prob(batch).batch
+        torch.testing.assert_close(scored["old_log_probs"][mask], unfused_ref[mask], atol=1e-5, rtol=1e-5)
+        assert scored["entropys"][mask].min() > 0
+        torch.testing.assert_close(fused.compute_ref_log_prob(batch).batch["ref_log_prob"][mask], unfused_ref[mask],
+                                   atol=1e-5, rtol=1e-5)
+    finally:
+        fused.shutdown()
+        fused.resource_pool.release()
 
 
 def test_checkpoint_resume_gives_identical_next_update(groups, tmp_path):
