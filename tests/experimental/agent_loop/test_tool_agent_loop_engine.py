@@ -12,7 +12,7 @@ import asyncio
 import copy
 from typing import Any
 
-import torch
+from _agent_loop_helpers import teach
 
 from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
@@ -85,27 +85,6 @@ def test_random_model_loop_terminates_and_masks_whatever_it_emits(tiny_lm, tmp_p
             assert TOKENIZER.decode(inserted).startswith("<|tool|><tool_response>")
 
 
-def _teach(model, sequence: list[int], labels: list[int], max_steps: int = 400) -> None:
-    """Fine-tune until greedy decoding reproduces every labelled token (a few seconds on a CPU)."""
-    torch.manual_seed(0)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    x, y = torch.tensor([sequence]), torch.tensor([labels])
-    model.train()
-    for _ in range(max_steps):
-        out = model(input_ids=x, labels=y)
-        predicted = out.logits[0, :-1].argmax(-1)
-        target = y[0, 1:]
-        known = target != -100
-        if out.loss.item() < 0.05 and bool((predicted[known] == target[known]).all()):
-            break
-        opt.zero_grad()
-        out.loss.backward()
-        opt.step()
-    else:
-        raise AssertionError(f"the tiny model did not learn the scripted conversation in {max_steps} steps")
-    model.eval()
-
-
 def test_fine_tuned_model_calls_the_calculator_through_the_real_engine(tiny_lm, tmp_path):
     path = tmp_path / "tools.yaml"
     path.write_text("tools:\n  - class_name: calculator\n")
@@ -116,7 +95,7 @@ def test_fine_tuned_model_calls_the_calculator_through_the_real_engine(tiny_lm, 
     delta = tool_delta("391")
     turn2 = enc("391<eos>")
     model = copy.deepcopy(tiny_lm)
-    _teach(model, prompt + turn1 + delta + turn2, [-100] * len(prompt) + turn1 + [-100] * len(delta) + turn2)
+    teach(model, prompt + turn1 + delta + turn2, [-100] * len(prompt) + turn1 + [-100] * len(delta) + turn2)
 
     async def go():
         spy = Spy(HFRolloutServer(config["rollout"], model=model))

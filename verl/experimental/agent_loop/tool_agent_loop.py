@@ -18,6 +18,11 @@ Whatever the model writes never crashes the loop: unreadable call JSON, an unkno
 the schema, a tool that raises, and a tool exceeding its ``timeout_s`` each become an ``Error: ...`` tool message
 the model reads, and a count in the trajectory's metrics (``ToolAgentLoopMetrics.counters``, also the
 ``tool_call_counts`` extra field).
+
+Each appended tool/user turn is checked against the chat template's rendering of the whole conversation
+(``multi_turn.tokenization_sanity_check_mode``, :mod:`~verl.experimental.agent_loop.tokenization_check`): a
+difference is logged as a warning naming the request and the response position, and counted
+(``tokenization_mismatches``); the trajectory is never changed by the check.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from verl.experimental.agent_loop.interaction import (
     select_interaction,
 )
 from verl.experimental.agent_loop.registry import register
+from verl.experimental.agent_loop.tokenization_check import MISMATCH_COUNTER, check_inserted_turn, describe, render_ids
 from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolCallError, ToolParser, get_tool_parser
 from verl.tools.base_tool import BaseTool
 from verl.tools.registry import initialize_tools_from_config
@@ -56,6 +62,7 @@ COUNTER_KEYS = (
     "tool_exceptions",  # the tool raised
     "tool_timeouts",  # the tool ran past its timeout_s
     "tool_calls_skipped",  # beyond max_parallel_calls in one turn
+    MISMATCH_COUNTER,  # inserted turns whose ids differ from the chat template's rendering of the whole conversation
 )
 _ERROR_KINDS = ("tool_parse_errors", "tool_unknown_errors", "tool_argument_errors", "tool_exceptions",
                 "tool_timeouts", "tool_calls_skipped")
@@ -92,11 +99,6 @@ class _Setup:
     template_prefix: list[int]
 
 
-def _render(tokenizer: Any, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:
-    ids = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False, **kwargs)
-    return [int(t) for t in ids]
-
-
 def _build_setup(multi_turn: Any, tokenizer: Any) -> _Setup:
     tools: dict[str, BaseTool] = {}
     if multi_turn.tool_config_path:
@@ -111,8 +113,14 @@ def _build_setup(multi_turn: Any, tokenizer: Any) -> _Setup:
         parser=get_tool_parser(multi_turn.format, tokenizer),
         interactions=interactions,
         # a message without a role renders as the template's fixed prefix (e.g. <bos> or a default system turn)
-        template_prefix=_render(tokenizer, [{}], add_generation_prompt=False),
+        template_prefix=render_ids(tokenizer, [{}], add_generation_prompt=False),
     )
+
+
+def _label(request_id: str, kwargs: dict[str, Any]) -> str:
+    """``request <id>`` plus the sample's ``index`` / ``uid`` columns when the row has them."""
+    known = [f"{key} {kwargs[key]}" for key in ("index", "uid") if kwargs.get(key) is not None]
+    return f"request {request_id}" + (f" (sample {', '.join(known)})" if known else "")
 
 
 def _row_mapping(kwargs: dict[str, Any], key: str) -> dict[str, Any]:
@@ -128,6 +136,8 @@ def _row_mapping(kwargs: dict[str, Any], key: str) -> dict[str, Any]:
 class _Trajectory:
     prompt_ids: list[int]
     messages: list[dict[str, Any]]
+    label: str = ""  # names the request (and sample) in warnings
+    from_messages: bool = True  # the prompt is the chat template's rendering of ``messages`` (not raw ids)
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)
     turn_start: int = 0  # where the latest model turn begins in response_ids
@@ -180,17 +190,19 @@ class ToolAgentLoop(AgentLoopBase):
         self.max_parallel_calls = int(self.multi_turn.max_parallel_calls)
         self.max_tool_response_length = int(self.multi_turn.max_tool_response_length)
         self.truncate_side = self.multi_turn.tool_response_truncate_side
+        self.sanity_check_mode = self.multi_turn.tokenization_sanity_check_mode
 
     # ------------------------------------------------------------------ run
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         messages = [dict(m) for m in (kwargs.get("raw_prompt") if kwargs.get("raw_prompt") is not None else [])]
         prompt_ids = await self._prompt_ids(kwargs, messages)
-        traj = _Trajectory(prompt_ids=prompt_ids, messages=messages)
+        request_id = uuid.uuid4().hex
+        traj = _Trajectory(prompt_ids=prompt_ids, messages=messages, label=_label(request_id, kwargs),
+                           from_messages=bool(messages))
         tools_kwargs = _row_mapping(kwargs, "tools_kwargs")
         interaction_kwargs = _row_mapping(kwargs, "interaction_kwargs")
         interaction = select_interaction(self.interactions, interaction_kwargs)
-        request_id = uuid.uuid4().hex
         instances: dict[str, str] = {}
         creating: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         interaction_id = None
@@ -219,8 +231,7 @@ class ToolAgentLoop(AgentLoopBase):
 
     async def _prompt_ids(self, kwargs: dict[str, Any], messages: list[dict[str, Any]]) -> list[int]:
         if messages:
-            return await asyncio.to_thread(_render, self.tokenizer, messages, tools=self.tool_schemas or None,
-                                           add_generation_prompt=True)
+            return await asyncio.to_thread(self._render, messages, add_generation_prompt=True)
         ids = kwargs.get("raw_prompt_ids")
         if ids is None:
             raise KeyError("tool_agent sample has neither 'raw_prompt' nor 'raw_prompt_ids'; keep them in the batch")
@@ -263,16 +274,44 @@ class ToolAgentLoop(AgentLoopBase):
         else:
             traj.termination = "running"
 
-    def _append_inserted(self, traj: _Trajectory, new_messages: list[dict[str, Any]]) -> None:
-        """Render ``new_messages`` as the chat template continues a conversation, append them with mask 0."""
-        ids = _render(self.tokenizer, new_messages, add_generation_prompt=True)
+    def _render(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:
+        """``messages`` through the chat template with this loop's tool schemas (as the prompt was rendered)."""
+        return render_ids(self.tokenizer, messages, tools=self.tool_schemas or None, **kwargs)
+
+    def _inserted_ids(self, new_messages: list[dict[str, Any]]) -> list[int]:
+        """``new_messages`` rendered as the chat template continues a conversation (without its fixed prefix)."""
+        ids = render_ids(self.tokenizer, new_messages, add_generation_prompt=True)
         prefix = self.template_prefix
         if ids[: len(prefix)] != prefix:
             raise ValueError(
                 "tool_agent: the chat template does not render new messages after its fixed prefix "
                 f"(render of [{{}}] = {prefix[:16]}...); the tokenizer's chat_template cannot be used incrementally"
             )
-        ids = ids[len(prefix):]
+        return ids[len(prefix):]
+
+    async def _check_inserted(self, traj: _Trajectory, new_messages: list[dict[str, Any]], ids: list[int]) -> None:
+        """Warn about and count a block that differs from the template's rendering of the whole conversation.
+        Samples given only as ``raw_prompt_ids`` have no conversation to render and are not checked."""
+        if self.sanity_check_mode == "disable" or not traj.from_messages:
+            return
+        mismatch = await asyncio.to_thread(
+            check_inserted_turn, self.tokenizer, self.sanity_check_mode, self._render, list(traj.messages),
+            new_messages, traj.response_ids[traj.turn_start:], ids,
+        )
+        if mismatch is None:
+            return
+        traj.counters[MISMATCH_COUNTER] += 1
+        logger.warning(
+            "tool_agent: tokenization mismatch (rollout.multi_turn.tokenization_sanity_check_mode=%s) in %s: "
+            "inserted turn %d differs from response position %d on: %s",
+            self.sanity_check_mode, traj.label, traj.user_turns + 1, len(traj.response_ids) + mismatch.position,
+            describe(self.tokenizer, mismatch),
+        )
+
+    async def _append_inserted(self, traj: _Trajectory, new_messages: list[dict[str, Any]]) -> None:
+        """Render ``new_messages`` as the chat template continues a conversation, append them with mask 0."""
+        ids = self._inserted_ids(new_messages)
+        await self._check_inserted(traj, new_messages, ids)
         budget = self.response_length - len(traj.response_ids)
         if len(ids) >= budget:
             ids = ids[:budget]
@@ -297,7 +336,7 @@ class ToolAgentLoop(AgentLoopBase):
             traj.counters["tool_calls_skipped"] += 1
         answers += [f"Error: call skipped; at most {self.max_parallel_calls} tool call(s) per turn"] * len(skipped)
         texts = [truncate_text(a, self.max_tool_response_length, self.truncate_side) for a in answers]
-        self._append_inserted(traj, [{"role": "tool", "content": text} for text in texts])
+        await self._append_inserted(traj, [{"role": "tool", "content": text} for text in texts])
 
     async def _call(self, traj: _Trajectory, item: FunctionCall | ToolCallError, tools_kwargs: dict[str, Any],
                     instances: dict[str, str], creating: dict[str, asyncio.Lock]) -> str:
@@ -354,7 +393,7 @@ class ToolAgentLoop(AgentLoopBase):
         if finish:
             traj.termination = "interaction_done"
             return
-        self._append_inserted(traj, [{"role": "user", "content": str(content)}])
+        await self._append_inserted(traj, [{"role": "user", "content": str(content)}])
 
     async def _release(self, instances: dict[str, str], tools_kwargs: dict[str, Any]) -> dict[str, float]:
         """calc_reward then release every instance this trajectory created; failures are logged, not raised."""

@@ -29,7 +29,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
     },
     "MultiTurnConfig": {
         "use_inference_chat_template": "the tool agent loop always renders with the tokenizer's chat template",
-        "tokenization_sanity_check_mode": "assistant turns keep the engine's token ids and are never re-tokenized",
     },
 }
 

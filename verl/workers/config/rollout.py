@@ -50,7 +50,13 @@ class SamplingConfig(BaseConfig):
 
 @dataclass
 class MultiTurnConfig(BaseConfig):
-    """Tool-calling / multi-turn agent loop settings. ``None`` turn limits mean "up to the response length"."""
+    """Tool-calling / multi-turn agent loop settings. ``None`` turn limits mean "up to the response length".
+
+    ``tokenization_sanity_check_mode`` compares every tool/user turn the loop appends with the chat template's
+    rendering of the whole conversation, because a policy trained on sequences that differ from what inference feeds
+    it is trained off its own distribution: ``strict`` warns on any difference, ``ignore_strippable`` only on more
+    than whitespace, ``disable`` skips the check. It never changes the trajectory.
+    """
 
     enable: bool = False
     max_assistant_turns: int | None = None
