@@ -89,7 +89,7 @@ def _logprob_block_grad(block: torch.Tensor, labels: torch.Tensor, lse: torch.Te
                         grad_out: torch.Tensor) -> torch.Tensor:
     """``d logp / d logits * grad_out`` of one block: ``g * (onehot(label) - softmax)``."""
     g = grad_out.to(lse.dtype).unsqueeze(-1)
-    chunk_grad = torch.exp(block.to(lse.dtype) - lse.unsqueeze(-1)).mul_(-g)
+    chunk_grad = (block.to(lse.dtype) - lse.unsqueeze(-1)).exp_().mul_(-g)
     return chunk_grad.scatter_add_(-1, labels.unsqueeze(-1), g).to(block.dtype)
 
 
@@ -184,9 +184,8 @@ def _entropy_block_stats(block: torch.Tensor, dtype: torch.dtype) -> tuple[torch
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
     xs = block - row_max
     lse = torch.logsumexp(xs, dim=-1)
-    probs = torch.exp(xs - lse.unsqueeze(-1))
-    # where() keeps masked (-inf) logits from producing 0 * -inf = nan.
-    mu = torch.where(probs > 0, probs * xs, torch.zeros((), dtype=dtype, device=xs.device)).sum(-1)
+    # in place from here (one [rows, V] buffer besides xs); masked (-inf) logits give 0 * -inf = nan, which is 0
+    mu = (xs - lse.unsqueeze(-1)).exp_().mul_(xs).nan_to_num_(nan=0.0).sum(-1)
     return row_max.squeeze(-1), lse, mu
 
 
@@ -194,9 +193,10 @@ def _entropy_block_grad(block: torch.Tensor, row_max: torch.Tensor, lse: torch.T
                         grad_out: torch.Tensor) -> torch.Tensor:
     """``dH/dx * grad_out`` of one block, recomputing ``p`` from the saved row statistics."""
     xs = block.to(lse.dtype) - row_max.unsqueeze(-1)
-    probs = torch.exp(xs - lse.unsqueeze(-1))
-    centred = torch.where(probs > 0, xs - mu.unsqueeze(-1), torch.zeros_like(xs))
-    return probs.mul_(centred).mul_(-grad_out.unsqueeze(-1)).to(block.dtype)
+    probs = (xs - lse.unsqueeze(-1)).exp_()
+    # p * (xs - mu), in place; at masked (-inf) logits p is 0 and the nan of 0 * -inf is 0
+    grad = probs.mul_(xs.sub_(mu.unsqueeze(-1))).nan_to_num_(nan=0.0)
+    return grad.mul_(-grad_out.unsqueeze(-1)).to(block.dtype)
 
 
 _EAGER_ENTROPY_KERNELS = (_entropy_block_stats, _entropy_block_grad)

@@ -98,7 +98,9 @@ class DataParallelPPOActor(BasePPOActor):
             responses.shape[-1],
             self.use_remove_padding,
         )
-        logits = slots.take(flat_logits).float() / temperature
+        logits = slots.take(flat_logits).float()
+        if temperature != 1.0:  # in place: the head's output is saved by no backward, and a copy is a whole logits
+            logits = logits.div_(temperature)
         log_probs = slots.clean(logprobs_from_logits(logits, responses, compiled=self._compiled))
         entropy = None
         if calculate_entropy:
