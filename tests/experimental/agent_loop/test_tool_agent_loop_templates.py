@@ -184,3 +184,116 @@ def test_a_model_turn_cut_before_its_stop_token_misses_the_turn_closing():
     cut = check_inserted_turn(TOKENIZER, "ignore_strippable", render, history, new, enc(CALL), block)
     assert cut.position == 0 and cut.expected == enc("<eos>") + block
     assert check_inserted_turn(TOKENIZER, "disable", render, history, new, enc(CALL), block) is None
+
+
+# ---------------------------------------------------------------- use_inference_chat_template
+
+THINK = "<think>23*17</think>"
+
+
+class Spy:
+    """Forwards every call to the real engine and records the prompts it got and the tokens it returned."""
+
+    def __init__(self, server):
+        self.server, self.prompts, self.outputs = server, [], []
+
+    async def generate(self, prompt_ids, sampling_params, request_id):
+        self.prompts.append(list(prompt_ids))
+        out = await self.server.generate(prompt_ids, sampling_params, request_id)
+        self.outputs.append(list(out.token_ids))
+        return out
+
+
+def reasoning_dropping_tokenizer():
+    """The tiny tokenizer with an inference-style template: earlier assistant turns lose their ``<think>`` part."""
+    tokenizer = copy.deepcopy(TOKENIZER)
+    plain = "{%- elif message.role == 'assistant' -%}<|assistant|>{{ render_content(message.content) }}"
+    assert plain in TOKENIZER.chat_template
+    tokenizer.chat_template = TOKENIZER.chat_template.replace(plain, (
+        "{%- elif message.role == 'assistant' -%}<|assistant|>"
+        "{%- if not loop.last and message.content is string and '</think>' in message.content -%}"
+        "{{ message.content.split('</think>')[-1] }}{%- else -%}{{ render_content(message.content) }}{%- endif -%}"))
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def thinker(caller):
+    """The tiny model taught to think, then call the calculator, then answer."""
+    turn1 = enc(THINK + CALL + "<eos>")
+    sequence = caller["prompt"] + turn1 + caller["delta"] + caller["turn2"]
+    labels = [-100] * len(caller["prompt"]) + turn1 + [-100] * len(caller["delta"]) + caller["turn2"]
+    model = copy.deepcopy(caller["model"])
+    teach(model, sequence, labels)
+    return {**caller, "model": model, "turn1": turn1}
+
+
+def run_spied(taught, config, tokenizer=TOKENIZER):
+    async def go():
+        spy = Spy(HFRolloutServer(config["rollout"], model=copy.deepcopy(taught["model"])))
+        loop = ToolAgentLoop(config, AsyncLLMServerManager([spy]), tokenizer)
+        return spy, await loop.run(dict(GREEDY), raw_prompt=PROMPT)
+
+    return asyncio.run(go())
+
+
+def test_inference_template_prompts_with_the_rendered_conversation(thinker, tool_config, caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    tokenizer = reasoning_dropping_tokenizer()
+    config = make_config(tool_config, use_inference_chat_template=True, tokenization_sanity_check_mode="disable")
+    spy, out = run_spied(thinker, config, tokenizer)
+    prompt, turn1 = thinker["prompt"], thinker["turn1"]
+    assert spy.outputs[0] == turn1, "the engine thought, then called"
+    conversation = [*PROMPT, {"role": "assistant", "content": THINK + CALL}, {"role": "tool", "content": "391"}]
+    rendered = render_ids(tokenizer, conversation, tools=ToolAgentLoop(config, None, tokenizer).tool_schemas,
+                          add_generation_prompt=True)
+    assert spy.prompts[1] == rendered == prompt + enc(CALL + "<eos>") + thinker["delta"], "reasoning dropped"
+    # the trajectory is what the engine read, then what it sampled; only the latter is trained on
+    rewritten = rendered[len(prompt):]
+    assert out.prompt_ids == prompt and out.response_ids == rewritten + spy.outputs[1]
+    assert out.response_mask == [0] * len(rewritten) + [1] * len(spy.outputs[1])
+    assert out.response_logprobs[:len(rewritten)] == [0.0] * len(rewritten)
+    assert out.metrics.counters["rerendered_prompt_changes"] == 1
+
+
+def test_training_template_appends_tokens_and_the_check_names_the_rewrite(thinker, tool_config, caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    tokenizer = reasoning_dropping_tokenizer()
+    spy, out = run_spied(thinker, make_config(tool_config, use_inference_chat_template=False), tokenizer)
+    prompt, turn1, delta = thinker["prompt"], thinker["turn1"], thinker["delta"]
+    assert spy.prompts[1] == prompt + turn1 + delta, "token in, token out: the thinking stays"
+    assert out.response_ids == turn1 + delta + spy.outputs[1]
+    assert out.response_mask == [1] * len(turn1) + [0] * len(delta) + [1] * len(spy.outputs[1])
+    assert out.metrics.counters["rerendered_prompt_changes"] == 0
+    (message,) = mismatch_warnings(caplog)
+    assert "renders the earlier conversation differently" in message
+
+
+def test_both_settings_agree_when_the_template_renders_what_was_appended(caller, tool_config):
+    runs = {flag: run_spied(caller, make_config(tool_config, use_inference_chat_template=flag))
+            for flag in (False, True)}
+    (spy_a, a), (spy_b, b) = runs[False], runs[True]
+    assert spy_a.prompts == spy_b.prompts and len(spy_a.prompts) == 2
+    assert (a.response_ids, a.response_mask, a.response_logprobs) == (b.response_ids, b.response_mask,
+                                                                      b.response_logprobs)
+    assert a.response_ids == caller["turn1"] + caller["delta"] + caller["turn2"]
+    assert b.metrics.counters["rerendered_prompt_changes"] == 0
+
+
+def test_inference_template_needs_the_chat_messages(caller, tool_config):
+    config = make_config(tool_config, use_inference_chat_template=True)
+    with pytest.raises(ValueError, match=r"rollout.multi_turn.use_inference_chat_template=true renders .*\(no "
+                                         r"'raw_prompt'; set data.return_raw_chat=true"):
+        run_loop(caller, config, raw_prompt=None, raw_prompt_ids=caller["prompt"])
+
+
+def test_rebase_keeps_what_agrees_and_masks_the_rest():
+    from verl.experimental.agent_loop.tool_agent_loop import _rebase, _Trajectory
+
+    traj = _Trajectory(prompt_ids=[1, 2, 3], messages=[], response_ids=[4, 5, 6, 7], response_mask=[1, 1, 0, 0],
+                       log_probs=[-0.1, -0.2, 0.0, 0.0])
+    assert not _rebase(traj, [1, 2, 3, 4, 5, 6, 7])
+    assert _rebase(traj, [1, 2, 3, 4, 9, 7])
+    assert (traj.prompt_ids, traj.response_ids, traj.response_mask, traj.log_probs) == \
+           ([1, 2, 3], [4, 9, 7], [1, 0, 0], [-0.1, 0.0, 0.0])
+    assert _rebase(traj, [1, 8, 3, 4])  # the prompt itself rendered differently: the rest is context (mask 0)
+    assert (traj.prompt_ids, traj.response_ids, traj.response_mask) == ([1], [8, 3, 4], [0, 0, 0])

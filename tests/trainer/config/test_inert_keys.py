@@ -74,6 +74,7 @@ def test_every_listed_key_exists_and_is_still_unread():
     ["trainer.ray_wait_register_center_timeout=10"],
     ["rollout.name=vllm", "rollout.data_parallel_size=2", "trainer.n_gpus_per_node=2"],
     ["rollout.multi_turn.tokenization_sanity_check_mode=ignore_strippable"],
+    ["rollout.multi_turn.use_inference_chat_template=true"],
 ])
 def test_keys_that_act_are_not_reported(overrides):
     assert inert_settings(_typed(overrides)) == []

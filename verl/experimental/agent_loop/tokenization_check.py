@@ -42,7 +42,11 @@ def render_ids(tokenizer: Any, messages: list[dict[str, Any]], **kwargs: Any) ->
 
 
 class _NotAPrefix(ValueError):
-    """Rendering more messages changed the rendering of the earlier ones."""
+    """Rendering more messages changed the rendering of the earlier ones (``prefix`` vs ``full``)."""
+
+    def __init__(self, message: str, prefix: list[int], full: list[int]) -> None:
+        super().__init__(message)
+        self.prefix, self.full = prefix, full
 
 
 @dataclass
@@ -58,7 +62,8 @@ class TemplateMismatch:
 def _after(prefix: list[int], full: list[int], what: str) -> list[int]:
     if full[: len(prefix)] != prefix:
         at = next((i for i, (a, b) in enumerate(zip(prefix, full)) if a != b), min(len(prefix), len(full)))
-        raise _NotAPrefix(f"rendering {what} changes the earlier conversation at token {at}")
+        raise _NotAPrefix(f"the chat template renders the earlier conversation differently once {what} follows it "
+                          f"(from token {at} of the rendering; e.g. it drops earlier turns' reasoning)", prefix, full)
     return full[len(prefix):]
 
 
@@ -95,11 +100,12 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def _only_whitespace_differs(tokenizer: Any, a: list[int], b: list[int]) -> bool:
-    def squeeze(ids: list[int]) -> str:
-        return "".join(tokenizer.decode(ids, skip_special_tokens=False).split())
+def _squeeze(tokenizer: Any, ids: list[int]) -> str:
+    return "".join(tokenizer.decode(ids, skip_special_tokens=False).split())
 
-    return squeeze(a) == squeeze(b)
+
+def _only_whitespace_differs(tokenizer: Any, a: list[int], b: list[int]) -> bool:
+    return _squeeze(tokenizer, a) == _squeeze(tokenizer, b)
 
 
 def check_inserted_turn(tokenizer: Any, mode: str, render: Callable[..., list[int]], history: list[dict[str, Any]],
@@ -111,8 +117,14 @@ def check_inserted_turn(tokenizer: Any, mode: str, render: Callable[..., list[in
         return None
     try:
         expected = expected_inserted_ids(render, history, new_messages, model_ids)
+    except _NotAPrefix as exc:
+        if mode == "ignore_strippable" and _squeeze(tokenizer, exc.full).startswith(_squeeze(tokenizer, exc.prefix)):
+            return None  # only whitespace of the earlier conversation changes
+        return TemplateMismatch(0, list(appended), [], reason=str(exc))
     except Exception as exc:  # the template refuses the whole conversation: inference would not see this either
-        return TemplateMismatch(0, list(appended), [], reason=f"{type(exc).__name__}: {exc}")
+        return TemplateMismatch(0, list(appended), [],
+                                reason=f"the chat template cannot render the whole conversation "
+                                       f"({type(exc).__name__}: {exc})")
     at = _first_difference(appended, expected)
     if at is None:
         return None
@@ -124,7 +136,7 @@ def check_inserted_turn(tokenizer: Any, mode: str, render: Callable[..., list[in
 def describe(tokenizer: Any, mismatch: TemplateMismatch, window: int = 12) -> str:
     """A short, readable account of ``mismatch`` for the warning."""
     if mismatch.reason:
-        return f"the chat template cannot render the whole conversation ({mismatch.reason})"
+        return mismatch.reason
     at = mismatch.position
     appended = tokenizer.decode(mismatch.appended[at:at + window], skip_special_tokens=False)
     expected = tokenizer.decode(mismatch.expected[at:at + window], skip_special_tokens=False)

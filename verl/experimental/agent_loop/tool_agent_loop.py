@@ -14,6 +14,12 @@ One trajectory, token in, token out:
 5. The loop also stops at ``multi_turn.max_assistant_turns`` model turns, ``max_user_turns`` tool/user turns, and
    when the response reaches ``rollout.response_length`` tokens (the last inserted turn is cut to fit).
 
+With ``multi_turn.use_inference_chat_template=true`` every later model turn is prompted, as an inference server
+would prompt it, with the chat template's rendering of the conversation so far (which may rewrite earlier turns,
+e.g. drop their reasoning) instead of the tokens appended so far. The trajectory follows what the engine read: from
+the first token where that rendering differs, the rendering's tokens replace the trajectory's, with mask 0, so every
+token trained on (mask 1) was sampled after exactly the tokens before it (``rerendered_prompt_changes`` counts it).
+
 Whatever the model writes never crashes the loop: unreadable call JSON, an unknown tool, arguments that do not fit
 the schema, a tool that raises, and a tool exceeding its ``timeout_s`` each become an ``Error: ...`` tool message
 the model reads, and a count in the trajectory's metrics (``ToolAgentLoopMetrics.counters``, also the
@@ -63,6 +69,7 @@ COUNTER_KEYS = (
     "tool_timeouts",  # the tool ran past its timeout_s
     "tool_calls_skipped",  # beyond max_parallel_calls in one turn
     MISMATCH_COUNTER,  # inserted turns whose ids differ from the chat template's rendering of the whole conversation
+    "rerendered_prompt_changes",  # use_inference_chat_template: prompts whose rendering differed from the trajectory
 )
 _ERROR_KINDS = ("tool_parse_errors", "tool_unknown_errors", "tool_argument_errors", "tool_exceptions",
                 "tool_timeouts", "tool_calls_skipped")
@@ -115,6 +122,25 @@ def _build_setup(multi_turn: Any, tokenizer: Any) -> _Setup:
         # a message without a role renders as the template's fixed prefix (e.g. <bos> or a default system turn)
         template_prefix=render_ids(tokenizer, [{}], add_generation_prompt=False),
     )
+
+
+def _rebase(traj: _Trajectory, context: list[int]) -> bool:
+    """Make ``prompt_ids + response_ids`` equal ``context``: keep the tokens before the first difference, take the
+    rest from ``context`` with mask 0 and log-prob 0.0 (the engine did not sample them after what precedes them).
+    Returns whether anything changed."""
+    current = traj.prompt_ids + traj.response_ids
+    same = next((i for i, (a, b) in enumerate(zip(current, context)) if a != b), min(len(current), len(context)))
+    if same == len(current) == len(context):
+        return False
+    prompt_kept = min(same, len(traj.prompt_ids))
+    kept = same - prompt_kept  # response tokens before the difference
+    rest = context[prompt_kept + kept:]
+    traj.prompt_ids = traj.prompt_ids[:prompt_kept]
+    traj.response_ids = traj.response_ids[:kept] + rest
+    traj.response_mask = traj.response_mask[:kept] + [0] * len(rest)
+    if traj.log_probs is not None:
+        traj.log_probs = traj.log_probs[:kept] + [0.0] * len(rest)
+    return True
 
 
 def _label(request_id: str, kwargs: dict[str, Any]) -> str:
@@ -191,6 +217,7 @@ class ToolAgentLoop(AgentLoopBase):
         self.max_tool_response_length = int(self.multi_turn.max_tool_response_length)
         self.truncate_side = self.multi_turn.tool_response_truncate_side
         self.sanity_check_mode = self.multi_turn.tokenization_sanity_check_mode
+        self.use_inference_chat_template = bool(self.multi_turn.use_inference_chat_template)
 
     # ------------------------------------------------------------------ run
 
@@ -211,6 +238,7 @@ class ToolAgentLoop(AgentLoopBase):
             if interaction is not None:
                 interaction_id = await interaction.start_interaction(request_id, **interaction_kwargs)
             while True:
+                await self._rerender_prompt(traj)
                 await self._generate(traj, request_id, sampling_params)
                 if traj.termination != "running":
                     break
@@ -232,12 +260,27 @@ class ToolAgentLoop(AgentLoopBase):
     async def _prompt_ids(self, kwargs: dict[str, Any], messages: list[dict[str, Any]]) -> list[int]:
         if messages:
             return await asyncio.to_thread(self._render, messages, add_generation_prompt=True)
+        if self.use_inference_chat_template:
+            raise ValueError(
+                "rollout.multi_turn.use_inference_chat_template=true renders each turn's prompt from the chat "
+                "messages, but this tool_agent sample has none (no 'raw_prompt'; set data.return_raw_chat=true, or "
+                "set the key to false to append tokens to raw_prompt_ids)"
+            )
         ids = kwargs.get("raw_prompt_ids")
         if ids is None:
             raise KeyError("tool_agent sample has neither 'raw_prompt' nor 'raw_prompt_ids'; keep them in the batch")
         return [int(t) for t in ids]
 
     # ------------------------------------------------------------------ steps
+
+    async def _rerender_prompt(self, traj: _Trajectory) -> None:
+        """With ``use_inference_chat_template``, make the next prompt the chat template's rendering of the messages
+        (a no-op before the first model turn: the prompt already is that rendering)."""
+        if not self.use_inference_chat_template or traj.assistant_turns == 0:
+            return
+        context = await asyncio.to_thread(self._render, traj.messages, add_generation_prompt=True)
+        if _rebase(traj, context):
+            traj.counters["rerendered_prompt_changes"] += 1
 
     async def _generate(self, traj: _Trajectory, request_id: str, sampling_params: dict[str, Any]) -> None:
         """One model turn; sets ``traj.termination`` to "running" when the loop may go on."""

@@ -27,9 +27,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
     "HFModelConfig": {
         "use_fused_kernels": _NO_KERNELS,
     },
-    "MultiTurnConfig": {
-        "use_inference_chat_template": "the tool agent loop always renders with the tokenizer's chat template",
-    },
 }
 
 

@@ -56,6 +56,13 @@ class MultiTurnConfig(BaseConfig):
     rendering of the whole conversation, because a policy trained on sequences that differ from what inference feeds
     it is trained off its own distribution: ``strict`` warns on any difference, ``ignore_strippable`` only on more
     than whitespace, ``disable`` skips the check. It never changes the trajectory.
+
+    ``use_inference_chat_template``: ``false`` (default) builds the trajectory by appending tokens, every model turn
+    kept as generated (the training view). ``true`` prompts each later model turn with the chat template's rendering
+    of the conversation, as an inference server would (templates may rewrite earlier turns, e.g. drop their
+    reasoning); where that rendering differs from the tokens so far, the trajectory takes the rendering from the
+    first difference on with mask 0, so trained tokens were always sampled after exactly the tokens before them.
+    It needs the samples' chat messages (``data.return_raw_chat``).
     """
 
     enable: bool = False
