@@ -15,7 +15,13 @@ import verl.trainer.config as trainer_config
 import verl.workers.config as worker_config
 from verl.base_config import ConfigError
 from verl.trainer.config.compose import compose_ppo_config
-from verl.trainer.config.inert_keys import INERT_FIELDS, InertConfigWarning, check_inert_keys, inert_settings
+from verl.trainer.config.inert_keys import (
+    INERT_FIELDS,
+    INERT_KEYS,
+    InertConfigWarning,
+    check_inert_keys,
+    inert_settings,
+)
 from verl.trainer.main_ppo import resolve_config
 
 
@@ -75,6 +81,7 @@ def test_every_listed_key_exists_and_is_still_unread():
     ["rollout.name=vllm", "rollout.data_parallel_size=2", "trainer.n_gpus_per_node=2"],
     ["rollout.multi_turn.tokenization_sanity_check_mode=ignore_strippable"],
     ["rollout.multi_turn.use_inference_chat_template=true"],
+    ["model.use_fused_kernels=true"],
 ])
 def test_keys_that_act_are_not_reported(overrides):
     assert inert_settings(_typed(overrides)) == []
@@ -83,3 +90,10 @@ def test_keys_that_act_are_not_reported(overrides):
 def test_a_startup_limit_that_is_not_positive_is_refused_by_name():
     with pytest.raises(ConfigError, match=r"trainer.ray_wait_register_center_timeout: must be > 0 seconds, got 0"):
         _typed(["trainer.ray_wait_register_center_timeout=0"])
+
+
+def test_a_key_inert_in_one_group_only_is_reported_there():
+    assert [key for key, _, _ in inert_settings(_typed(["+critic.model.use_fused_kernels=true"]))] == [
+        "critic.model.use_fused_kernels"]
+    assert inert_settings(_typed(["model.use_fused_kernels=true"])) == []  # the actor's and reference's act
+    assert set(INERT_KEYS) == {"critic.model.use_fused_kernels"}

@@ -11,10 +11,9 @@ import dataclasses
 import warnings
 from typing import Any
 
-__all__ = ["INERT_FIELDS", "InertConfigWarning", "check_inert_keys", "inert_settings"]
+__all__ = ["INERT_FIELDS", "INERT_KEYS", "InertConfigWarning", "check_inert_keys", "inert_settings"]
 
 _SP = "sequence parallelism (Ulysses) is not implemented; every rank holds whole sequences"
-_NO_KERNELS = "no fused or custom kernels are swapped in; the model runs its own modules"
 
 # config class name -> {field: why it has no effect}
 INERT_FIELDS: dict[str, dict[str, str]] = {
@@ -24,9 +23,11 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
     },
     "FSDPActorConfig": {"ulysses_sequence_parallel_size": _SP},
     "FSDPCriticConfig": {"ulysses_sequence_parallel_size": _SP},
-    "HFModelConfig": {
-        "use_fused_kernels": _NO_KERNELS,
-    },
+}
+
+# dotted key -> why it has no effect there: a field that acts in one group but not in another of the same class
+INERT_KEYS: dict[str, str] = {
+    "critic.model.use_fused_kernels": "the fused kernels replace an LM head; the critic's value head has none",
 }
 
 
@@ -55,10 +56,11 @@ def inert_settings(config: Any, prefix: str = "") -> list[tuple[str, Any, str]]:
     for f in dataclasses.fields(config):
         value = getattr(config, f.name, None)
         key = f"{prefix}{f.name}"
-        if f.name in inert:
+        reason = inert.get(f.name, INERT_KEYS.get(key))
+        if reason is not None:
             default = _default_of(config, f.name)
             if default is not dataclasses.MISSING and value != default:
-                found.append((key, value, inert[f.name]))
+                found.append((key, value, reason))
             continue
         found.extend(inert_settings(value, key + "."))
     return found

@@ -21,6 +21,8 @@ class HFModelConfig(BaseConfig):
     ``tokenizer_path`` defaults to ``path``. ``lora_rank > 0`` turns on LoRA with ``lora_alpha`` / ``target_modules``.
     ``use_shm`` reads the checkpoint from a copy in ``/dev/shm`` that every process of the node shares.
     ``enable_activation_offload`` keeps what a trainable model's forward saves for backward in pinned host memory.
+    ``use_fused_kernels`` has the policy's LM head compute log-probs and entropy per chunk of rows instead of making
+    the ``[tokens, vocab]`` logits (:mod:`verl.workers.actor.fused_head`).
     """
 
     path: str = BUILTIN_TINY_MODEL
