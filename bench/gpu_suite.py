@@ -9,7 +9,8 @@ Run on a machine with a CUDA device (never in CI); without one it prints why and
 - update: one ``DataParallelPPOActor.update_policy`` on FSDP2 over a one-GPU mesh (bf16 compute, fp32 master
   weights, as the worker builds it) and the log-prob forward; MFU = model FLOPs / (time x peak), with
   6 x params x tokens for forward + backward and 2 x params x tokens for a forward (attention FLOPs left out, so the
-  MFU is a slight under-estimate).
+  MFU is a slight under-estimate). Both run twice, with the logits path and with ``model.use_fused_kernels`` (the
+  head computes log-probs and entropy per chunk), each with its own peak GPU memory.
 
     python bench/gpu_suite.py                 # writes bench/results/gpu_suite.{json,md}
     python bench/gpu_suite.py --smoke         # CPU, tiny model: checks the code path only
@@ -159,8 +160,9 @@ def make_update_batch(samples: int, prompt_len: int, response_len: int, vocab: i
     return DataProto.from_dict(tensors, {"uid": uids}, {"temperature": 1.0})
 
 
-def time_update(shape: dict, device: Any, args: argparse.Namespace) -> dict:
-    """FSDP2 on a one-rank mesh around the fp32 model, bf16 compute on GPU, exactly as the actor worker wraps it."""
+def time_update(shape: dict, device: Any, args: argparse.Namespace, fused: bool = False) -> dict:
+    """FSDP2 on a one-rank mesh around the fp32 model, bf16 compute on GPU, exactly as the actor worker wraps it;
+    ``fused``: ``model.use_fused_kernels``."""
     import torch
 
     from verl.workers.actor.dp_actor import DataParallelPPOActor
@@ -170,6 +172,9 @@ def time_update(shape: dict, device: Any, args: argparse.Namespace) -> dict:
     from verl.workers.fsdp.worker_config import ConfigView
 
     init_distributed(device.type, 0, 1)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     model = build_model(shape, torch.float32, device, args.seed)
     params = sum(p.numel() for p in model.parameters())
     mesh = build_fsdp_mesh(device.type, 1, -1)
@@ -177,7 +182,8 @@ def time_update(shape: dict, device: Any, args: argparse.Namespace) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
     micro = args.update_micro_batch
     config = ConfigView(FSDPActorConfig(), ppo_mini_batch_size=args.update_samples, ppo_micro_batch_size_per_gpu=micro,
-                        ppo_micro_batch_size=None, ppo_epochs=1, use_remove_padding=False)
+                        ppo_micro_batch_size=None, ppo_epochs=1, use_remove_padding=False,
+                        use_fused_kernels=fused)
     actor = DataParallelPPOActor(config, model, optimizer)
     data = make_update_batch(args.update_samples, args.update_prompt_len, args.update_response_len,
                              shape["vocab_size"], args.seed).to(device)
@@ -243,23 +249,24 @@ def main(argv: list[str] | None = None) -> dict | None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     update = time_update(shape, device, args)
+    fused = time_update(shape, device, args, fused=True)
 
     peak = peak_flops(device_name, args.peak_tflops) if device.type == "cuda" else None
     gen_tokens = args.requests * args.response_length
-    upd_s, lp_s = median(update["update_s"]), median(update["log_prob_s"])
-    upd_flops = 6 * update["params"] * update["tokens"] / upd_s
-    lp_flops = 2 * update["params"] * update["tokens"] / lp_s
     rollout_rows = [
         ["hf engine (continuous batching)", gen_tokens / median(engine_s), median(engine_s)],
         [f"model.generate, static batches of {args.max_num_seqs}", gen_tokens / median(generate_s),
          median(generate_s)],
     ]
-    update_rows = [
-        ["update_policy (fwd + bwd + AdamW)", update["tokens"] / upd_s, upd_flops / 1e12,
-         None if peak is None else f"{upd_flops / peak * 100:.1f}%", upd_s],
-        ["compute_log_prob (fwd)", update["tokens"] / lp_s, lp_flops / 1e12,
-         None if peak is None else f"{lp_flops / peak * 100:.1f}%", lp_s],
-    ]
+    update_rows = []
+    for variant, result in (("logits", update), ("fused head", fused)):
+        for stage, key, factor in (("update_policy (fwd + bwd + AdamW)", "update_s", 6),
+                                   ("compute_log_prob (fwd)", "log_prob_s", 2)):
+            seconds = median(result[key])
+            flops = factor * result["params"] * result["tokens"] / seconds
+            update_rows.append([stage, variant, result["tokens"] / seconds, flops / 1e12,
+                                None if peak is None else f"{flops / peak * 100:.1f}%", seconds,
+                                result["peak_memory_gib"]])
     markdown = "\n".join([
         f"{device_name}; model: Qwen2.5-0.5B shape{' (smoke: tiny shape)' if args.smoke else ''}, "
         f"{update['params'] / 1e6:.0f}M parameters, random weights; medians of {args.repeats}.",
@@ -271,15 +278,16 @@ def main(argv: list[str] | None = None) -> dict | None:
         "",
         f"Update: {args.update_samples} samples x {args.update_prompt_len + args.update_response_len} tokens, "
         f"micro-batch {args.update_micro_batch}, FSDP2 on one GPU, bf16 compute; peak "
-        f"{'unknown' if peak is None else f'{peak / 1e12:.0f} TFLOP/s'}"
-        + (f"; peak memory {update['peak_memory_gib']:.1f} GiB." if update["peak_memory_gib"] else "."),
+        f"{'unknown' if peak is None else f'{peak / 1e12:.0f} TFLOP/s'}; \"fused head\" is "
+        "model.use_fused_kernels=true; peak memory is per variant (both stages).",
         "",
-        markdown_table(["stage", "tokens/s", "model TFLOP/s", "MFU", "seconds"], update_rows),
+        markdown_table(["stage", "variant", "tokens/s", "model TFLOP/s", "MFU", "seconds", "peak memory GiB"],
+                       update_rows),
     ])
     print(markdown)
     payload = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                "device": device_name, "shape": shape, "peak_flops": peak,
-               "raw": {"engine_s": engine_s, "generate_s": generate_s, **update}}
+               "raw": {"engine_s": engine_s, "generate_s": generate_s, **update, "fused": fused}}
     if args.smoke and args.out_dir is None:
         print("\n(smoke run: nothing written)")
         return payload
