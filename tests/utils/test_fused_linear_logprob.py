@@ -116,3 +116,16 @@ def test_bad_inputs_name_the_argument():
         linear_logprobs_and_entropy(hidden, weight, labels, temperature=0.0)
     with pytest.raises(ValueError, match="chunk_size must be a positive"):
         linear_logprobs_and_entropy(hidden, weight, labels, chunk_size=0)
+
+
+@pytest.mark.gpu
+def test_bfloat16_on_cuda_follows_the_float32_logits():
+    hidden, weight, _, labels = inputs(dtype=torch.float32)
+    hidden, weight, labels = hidden.detach().cuda(), weight.detach().cuda(), labels.cuda()
+    h16, w16 = hidden.bfloat16().requires_grad_(), weight.bfloat16().requires_grad_()
+    log_probs, entropy = linear_logprobs_and_entropy(h16, w16, labels, chunk_size=4)
+    want_logp, want_entropy = explicit(h16.float(), w16.float(), None, labels, 1.0)
+    torch.testing.assert_close(log_probs, want_logp, atol=0.3, rtol=0.05)
+    torch.testing.assert_close(entropy, want_entropy, atol=0.1, rtol=0.05)
+    (log_probs.sum() + entropy.sum()).backward()
+    assert w16.grad.dtype == torch.bfloat16 and torch.isfinite(w16.grad.float()).all()
