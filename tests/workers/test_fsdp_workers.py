@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, register
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+from verl.single_controller.ray.errors import WorkerError
 from verl.utils.torch_functional import compute_position_id_with_mask, logprobs_from_logits
 from verl.workers.fsdp.weights import iter_full_state
 from verl.workers.fsdp_workers import ActorRolloutRefWorker
@@ -317,13 +318,12 @@ def test_worker_replicas_serve_token_requests_concurrently(groups):
 
 def test_missing_model_path_fails_naming_the_path(ray_cluster, tmp_path):
     bad = str(tmp_path / "no_such_model")
-    group = make_group(make_config(bad), 1, role="actor")
-    try:
-        with pytest.raises(Exception, match="no_such_model"):
-            group.init_model()
+    pool = RayResourcePool([1], use_gpu=False)
+    try:  # the worker's constructor resolves the path, so the group's start-up reports it, naming the rank
+        with pytest.raises(WorkerError, match=r"rank 0 .* died during __init__\(\)(.|\n)*no_such_model"):
+            RayWorkerGroup(pool, RayClassWithInitArgs(ProbeActorWorker, config=make_config(bad), role="actor"))
     finally:
-        group.shutdown()
-        group.resource_pool.release()
+        pool.release()
 
 
 @pytest.fixture(scope="module")
