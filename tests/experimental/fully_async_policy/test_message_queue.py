@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 
-from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, MessageQueue, QueueClosedError
+from verl.experimental.fully_async_policy.message_queue import (
+    END_OF_STREAM,
+    HELD_BATCHES,
+    MessageQueue,
+    QueueClosedError,
+)
 
 
 def run(coro):
@@ -100,3 +107,32 @@ def test_bad_sizes_are_refused_by_name():
         MessageQueue(0)
     with pytest.raises(ValueError, match="count must be >= 1"):
         run(MessageQueue(1).get(0))
+
+
+class Payload:
+    """A queued item that can be watched with a weak reference."""
+
+
+def test_handed_out_items_stay_referenced_for_the_next_gets():
+    """What a consumer took stays referenced by the queue until HELD_BATCHES later gets, so an object-store entry a
+    sample nests survives until the consumer has fetched it, whatever the consumer did with its copy."""
+    assert HELD_BATCHES == 2
+
+    async def scenario():
+        queue = MessageQueue(8)
+        items = [Payload() for _ in range(4)]
+        watches = [weakref.ref(item) for item in items]
+        await queue.put_many(items)
+        del items
+        alive = []
+        for _ in range(4):
+            await queue.get(1, timeout_s=1)  # the consumer drops what it got at once
+            gc.collect()
+            alive.append([watch() is not None for watch in watches])
+        return alive
+
+    alive = run(scenario())
+    assert alive[0] == [True, True, True, True]
+    assert alive[1] == [True, True, True, True]
+    assert alive[2] == [False, True, True, True], "a batch is released after two later gets"
+    assert alive[3] == [False, False, True, True]

@@ -9,6 +9,13 @@ counted twice.
 Payloads travel through the object store, not through the queue actor: the producer wraps each sample with
 :func:`by_reference` (one ``ray.put``, serialized once) and the queue only moves the small :class:`SampleRef`; the
 consumer fetches a whole update's payloads with one ``ray.get`` (:func:`resolve_refs`).
+
+The queue keeps the items of its last :data:`HELD_BATCHES` gets referenced after handing them out. A reference
+nested in a sample travels producer -> queue -> consumer, and Ray's counting of such second-hand borrowers can lose
+the race with the queue dropping its own copy: the producer's entry was then deleted before the consumer fetched it
+(``ReferenceCountingAssertionError``, seen once in a fully-async run). The consumer fetches a batch before asking for
+the next one, so holding two batches keeps every payload alive until it is read, at the cost of two batches of
+object-store memory.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ __all__ = [
 
 # Put by the rollouter after its last sample: the trainer stops after consuming everything before it.
 END_OF_STREAM = "__verl_end_of_stream__"
+# Handed-out batches the queue keeps referenced until later gets (see the module docstring).
+HELD_BATCHES = 2
 
 
 class QueueClosedError(RuntimeError):
@@ -159,6 +168,7 @@ class MessageQueue:
             raise ValueError(f"MessageQueue: max_queue_size must be >= 1, got {max_queue_size}")
         self.max_queue_size = int(max_queue_size)
         self._items: collections.deque[Any] = collections.deque()
+        self._handed_out: collections.deque[list[Any]] = collections.deque(maxlen=HELD_BATCHES)
         self._changed: asyncio.Condition | None = None
         self._closed_reason: str | None = None
         self.total_put = 0
@@ -242,6 +252,7 @@ class MessageQueue:
                     raise TimeoutError(
                         f"message queue get: {len(taken)} of {count} sample(s) arrived within {timeout_s:g}s"
                     ) from None
+        self._handed_out.append(list(taken))  # keeps nested payload references alive until the consumer read them
         return taken
 
     async def close(self, reason: str) -> None:
