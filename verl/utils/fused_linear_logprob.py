@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from verl.utils.torch_functional import _rows_per_chunk
+
 __all__ = ["linear_logprobs_and_entropy"]
 
 # Float32 elements of one chunk of logits (64 MiB): a chunk holds two such buffers at once, in forward and backward.
@@ -125,9 +127,7 @@ def linear_logprobs_and_entropy(
                          f"got {tuple(weight.shape)}")
     if not temperature > 0:
         raise ValueError(f"linear_logprobs_and_entropy: temperature must be > 0, got {temperature}")
-    if chunk_size is not None and chunk_size <= 0:
-        raise ValueError(f"linear_logprobs_and_entropy: chunk_size must be a positive number of rows, got {chunk_size}")
-    rows = chunk_size or max(1, _CHUNK_ELEMENTS // weight.shape[0])
+    rows = _rows_per_chunk(weight.shape[0], chunk_size, _CHUNK_ELEMENTS)
     flat_hidden = hidden.reshape(-1, hidden.shape[-1])
     log_probs, entropy = _FusedLinearLogProbEntropy.apply(flat_hidden, weight, bias, labels.reshape(-1).long(),
                                                           float(temperature), rows)

@@ -46,12 +46,13 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def _rows_per_chunk(vocab: int, chunk_size: int | None) -> int:
+def _rows_per_chunk(vocab: int, chunk_size: int | None, elements: int | None = None) -> int:
+    """``chunk_size`` checked, or as many rows as keep one chunk within ``elements`` (default ~256 MiB float32)."""
     if chunk_size is not None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive number of rows, got {chunk_size}")
         return chunk_size
-    return max(1, _CHUNK_ELEMENTS // max(vocab, 1))
+    return max(1, (elements or _CHUNK_ELEMENTS) // max(vocab, 1))
 
 
 def _row_blocks(logits: torch.Tensor, rows: int) -> Iterator[tuple[int, torch.Tensor]]:

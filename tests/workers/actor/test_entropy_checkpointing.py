@@ -6,11 +6,11 @@ import copy
 
 import pytest
 import torch
+from _actor_batches import response_micro_batch
 from tensordict import TensorDict
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
-from verl.utils.torch_functional import compute_position_id_with_mask
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 from verl.workers.config.actor import FSDPActorConfig
 
@@ -36,15 +36,7 @@ def base_model(tiny_model_dir):
 
 
 def micro_batch(vocab_size: int) -> TensorDict:
-    gen = torch.Generator().manual_seed(0)
-    prompts = torch.randint(1, vocab_size, (ROWS, PROMPT_LEN), generator=gen)
-    responses = torch.randint(1, vocab_size, (ROWS, RESPONSE_LEN), generator=gen)
-    attention_mask = torch.ones(ROWS, PROMPT_LEN + RESPONSE_LEN, dtype=torch.long)
-    attention_mask[0, :2] = 0  # a left-padded prompt
-    attention_mask[1, -2:] = 0  # a short response
-    return TensorDict({"responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
-                       "attention_mask": attention_mask,
-                       "position_ids": compute_position_id_with_mask(attention_mask)}, batch_size=[ROWS])
+    return response_micro_batch(vocab_size, ROWS, PROMPT_LEN, RESPONSE_LEN)
 
 
 def grads_and_recomputes(base_model, checkpointing: bool, chunking: bool) -> tuple[list[torch.Tensor], int]:

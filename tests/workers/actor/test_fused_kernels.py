@@ -7,12 +7,12 @@ import copy
 
 import pytest
 import torch
+from _actor_batches import response_micro_batch
 from tensordict import TensorDict
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
 from verl.protocol import DataProto
-from verl.utils.torch_functional import compute_position_id_with_mask
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 from verl.workers.actor.fused_head import check_fused_head, fused_lm_head
 from verl.workers.config.actor import FSDPActorConfig
@@ -44,15 +44,7 @@ def base_model(tiny_model_dir):
 
 
 def micro_batch(vocab_size: int) -> TensorDict:
-    gen = torch.Generator().manual_seed(0)
-    prompts = torch.randint(1, vocab_size, (ROWS, PROMPT_LEN), generator=gen)
-    responses = torch.randint(1, vocab_size, (ROWS, RESPONSE_LEN), generator=gen)
-    attention_mask = torch.ones(ROWS, PROMPT_LEN + RESPONSE_LEN, dtype=torch.long)
-    attention_mask[0, :2] = 0  # a left-padded prompt
-    attention_mask[1, -2:] = 0  # a short response
-    return TensorDict({"responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
-                       "attention_mask": attention_mask,
-                       "position_ids": compute_position_id_with_mask(attention_mask)}, batch_size=[ROWS])
+    return response_micro_batch(vocab_size, ROWS, PROMPT_LEN, RESPONSE_LEN)
 
 
 def make_actor(model, fused: bool, remove_padding: bool = False, **config) -> DataParallelPPOActor:
@@ -125,7 +117,7 @@ def test_the_head_is_restored_even_when_the_forward_raises(base_model):
     head = model.get_output_embeddings()
     labels = torch.zeros(2, 3, dtype=torch.long)
     with pytest.raises(ValueError, match="the head received 5 positions for 6 labels"):
-        with fused_lm_head(model, labels, 1.0):
+        with fused_lm_head(check_fused_head(model), labels, 1.0):
             model(input_ids=torch.ones(1, 7, dtype=torch.long), logits_to_keep=5)
     assert "forward" not in head.__dict__
     assert model(input_ids=torch.ones(1, 3, dtype=torch.long)).logits.shape[-1] == model.config.vocab_size

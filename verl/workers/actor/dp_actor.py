@@ -24,7 +24,7 @@ from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.actor.batching import positive_int, read_meta, restore_order, select_batch, split_micro_batches
 from verl.workers.actor.fused_head import check_fused_head, fused_lm_head
-from verl.workers.actor.token_forward import forward_for_responses, module_device
+from verl.workers.actor.token_forward import ResponseSlots, forward_for_responses, module_device
 from verl.workers.actor.update_loop import UpdatePlan, run_updates
 
 __all__ = ["DataParallelPPOActor"]
@@ -74,8 +74,8 @@ class DataParallelPPOActor(BasePPOActor):
         self._compiled = bool(getattr(config, "use_torch_compile", False))
         self._entropy_of = _entropy_function(config)
         self.use_fused_kernels = bool(getattr(config, "use_fused_kernels", False))
-        if self.use_fused_kernels:
-            check_fused_head(actor_module)  # an unsuitable model fails when the worker is built, naming the key
+        # checked here, once: an unsuitable model fails when the worker is built, naming the key
+        self._fused_head = check_fused_head(actor_module) if self.use_fused_kernels else None
 
     # ------------------------------------------------------------------ forward
 
@@ -87,17 +87,10 @@ class DataParallelPPOActor(BasePPOActor):
         Values at padded response slots are unspecified (0 under padding removal);
         callers mask them with ``response_mask``.
         """
-        if self.use_fused_kernels:
+        if self._fused_head is not None:
             return self._forward_fused(micro, temperature, calculate_entropy, entropy_grad)
         responses = micro["responses"]
-        flat_logits, slots = forward_for_responses(
-            self.actor_module,
-            micro["input_ids"],
-            micro["attention_mask"],
-            micro["position_ids"],
-            responses.shape[-1],
-            self.use_remove_padding,
-        )
+        flat_logits, slots = self._forward_slots(micro)
         logits = slots.take(flat_logits).float()
         if temperature != 1.0:  # in place: the head's output is saved by no backward, and a copy is a whole logits
             logits = logits.div_(temperature)
@@ -119,17 +112,18 @@ class DataParallelPPOActor(BasePPOActor):
         self, micro: TensorDict, temperature: float, calculate_entropy: bool, entropy_grad: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``_forward_micro_batch`` with the head computing log-probs and entropy itself (``use_fused_kernels``)."""
-        responses = micro["responses"]
         with_grad = entropy_grad and torch.is_grad_enabled()
-        with fused_lm_head(self.actor_module, responses, temperature, calculate_entropy=calculate_entropy,
+        with fused_lm_head(self._fused_head, micro["responses"], temperature, calculate_entropy=calculate_entropy,
                            entropy_grad=with_grad):
-            flat, slots = forward_for_responses(
-                self.actor_module, micro["input_ids"], micro["attention_mask"], micro["position_ids"],
-                responses.shape[-1], self.use_remove_padding,
-            )
+            flat, slots = self._forward_slots(micro)
         per_slot = slots.take(flat)
         entropy = slots.clean(per_slot[..., 1]) if calculate_entropy else None
         return slots.clean(per_slot[..., 0]), entropy
+
+    def _forward_slots(self, micro: TensorDict) -> tuple[torch.Tensor, ResponseSlots]:
+        """The module's flat per-slot output for ``micro`` and where each response slot lies in it."""
+        return forward_for_responses(self.actor_module, micro["input_ids"], micro["attention_mask"],
+                                     micro["position_ids"], micro["responses"].shape[-1], self.use_remove_padding)
 
     def _entropy(self, logits: torch.Tensor) -> torch.Tensor:
         """Per-token entropy ([B, R]) of ``logits`` ([B, R, V])."""

@@ -1,6 +1,7 @@
 """``model.use_fused_kernels``: the policy's output head computes log-probs and entropy, never the logits.
 
-For the forward of one micro-batch the LM head's ``forward`` is swapped for
+The head is checked once, when the actor is built (:func:`check_fused_head`); for the forward of one micro-batch
+its ``forward`` is swapped for
 :func:`~verl.utils.fused_linear_logprob.linear_logprobs_and_entropy`: the causal LM still runs its own forward (so
 FSDP's hooks gather and release the head's weight as usual, and ``logits_to_keep`` still picks the response slots),
 but where it would compute ``[tokens, vocab]`` logits it gets ``[tokens, 2]``: each slot's log-prob of its label
@@ -56,16 +57,16 @@ def check_fused_head(module: nn.Module, key: str = FUSED_KERNELS_KEY) -> nn.Line
 
 
 @contextlib.contextmanager
-def fused_lm_head(module: nn.Module, labels: torch.Tensor, temperature: float, *, calculate_entropy: bool = False,
+def fused_lm_head(head: nn.Linear, labels: torch.Tensor, temperature: float, *, calculate_entropy: bool = False,
                   entropy_grad: bool = False, key: str = FUSED_KERNELS_KEY) -> Iterator[None]:
-    """Inside the block, ``module``'s head returns ``[..., 2]`` (log-prob of ``labels``, entropy) instead of logits,
-    or ``[..., 1]`` (log-prob) without ``calculate_entropy``.
+    """Inside the block, ``head`` (the model's output head, as :func:`check_fused_head` returned it) returns
+    ``[..., 2]`` (log-prob of ``labels``, entropy) instead of logits, or ``[..., 1]`` (log-prob) without
+    ``calculate_entropy``.
 
     ``labels`` are the token ids each kept position scores, in the order the head sees them (``[B, R]`` responses
     for ``logits_to_keep`` slots); the logits are divided by ``temperature`` first, as the unfused path does. The
     entropy carries a gradient only with ``entropy_grad``, so backward skips its term otherwise.
     """
-    head = check_fused_head(module, key)
 
     def forward(hidden: torch.Tensor) -> torch.Tensor:
         if hidden.shape[:-1].numel() != labels.numel():
