@@ -73,6 +73,17 @@ def test_log_probs_use_temperature_but_not_truncation():
     torch.testing.assert_close(log_probs, torch.log_softmax(logits / 0.5, -1)[:, 0])
 
 
+@pytest.mark.parametrize("temperatures", [(1.0, 1.0, 1.0), (1.0, 0.5, 2.0), (0.5, 0.5, 0.5)])
+def test_each_row_is_scaled_by_its_own_temperature(temperatures):
+    # the sampler decides on the host whether any row needs scaling; a mixed batch must still scale each row
+    logits = torch.randn(3, 6, generator=torch.Generator().manual_seed(0))
+    params = [SamplingParams(temperature=t, top_k=1, logprobs=True) for t in temperatures]
+    tokens, log_probs = sample_next_tokens(logits, _state(params))
+    assert tokens.tolist() == logits.argmax(-1).tolist()
+    expected = torch.log_softmax(logits / torch.tensor(temperatures).unsqueeze(1), -1).gather(1, tokens[:, None])
+    torch.testing.assert_close(log_probs, expected.squeeze(1))
+
+
 def test_seeded_row_is_independent_of_other_rows():
     logits = torch.randn(1, 50).repeat(3, 1)
 

@@ -183,7 +183,8 @@ class RowSamplingState:
         self.all_seeded = all(p.seed is not None or p.greedy for p in params)
         self.any_top_k = any(p.top_k > 0 and not p.greedy for p in params)
         self.any_top_p = any(p.top_p < 1.0 and not p.greedy for p in params)
-        self.uniform_temperature = len({p.temperature for p in params}) <= 1
+        # decided on the host: reading the temperature tensor back would wait for the GPU on every step
+        self.unit_temperature = all(p.temperature == 1.0 for p in params)
         self.temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device)
         self.top_k = torch.tensor([p.top_k for p in params], dtype=torch.long, device=device)
         self.top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
@@ -224,7 +225,7 @@ def sample_next_tokens(
     """
     logits = logits.float()
     greedy_tokens = torch.argmax(logits, dim=-1) if state.any_greedy else None
-    if state.uniform_temperature and float(state.temperature[0]) == 1.0:
+    if state.unit_temperature:
         scaled = logits
     else:
         scaled = logits / state.temperature.unsqueeze(1)
