@@ -6,4 +6,4 @@ bench:
 
 # The GPU set; needs a CUDA device (skips cleanly without one).
 bench-gpu:
-	python -m bench --only gpu_suite
+	python -m bench --only gpu_suite gpu_engine_overhead

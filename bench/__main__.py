@@ -38,7 +38,7 @@ CPU_SET: dict[str, tuple[list[str], int]] = {
     "agent_loop_overhead": ([], 240),
     "async_speedup": ([], 300),
 }
-GPU_ONLY = ("gpu_suite",)
+GPU_ONLY = ("gpu_suite", "gpu_engine_overhead")
 
 
 def run_one(name: str, extra: list[str], timeout_s: float) -> dict:
@@ -63,7 +63,7 @@ def run_one(name: str, extra: list[str], timeout_s: float) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these scripts (gpu_suite allowed)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these scripts (the GPU-only ones allowed)")
     parser.add_argument("--skip", nargs="+", metavar="NAME", default=[], help="leave these scripts out")
     parser.add_argument("--budget-s", type=float, default=15 * 60, help="total time budget in seconds")
     parser.add_argument("--list", action="store_true", help="print the CPU set and exit")
