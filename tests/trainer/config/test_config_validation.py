@@ -31,6 +31,7 @@ from verl.workers.config import (
         (lambda: RolloutConfig(top_p=0.0), "top_p: must be in (0, 1], got 0.0"),
         (lambda: RolloutConfig(nnodes=-1), "nnodes: must be >= 0 (0 = share the actor's processes), got -1"),
         (lambda: RolloutConfig(dtype="int8"), "dtype: must be one of"),
+        (lambda: RolloutConfig(max_num_batched_tokens=0), "max_num_batched_tokens: must be >= 1, got 0"),
         (lambda: RewardModelConfig(enable=True), "model.path: must be set when the reward model is enabled"),
         (lambda: RewardConfig(timeout_s=0), "timeout_s: must be > 0"),
         (lambda: AlgoConfig(gamma=1.5), "gamma: must be in [0, 1], got 1.5"),

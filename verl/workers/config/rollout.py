@@ -185,6 +185,8 @@ class RolloutConfig(BaseConfig):
         check(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization",
               f"must be in (0, 1], got {self.gpu_memory_utilization}")
         check(self.max_num_seqs >= 1, "max_num_seqs", f"must be >= 1, got {self.max_num_seqs}")
+        check(self.max_num_batched_tokens >= 1, "max_num_batched_tokens",
+              f"must be >= 1, got {self.max_num_batched_tokens}")
         check(self.max_model_len is None or self.max_model_len >= self.prompt_length + 1, "max_model_len",
               f"must exceed prompt_length ({self.prompt_length}), got {self.max_model_len}")
         check(self.tensor_model_parallel_size >= 1, "tensor_model_parallel_size",

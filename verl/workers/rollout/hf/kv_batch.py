@@ -5,7 +5,8 @@ and a row's padding is on its left, hidden by its attention-mask row. Each row k
 position ids, so a request computes exactly what it would compute alone (up to float rounding).
 
 - admit: newly admitted prompts are prefilled together (left padded) in a fresh cache; it and the running
-  cache are left-padded to a common length and stacked on the batch axis.
+  cache are left-padded to a common length and stacked on the batch axis. With a token budget the prompts are
+  prefilled in consecutive groups whose padded size (rows x longest prompt) stays within it, each merged in turn.
 - decode: one forward of the last sampled token of every row; its keys and values go into spare cache
   columns (:mod:`kv_headroom`) instead of a reallocated cache.
 - retire: the kept rows move up in place; leading columns that are padding for every remaining row are
@@ -24,7 +25,7 @@ from transformers import DynamicCache
 
 from verl.workers.rollout.hf.kv_headroom import HeadroomLayer, with_headroom_layers
 
-__all__ = ["RunningBatch"]
+__all__ = ["RunningBatch", "prefill_groups"]
 
 
 def _left_pad(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
@@ -33,6 +34,27 @@ def _left_pad(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
     shape = list(t.shape)
     shape[dim] = width
     return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+
+def prefill_groups(lengths: Sequence[int], max_tokens: int | None) -> list[slice]:
+    """Consecutive groups of prompts whose padded prefill (rows x longest prompt) fits ``max_tokens``.
+
+    A prompt longer than the budget is prefilled alone; ``None`` puts every prompt in one group.
+    """
+    if max_tokens is None:
+        return [slice(0, len(lengths))] if lengths else []
+    if max_tokens < 1:
+        raise ValueError(f"rollout.max_num_batched_tokens must be >= 1, got {max_tokens}")
+    groups, start, width = [], 0, 0
+    for index, length in enumerate(lengths):
+        grown = max(width, length)
+        if index > start and grown * (index - start + 1) > max_tokens:
+            groups.append(slice(start, index))
+            start, grown = index, length
+        width = grown
+    if lengths:
+        groups.append(slice(start, len(lengths)))
+    return groups
 
 
 def cache_argument(model: torch.nn.Module) -> str:
@@ -49,10 +71,18 @@ class RunningBatch:
     #: ``torch.cat``-per-step layer to measure what the headroom saves)
     layer_class: type[HeadroomLayer] = HeadroomLayer
 
-    def __init__(self, model: torch.nn.Module, device: torch.device, pad_token_id: int = 0):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: torch.device,
+        pad_token_id: int = 0,
+        max_prefill_tokens: int | None = None,
+    ):
         self.model = model
         self.device = device
         self.pad_token_id = pad_token_id
+        prefill_groups([], max_prefill_tokens)  # validates the budget now, not at the first admission
+        self.max_prefill_tokens = max_prefill_tokens
         self._cache_argument = cache_argument(model)
         self.clear()
 
@@ -94,7 +124,12 @@ class RunningBatch:
                 )
 
     def admit(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Prefill ``prompts`` as new rows appended at the end of the batch; return their last logits [n, V]."""
+        """Prefill ``prompts`` as new rows appended at the end of the batch, in groups within
+        ``max_prefill_tokens``; return their last logits [n, V]."""
+        groups = prefill_groups([len(p) for p in prompts], self.max_prefill_tokens)
+        return torch.cat([self._admit_group(prompts[group]) for group in groups])
+
+    def _admit_group(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
         lengths = [len(p) for p in prompts]
         width = max(lengths)
         ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)

@@ -40,8 +40,9 @@ class HFRolloutServer(RolloutServer):
 
     Args:
         config: ``RolloutConfig`` or any object with its attributes (prompt_length, response_length,
-            max_num_seqs, calculate_log_probs, dtype, temperature, top_p, top_k, do_sample, ignore_eos,
-            max_model_len, multi_turn).
+            max_num_seqs, max_num_batched_tokens, calculate_log_probs, dtype, temperature, top_p, top_k,
+            do_sample, ignore_eos, max_model_len, multi_turn). ``max_num_batched_tokens`` bounds one prefill
+            forward (rows x longest prompt); admitted prompts beyond it are prefilled in further groups.
         model_path: Hugging Face folder to load, unless ``model`` is given.
         model: an already built causal LM to serve as is (its dtype and device are kept).
         device: where to run; defaults to CUDA when visible, else CPU.
@@ -109,7 +110,10 @@ class HFRolloutServer(RolloutServer):
         if seed is not None:
             self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
-        self.batch = RunningBatch(self.model, self.device)
+        max_batched = config_value(config, "max_num_batched_tokens", None)
+        self.batch = RunningBatch(
+            self.model, self.device, max_prefill_tokens=None if max_batched is None else int(max_batched)
+        )
         self._rows: list[Request] = []
         self._row_state: RowSamplingState | None = None
         self._waiting: collections.deque[Request] = collections.deque()
