@@ -83,7 +83,9 @@ def setup_worker_process() -> None:
         install_process_hooks()
 
     rendezvous_key = os.environ.get(RENDEZVOUS_ENV)
-    if rendezvous_key and os.environ.get("RANK", "0") == "0" and not os.environ.get("MASTER_ADDR"):
+    # Rank 0 always picks its own address: MASTER_ADDR/MASTER_PORT inherited from the driver's environment (a driver
+    # started under torchrun, or one that opened a process group before ray.init) would give every group one port.
+    if rendezvous_key and os.environ.get("RANK", "0") == "0":
         os.environ["MASTER_ADDR"] = ray.util.get_node_ip_address()
         os.environ["MASTER_PORT"] = str(_free_port())
         value = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}".encode()
