@@ -28,7 +28,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import gpu_suite  # noqa: E402
-from bench.common import markdown_table, write_results  # noqa: E402
+from bench.common import markdown_table  # noqa: E402
 
 NAME = "gpu_engine_overhead"
 PROFILED_STEPS = 32
@@ -77,7 +77,7 @@ def decode_loop(model: Any, prompts: list[list[int]], response_len: int, batch: 
                 if step < response_len - 1:
                     logits = running.decode()
             running.keep([])
-    gpu_suite._sync()
+    gpu_suite.cuda_sync()
     return time.perf_counter() - start
 
 
@@ -173,12 +173,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     print(markdown)
     payload = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                "device": device_name, "shape": shape, "decode_steps": steps, "raw": seconds, "per_step_events": counts}
-    if args.smoke and args.out_dir is None:
-        print("\n(smoke run: nothing written)")
-        return payload
-    paths = write_results(NAME, payload, markdown, seed=args.seed, out_dir=args.out_dir)
-    print(f"\nwrote {paths[0]} and {paths[1]}")
-    return payload
+    return gpu_suite.write_unless_smoke(NAME, payload, markdown, args)
 
 
 if __name__ == "__main__":

@@ -106,7 +106,7 @@ def time_engine(model: Any, prompts: list[list[int]], response_len: int, max_num
     async def go() -> float:
         start = time.perf_counter()
         outs = await asyncio.gather(*(server.generate(p, params, f"r{i}") for i, p in enumerate(prompts)))
-        _sync()
+        cuda_sync()
         elapsed = time.perf_counter() - start
         if any(len(o.token_ids) != response_len for o in outs):
             raise RuntimeError("engine returned a response of the wrong length with EOS ignored")
@@ -133,7 +133,7 @@ def time_generate(model: Any, prompts: list[list[int]], response_len: int, batch
             mask[row, width - len(p) :] = 1
         with torch.inference_mode():
             model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config)
-    _sync()
+    cuda_sync()
     return time.perf_counter() - start
 
 
@@ -142,7 +142,17 @@ def progress(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def _sync() -> None:
+def write_unless_smoke(name: str, payload: dict, markdown: str, args: argparse.Namespace) -> dict:
+    """Write the result files of a GPU script; a ``--smoke`` run writes only where ``--out-dir`` says."""
+    if args.smoke and args.out_dir is None:
+        print("\n(smoke run: nothing written)")
+        return payload
+    paths = write_results(name, payload, markdown, seed=args.seed, out_dir=args.out_dir)
+    print(f"\nwrote {paths[0]} and {paths[1]}")
+    return payload
+
+
+def cuda_sync() -> None:
     import torch
 
     if torch.cuda.is_available():
@@ -203,12 +213,12 @@ def time_update(shape: dict, device: Any, args: argparse.Namespace, fused: bool 
 
     def timed(fn) -> list[float]:
         fn()  # warm-up
-        _sync()
+        cuda_sync()
         seconds = []
         for _ in range(args.repeats):
             start = time.perf_counter()
             fn()
-            _sync()
+            cuda_sync()
             seconds.append(time.perf_counter() - start)
             progress(f"{'fused' if fused else 'logits'} {fn.__name__}: {seconds[-1]:.3f} s")
         return seconds
@@ -319,12 +329,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                "device": device_name, "shape": shape, "peak_flops": peak,
                "raw": {"engine_s": engine_s, "engine_kept_s": engine_kept_s, "generate_s": generate_s, **update,
                        "fused": fused}}
-    if args.smoke and args.out_dir is None:
-        print("\n(smoke run: nothing written)")
-        return payload
-    paths = write_results(NAME, payload, markdown, seed=args.seed, out_dir=args.out_dir)
-    print(f"\nwrote {paths[0]} and {paths[1]}")
-    return payload
+    return write_unless_smoke(NAME, payload, markdown, args)
 
 
 if __name__ == "__main__":

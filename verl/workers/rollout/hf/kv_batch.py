@@ -36,15 +36,19 @@ def _left_pad(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
     return torch.cat([t.new_zeros(shape), t], dim=dim)
 
 
+def _check_prefill_budget(max_tokens: int | None) -> None:
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"rollout.max_num_batched_tokens must be >= 1, got {max_tokens}")
+
+
 def prefill_groups(lengths: Sequence[int], max_tokens: int | None) -> list[slice]:
     """Consecutive groups of prompts whose padded prefill (rows x longest prompt) fits ``max_tokens``.
 
     A prompt longer than the budget is prefilled alone; ``None`` puts every prompt in one group.
     """
+    _check_prefill_budget(max_tokens)
     if max_tokens is None:
         return [slice(0, len(lengths))] if lengths else []
-    if max_tokens < 1:
-        raise ValueError(f"rollout.max_num_batched_tokens must be >= 1, got {max_tokens}")
     groups, start, width = [], 0, 0
     for index, length in enumerate(lengths):
         grown = max(width, length)
@@ -81,7 +85,7 @@ class RunningBatch:
         self.model = model
         self.device = device
         self.pad_token_id = pad_token_id
-        prefill_groups([], max_prefill_tokens)  # validates the budget now, not at the first admission
+        _check_prefill_budget(max_prefill_tokens)
         self.max_prefill_tokens = max_prefill_tokens
         self._cache_argument = cache_argument(model)
         self.clear()
@@ -127,6 +131,8 @@ class RunningBatch:
         """Prefill ``prompts`` as new rows appended at the end of the batch, in groups within
         ``max_prefill_tokens``; return their last logits [n, V]."""
         groups = prefill_groups([len(p) for p in prompts], self.max_prefill_tokens)
+        if len(groups) == 1:
+            return self._admit_group(prompts)
         return torch.cat([self._admit_group(prompts[group]) for group in groups])
 
     def _admit_group(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
