@@ -89,11 +89,13 @@ def test_from_dict_rejects_non_tensor_values_among_tensors():
         DataProto.from_dict(non_tensors={"uid": 3})
 
 
-def test_from_dict_num_batch_dims():
-    dp = DataProto.from_dict({"x": torch.zeros(2, 3, 4)}, num_batch_dims=2)
-    assert list(dp.batch.batch_size) == [2, 3] and len(dp) == 2
-    with pytest.raises(ValueError, match="non_tensors need num_batch_dims=1"):
-        DataProto.from_dict({"x": torch.zeros(2, 3)}, {"u": ["a", "b"]}, num_batch_dims=2)
+def test_from_dict_keeps_exactly_one_batch_dim():
+    dp = DataProto.from_dict({"x": torch.zeros(2, 3, 4)}, num_batch_dims=1)
+    assert list(dp.batch.batch_size) == [2] and len(dp) == 2
+    # upstream verl signals this with an assert: the error is both an AssertionError and a ValueError
+    for error in (ValueError, AssertionError):
+        with pytest.raises(error, match="keeps exactly one batch dimension, got num_batch_dims=2"):
+            DataProto.from_dict({"x": torch.zeros(2, 3, 4)}, num_batch_dims=2)
     with pytest.raises(ValueError, match=r"tensors\['s'\] has 0 dims, fewer than num_batch_dims=1"):
         DataProto.from_dict({"s": torch.tensor(1.0)})
     with pytest.raises(ValueError, match="num_batch_dims must be a positive int, got 0"):
@@ -134,7 +136,7 @@ def test_batch_none_and_meta_only_dataprotos():
     dp = DataProto.from_dict(non_tensors={"uid": ["a", "b", "c"]})
     assert dp.batch is None and len(dp) == 3
     assert dp[1:].non_tensor_batch["uid"].tolist() == ["b", "c"]
-    assert [len(c) for c in dp.chunk(2)] == [2, 1]
+    assert [len(c) for c in dp.chunk_balanced(2)] == [2, 1]
     assert DataProto.concat(dp.chunk(3)).non_tensor_batch["uid"].tolist() == ["a", "b", "c"]
     meta_only = DataProto(meta_info={"step": 3})
     assert len(meta_only) == 0 and meta_only.batch is None
@@ -305,11 +307,45 @@ def test_repeat_interleaved_and_tiled():
 def test_chunk_even_and_uneven_and_concat_restores():
     dp = make_dp(10)
     assert [len(c) for c in dp.chunk(5)] == [2] * 5
-    chunks = dp.chunk(4)
+    chunks = dp.chunk_balanced(4)
     assert [len(c) for c in chunks] == [3, 3, 2, 2]
     assert prompts_first_col(chunks[2]) == [6, 7]
     assert all(c.meta_info == dp.meta_info for c in chunks)
     assert_dp_equal(DataProto.concat(chunks), dp)
+
+
+def test_chunk_needs_equal_parts_unless_auto_padding(monkeypatch):
+    from verl.protocol import DataProtoConfig
+
+    monkeypatch.delenv("VERL_AUTO_PADDING", raising=False)
+    dp = make_dp(10)
+    for error in (ValueError, AssertionError):  # upstream verl asserts here
+        with pytest.raises(error, match="cannot chunk 10 rows into 4 chunks of equal size"):
+            dp.chunk(4)
+    marked = DataProto.from_dict(dict(dp.batch.items()), dp.non_tensor_batch, {"k": 1}, auto_padding=True)
+    assert marked.is_padding_enabled() and [len(c) for c in marked.chunk(4)] == [3, 3, 2, 2]
+    monkeypatch.setattr(DataProtoConfig, "_settings", {})
+    DataProtoConfig.auto_padding = True
+    assert dp.is_padding_enabled() and len(dp.chunk(4)) == 4
+    DataProtoConfig.auto_padding = False
+    assert not dp.is_padding_enabled()
+    monkeypatch.setenv("VERL_AUTO_PADDING", "TRUE")
+    assert DataProtoConfig.auto_padding and dp.is_padding_enabled()
+    with pytest.raises(TypeError, match="auto_padding must be a bool"):
+        DataProtoConfig.auto_padding = 1
+
+
+def test_padding_appends_copies_of_the_last_or_first_row_in_place():
+    dp = make_dp(3)
+    assert dp.padding(2) is None and len(dp) == 5
+    assert prompts_first_col(dp) == [0, 1, 2, 2, 2]
+    assert dp.non_tensor_batch["uid"].tolist() == ["u0", "u1", "u2", "u2", "u2"]
+    dp.padding(1, padding_candidate="first")
+    assert prompts_first_col(dp)[-1] == 0
+    dp.padding(0)
+    assert len(dp) == 6
+    with pytest.raises(ValueError, match="no row to copy"):
+        DataProto(meta_info={"a": 1}).padding(1)
 
 
 def test_chunk_rejects_bad_counts():
@@ -464,14 +500,14 @@ def test_to_cuda_and_index_on_device():
 
 def test_make_iterator_epochs_shuffle_and_determinism():
     dp = make_dp(10, meta={"temperature": 0.9})
-    batches = list(dp.make_iterator(mini_batch_size=4, epochs=2, seed=7))
+    batches = list(dp.make_iterator(mini_batch_size=4, epochs=2, seed=7, dataloader_kwargs={"shuffle": True}))
     assert [len(b) for b in batches] == [4, 4, 2, 4, 4, 2]
     assert all(isinstance(b, DataProto) and b.meta_info == {"temperature": 0.9} for b in batches)
     epoch1 = sum((prompts_first_col(b) for b in batches[:3]), [])
     epoch2 = sum((prompts_first_col(b) for b in batches[3:]), [])
     assert sorted(epoch1) == sorted(epoch2) == list(range(10))
     assert epoch1 != list(range(10)) and epoch1 != epoch2
-    again = [prompts_first_col(b) for b in dp.make_iterator(4, 2, seed=7)]
+    again = [prompts_first_col(b) for b in dp.make_iterator(4, 2, seed=7, dataloader_kwargs={"shuffle": True})]
     assert again == [prompts_first_col(b) for b in batches]
     for b in batches:  # rows stay aligned with their objects
         assert [f"u{i}" for i in prompts_first_col(b)] == b.non_tensor_batch["uid"].tolist()
@@ -479,7 +515,7 @@ def test_make_iterator_epochs_shuffle_and_determinism():
 
 def test_make_iterator_options_and_errors():
     dp = make_dp(5)
-    ordered = [prompts_first_col(b) for b in dp.make_iterator(2, 1, dataloader_kwargs={"shuffle": False})]
+    ordered = [prompts_first_col(b) for b in dp.make_iterator(2, 1)]  # no shuffle unless asked, as upstream
     assert ordered == [[0, 1], [2, 3], [4]]
     dropped = list(dp.make_iterator(2, 1, seed=0, dataloader_kwargs={"drop_last": True}))
     assert [len(b) for b in dropped] == [2, 2]
@@ -560,7 +596,8 @@ def test_collate_fn_rebuilds_dataproto_from_items():
 def test_future_chunk_composes_dispatch_and_pickles():
     data = make_dp(6)
     future = DataProtoFuture.concat([])
-    assert future.collect_fn == DataProto.concat and future.dispatch_fn is None
+    assert future.dispatch_fn is None
+    assert_dp_equal(future.collect_fn([data[:2], data[2:]]), data)
     parts = future.chunk(3)
     assert len(parts) == 3
     assert prompts_first_col(parts[1].dispatch_fn(data)) == [2, 3]
@@ -568,5 +605,7 @@ def test_future_chunk_composes_dispatch_and_pickles():
     assert prompts_first_col(nested[1].dispatch_fn(data)) == [3]
     restored = pickle.loads(pickle.dumps(nested[1]))  # sent to workers as an argument
     assert prompts_first_col(restored.dispatch_fn(data)) == [3]
+    # a future is dispatched before its length is known, so it is never padded: parts may differ by one row
+    assert [len(part.dispatch_fn(make_dp(5))) for part in future.chunk(2)] == [3, 2]
     with pytest.raises(ValueError, match="chunks must be a positive int"):
         future.chunk(0)

@@ -192,3 +192,42 @@ def test_ray_object_store_round_trip_and_future(ray_cluster):
     with pytest.raises(TimeoutError, match="DataProtoFuture timed out after 0.2s waiting on 1 object refs"):
         DataProtoFuture.concat([never]).get(timeout=0.2)
     ray.cancel(never, force=True)
+
+
+# -------------------------------------------------------------------- upstream verl's tuple format
+
+
+def test_tuple_format_round_trips_every_dtype_and_accepts_plain_bytes():
+    from verl.protocol import (
+        deserialize_single_tensor,
+        deserialize_tensordict,
+        serialize_single_tensor,
+        serialize_tensordict,
+    )
+
+    batch = mixed_dp().batch
+    size, device, items = serialize_tensordict(batch)
+    assert size == (4,) and device is None and items["bf16"][0] == "bfloat16"
+    back = deserialize_tensordict((size, device, items))
+    for key in batch.keys():
+        assert torch.equal(back[key].view(torch.uint8), batch[key].view(torch.uint8)), key
+    dtype, shape, data = serialize_single_tensor(torch.arange(6).view(2, 3).T)  # non-contiguous input
+    from_bytes = deserialize_single_tensor((dtype, shape, bytes(data)))
+    assert torch.equal(from_bytes, torch.arange(6).view(2, 3).T)
+    from_bytes += 1  # a read-only buffer was copied, so the result is writable
+
+
+def test_tuple_format_handles_nested_tensors_and_reports_bad_entries():
+    from verl.protocol import deserialize_tensordict, serialize_tensordict
+    from verl.utils.tensordict_utils import get_tensordict
+
+    ids = torch.nested.as_nested_tensor([torch.arange(2), torch.arange(5)], layout=torch.jagged)
+    size, device, items = serialize_tensordict(get_tensordict({"ids": ids}).to("cpu"))
+    assert device == "cpu" and items["ids"][0] == "jagged" and len(items["ids"][1]) == 2
+    back = deserialize_tensordict((size, device, items))
+    assert back.device == torch.device("cpu") and back["ids"].layout == torch.jagged
+    assert [row.tolist() for row in back["ids"].unbind(0)] == [[0, 1], [0, 1, 2, 3, 4]]
+    with pytest.raises(ValueError, match="serialized entry 'x' must be a .* got 4 fields"):
+        deserialize_tensordict(((1,), None, {"x": (1, 2, 3, 4)}))
+    with pytest.raises(ValueError, match="serialized nested tensor 'x' names unknown layout 'zigzag'"):
+        deserialize_tensordict(((1,), None, {"x": ("zigzag", [])}))

@@ -12,6 +12,14 @@ can never drift apart. Derived DataProtos get a shallow copy of ``meta_info``; s
 Pickling (what Ray uses) ships each tensor as an out-of-band protocol-5 buffer, see
 :mod:`verl.utils.tensor_serialization`: a CPU tensor is copied at most once on the way, and tensors always
 arrive on CPU.
+
+``chunk`` splits into equal parts only, unless auto padding is on (:class:`DataProtoConfig`), in which case a
+worker-group dispatch pads the batch first. Broken contracts (uneven chunks, clashing values) raise
+:class:`~verl.utils.protocol_errors.DataProtoError`, both a ``ValueError`` and an ``AssertionError``.
+
+Also exported here, as in upstream verl: the row-folding helpers (:mod:`verl.utils.dataproto_reshape`),
+TensorDict conversion (:mod:`verl.utils.dataproto_tensordict`), the tuple serialization format
+(:mod:`verl.utils.tensor_serialization`), :class:`BatchData` and :func:`all_gather_data_proto`.
 """
 
 from __future__ import annotations
@@ -29,19 +37,48 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from verl.utils.batch_data import BatchData
+from verl.utils.dataproto_collective import all_gather_data_proto
+from verl.utils.dataproto_config import PADDING_SIZE_KWARG, DataProtoConfig
+from verl.utils.dataproto_info import data_info, size_summary
 from verl.utils.dataproto_merge import merge_meta_info, union_meta_info, union_numpy_dict, union_tensor_dict
-from verl.utils.tensor_serialization import decode_tensordict, encode_tensordict, ensure_writable
+from verl.utils.dataproto_reshape import fold_batch_dim, unfold_batch_dim, unfold_column_chunks
+from verl.utils.dataproto_tensordict import dataproto_to_tensordict, tensordict_to_dataproto_parts
+from verl.utils.protocol_errors import DataProtoError
+from verl.utils.tensor_serialization import (
+    decode_tensordict,
+    deserialize_single_tensor,
+    deserialize_tensordict,
+    encode_tensordict,
+    ensure_writable,
+    serialize_single_tensor,
+    serialize_tensordict,
+)
+from verl.utils.tensordict_utils import chunk_tensordict, concat_tensordict
 
 __all__ = [
+    "BatchData",
     "DataProto",
+    "DataProtoConfig",
+    "DataProtoError",
     "DataProtoFuture",
     "DataProtoItem",
+    "all_gather_data_proto",
     "collate_fn",
+    "deserialize_single_tensor",
+    "deserialize_tensordict",
+    "fold_batch_dim",
     "pad_dataproto_to_divisor",
+    "serialize_single_tensor",
+    "serialize_tensordict",
+    "unfold_batch_dim",
     "union_numpy_dict",
     "union_tensor_dict",
     "unpad_dataproto",
 ]
+
+# The kwarg through which dispatch tells the caller how many padded rows to strip (upstream's private name).
+_padding_size_key = PADDING_SIZE_KWARG
 
 _STATE_VERSION = 1
 
@@ -114,11 +151,11 @@ class DataProto:
             if not isinstance(self.batch, TensorDict):
                 raise TypeError(f"DataProto.batch must be a tensordict.TensorDict or None, got {type(self.batch)}")
             if len(self.batch.batch_size) == 0:
-                raise ValueError("DataProto.batch needs a leading batch dimension, got batch_size=[]")
-            if self.non_tensor_batch and len(self.batch.batch_size) != 1:
-                raise ValueError(
-                    f"a DataProto with non_tensor_batch needs exactly one batch dimension, "
-                    f"got batch_size={list(self.batch.batch_size)}"
+                raise DataProtoError("DataProto.batch needs a leading batch dimension, got batch_size=[]")
+            if len(self.batch.batch_size) != 1:
+                raise DataProtoError(
+                    f"a DataProto needs exactly one batch dimension (num_batch_dims=1), got "
+                    f"batch_size={list(self.batch.batch_size)}; keep per-group rows with fold_batch_dim"
                 )
         if not isinstance(self.non_tensor_batch, dict):
             raise TypeError(f"DataProto.non_tensor_batch must be a dict, got {type(self.non_tensor_batch).__name__}")
@@ -138,7 +175,7 @@ class DataProto:
             if ref_len is None:
                 ref_name, ref_len = f"non_tensor_batch[{key!r}]", len(value)
             elif len(value) != ref_len:
-                raise ValueError(
+                raise DataProtoError(
                     f"batch size mismatch: non_tensor_batch[{key!r}] has {len(value)} rows but {ref_name} has {ref_len}"
                 )
 
@@ -149,13 +186,19 @@ class DataProto:
         non_tensors: dict[str, Any] | None = None,
         meta_info: dict[str, Any] | None = None,
         num_batch_dims: int = 1,
+        auto_padding: bool = False,
     ) -> DataProto:
-        """Build from tensors (leading ``num_batch_dims`` dims are the batch) and per-sample objects (lists or
-        arrays; lists become 1-D object arrays)."""
+        """Build from tensors (dim 0 is the batch) and per-sample objects (lists or arrays; lists become 1-D
+        object arrays). ``num_batch_dims`` exists for upstream compatibility and must be 1 (fold groups of rows
+        with :func:`fold_batch_dim`). ``auto_padding=True`` marks this batch for auto padding at dispatch
+        (see :class:`DataProtoConfig`)."""
         tensors, non_tensors = dict(tensors or {}), dict(non_tensors or {})
         num_batch_dims = _positive_int(num_batch_dims, "num_batch_dims")
-        if non_tensors and num_batch_dims != 1:
-            raise ValueError(f"non_tensors need num_batch_dims=1, got num_batch_dims={num_batch_dims}")
+        if num_batch_dims != 1:
+            raise DataProtoError(
+                f"a DataProto keeps exactly one batch dimension, got num_batch_dims={num_batch_dims}; "
+                "fold groups of rows with fold_batch_dim instead"
+            )
         batch_size, ref_key = None, None
         for key, tensor in tensors.items():
             if not isinstance(tensor, torch.Tensor):
@@ -164,23 +207,28 @@ class DataProto:
                     "put Python objects in non_tensors"
                 )
             if tensor.dim() < num_batch_dims:
-                raise ValueError(
+                raise DataProtoError(
                     f"tensors[{key!r}] has {tensor.dim()} dims, fewer than num_batch_dims={num_batch_dims}"
                 )
             shape = list(tensor.shape[:num_batch_dims])
             if batch_size is None:
                 batch_size, ref_key = shape, key
             elif shape != batch_size:
-                raise ValueError(
+                raise DataProtoError(
                     f"batch size mismatch: tensors[{key!r}] has leading shape {shape} but tensors[{ref_key!r}] "
                     f"has {batch_size}"
                 )
         batch = TensorDict(tensors, batch_size=batch_size) if tensors else None
         arrays = {key: _to_object_array(value, key) for key, value in non_tensors.items()}
-        return cls(batch=batch, non_tensor_batch=arrays, meta_info=dict(meta_info or {}))
+        meta = dict(meta_info or {})
+        if auto_padding:
+            meta[DataProtoConfig.auto_padding_key] = True
+        return cls(batch=batch, non_tensor_batch=arrays, meta_info=meta)
 
     @classmethod
-    def from_single_dict(cls, data: dict[str, Any], meta_info: dict[str, Any] | None = None) -> DataProto:
+    def from_single_dict(
+        cls, data: dict[str, Any], meta_info: dict[str, Any] | None = None, auto_padding: bool = False
+    ) -> DataProto:
         """Split one dict by value type: tensors go to ``batch``, arrays/lists/tuples to ``non_tensor_batch``."""
         tensors, non_tensors = {}, {}
         for key, value in data.items():
@@ -193,7 +241,20 @@ class DataProto:
                     f"from_single_dict: value of {key!r} must be a torch.Tensor, numpy array, list or tuple, "
                     f"got {type(value).__name__}"
                 )
-        return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
+        return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info, auto_padding=auto_padding)
+
+    @classmethod
+    def from_tensordict(
+        cls, tensor_dict: TensorDict, meta_info: dict[str, Any] | None = None, num_batch_dims: int = 1
+    ) -> DataProto:
+        """Inverse of :meth:`to_tensordict`: tensors -> ``batch``, per-row stacks -> ``non_tensor_batch``,
+        batch-wide values -> ``meta_info`` (added to the given ``meta_info``)."""
+        batch, non_tensor, meta = tensordict_to_dataproto_parts(tensor_dict, meta_info, num_batch_dims)
+        return cls(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+
+    def to_tensordict(self) -> TensorDict:
+        """This batch as one plain TensorDict (see :mod:`verl.utils.dataproto_tensordict`)."""
+        return dataproto_to_tensordict(self)
 
     # ------------------------------------------------------------------------------------------- inspection
 
@@ -217,6 +278,15 @@ class DataProto:
             lines.append(f"  non_tensor_batch[{key!r}]: {value.dtype}{list(value.shape)}")
         lines.append(f"  meta_info keys: {list(self.meta_info)})")
         return "\n".join(lines)
+
+    def print_size(self, prefix: str = "") -> None:
+        """Print the memory held by tensors and numpy arrays (in GB), after ``prefix`` when given."""
+        message = size_summary(self)
+        print(f"{prefix}, {message}" if prefix else message)
+
+    def get_data_info(self) -> str:
+        """A multi-line summary of every entry's shape and type (see :func:`verl.utils.dataproto_info.data_info`)."""
+        return data_info(self)
 
     def __iter__(self) -> Iterator[DataProtoItem]:
         for i in range(len(self)):
@@ -255,7 +325,7 @@ class DataProto:
             batch = self.batch[positions if device is None else positions.to(device)]
         rows = positions.numpy()
         non_tensor = {key: value[rows] for key, value in self.non_tensor_batch.items()}
-        return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(self.meta_info))
+        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(self.meta_info))
 
     def __getitem__(self, item: Any) -> DataProto | DataProtoItem:
         """int -> DataProtoItem; slice -> DataProto view; int list/array/tensor or boolean mask -> DataProto copy."""
@@ -270,7 +340,7 @@ class DataProto:
                 meta_info=dict(self.meta_info),
             )
         if isinstance(item, slice):
-            return DataProto(
+            return type(self)(
                 batch=self.batch[item] if self.batch is not None else None,
                 non_tensor_batch={key: value[item] for key, value in self.non_tensor_batch.items()},
                 meta_info=dict(self.meta_info),
@@ -311,7 +381,7 @@ class DataProto:
         if deepcopy:
             batch = batch.clone() if batch is not None else None
             non_tensor, meta = copy.deepcopy(non_tensor), copy.deepcopy(meta)
-        return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
 
     def pop(
         self,
@@ -361,7 +431,7 @@ class DataProto:
         """Permute the rows in place; ``indices`` must be a permutation of range(len(self))."""
         positions = self._positions(indices)
         if positions.numel() != len(self) or not torch.equal(torch.sort(positions).values, torch.arange(len(self))):
-            raise ValueError(
+            raise DataProtoError(
                 f"reorder needs a permutation of range({len(self)}), got {reprlib.repr(positions.tolist())}"
             )
         reordered = self._gather(positions)
@@ -373,6 +443,22 @@ class DataProto:
         rows = torch.arange(len(self))
         return self._gather(rows.repeat_interleave(repeat_times) if interleave else rows.repeat(repeat_times))
 
+    def sample_level_repeat(self, repeat_times: Any) -> DataProto:
+        """Row i repeated ``repeat_times[i]`` times, in row order (a list, tuple, array or tensor of counts)."""
+        counts = torch.as_tensor(list(repeat_times) if isinstance(repeat_times, tuple) else repeat_times)
+        if counts.dim() != 1 or counts.numel() != len(self):
+            raise DataProtoError(
+                f"sample_level_repeat needs one count per row ({len(self)}), got shape {list(counts.shape)}"
+            )
+        if counts.is_floating_point() or counts.dtype == torch.bool or (counts < 0).any():
+            raise ValueError(f"repeat counts must be non-negative ints, got {reprlib.repr(counts.tolist())}")
+        return self._gather(torch.arange(len(self)).repeat_interleave(counts.to(torch.int64)))
+
+    def unfold_column_chunks(self, n_split: int, split_keys: Iterable[str] | None = None) -> DataProto:
+        """Cut dim 1 of the ``split_keys`` entries into ``n_split`` rows each; other entries repeat each row
+        ``n_split`` times (see :func:`verl.utils.dataproto_reshape.unfold_column_chunks`)."""
+        return unfold_column_chunks(self, n_split, split_keys)
+
     def _split_sizes(self, sizes: list[int]) -> list[DataProto]:
         parts, start = [], 0
         for size in sizes:
@@ -380,17 +466,49 @@ class DataProto:
             start += size
         return parts
 
-    def chunk(self, chunks: int) -> list[DataProto]:
-        """Exactly ``chunks`` views whose sizes differ by at most one (the first ``len % chunks`` get one more).
+    def is_padding_enabled(self) -> bool:
+        """Whether dispatch may pad this batch: its own ``auto_padding`` mark, or :class:`DataProtoConfig`."""
+        return bool(self.meta_info.get(DataProtoConfig.auto_padding_key, False)) or DataProtoConfig.auto_padding
 
-        ``chunks > len(self) > 0`` raises: an empty chunk would reach a worker, pad first with
-        :func:`pad_dataproto_to_divisor`. An empty DataProto chunks into empty parts that keep meta_info, so
-        meta-only calls can be broadcast. ``DataProto.concat(data.chunk(k))`` restores ``data``.
+    def padding(self, padding_size: int, padding_candidate: str = "") -> None:
+        """Append ``padding_size`` copies of the last row (``padding_candidate="first"``: the first) in place."""
+        if isinstance(padding_size, bool) or not isinstance(padding_size, (int, np.integer)) or padding_size < 0:
+            raise ValueError(f"padding_size must be a non-negative int, got {padding_size!r}")
+        if padding_size == 0:
+            return
+        if len(self) == 0:
+            raise DataProtoError(f"cannot pad an empty DataProto with {padding_size} rows: it has no row to copy")
+        row = 0 if padding_candidate == "first" else len(self) - 1
+        padded = self._gather(torch.cat([torch.arange(len(self)), torch.full((padding_size,), row)]))
+        self.batch, self.non_tensor_batch = padded.batch, padded.non_tensor_batch
+
+    def chunk(self, chunks: int) -> list[DataProto]:
+        """``chunks`` equal views; ``DataProto.concat(data.chunk(k))`` restores ``data``.
+
+        The length must divide ``chunks`` (DataProtoError otherwise: pad first with
+        :func:`pad_dataproto_to_divisor`), unless :meth:`is_padding_enabled`, where an uneven length gives
+        :meth:`chunk_balanced` parts. An empty DataProto chunks into empty parts that keep meta_info, so
+        meta-only calls can be broadcast.
+        """
+        chunks = _positive_int(chunks, "chunks")
+        n = len(self)
+        if n % chunks and not self.is_padding_enabled():
+            raise DataProtoError(
+                f"cannot chunk {n} rows into {chunks} chunks of equal size; pad first with "
+                f"pad_dataproto_to_divisor(data, {chunks}) or enable DataProtoConfig.auto_padding"
+            )
+        return self.chunk_balanced(chunks)
+
+    def chunk_balanced(self, chunks: int) -> list[DataProto]:
+        """Exactly ``chunks`` views whose sizes differ by at most one (the first ``len % chunks`` get one more),
+        for callers that can take uneven parts (e.g. spreading prompts over rollout workers).
+
+        ``chunks > len(self) > 0`` raises: an empty chunk would reach a worker.
         """
         chunks = _positive_int(chunks, "chunks")
         n = len(self)
         if 0 < n < chunks:
-            raise ValueError(
+            raise DataProtoError(
                 f"cannot chunk {n} rows into {chunks} chunks without empty chunks; "
                 f"pad first with pad_dataproto_to_divisor(data, {chunks})"
             )
@@ -409,7 +527,7 @@ class DataProto:
         """Rows of all parts in order; batch and non-tensor keys must match across parts.
 
         meta_info (see :func:`verl.utils.dataproto_merge.merge_meta_info`): keys are united, a key in several parts
-        must be equal there (else ValueError naming it), and ``metrics`` dicts merge into ``{name: [values...]}``.
+        must be equal there (else DataProtoError naming it), and ``metrics`` dicts merge into ``{name: [values...]}``.
         """
         data = list(data)
         if not data:
@@ -419,7 +537,7 @@ class DataProto:
                 raise TypeError(f"DataProto.concat: part {i} is a {type(part).__name__}, not a DataProto")
         with_batch = [part.batch is not None for part in data]
         if any(with_batch) and not all(with_batch):
-            raise ValueError(
+            raise DataProtoError(
                 f"cannot concat: part {with_batch.index(True)} has a tensor batch but part "
                 f"{with_batch.index(False)} has none"
             )
@@ -429,7 +547,7 @@ class DataProto:
             for i, part in enumerate(data[1:], start=1):
                 keys = set(part.batch.keys(include_nested=True, leaves_only=True))
                 if keys != ref:
-                    raise ValueError(
+                    raise DataProtoError(
                         f"cannot concat: batch key {sorted(keys ^ ref, key=str)[0]!r} is not in every part "
                         f"(part 0 vs part {i})"
                     )
@@ -438,31 +556,31 @@ class DataProto:
         for key in data[0].non_tensor_batch:
             for i, part in enumerate(data):
                 if key not in part.non_tensor_batch:
-                    raise ValueError(f"cannot concat: non_tensor_batch key {key!r} is missing from part {i}")
+                    raise DataProtoError(f"cannot concat: non_tensor_batch key {key!r} is missing from part {i}")
             non_tensor[key] = np.concatenate([part.non_tensor_batch[key] for part in data], axis=0)
         for i, part in enumerate(data):
             extra = set(part.non_tensor_batch) - set(non_tensor)
             if extra:
-                raise ValueError(
+                raise DataProtoError(
                     f"cannot concat: non_tensor_batch key {sorted(extra)[0]!r} is missing from part 0 "
                     f"but present in part {i}"
                 )
         meta = merge_meta_info([part.meta_info for part in data])
-        return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+        return type(data[0])(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
 
     def union(self, other: DataProto) -> DataProto:
-        """Merge ``other``'s keys into self (in place, returns self). Keys both hold must be equal, else ValueError
-        naming the key; nothing changes when it raises."""
+        """Merge ``other``'s keys into self (in place, returns self). Keys both hold must be equal, else
+        DataProtoError naming the key; nothing changes when it raises."""
         if not isinstance(other, DataProto):
             raise TypeError(f"DataProto.union needs a DataProto, got {type(other).__name__}")
         if self._has_rows() and other._has_rows() and len(self) != len(other):
-            raise ValueError(f"cannot union DataProtos of {len(self)} and {len(other)} rows")
+            raise DataProtoError(f"cannot union DataProtos of {len(self)} and {len(other)} rows")
         batch = self.batch
         if batch is None:
             batch = other.batch
         elif other.batch is not None:
-            batch = union_tensor_dict(batch, other.batch)
-        non_tensor = union_numpy_dict(self.non_tensor_batch, other.non_tensor_batch)
+            batch = union_tensor_dict(batch.copy(), other.batch)  # merged into a copy: self stays intact on a clash
+        non_tensor = union_numpy_dict(dict(self.non_tensor_batch), other.non_tensor_batch)
         meta = union_meta_info(self.meta_info, other.meta_info)
         self.batch, self.non_tensor_batch, self.meta_info = batch, non_tensor, meta
         self.check_consistency()
@@ -485,8 +603,9 @@ class DataProto:
     ) -> Iterator[DataProto]:
         """Mini-batches of ``mini_batch_size`` rows, ``epochs`` passes over the data.
 
-        ``dataloader_kwargs`` accepts ``shuffle`` (default True: a fresh permutation each epoch, reproducible
-        for a given ``seed``) and ``drop_last`` (default False: the last mini-batch may be shorter).
+        ``dataloader_kwargs`` accepts ``shuffle`` (default False, as for a torch DataLoader and in upstream verl;
+        True draws a fresh permutation each epoch, reproducible for a given ``seed``) and ``drop_last`` (default
+        False: the last mini-batch may be shorter).
         """
         options = dict(dataloader_kwargs or {})
         unknown = sorted(set(options) - {"shuffle", "drop_last"})
@@ -497,7 +616,7 @@ class DataProto:
         mini_batch_size = _positive_int(mini_batch_size, "mini_batch_size")
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
             raise ValueError(f"epochs must be a non-negative int, got {epochs!r}")
-        shuffle, drop_last = bool(options.get("shuffle", True)), bool(options.get("drop_last", False))
+        shuffle, drop_last = bool(options.get("shuffle", False)), bool(options.get("drop_last", False))
         generator = torch.Generator()
         if seed is None:
             generator.seed()
@@ -594,17 +713,28 @@ def collate_fn(items: list[DataProtoItem]) -> DataProto:
     return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(items[0].meta_info))
 
 
-def _dispatch_chunk(data: DataProto, chunks: int, index: int, inner: Callable | None) -> DataProto:
+def _dispatch_chunk(data: Any, chunks: int, index: int, inner: Callable | None) -> Any:
     if inner is not None:
         data = inner(data)
-    return data.chunk(chunks)[index]
+    if isinstance(data, TensorDict):
+        return chunk_tensordict(data, chunks)[index]
+    # a future's length is unknown when it is dispatched, so it is not padded: parts may differ by one row
+    return data.chunk_balanced(chunks)[index]
+
+
+def _concat_results(outputs: list[Any]) -> Any:
+    """Join per-rank results: DataProtos with ``DataProto.concat``, TensorDicts with ``concat_tensordict``."""
+    if outputs and isinstance(outputs[0], TensorDict):
+        return concat_tensordict(outputs)
+    return DataProto.concat(outputs)
 
 
 @dataclass
 class DataProtoFuture:
-    """A DataProto that is still being computed: Ray object refs, how to combine their results (``collect_fn``,
-    e.g. ``DataProto.concat``) and an optional ``dispatch_fn`` applied afterwards (e.g. take chunk i). Used by the
-    single controller for ``blocking=False`` calls; picklable, so a worker can receive it and call ``get()``."""
+    """A DataProto (or TensorDict) that is still being computed: Ray object refs, how to combine their results
+    (``collect_fn``, e.g. ``DataProto.concat``) and an optional ``dispatch_fn`` applied afterwards (e.g. take
+    chunk i). Used by the single controller for ``blocking=False`` calls; picklable, so a worker can receive
+    it and call ``get()``."""
 
     collect_fn: Callable[[list[DataProto]], DataProto]
     futures: list[Any]
@@ -612,8 +742,8 @@ class DataProtoFuture:
 
     @staticmethod
     def concat(data: list[Any]) -> DataProtoFuture:
-        """A future of ``DataProto.concat`` over the results of ``data`` (object refs)."""
-        return DataProtoFuture(collect_fn=DataProto.concat, futures=list(data))
+        """A future of the concatenated results of ``data`` (object refs of DataProtos or TensorDicts)."""
+        return DataProtoFuture(collect_fn=_concat_results, futures=list(data))
 
     def chunk(self, chunks: int) -> list[DataProtoFuture]:
         """``chunks`` futures; future i resolves to chunk i of this future's result."""
@@ -638,7 +768,9 @@ class DataProtoFuture:
                 f"DataProtoFuture timed out after {timeout}s waiting on {len(self.futures)} object refs"
             ) from exc
         for i, output in enumerate(outputs):
-            if not isinstance(output, DataProto):
-                raise TypeError(f"DataProtoFuture: ref {i} resolved to a {type(output).__name__}, not a DataProto")
+            if not isinstance(output, (DataProto, TensorDict)):
+                raise TypeError(
+                    f"DataProtoFuture: ref {i} resolved to a {type(output).__name__}, not a DataProto or TensorDict"
+                )
         result = self.collect_fn(outputs)
         return self.dispatch_fn(result) if self.dispatch_fn is not None else result

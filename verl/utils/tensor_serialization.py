@@ -12,6 +12,10 @@ tensors are moved to host first). Decoding wraps a writable buffer without a cop
 (what Ray's object store hands out) exactly once, so every decoded tensor is writable and owns safe memory;
 ``copy_readonly=False`` skips that copy for receivers that only read (weight buckets).
 Decoded tensors always live on CPU; callers move them with ``.to(device)``.
+
+:func:`serialize_tensordict` / :func:`deserialize_tensordict` (and their single-tensor parts) speak upstream
+verl's tuple format for the same idea, ``(batch_size, device, {key: (dtype, shape, bytes)})``, with nested
+tensors as ``(layout, [row, ...])``; they reuse the encoder above.
 """
 
 from __future__ import annotations
@@ -26,9 +30,13 @@ from tensordict import TensorDict
 __all__ = [
     "decode_tensor",
     "decode_tensordict",
+    "deserialize_single_tensor",
+    "deserialize_tensordict",
     "encode_tensor",
     "encode_tensordict",
     "ensure_writable",
+    "serialize_single_tensor",
+    "serialize_tensordict",
 ]
 
 _RAW = "raw"  # flat uint8 bytes + dtype + shape: goes out of band under protocol 5
@@ -96,3 +104,59 @@ def decode_tensordict(state: dict) -> TensorDict:
     for key, encoded in state["items"]:
         td.set(key, decode_tensor(encoded))
     return td
+
+
+# ------------------------------------------------------------------------- upstream verl's tuple format
+
+
+def serialize_single_tensor(obj: torch.Tensor) -> tuple[str, torch.Size, np.ndarray]:
+    """``(dtype name, shape, flat uint8 view)`` of a dense tensor; the array shares memory when it can."""
+    if not isinstance(obj, torch.Tensor) or obj.is_nested or obj.layout != torch.strided:
+        raise TypeError(f"serialize_single_tensor needs a dense torch.Tensor, got {type(obj).__name__}")
+    _, dtype_name, _, raw = encode_tensor(obj)
+    return dtype_name, obj.shape, raw
+
+
+def deserialize_single_tensor(arr: tuple[str, Any, Any]) -> torch.Tensor:
+    """Inverse of :func:`serialize_single_tensor`; the bytes may be an ndarray, bytes or memoryview. The result is
+    a writable CPU tensor (a read-only buffer is copied once)."""
+    dtype_name, shape, data = arr
+    array = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
+    return decode_tensor((_RAW, dtype_name, tuple(shape), array.reshape(-1).view(np.uint8)))
+
+
+def serialize_tensordict(batch: TensorDict) -> tuple[tuple[int, ...], str | None, dict[Any, tuple]]:
+    """``(batch_size, device, items)``: dense leaves as :func:`serialize_single_tensor` triples, nested tensors as
+    ``(layout name, [row triple, ...])``. Nested keys are tuples."""
+    items: dict[Any, tuple] = {}
+    for key, value in batch.items(include_nested=True, leaves_only=True):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"serialize_tensordict: {key!r} holds a {type(value).__name__}, not a tensor")
+        if value.is_nested:
+            layout = str(value.layout).removeprefix("torch.")
+            items[key] = (layout, [serialize_single_tensor(row) for row in value.unbind(0)])
+        else:
+            items[key] = serialize_single_tensor(value)
+    device = str(batch.device) if batch.device is not None else None
+    return tuple(batch.batch_size), device, items
+
+
+def deserialize_tensordict(arr: tuple[Any, str | None, dict[Any, tuple]]) -> TensorDict:
+    """Inverse of :func:`serialize_tensordict` (tensors land on CPU, then move to the recorded device)."""
+    batch_size, device, items = arr
+    td = TensorDict({}, batch_size=batch_size)
+    for key, encoded in items.items():
+        if len(encoded) == 3:
+            td.set(key, deserialize_single_tensor(encoded))
+        elif len(encoded) == 2:
+            layout_name, rows = encoded
+            layout = getattr(torch, layout_name, None)
+            if not isinstance(layout, torch.layout):
+                raise ValueError(f"serialized nested tensor {key!r} names unknown layout {layout_name!r}")
+            td.set(key, torch.nested.as_nested_tensor([deserialize_single_tensor(r) for r in rows], layout=layout))
+        else:
+            raise ValueError(
+                f"serialized entry {key!r} must be a (dtype, shape, data) or (layout, rows) tuple, "
+                f"got {len(encoded)} fields"
+            )
+    return td.to(device) if device is not None else td

@@ -118,6 +118,9 @@ class AgentLoopManager:
         *,
         replicas: list[Any] | None = None,
         reward_in_loop: bool | None = None,
+        llm_client: Any = None,
+        teacher_client: Any = None,
+        reward_loop_worker_handles: list[Any] | None = None,
         worker_cls: type | None = None,
         server_kwargs: dict[str, Any] | None = None,
         request_timeout_s: float | None = 3600.0,
@@ -133,6 +136,10 @@ class AgentLoopManager:
             rollout_resource_pool: a ``RayResourcePool`` for standalone replicas (one per slot).
             replicas: replica handles to use as they are (standalone mode; not owned by the manager).
             reward_in_loop: score trajectories in the loop as they finish (None: ``reward.launch_reward_fn_async``).
+            llm_client: verl's way: a ready client (``async generate(request_id, *, prompt_ids, sampling_params)``)
+                the workers generate through, instead of replicas found or started here (nothing to sleep/wake).
+            teacher_client: teacher servers for online distillation (not supported; must be None).
+            reward_loop_worker_handles: verl reward-loop actors that score each trajectory as it finishes.
             worker_cls: the agent-loop worker class (default :class:`AgentLoopWorker`).
             server_kwargs: extra keyword arguments of the standalone servers (e.g. ``{"device": "cpu"}``).
             request_timeout_s: limit on one generate request; call_timeout_s: limit on one worker shard.
@@ -145,18 +152,26 @@ class AgentLoopManager:
         if custom and cls is AgentLoopManager:
             target = load_manager_class(custom)
             if target is not AgentLoopManager:
+                verl_kwargs = {"llm_client": llm_client, "teacher_client": teacher_client,
+                               "reward_loop_worker_handles": reward_loop_worker_handles}
                 return await target.create(
                     config, worker_group, rollout_resource_pool, replicas=replicas, reward_in_loop=reward_in_loop,
                     worker_cls=worker_cls, server_kwargs=server_kwargs, request_timeout_s=request_timeout_s,
                     call_timeout_s=call_timeout_s, max_sessions=max_sessions,
                     sleep_between_batches=sleep_between_batches,
+                    **{key: value for key, value in verl_kwargs.items() if value is not None},
                 )
         if rollout.agent.agent_loop_config_path:
             load_agent_loop_config(rollout.agent.agent_loop_config_path)
         get_agent_loop_spec(rollout.agent.default_agent_loop)  # unknown default: fail here, naming the choices
 
+        if teacher_client is not None:
+            raise NotImplementedError("AgentLoopManager.create: online policy distillation (teacher_client) is not "
+                                      "supported by this verl build")
         owned: list[Any] = []
-        if worker_group is not None:
+        if llm_client is not None:
+            replica_list = []
+        elif worker_group is not None:
             method = rollout_method_name(worker_group)
             batch_method = rollout_batch_method_name(worker_group)
             replica_list = [WorkerRankReplica(handle, method, rank, call_timeout_s, batch_method_name=batch_method)
@@ -166,11 +181,12 @@ class AgentLoopManager:
         else:
             owned = await cls._start_standalone_replicas(config, rollout_resource_pool, server_kwargs)
             replica_list = owned
-        if not replica_list:
+        if not replica_list and llm_client is None:
             raise ValueError("AgentLoopManager.create: no rollout replicas to route to")
 
         workers = await cls._start_workers(
-            config, replica_list, worker_cls or AgentLoopWorker, reward_in_loop=reward_in_loop,
+            config, llm_client if llm_client is not None else replica_list, worker_cls or AgentLoopWorker,
+            reward_in_loop=reward_in_loop, reward_loop_worker_handles=reward_loop_worker_handles,
             request_timeout_s=request_timeout_s, call_timeout_s=call_timeout_s, max_sessions=max_sessions,
         )
         if sleep_between_batches is None:
@@ -220,8 +236,9 @@ class AgentLoopManager:
                 for _ in range(count)]
 
     @staticmethod
-    async def _start_workers(config: Any, replicas: list[Any], worker_cls: type, *, reward_in_loop: bool | None,
-                             request_timeout_s: float | None, call_timeout_s: float, max_sessions: int) -> list[Any]:
+    async def _start_workers(config: Any, llm_client: Any, worker_cls: type, *, reward_in_loop: bool | None,
+                             request_timeout_s: float | None, call_timeout_s: float, max_sessions: int,
+                             reward_loop_worker_handles: list[Any] | None = None) -> list[Any]:
         import ray
 
         rollout = rollout_group(config)
@@ -229,7 +246,8 @@ class AgentLoopManager:
         remote_cls = ray.remote(worker_cls)
         workers = [
             remote_cls.options(num_cpus=0, name=None).remote(
-                config, replicas, registry=snapshot, reward_in_loop=reward_in_loop_enabled(config, reward_in_loop),
+                config, llm_client, None, reward_loop_worker_handles, registry=snapshot,
+                reward_in_loop=reward_in_loop_enabled(config, reward_in_loop),
                 request_timeout_s=request_timeout_s, max_sessions=max_sessions,
             )
             for _ in range(int(rollout.agent.num_workers))
@@ -271,7 +289,7 @@ class AgentLoopManager:
         return output
 
     async def _run_shards(self, batch: DataProto) -> DataProto:
-        shards = batch.chunk(min(len(self.workers), len(batch)))
+        shards = batch.chunk_balanced(min(len(self.workers), len(batch)))
         # Hybrid engines merge the calls of one batch from several workers into one admission wave.
         group = BatchGroup(uuid.uuid4().hex, len(shards)) if self.worker_group is not None and len(shards) > 1 else None
         calls, offset = [], 0

@@ -5,21 +5,24 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
+from typing import Any
 
-from verl.protocol import DataProto, DataProtoFuture, unpad_dataproto
+from verl.protocol import DataProto, DataProtoFuture
+from verl.single_controller.base.dispatch import concat_batches, unpad_batch
 from verl.single_controller.ray.errors import DEFAULT_CALL_TIMEOUT_S, wait_for_workers
 
 
-def concat_and_unpad(outputs: list[DataProto], pad_size: int = 0) -> DataProto:
-    """Merge per-rank outputs and strip the rows dispatch added to make the batch divisible."""
-    merged = DataProto.concat(outputs)
-    return unpad_dataproto(merged, pad_size) if pad_size else merged
+def concat_and_unpad(outputs: list[Any], pad_size: int = 0, ranks: list[int] | None = None) -> Any:
+    """Merge per-rank outputs (DataProto or TensorDict) and strip the rows dispatch added to make the batch
+    divisible."""
+    return unpad_batch(concat_batches(outputs, ranks), pad_size)
 
 
 def _take_chunk(data: DataProto, chunks: int, index: int, inner=None) -> DataProto:
     if inner is not None:
         data = inner(data)
-    return data.chunk(chunks)[index]
+    # a future's length is unknown at dispatch, so its DataProto is not padded: parts may differ by one row
+    return (data.chunk_balanced(chunks) if isinstance(data, DataProto) else data.chunk(chunks))[index]
 
 
 @dataclass
@@ -44,16 +47,16 @@ class RayDataProtoFuture(DataProtoFuture):
             for i in range(chunks)
         ]
 
-    def get(self, timeout: float | None = None) -> DataProto:
+    def get(self, timeout: float | None = None) -> Any:
+        """The merged output (DataProto, or TensorDict when every rank returned one)."""
         ranks = self.ranks or list(range(len(self.futures)))
         outputs = wait_for_workers(
             list(self.futures), ranks=ranks, method=self.method, role=self.role,
             timeout_s=timeout if timeout is not None else self.timeout_s,
             actor_ids=self.actor_ids, worker_names=self.worker_names,
         )
-        for rank, output in zip(ranks, outputs):
-            if not isinstance(output, DataProto):
-                raise TypeError(f"{self.role} rank {rank} returned {type(output).__name__} from {self.method}(); "
-                                f"expected a DataProto")
-        result = self.collect_fn(outputs)
+        try:
+            result = self.collect_fn(outputs)
+        except TypeError as err:
+            raise TypeError(f"{self.role} {self.method}(): {err}") from None
         return self.dispatch_fn(result) if self.dispatch_fn is not None else result
