@@ -1,6 +1,8 @@
 """Supervised fine-tuning: parquet prompt/response pairs -> an HF checkpoint that ``main_ppo`` loads as model.path.
 
-Entry point: ``python -m verl.trainer.main_sft`` (docs/sft.md).
+Entry points (docs/sft.md): ``python -m verl.trainer.main_sft`` (this package's keys), and verl's command lines
+``verl.trainer.sft_trainer`` (:mod:`.engine_keys`) and ``verl.trainer.fsdp_sft_trainer`` (:mod:`.legacy_keys`), which
+translate their keys to :class:`SFTConfig` and save resumable ``global_step_{k}`` checkpoints (:mod:`.resume`).
 """
 
 from verl.trainer.sft.config import SFTConfig, SFTDataConfig, SFTTrainerConfig, build_sft_config

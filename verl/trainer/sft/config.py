@@ -11,13 +11,17 @@ from typing import Any
 
 from verl.base_config import BaseConfig, ConfigError, check
 from verl.utils.config import omega_conf_to_dataclass
+from verl.workers.config.actor import CheckpointConfig
 from verl.workers.config.model import HFModelConfig
 from verl.workers.config.optimizer import OptimizerConfig
 
 __all__ = [
+    "AFTER_EACH_EPOCH",
     "MIXED_PRECISION",
+    "RESUME_MODES",
     "TRUNCATION_MODES",
     "SFTConfig",
+    "SFTCustomClsConfig",
     "SFTDataConfig",
     "SFTMultiturnConfig",
     "SFTTrainerConfig",
@@ -28,6 +32,9 @@ TRUNCATION_MODES = ("error", "left", "right")
 MIXED_PRECISION = ("auto", "bf16", "none")
 _DEVICES = ("auto", "cpu", "cuda")
 _LOGGERS = ("console", "file", "tensorboard", "wandb", "mlflow")
+RESUME_MODES = ("auto", "disable", "resume_path")
+# verl's spelling of "once per epoch" for trainer.save_freq / trainer.test_freq
+AFTER_EACH_EPOCH = "after_each_epoch"
 
 
 def _as_file_list(value: str | list[str] | None) -> list[str]:
@@ -43,15 +50,35 @@ class SFTMultiturnConfig(BaseConfig):
     ``messages_key`` names a column holding a list of chat messages (system/user/assistant/tool); the loss covers
     only what the assistant turns produce. ``tools_key`` names an optional column of tool schemas (a list, or its
     JSON text) passed to the chat template with the prompt, as the tool agent loop does; rows of a file without that
-    column have no tools.
+    column have no tools. ``enable_thinking_key`` names an optional boolean column passed to the chat template as
+    ``enable_thinking`` (Qwen3-style templates); rows without a value use ``enable_thinking_default`` (null: the
+    template's own default).
     """
 
     enable: bool = False
     messages_key: str = "messages"
     tools_key: str = "tools"
+    enable_thinking_key: str | None = "enable_thinking"
+    enable_thinking_default: bool | None = None
 
     def __post_init__(self) -> None:
         check(bool(self.messages_key), "messages_key", "must name a column")
+
+
+@dataclass
+class SFTCustomClsConfig(BaseConfig):
+    """A user dataset class (``path`` to a .py file or module, ``name`` of the class) instead of :class:`SFTDataset`.
+
+    It is built as ``cls(parquet_files=..., tokenizer=..., config=<data group as DictConfig>)`` (plus
+    ``max_samples=`` when its signature takes it) and its items must be what SFTDataset yields: ``input_ids``,
+    ``attention_mask``, ``position_ids`` and ``loss_mask`` of length ``max_length``.
+    """
+
+    path: str | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        check(not self.path or bool(self.name), "name", "must name the dataset class defined in custom_cls.path")
 
 
 @dataclass
@@ -62,7 +89,8 @@ class SFTDataConfig(BaseConfig):
     ``response_key`` is a column name or a dotted path into a struct column (``reward_model.ground_truth``).
     With ``multiturn.enable`` both are ignored: each row is one conversation (:class:`SFTMultiturnConfig`).
     ``train_batch_size`` is global (all ranks); each optimizer step accumulates gradients over micro-batches of
-    ``micro_batch_size_per_gpu`` rows per rank.
+    ``micro_batch_size_per_gpu`` rows per rank. ``train_max_samples``/``val_max_samples`` > 0 keep only the first
+    that many rows. ``apply_chat_template_kwargs`` are passed to every chat-template call (e.g. ``enable_thinking``).
     """
 
     train_files: str | list[str] | None = None
@@ -75,6 +103,10 @@ class SFTDataConfig(BaseConfig):
     micro_batch_size_per_gpu: int = 8
     shuffle: bool = True
     multiturn: SFTMultiturnConfig = field(default_factory=SFTMultiturnConfig)
+    train_max_samples: int = -1
+    val_max_samples: int = -1
+    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    custom_cls: SFTCustomClsConfig = field(default_factory=SFTCustomClsConfig)
 
     def __post_init__(self) -> None:
         check(bool(_as_file_list(self.train_files)), "train_files", "is required: one parquet file or a list of them")
@@ -108,8 +140,17 @@ class SFTTrainerConfig(BaseConfig):
 
     ``total_training_steps`` (when set) fixes the number of optimizer steps, cycling through the data as often as
     needed; otherwise the run lasts ``total_epochs`` passes. ``save_freq``/``test_freq`` <= 0 disable periodic saving
-    and validation (the final checkpoint and final validation always happen). ``nnodes``/``n_gpus_per_node`` default
-    to what the launcher (torchrun) says; when given they must agree with it.
+    and validation (the final checkpoint and final validation always happen); ``"after_each_epoch"`` means once per
+    pass over the data. ``nnodes``/``n_gpus_per_node`` default to what the launcher (torchrun) says; when given they
+    must agree with it.
+
+    Checkpoints: every ``save_freq`` steps the trainer writes ``global_step_{k}/`` holding what
+    ``checkpoint.save_contents`` names (see :mod:`verl.trainer.sft.resume`). ``final_export`` writes the final model
+    to ``{default_local_dir}/huggingface`` (``main_sft``); without it the last step is saved as ``global_step_{k}/``
+    like any other (verl's CLIs). ``resume_mode``: ``auto`` continues from the newest checkpoint in
+    ``default_local_dir`` (or ``resume_from_path`` when set), ``resume_path`` from ``resume_from_path``, ``disable``
+    starts fresh. ``max_ckpt_to_keep`` prunes older ``global_step_*`` folders of this run; ``default_hdfs_dir``
+    mirrors each complete checkpoint there.
     """
 
     default_local_dir: str = "checkpoints/verl_sft/sft"
@@ -121,10 +162,15 @@ class SFTTrainerConfig(BaseConfig):
     seed: int = 1
     device: str = "auto"
     mixed_precision: str = "auto"
-    save_freq: int = -1
-    test_freq: int = -1
+    save_freq: int | str = -1
+    test_freq: int | str = -1
     nnodes: int | None = None
     n_gpus_per_node: int | None = None
+    final_export: bool = True
+    resume_mode: str = "disable"
+    resume_from_path: str | None = None
+    max_ckpt_to_keep: int | None = None
+    default_hdfs_dir: str | None = None
 
     def __post_init__(self) -> None:
         check(bool(self.default_local_dir), "default_local_dir", "must name a folder for checkpoints")
@@ -143,6 +189,14 @@ class SFTTrainerConfig(BaseConfig):
             f"must be one of {list(MIXED_PRECISION)}, got {self.mixed_precision!r}",
         )
         check(self.nnodes is None or self.nnodes >= 1, "nnodes", f"must be >= 1 or null, got {self.nnodes}")
+        for key in ("save_freq", "test_freq"):
+            value = getattr(self, key)
+            check(isinstance(value, int) or value == AFTER_EACH_EPOCH, key,
+                  f"must be an integer or {AFTER_EACH_EPOCH!r}, got {value!r}")
+        check(self.resume_mode in RESUME_MODES, "resume_mode",
+              f"must be one of {list(RESUME_MODES)}, got {self.resume_mode!r}")
+        check(self.resume_mode != "resume_path" or bool(self.resume_from_path), "resume_from_path",
+              "must name a global_step_<k> folder when resume_mode=resume_path")
         check(
             self.n_gpus_per_node is None or self.n_gpus_per_node >= 1,
             "n_gpus_per_node",
@@ -152,11 +206,17 @@ class SFTTrainerConfig(BaseConfig):
 
 @dataclass
 class SFTConfig(BaseConfig):
-    """The whole SFT run: ``data``, ``model``, ``optim`` and ``trainer`` groups."""
+    """The whole SFT run: ``data``, ``model``, ``optim``, ``checkpoint`` and ``trainer`` groups.
+
+    ``checkpoint.save_contents`` (PPO's :class:`CheckpointConfig`): ``hf_model`` alone (the default) exports a Hugging
+    Face folder per save; ``model``/``optimizer``/``extra`` add the resumable sharded state, readable by
+    ``python -m verl.model_merger``.
+    """
 
     data: SFTDataConfig = field(default_factory=SFTDataConfig)
     model: HFModelConfig = field(default_factory=HFModelConfig)
     optim: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=1e-5))
+    checkpoint: CheckpointConfig = field(default_factory=lambda: CheckpointConfig(save_contents=["hf_model"]))
     trainer: SFTTrainerConfig = field(default_factory=SFTTrainerConfig)
 
 

@@ -113,32 +113,40 @@ def _as_text(response: Any, row: int, response_key: str) -> str:
     )
 
 
+def _optional_column(path: str, table: Any, key: str | None, config_key: str, rows: int) -> list[Any]:
+    """Values of ``key`` when the file has that column, else ``None`` for every row."""
+    if key and key.split(".")[0] in table.column_names:
+        return _read_column(path, table, key, config_key)
+    return [None] * rows
+
+
 def _read_conversations(
-    files: Sequence[str], messages_key: str, tools_key: str, files_key: str
-) -> tuple[list[Any], list[Any], list[tuple[str, int]]]:
-    """Messages and tools (``None`` where the file has no ``tools_key`` column) of every row, with (file, row)."""
+    files: Sequence[str], multiturn: Any, files_key: str
+) -> tuple[list[Any], list[Any], list[Any], list[tuple[str, int]]]:
+    """Messages, tools and enable_thinking flags (``None`` where the file lacks the optional column) of every row,
+    with (file, row)."""
     import pyarrow.parquet as pq
 
     if not files:
         raise ValueError(f"{files_key} is empty: give at least one parquet file")
+    thinking_key = getattr(multiturn, "enable_thinking_key", None)
     messages: list[Any] = []
     tools: list[Any] = []
+    thinking: list[Any] = []
     where: list[tuple[str, int]] = []
     for raw in files:
         path = os.path.expanduser(str(raw))
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{files_key}: parquet file {path} does not exist")
         table = pq.read_table(path)
-        rows = _read_column(path, table, messages_key, "data.multiturn.messages_key")
+        rows = _read_column(path, table, multiturn.messages_key, "data.multiturn.messages_key")
         messages += rows
-        if tools_key and tools_key.split(".")[0] in table.column_names:
-            tools += _read_column(path, table, tools_key, "data.multiturn.tools_key")
-        else:
-            tools += [None] * len(rows)
+        tools += _optional_column(path, table, multiturn.tools_key, "data.multiturn.tools_key", len(rows))
+        thinking += _optional_column(path, table, thinking_key, "data.multiturn.enable_thinking_key", len(rows))
         where += [(path, row) for row in range(len(rows))]
     if not messages:
         raise SFTDataError(f"{files_key}: the parquet file(s) {list(files)} hold no rows")
-    return messages, tools, where
+    return messages, tools, thinking, where
 
 
 def _check_messages(value: Any, path: str, row: int, key: str) -> list[dict[str, Any]]:
@@ -199,24 +207,30 @@ def _render(tokenizer: Any, messages: list[dict[str, Any]], **kwargs: Any) -> li
 
 
 def tokenize_conversation(
-    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    chat_kwargs: dict[str, Any] | None = None,
 ) -> tuple[list[int], list[int]]:
     """(token ids, loss mask) of one conversation, laid out as ``ToolAgentLoop`` lays out its trajectory.
 
-    See the module docstring. Raises :class:`SFTDataError` when the chat template cannot be split that way (it
+    ``chat_kwargs`` go to every chat-template call (``enable_thinking`` and the like). See the module docstring.
+    Raises :class:`SFTDataError` when the chat template cannot be split that way (it
     does not render new messages after a fixed prefix, or rewrites earlier turns when an assistant turn is added).
     """
     eos = tokenizer.eos_token_id
+    kwargs = dict(chat_kwargs or {})
     first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
     last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
-    ids = _render(tokenizer, messages[:first], tools=tools or None, add_generation_prompt=True)
+    ids = _render(tokenizer, messages[:first], tools=tools or None, add_generation_prompt=True, **kwargs)
     mask = [0] * len(ids)
-    prefix = _render(tokenizer, [{}], add_generation_prompt=False)
+    prefix = _render(tokenizer, [{}], add_generation_prompt=False, **kwargs)
     index = first
     while index <= last:
         if messages[index]["role"] == "assistant":
-            before = _render(tokenizer, messages[:index], tools=tools or None, add_generation_prompt=True)
-            after = _render(tokenizer, messages[: index + 1], tools=tools or None, add_generation_prompt=False)
+            before = _render(tokenizer, messages[:index], tools=tools or None, add_generation_prompt=True, **kwargs)
+            after = _render(tokenizer, messages[: index + 1], tools=tools or None, add_generation_prompt=False,
+                            **kwargs)
             if after[: len(before)] != before:
                 raise SFTDataError(
                     f"the chat template renders assistant message {index} in a way that changes the tokens before "
@@ -231,7 +245,7 @@ def tokenize_conversation(
         end = index
         while messages[end]["role"] != "assistant":
             end += 1
-        inserted = _render(tokenizer, messages[index:end], add_generation_prompt=True)
+        inserted = _render(tokenizer, messages[index:end], add_generation_prompt=True, **kwargs)
         if inserted[: len(prefix)] != prefix:
             raise SFTDataError(
                 "the chat template does not render new messages after its fixed prefix (the render of [{}]); "
@@ -267,14 +281,17 @@ class SFTDataset(Dataset):
                 "the tokenizer has no eos token; SFT appends eos to every response so the model learns to stop"
             )
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.chat_kwargs = dict(getattr(config, "apply_chat_template_kwargs", None) or {})
         multiturn = getattr(config, "multiturn", None)
         self.multiturn = bool(multiturn is not None and multiturn.enable)
         if self.multiturn:
             key, tools_key = multiturn.messages_key, multiturn.tools_key
-            raw_messages, raw_tools, where = _read_conversations(files, key, tools_key, files_key)
+            raw_messages, raw_tools, raw_thinking, where = _read_conversations(files, multiturn, files_key)
             # checked up front: a bad row should stop the run at start-up, not hours into it
             self.messages = [_check_messages(m, path, row, key) for m, (path, row) in zip(raw_messages, where)]
             self.tools = [_check_tools(t, path, row, tools_key) for t, (path, row) in zip(raw_tools, where)]
+            default = getattr(multiturn, "enable_thinking_default", None)
+            self.enable_thinking = [default if flag is None else bool(flag) for flag in raw_thinking]
             self.rows = where
         else:
             self.prompts, self.responses = read_prompt_response_columns(
@@ -292,7 +309,9 @@ class SFTDataset(Dataset):
             )
         messages = _as_messages(self.prompts[index], index, self.prompt_key)
         response = _as_text(self.responses[index], index, self.response_key)
-        prompt_text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt_text = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False, **self.chat_kwargs
+        )
         prompt_ids = self.tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
         response_ids = self.tokenizer(response, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
         return list(prompt_ids), list(response_ids)
@@ -301,8 +320,11 @@ class SFTDataset(Dataset):
         """(token ids, loss mask) of conversation ``index`` before padding (see :func:`tokenize_conversation`)."""
         if not self.multiturn:
             raise TypeError("tokenize_messages() needs data.multiturn.enable=true")
+        kwargs = dict(self.chat_kwargs)
+        if self.enable_thinking[index] is not None:
+            kwargs["enable_thinking"] = self.enable_thinking[index]
         try:
-            return tokenize_conversation(self.tokenizer, self.messages[index], self.tools[index])
+            return tokenize_conversation(self.tokenizer, self.messages[index], self.tools[index], kwargs)
         except SFTDataError as err:
             path, row = self.rows[index]
             raise SFTDataError(f"row {row} of {path}: {err}") from None

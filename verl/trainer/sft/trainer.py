@@ -7,11 +7,16 @@ demonstrations puts the policy where GRPO/PPO get signal; its output folder is p
 One process by default; under torchrun (``WORLD_SIZE > 1``) each rank holds an FSDP2 shard and reads its own slice
 of every batch (``DistributedSampler``). The loss is the token mean of cross entropy over response tokens of the whole
 global batch, so the result does not depend on how the batch is cut into ranks and micro-batches.
+
+Saves go to ``global_step_{k}/`` in verl's checkpoint layout (:mod:`verl.trainer.sft.resume`); with
+``trainer.final_export`` the final model is also exported to ``{default_local_dir}/huggingface``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
+import logging
 import math
 import os
 import time
@@ -21,16 +26,19 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from verl.base_config import ConfigError
 from verl.trainer.sft.checkpoint import save_hf_checkpoint
-from verl.trainer.sft.config import SFTConfig
+from verl.trainer.sft.config import AFTER_EACH_EPOCH, SFTConfig
 from verl.trainer.sft.dataset import SFTDataset
 from verl.trainer.sft.distributed import DistContext, init_distributed
+from verl.trainer.sft.resume import SFTCheckpointer
 from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
 __all__ = ["FINAL_CHECKPOINT_NAME", "SFTTrainer", "response_token_loss"]
+
+logger = logging.getLogger(__name__)
 
 # The final export lands in ``{default_local_dir}/huggingface``; periodic ones in ``global_step_{k}/huggingface``.
 FINAL_CHECKPOINT_NAME = "huggingface"
@@ -92,16 +100,19 @@ class SFTTrainer:
         torch.manual_seed(tcfg.seed)
         self.model_path = _resolve_model_path(config.model.path)
         self.tokenizer = tokenizer if tokenizer is not None else self._load_tokenizer()
+        dcfg = config.data
         if train_dataset is None:
-            train_dataset = SFTDataset(config.data.train_file_list, self.tokenizer, config.data)
+            train_dataset = self._build_dataset(dcfg.train_file_list, "data.train_files", dcfg.train_max_samples)
         self.train_dataset = train_dataset
-        if val_dataset is None and config.data.val_file_list:
-            val_dataset = SFTDataset(config.data.val_file_list, self.tokenizer, config.data, "data.val_files")
+        if val_dataset is None and dcfg.val_file_list:
+            val_dataset = self._build_dataset(dcfg.val_file_list, "data.val_files", dcfg.val_max_samples)
         self.val_dataset = val_dataset
         self._plan_batches()
         self.model = self._build_model()
         self.optimizer, self.lr_scheduler = self._build_optimizer()
         self.global_step = 0
+        self.checkpointer = self._build_checkpointer()
+        self._resume()
         self.tracker = self._build_tracker()
         self.history: list[dict[str, float]] = []
 
@@ -122,6 +133,27 @@ class SFTTrainer:
                 f"the tokenizer of {tokenizer_path} has no chat template; set model.custom_chat_template"
             )
         return tokenizer
+
+    def _build_dataset(self, files: list[str], files_key: str, max_samples: int) -> torch.utils.data.Dataset:
+        """SFTDataset (or ``data.custom_cls``) over ``files``, cut to the first ``max_samples`` rows when > 0."""
+        dcfg = self.config.data
+        if dcfg.custom_cls.path:
+            from omegaconf import OmegaConf
+
+            from verl.utils.import_utils import load_extern_object
+
+            cls = load_extern_object(dcfg.custom_cls.path, dcfg.custom_cls.name, config_key="data.custom_cls.path",
+                                     what="dataset class")
+            kwargs: dict[str, Any] = {"parquet_files": files, "tokenizer": self.tokenizer,
+                                      "config": OmegaConf.create(dcfg.to_dict())}
+            if "max_samples" in inspect.signature(cls).parameters:
+                kwargs["max_samples"] = max_samples
+            dataset = cls(**kwargs)
+        else:
+            dataset = SFTDataset(files, self.tokenizer, dcfg, files_key)
+        if 0 < max_samples < len(dataset):
+            dataset = Subset(dataset, range(max_samples))
+        return dataset
 
     def _plan_batches(self) -> None:
         dcfg, world = self.config.data, self.ctx.world_size
@@ -153,10 +185,16 @@ class SFTTrainer:
             )
         tcfg = self.config.trainer
         self.total_steps = tcfg.total_training_steps or self.steps_per_epoch * tcfg.total_epochs
+        self.save_freq = self._steps_of(tcfg.save_freq)
+        self.test_freq = self._steps_of(tcfg.test_freq)
         self.val_loader = None
         if self.val_dataset is not None:
             sampler = DistributedSampler(self.val_dataset, num_replicas=world, rank=self.ctx.rank, shuffle=False)
             self.val_loader = DataLoader(self.val_dataset, batch_size=dcfg.micro_batch_size_per_gpu, sampler=sampler)
+
+    def _steps_of(self, freq: int | str) -> int:
+        """``trainer.save_freq``/``test_freq`` in steps (``after_each_epoch``: one pass over the data)."""
+        return self.steps_per_epoch if freq == AFTER_EACH_EPOCH else int(freq)
 
     def _mixed_precision_dtype(self) -> torch.dtype | None:
         mode = self.config.trainer.mixed_precision
@@ -195,11 +233,21 @@ class SFTTrainer:
             )
             model = get_peft_model(model, lora)
             self.lora_scaling = mcfg.lora_alpha / mcfg.lora_rank
+        self.hf_config = self._export_config(model)
         model.to(self.ctx.device)
         self.autocast_dtype = self._mixed_precision_dtype()
         if self.ctx.is_distributed:
             model = self._shard(model)
         return model
+
+    def _export_config(self, model: nn.Module) -> Any:
+        """The config written next to every checkpoint: the loaded one, naming the model class and the save dtype."""
+        from verl.workers.fsdp.model_loader import export_config
+
+        config = export_config(model)
+        if self.save_dtype is not None:
+            config.dtype = self.save_dtype
+        return config
 
     def _shard(self, model: nn.Module) -> nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
@@ -232,6 +280,48 @@ class SFTTrainer:
         else:
             scheduler = get_constant_schedule_with_warmup(optimizer, warmup)
         return optimizer, scheduler
+
+    def _build_checkpointer(self) -> SFTCheckpointer:
+        mcfg = self.config.model
+        lora_meta = None
+        if mcfg.lora_rank > 0:
+            lora_meta = {"r": mcfg.lora_rank, "lora_alpha": mcfg.lora_alpha, "task_type": "CAUSAL_LM"}
+        return SFTCheckpointer(
+            self.config.trainer, self.config.checkpoint, self.model, self.optimizer, self.lr_scheduler,
+            self.tokenizer, self.hf_config, self._export_hf_weights, is_main=self.ctx.is_main, lora_meta=lora_meta,
+        )
+
+    def _export_hf_weights(self, out_dir: str) -> None:
+        save_hf_checkpoint(
+            self.model, self.tokenizer, out_dir, distributed=self.ctx.is_distributed, is_main=self.ctx.is_main,
+            lora_scaling=self.lora_scaling, dtype=self.save_dtype,
+        )
+
+    def _resume(self) -> None:
+        """Continue from the checkpoint ``trainer.resume_mode`` picks (model, optimizer, LR schedule, position)."""
+        step_dir = self.checkpointer.find_resume_dir()
+        if step_dir is None:
+            return
+        load = list(self.config.checkpoint.load_contents or [])
+        if "model" not in load:
+            raise ConfigError(
+                f"is {load}: resuming from {step_dir} needs 'model' (and 'optimizer', 'extra' for an exact "
+                "continuation); set trainer.resume_mode=disable to start fresh",
+                key="checkpoint.load_contents",
+            )
+        state = self.checkpointer.load(step_dir)
+        self.global_step = int(state["global_step"])
+        saved_batch = (state.get("extra_state") or {}).get("train_batch_size")
+        if saved_batch is not None and saved_batch != self.config.data.train_batch_size:
+            logger.warning("resumed from %s, saved with data.train_batch_size=%s (now %s): the data position is "
+                           "counted in steps of the new size", step_dir, saved_batch, self.config.data.train_batch_size)
+        if self.ctx.is_main:
+            print(f"[sft] resumed from {step_dir} at step {self.global_step}", flush=True)
+
+    def save_step_checkpoint(self) -> Path:
+        """Write ``global_step_{k}`` for the current step (what ``checkpoint.save_contents`` names); collective."""
+        extra = {"train_batch_size": self.config.data.train_batch_size, "steps_per_epoch": self.steps_per_epoch}
+        return self.checkpointer.save(self.global_step, extra_state=extra)
 
     def _build_tracker(self) -> Any:
         if not self.ctx.is_main:
@@ -266,8 +356,9 @@ class SFTTrainer:
     def train_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One optimizer step on this rank's share of a global batch; returns the step's metrics."""
         self.model.train()
-        tokens = batch["loss_mask"][:, 1:].sum().to(torch.float64).to(self.ctx.device)
-        global_tokens = float(self.ctx.all_reduce_sum(tokens).item())
+        counts = torch.stack([batch["loss_mask"][:, 1:].sum(), batch["attention_mask"].sum()])
+        counts = self.ctx.all_reduce_sum(counts.to(torch.float64).to(self.ctx.device)).tolist()
+        global_tokens, sequence_tokens = counts
         if global_tokens == 0:
             raise ValueError("a training batch has no response tokens (every loss_mask is 0): check data.response_key "
                              "and data.truncation")
@@ -293,7 +384,7 @@ class SFTTrainer:
         self.lr_scheduler.step()
         loss = float(self.ctx.all_reduce_sum(loss_sum).item()) / global_tokens
         return {"train/loss": loss, "train/lr": lr, "train/grad_norm": grad_norm,
-                "train/skipped_step": float(not math.isfinite(grad_norm))}
+                "train/skipped_step": float(not math.isfinite(grad_norm)), "train/global_tokens": sequence_tokens}
 
     @torch.no_grad()
     def validate(self) -> float:
@@ -323,16 +414,22 @@ class SFTTrainer:
             self.tracker.log(metrics, step=self.global_step)
 
     def _iterate_batches(self):
-        epoch = 0
+        """(epoch, batch) from the current step on: a resumed run skips the batches its checkpoint already saw."""
+        epoch, skip = divmod(self.global_step, self.steps_per_epoch)
         while True:
             self.train_sampler.set_epoch(epoch)
-            for batch in self.train_loader:
+            loader = self.train_loader
+            if skip:
+                rest = list(self.train_sampler)[skip * self.batch_per_rank:]
+                loader = DataLoader(self.train_dataset, batch_size=self.batch_per_rank, sampler=rest, drop_last=True)
+            for batch in loader:
                 yield epoch, batch
-            epoch += 1
+            epoch, skip = epoch + 1, 0
 
     # ----------------------------------------------------------------------------------------------- loop
     def fit(self) -> Path:
-        """Train for ``total_steps`` optimizer steps; return the final checkpoint folder (``.../huggingface``)."""
+        """Train up to ``total_steps`` optimizer steps; return the final checkpoint folder (``.../huggingface`` with
+        ``trainer.final_export``, else the last ``global_step_{k}``)."""
         tcfg = self.config.trainer
         out_root = Path(tcfg.default_local_dir).expanduser()
         if self.ctx.is_main:
@@ -343,21 +440,25 @@ class SFTTrainer:
                 flush=True,
             )
         try:
-            start = time.perf_counter()
+            start, first_step, total_tokens = time.perf_counter(), self.global_step, 0.0
             for epoch, batch in self._iterate_batches():
                 if self.global_step >= self.total_steps:
                     break
                 metrics = self.train_step(batch)
                 self.global_step += 1
                 metrics["train/epoch"] = float(epoch)
+                total_tokens += metrics["train/global_tokens"]
+                metrics["train/total_tokens(B)"] = total_tokens / 1e9
                 last = self.global_step == self.total_steps
-                if self.val_loader is not None and (last or (tcfg.test_freq > 0 and self.global_step % tcfg.test_freq
-                                                             == 0)):
+                if self.val_loader is not None and (last or _every(self.test_freq, self.global_step)):
                     metrics["val/loss"] = self.validate()
-                if tcfg.save_freq > 0 and self.global_step % tcfg.save_freq == 0:
-                    self.save_checkpoint(out_root / f"global_step_{self.global_step}" / FINAL_CHECKPOINT_NAME)
-                metrics["train/step_time_s"] = (time.perf_counter() - start) / self.global_step
+                if (last and not tcfg.final_export) or _every(self.save_freq, self.global_step):
+                    self.save_step_checkpoint()
+                metrics["train/step_time_s"] = (time.perf_counter() - start) / (self.global_step - first_step)
                 self._log(metrics)
+            self.checkpointer.wait()
+            if not tcfg.final_export:
+                return out_root / f"global_step_{self.global_step}"
             final = self.save_checkpoint(out_root / FINAL_CHECKPOINT_NAME)
             if self.ctx.is_main:
                 print(f"[sft] saved the final checkpoint to {final} (use it as model.path)", flush=True)
@@ -370,3 +471,7 @@ class SFTTrainer:
             self.tracker.finish()
             self.tracker = None
         self.ctx.shutdown()
+
+
+def _every(freq: int, step: int) -> bool:
+    return freq > 0 and step % freq == 0
