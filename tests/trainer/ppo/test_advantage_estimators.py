@@ -87,6 +87,7 @@ def assert_close(actual: torch.Tensor, expected: list[list[float]], atol: float 
 def test_enum_names_match_registry():
     assert {e.value for e in AdvantageEstimator} == {
         "gae", "grpo", "grpo_passk", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo",
+        "gpg", "rloo_vectorized", "grpo_vectorized", "optimal_token_baseline", "tir_optimal_token_baseline", "gdpo",
     }
     for est in AdvantageEstimator:
         assert get_adv_estimator_fn(est) is get_adv_estimator_fn(est.value)
@@ -94,7 +95,7 @@ def test_enum_names_match_registry():
 
 
 def test_unknown_estimator_lists_registered_names():
-    with pytest.raises(ValueError, match="Unknown advantage estimator 'nope'") as err:
+    with pytest.raises(ValueError, match="Unknown advantage estimator simply: nope ") as err:
         get_adv_estimator_fn("nope")
     assert "grpo" in str(err.value) and "gae" in str(err.value) and "rloo" in str(err.value)
 
@@ -347,6 +348,8 @@ def test_compute_advantage_over_dataproto_matches_direct_call(estimator):
         "token_level_rewards": rewards,
         "values": values,
         "reward_baselines": torch.randn(n),
+        "old_log_probs": -torch.rand(n, r),  # optimal token baselines
+        "sum_pi_squared": torch.rand(n, r) * 0.5,
         "responses": torch.ones(n, r, dtype=torch.long),
         "attention_mask": torch.cat([torch.ones(n, prompt_len), mask], dim=-1).long(),
     }
@@ -356,6 +359,7 @@ def test_compute_advantage_over_dataproto_matches_direct_call(estimator):
     direct_adv, direct_ret = get_adv_estimator_fn(estimator)(
         token_level_rewards=rewards, response_mask=mask.long(), values=values, index=index, gamma=0.95, lam=0.9,
         norm_adv_by_std_in_grpo=False, reward_baselines=tensors["reward_baselines"],
+        old_log_probs=tensors["old_log_probs"], sum_pi_squared=tensors["sum_pi_squared"],
     )
     torch.testing.assert_close(out.batch["advantages"], direct_adv)
     torch.testing.assert_close(out.batch["returns"], direct_ret)
@@ -370,7 +374,7 @@ def test_compute_advantage_names_missing_inputs():
     data = _make_data_proto({"token_level_rewards": rewards, "response_mask": mask}, {"uid": index})
     with pytest.raises(ValueError, match=r"gae needs `values`"):
         compute_advantage(data, "gae")
-    with pytest.raises(ValueError, match="Unknown advantage estimator 'nope'"):
+    with pytest.raises(ValueError, match="Unknown advantage estimator simply: nope "):
         compute_advantage(data, "nope")
     no_uid = _make_data_proto({"token_level_rewards": rewards, "response_mask": mask}, {"x": index})
     with pytest.raises(ValueError, match=r"uid"):

@@ -159,8 +159,8 @@ def test_bad_policy_loss_inputs_are_named():
         run_loss("vanilla", old, new, adv, mask, "token-mean", {"clip_ratio_c": 0.5})
     with pytest.raises(ValueError, match=r"rollout_is_weights shape \(6, 7\)"):
         run_loss("vanilla", old, new, adv, mask, "token-mean", None, weights[:, :-1])
-    with pytest.raises(ValueError, match="Unknown loss_agg_mode 'token-sum'"):
-        run_loss("vanilla", old, new, adv, mask, "token-sum", None)
+    with pytest.raises(ValueError, match="Unknown loss_agg_mode 'seq-sum'"):
+        run_loss("vanilla", old, new, adv, mask, "seq-sum", None)
     with pytest.raises(ValueError, match="must have the same shape"):
         run_loss("vanilla", old[:, :-1], new, adv, mask, "token-mean", None)
 

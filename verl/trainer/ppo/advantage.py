@@ -7,14 +7,19 @@ Every estimator is called with keyword arguments (``token_level_rewards`` [N, R]
 and zero outside the response mask.
 
 Groups of size 1 (a prompt with a single response) carry no relative signal: the group
-baselines (grpo, rloo, reinforce_plus_plus_baseline, opo) equal the response's own score, so
+baselines (grpo, rloo, reinforce_plus_plus_baseline, opo, gpg) equal the response's own score, so
 its advantage is 0 and the sample does not push the policy anywhere. (Upstream verl uses a
 baseline of 0 there, which turns a lone response into plain REINFORCE on the raw score.)
+
+The group estimators are computed with scatter-adds over dense group ids, so the ``*_vectorized``
+names verl also registers (``grpo_vectorized``, ``rloo_vectorized``) are the same functions.
+The token-level optimal baselines live in :mod:`verl.trainer.ppo.advantage_token_baseline`, the
+multi-reward GDPO in :mod:`verl.trainer.ppo.advantage_gdpo`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -29,6 +34,9 @@ __all__ = [
     "ADV_ESTIMATOR_REGISTRY",
     "register_adv_est",
     "get_adv_estimator_fn",
+    "registering_into",
+    "lookup_in",
+    "estimator_name",
     "compute_gae_advantage_return",
     "compute_grpo_outcome_advantage",
     "compute_grpo_passk_outcome_advantage",
@@ -37,6 +45,9 @@ __all__ = [
     "compute_reinforce_plus_plus_baseline_outcome_advantage",
     "compute_remax_outcome_advantage",
     "compute_opo_outcome_advantage",
+    "compute_grpo_vectorized_outcome_advantage",
+    "compute_rloo_vectorized_outcome_advantage",
+    "compute_gpg_outcome_advantage",
 ]
 
 AdvEstimatorFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -53,6 +64,12 @@ class AdvantageEstimator(str, Enum):
     REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
     REMAX = "remax"
     OPO = "opo"
+    GPG = "gpg"
+    RLOO_VECTORIZED = "rloo_vectorized"
+    GRPO_VECTORIZED = "grpo_vectorized"
+    OPTIMAL_TOKEN_BASELINE = "optimal_token_baseline"
+    TIR_OPTIMAL_TOKEN_BASELINE = "tir_optimal_token_baseline"
+    GDPO = "gdpo"
 
     def __str__(self) -> str:
         return self.value
@@ -61,40 +78,56 @@ class AdvantageEstimator(str, Enum):
 ADV_ESTIMATOR_REGISTRY: dict[str, AdvEstimatorFn] = {}
 
 
-def _estimator_key(name: str | AdvantageEstimator) -> str:
-    return name.value if isinstance(name, AdvantageEstimator) else str(name)
+def estimator_name(name: str | Enum) -> str:
+    """The registry key of an estimator given by name or enum member."""
+    return str(name.value) if isinstance(name, Enum) else str(name)
 
 
-def register_adv_est(name: str | AdvantageEstimator) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
-    """Decorator registering an advantage estimator under ``name``.
+def registering_into(
+    registry: MutableMapping[str, AdvEstimatorFn], name: str | Enum
+) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
+    """The decorator :func:`register_adv_est` returns, writing into ``registry``.
 
     Re-registering the same function is a no-op; a different function under a taken name
     raises, so two recipes cannot silently shadow each other.
     """
-    key = _estimator_key(name)
+    key = estimator_name(name)
 
     def decorator(fn: AdvEstimatorFn) -> AdvEstimatorFn:
-        existing = ADV_ESTIMATOR_REGISTRY.get(key)
+        existing = registry.get(key)
         if existing is not None and not same_function(existing, fn):
             raise ValueError(
-                f"Advantage estimator {key!r} is already registered to {existing.__module__}.{existing.__qualname__}; "
-                f"refusing to replace it with {fn.__module__}.{fn.__qualname__}"
+                f"Advantage estimator {key!r} is already registered to {_qualname(existing)}; "
+                f"refusing to replace it with {_qualname(fn)}"
             )
-        ADV_ESTIMATOR_REGISTRY[key] = fn
+        registry[key] = fn
         return fn
 
     return decorator
 
 
-def get_adv_estimator_fn(name: str | AdvantageEstimator) -> AdvEstimatorFn:
-    """Return the estimator registered under ``name``; unknown names list the registered ones."""
-    key = _estimator_key(name)
-    if key not in ADV_ESTIMATOR_REGISTRY:
+def lookup_in(registry: MutableMapping[str, AdvEstimatorFn], name: str | Enum) -> AdvEstimatorFn:
+    """``registry[name]``; an unknown name raises ValueError listing the registered ones (case-sensitive)."""
+    key = estimator_name(name)
+    if key not in registry:
         raise ValueError(
-            f"Unknown advantage estimator {key!r} (algorithm.adv_estimator); "
-            f"registered: {sorted(ADV_ESTIMATOR_REGISTRY)}"
+            f"Unknown advantage estimator simply: {key} (algorithm.adv_estimator); registered: {sorted(registry)}"
         )
-    return ADV_ESTIMATOR_REGISTRY[key]
+    return registry[key]
+
+
+def _qualname(fn: Callable) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def register_adv_est(name: str | Enum) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
+    """Decorator registering an advantage estimator under ``name`` (a string or an enum member)."""
+    return registering_into(ADV_ESTIMATOR_REGISTRY, name)
+
+
+def get_adv_estimator_fn(name: str | Enum) -> AdvEstimatorFn:
+    """Return the estimator registered under ``name``; unknown names list the registered ones."""
+    return lookup_in(ADV_ESTIMATOR_REGISTRY, name)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -256,6 +289,7 @@ def compute_rloo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: Sequence | np.ndarray | None = None,
+    epsilon: float = 1e-6,
     config: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -275,13 +309,15 @@ def compute_rloo_outcome_advantage(
 def compute_reinforce_plus_plus_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
-    gamma: float | None = None,
     config: Any = None,
+    gamma: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++: discounted return-to-go per token, whitened over the whole batch.
 
-    Masked positions are skipped (the running return carries through them) and get 0.
+    Masked positions (tool output inside a multi-turn response, padding) are skipped: the
+    running return carries through them undiscounted, and they get 0. ``gamma`` defaults to
+    ``config.gamma`` (1.0 without a config).
     """
     _check_shapes("reinforce_plus_plus", token_level_rewards, response_mask)
     gamma = cfg_get(config, "gamma", 1.0) if gamma is None else gamma
@@ -302,6 +338,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: Sequence | np.ndarray | None = None,
+    epsilon: float = 1e-6,
     config: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -320,12 +357,14 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
 @torch.no_grad()
 def compute_remax_outcome_advantage(
     token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
     reward_baselines: torch.Tensor | None = None,
+    response_mask: torch.Tensor | None = None,
     config: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ReMax: undiscounted return-to-go minus the reward of the greedy response (``reward_baselines`` [N])."""
+    if response_mask is None:
+        raise ValueError("remax needs `response_mask` (data.batch['response_mask'])")
     _check_shapes("remax", token_level_rewards, response_mask)
     if reward_baselines is None:
         raise ValueError(
@@ -349,6 +388,7 @@ def compute_opo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: Sequence | np.ndarray | None = None,
+    epsilon: float = 1e-6,
     config: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -366,4 +406,43 @@ def compute_opo_outcome_advantage(
     plain_mean, _, _ = _group_stats(scores, ids)
     baseline = torch.where(total_len[ids] > 0, weighted[ids] / total_len[ids].clamp(min=1e-8), plain_mean)
     adv = (scores - baseline).unsqueeze(-1) * response_mask.to(scores.dtype)
+    return adv, adv
+
+
+# The group statistics above are already computed in one pass of scatter-adds.
+compute_grpo_vectorized_outcome_advantage = register_adv_est(AdvantageEstimator.GRPO_VECTORIZED)(
+    compute_grpo_outcome_advantage
+)
+compute_rloo_vectorized_outcome_advantage = register_adv_est(AdvantageEstimator.RLOO_VECTORIZED)(
+    compute_rloo_outcome_advantage
+)
+
+
+@register_adv_est(AdvantageEstimator.GPG)
+@torch.no_grad()
+def compute_gpg_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence | np.ndarray | None = None,
+    epsilon: float = 1e-6,
+    f_norm: float = 1.0,
+    alpha: float = 1.0,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPG: (score - group mean) * alpha / f_norm, with alpha = batch size / number of non-zero scores.
+
+    Scaling by the inverse fraction of rewarded responses keeps the gradient's size when most
+    responses score 0 (their centred advantages would otherwise be tiny). The ``alpha`` argument
+    is accepted for verl compatibility and replaced by that batch statistic.
+    """
+    del alpha
+    _check_shapes("gpg", token_level_rewards, response_mask)
+    if f_norm == 0:
+        raise ValueError("gpg: f_norm must be non-zero")
+    scores = token_level_rewards.sum(dim=-1)
+    ids = _group_ids("gpg", index, scores.shape[0], scores.device)
+    mean, _, _ = _group_stats(scores, ids)
+    alpha = scores.shape[0] / torch.count_nonzero(scores).clamp(min=1).to(scores.dtype)
+    adv = (alpha * (scores - mean) / f_norm).unsqueeze(-1) * response_mask.to(scores.dtype)
     return adv, adv

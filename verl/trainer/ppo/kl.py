@@ -30,6 +30,7 @@ __all__ = [
     "AdaptiveKLController",
     "get_kl_controller",
     "apply_kl_penalty",
+    "compute_rewards",
 ]
 
 _ALIASES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
@@ -137,3 +138,14 @@ def apply_kl_penalty(data: Any, kl_ctrl: FixedKLController | AdaptiveKLControlle
     kl_ctrl.update(current_kl=current_kl, n_steps=int(scores.shape[0]))
     metrics = {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
     return data, metrics
+
+
+def compute_rewards(
+    token_level_scores: torch.Tensor, old_log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kl_ratio: float
+) -> torch.Tensor:
+    """Per-token rewards with the k1 KL penalty folded in: ``scores - kl_ratio * (log pi_old - log pi_ref)``.
+
+    The stateless form of :func:`apply_kl_penalty` (fixed coefficient, k1 estimator, no mask), for callers that
+    hold the tensors rather than a DataProto.
+    """
+    return token_level_scores - kl_ratio * (old_log_prob - ref_log_prob)

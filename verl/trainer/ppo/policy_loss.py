@@ -10,11 +10,19 @@ with [N, R] inputs, a scalar loss to minimise, and float metrics
 DAPO's clip-higher), ``clip_ratio_c`` (dual-clip bound, default 3.0).
 ``rollout_is_weights`` [N, R] (importance weights correcting for the rollout engine's
 policy differing from the trainer's) multiply the per-token loss before aggregation.
+``config.global_batch_info`` (``dp_size``, ``batch_num_tokens``, ``global_batch_size``,
+``loss_scale_factor``), when the caller fills it in, goes to :func:`agg_loss` so that the
+micro-batch losses add up to the mini-batch loss (see :mod:`verl.trainer.ppo.losses`).
+
+This module holds the registry and the PPO-clip family (vanilla, gspo, gpg, cispo); the
+other registered losses live in ``policy_loss_variants`` (sapo, geo_mean, dro, dppo_tv,
+dppo_kl), ``policy_loss_cov`` (clip_cov, kl_cov) and ``policy_loss_bypass`` (bypass_mode).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 import torch
@@ -31,6 +39,10 @@ __all__ = [
     "compute_policy_loss_gspo",
     "compute_policy_loss_gpg",
     "compute_policy_loss_cispo",
+    "compute_policy_loss",
+    "registering_into",
+    "lookup_in",
+    "aggregate",
 ]
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
@@ -38,32 +50,44 @@ PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
 
 
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator registering a policy loss under ``name`` (``actor.policy_loss.loss_mode``).
+def registering_into(
+    registry: MutableMapping[str, PolicyLossFn], name: str
+) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """The decorator :func:`register_policy_loss` returns, writing into ``registry``.
 
     Re-registering the same function is a no-op; a different function under a taken name raises.
     """
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
-        existing = POLICY_LOSS_REGISTRY.get(name)
+        existing = registry.get(name)
         if existing is not None and not same_function(existing, fn):
             raise ValueError(
                 f"Policy loss {name!r} is already registered to {existing.__module__}.{existing.__qualname__}; "
                 f"refusing to replace it with {fn.__module__}.{fn.__qualname__}"
             )
-        POLICY_LOSS_REGISTRY[name] = fn
+        registry[name] = fn
         return fn
 
     return decorator
 
 
+def lookup_in(registry: Mapping[str, PolicyLossFn], name: str) -> PolicyLossFn:
+    """``registry[name]``; an unknown name raises ValueError listing the registered ones."""
+    if name not in registry:
+        raise ValueError(
+            f"Unknown policy loss {name!r} (actor.policy_loss.loss_mode); registered: {sorted(registry)}"
+        )
+    return registry[name]
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator registering a policy loss under ``name`` (``actor.policy_loss.loss_mode``)."""
+    return registering_into(POLICY_LOSS_REGISTRY, name)
+
+
 def get_policy_loss_fn(name: str) -> PolicyLossFn:
     """Return the policy loss registered under ``name``; unknown names list the registered ones."""
-    if name not in POLICY_LOSS_REGISTRY:
-        raise ValueError(
-            f"Unknown policy loss {name!r} (actor.policy_loss.loss_mode); registered: {sorted(POLICY_LOSS_REGISTRY)}"
-        )
-    return POLICY_LOSS_REGISTRY[name]
+    return lookup_in(POLICY_LOSS_REGISTRY, name)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -100,6 +124,18 @@ def _apply_is_weights(pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor 
             f"shape {tuple(pg_losses.shape)}"
         )
     return pg_losses * rollout_is_weights.detach()
+
+
+_GLOBAL_BATCH_KEYS = ("dp_size", "batch_num_tokens", "global_batch_size", "loss_scale_factor")
+
+
+def aggregate(pg_losses: torch.Tensor, response_mask: torch.Tensor, loss_agg_mode: str, config: Any) -> torch.Tensor:
+    """:func:`agg_loss` with the global-batch normalisation the config carries (``global_batch_info``)."""
+    info = cfg_get(config, "global_batch_info", None) or {}
+    kwargs = {key: info[key] for key in _GLOBAL_BATCH_KEYS if info.get(key) is not None}
+    if "loss_scale_factor" not in kwargs and cfg_get(config, "loss_scale_factor", None) is not None:
+        kwargs["loss_scale_factor"] = cfg_get(config, "loss_scale_factor", None)
+    return agg_loss(pg_losses, response_mask, loss_agg_mode, **kwargs)
 
 
 def _metrics(ppo_kl: torch.Tensor, clipfrac: torch.Tensor | float, clipfrac_lower: torch.Tensor | float) -> dict:
@@ -149,7 +185,7 @@ def compute_policy_loss_vanilla(
     pg_losses = torch.where(advantages < 0, dual, pessimistic)
 
     pg_losses = _apply_is_weights(pg_losses, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = aggregate(pg_losses, response_mask, loss_agg_mode, config)
     return pg_loss, _metrics(ppo_kl, clipfrac, clipfrac_lower)
 
 
@@ -159,7 +195,7 @@ def compute_policy_loss_gspo(
     log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    loss_agg_mode: str = "token-mean",
+    loss_agg_mode: str = "seq-mean-token-mean",
     config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -168,7 +204,7 @@ def compute_policy_loss_gspo(
     Each token carries the value s of its sequence while its gradient flows through its own
     log-prob (log s_t = sg(log s) + log p_t - sg(log p_t)), so a token-level advantage still
     works. Clip bounds are ``clip_ratio_low`` / ``clip_ratio_high`` (GSPO uses ~3e-4 / 4e-4);
-    verl recommends ``loss_agg_mode=seq-mean-token-mean``.
+    the default aggregation is GSPO's ``seq-mean-token-mean``.
     """
     low, high, _ = _clip_bounds(config)
     log_ratio = _log_ratio(old_log_prob, log_prob, response_mask)
@@ -184,7 +220,7 @@ def compute_policy_loss_gspo(
     clipfrac = masked_mean(torch.gt(clipped, unclipped).to(ratio.dtype), response_mask)
 
     pg_losses = _apply_is_weights(pg_losses, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = aggregate(pg_losses, response_mask, loss_agg_mode, config)
     return pg_loss, _metrics(ppo_kl, clipfrac, 0.0)
 
 
@@ -202,7 +238,7 @@ def compute_policy_loss_gpg(
     log_ratio = _log_ratio(old_log_prob, log_prob, response_mask)
     ppo_kl = masked_mean(-log_ratio, response_mask)
     pg_losses = _apply_is_weights(-advantages * log_prob, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = aggregate(pg_losses, response_mask, loss_agg_mode, config)
     return pg_loss, _metrics(ppo_kl, 0.0, 0.0)
 
 
@@ -230,5 +266,42 @@ def compute_policy_loss_cispo(
     clipfrac = masked_mean(torch.gt(ratio, 1.0 + high).to(ratio.dtype), response_mask)
     clipfrac_lower = masked_mean(torch.lt(ratio, 1.0 - low).to(ratio.dtype), response_mask)
     pg_losses = _apply_is_weights(-weight * advantages * log_prob, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = aggregate(pg_losses, response_mask, loss_agg_mode, config)
     return pg_loss, _metrics(ppo_kl, clipfrac, clipfrac_lower)
+
+
+def compute_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange: float | None = None,
+    cliprange_low: float | None = None,
+    cliprange_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Deprecated functional form of :func:`compute_policy_loss_vanilla` with the clip bounds as arguments.
+
+    Returns ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)`` as tensors.
+    """
+    warnings.warn(
+        "compute_policy_loss is deprecated; use compute_policy_loss_vanilla (or get_policy_loss_fn('vanilla')) "
+        "with the clip bounds in the actor config",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    if cliprange is None and (cliprange_low is None or cliprange_high is None):
+        raise ValueError("compute_policy_loss needs cliprange, or both cliprange_low and cliprange_high")
+    config = {
+        "clip_ratio": cliprange if cliprange is not None else cliprange_low,
+        "clip_ratio_low": cliprange_low,
+        "clip_ratio_high": cliprange_high,
+        "clip_ratio_c": clip_ratio_c,
+    }
+    pg_loss, metrics = compute_policy_loss_vanilla(
+        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode=loss_agg_mode, config=config
+    )
+    names = ("pg_clipfrac", "ppo_kl", "pg_clipfrac_lower")
+    clipfrac, ppo_kl, clipfrac_lower = (torch.tensor(metrics[f"actor/{n}"], device=pg_loss.device) for n in names)
+    return pg_loss, clipfrac, ppo_kl, clipfrac_lower

@@ -1,0 +1,126 @@
+"""Bypass mode: train directly on the rollout engine's log-probs, skipping the trainer's old log-prob pass.
+
+In bypass mode the trainer passes ``rollout_log_probs`` as ``old_log_prob``, so the policy ratio is
+pi_current / pi_rollout. The ``bypass_mode`` loss applies the rollout correction itself, from the
+update's own (detached) log-probs, as configured in ``actor.policy_loss.rollout_correction``:
+
+- ``loss_type: ppo_clip`` (default): PPO-clip on that ratio; the clip already bounds the off-policy
+  step, so importance weights are computed for the metrics but not applied (that would count the
+  correction twice).
+- ``loss_type: reinforce``: :func:`compute_policy_loss_reinforce`, ``-w * A * log pi`` with the
+  truncated weights ``w`` (``rollout_is``, ``rollout_is_threshold``, ``rollout_is_batch_normalize``).
+
+Rejection sampling (``rollout_rs``, ``rollout_rs_threshold``, ``rollout_rs_threshold_lower``,
+``rollout_token_veto_threshold``) removes tokens from the loss mask in both cases. The mechanics are
+those of :mod:`verl.trainer.ppo.rollout_corr`, which the non-bypass trainer path uses on the batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from verl.trainer.ppo._util import cfg_get
+from verl.trainer.ppo.policy_loss import aggregate, compute_policy_loss_vanilla, register_policy_loss
+from verl.trainer.ppo.rollout_corr import (
+    _normalized,
+    _weight_metrics,
+    compute_rollout_is_weights,
+    mismatch_metrics,
+    rejection_mask,
+)
+from verl.utils.torch_functional import masked_mean
+
+__all__ = ["compute_policy_loss_reinforce", "compute_policy_loss_bypass_mode"]
+
+LOSS_TYPES = ("ppo_clip", "reinforce")
+
+
+def compute_policy_loss_reinforce(
+    rollout_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "seq-mean-token-sum",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """REINFORCE: ``-A * log pi``, times the (detached) importance weights when given; no ratio, no clip.
+
+    ``actor/ppo_kl`` is the k1 estimate of KL(rollout || current) over the mask.
+    """
+    if rollout_log_prob.shape != log_prob.shape or log_prob.shape != response_mask.shape:
+        raise ValueError(f"reinforce: rollout_log_prob {tuple(rollout_log_prob.shape)}, log_prob "
+                         f"{tuple(log_prob.shape)} and response_mask {tuple(response_mask.shape)} must match")
+    pg_losses = -advantages * log_prob
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights.detach()
+    pg_loss = aggregate(pg_losses, response_mask, loss_agg_mode, config)
+    kl = masked_mean(rollout_log_prob - log_prob, response_mask)
+    return pg_loss, {"actor/ppo_kl": kl.detach().item()}
+
+
+def _correction(
+    log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, spec: Any
+) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
+    """(importance weights or None, mask after rejection, metrics) from the update's detached log-probs."""
+    current = log_prob.detach()
+    metrics = mismatch_metrics(current, rollout_log_prob, response_mask)
+    rs_level = cfg_get(spec, "rollout_rs", None)
+    veto = cfg_get(spec, "rollout_token_veto_threshold", None)
+    mask = response_mask
+    if rs_level or veto is not None:
+        upper = cfg_get(spec, "rollout_rs_threshold", None)
+        lower = cfg_get(spec, "rollout_rs_threshold_lower", None)
+        if lower is None and upper is not None:
+            lower = 1.0 / float(upper)
+        mask = rejection_mask(current, rollout_log_prob, response_mask, rs_level or None,
+                              None if upper is None else float(upper), None if lower is None else float(lower),
+                              None if veto is None else float(veto))
+        metrics["rollout_corr/rs_rejected_token_frac"] = (1 - mask.sum() / response_mask.sum().clamp(min=1)).item()
+    level = cfg_get(spec, "rollout_is", None)
+    if not level:
+        return None, mask, metrics
+    threshold = float(cfg_get(spec, "rollout_is_threshold", 2.0))
+    weights = compute_rollout_is_weights(current, rollout_log_prob, mask, str(level), threshold)
+    metrics.update(_weight_metrics(weights, mask, threshold))
+    if cfg_get(spec, "rollout_is_batch_normalize", False):
+        weights = _normalized(weights, mask, str(level))
+    return weights, mask, metrics
+
+
+@register_policy_loss("bypass_mode")
+def compute_policy_loss_bypass_mode(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Bypass-mode loss; ``old_log_prob`` holds the rollout log-probs. ``rollout_is_weights`` is ignored:
+    the weights are recomputed here from the current policy."""
+    del rollout_is_weights
+    spec = cfg_get(cfg_get(config, "policy_loss", None), "rollout_correction", None)
+    if spec is None:
+        raise ValueError(
+            "loss_mode=bypass_mode needs actor.policy_loss.rollout_correction: the rollout-correction settings "
+            "(loss_type, rollout_is, rollout_is_threshold, rollout_rs, ...) as in algorithm.rollout_correction"
+        )
+    loss_type = str(cfg_get(spec, "loss_type", "ppo_clip"))
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"rollout_correction.loss_type={loss_type!r}; expected one of {list(LOSS_TYPES)}")
+    with torch.no_grad():
+        weights, mask, correction_metrics = _correction(log_prob, old_log_prob, response_mask, spec)
+    if loss_type == "reinforce":
+        pg_loss, metrics = compute_policy_loss_reinforce(
+            old_log_prob, log_prob, advantages, mask, loss_agg_mode, config, rollout_is_weights=weights
+        )
+    else:
+        pg_loss, metrics = compute_policy_loss_vanilla(
+            old_log_prob, log_prob, advantages, mask, loss_agg_mode, config, rollout_is_weights=None
+        )
+    metrics.update(correction_metrics)
+    return pg_loss, metrics
