@@ -1,16 +1,9 @@
-"""Entry point of the fully-async recipe (the machinery lives in ``verl.experimental.fully_async_policy``)."""
+"""Older path of the fully-async recipe: ``python -m recipe.fully_async_policy.fully_async_main`` runs
+``verl.experimental.fully_async_policy.fully_async_main`` (verl's path)."""
 
-from pathlib import Path
+from verl.experimental.fully_async_policy.fully_async_main import CONFIG_DIR, CONFIG_NAME, main
 
-from recipe._entry import recipe_main
-
-CONFIG_DIR = Path(__file__).parent / "config"
-CONFIG_NAME = "fully_async_ppo_trainer"
-
-
-def main(argv=None) -> dict:
-    return recipe_main(CONFIG_DIR, CONFIG_NAME, "fully_async", argv)
-
+__all__ = ["CONFIG_DIR", "CONFIG_NAME", "main"]
 
 if __name__ == "__main__":
     main()

@@ -1,16 +1,9 @@
-"""Entry point of the one-step-off recipe (the trainer lives in ``verl.experimental.one_step_off_policy``)."""
+"""Older path of the one-step-off recipe: ``python -m recipe.one_step_off_policy.main_ppo`` runs
+``verl.experimental.one_step_off_policy.main_ppo`` (verl's path)."""
 
-from pathlib import Path
+from verl.experimental.one_step_off_policy.main_ppo import CONFIG_DIR, CONFIG_NAME, main
 
-from recipe._entry import recipe_main
-
-CONFIG_DIR = Path(__file__).parent / "config"
-CONFIG_NAME = "one_step_off_ppo_trainer"
-
-
-def main(argv=None) -> dict:
-    return recipe_main(CONFIG_DIR, CONFIG_NAME, "one_step_off", argv)
-
+__all__ = ["CONFIG_DIR", "CONFIG_NAME", "main"]
 
 if __name__ == "__main__":
     main()

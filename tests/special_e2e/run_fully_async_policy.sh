@@ -14,7 +14,7 @@ STALENESS=0.5
 python3 examples/data_preprocess/synthetic.py --task target_digit --local_dir "$DATA_DIR" \
     --train_size 512 --test_size 16 --seed 0
 
-python3 -m recipe.fully_async_policy.fully_async_main \
+python3 -m verl.experimental.fully_async_policy.fully_async_main \
     algorithm.adv_estimator=grpo \
     data.train_files="$DATA_DIR/train.parquet" \
     data.val_files="$DATA_DIR/test.parquet" \

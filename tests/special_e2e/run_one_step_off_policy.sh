@@ -10,7 +10,7 @@ STEPS=${STEPS:-4}
 python3 examples/data_preprocess/synthetic.py --task target_digit --local_dir "$DATA_DIR" \
     --train_size 512 --test_size 16 --seed 0
 
-python3 -m recipe.one_step_off_policy.main_ppo \
+python3 -m verl.experimental.one_step_off_policy.main_ppo \
     algorithm.adv_estimator=grpo \
     data.train_files="$DATA_DIR/train.parquet" \
     data.val_files="$DATA_DIR/test.parquet" \

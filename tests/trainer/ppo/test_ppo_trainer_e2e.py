@@ -6,7 +6,6 @@ import time
 
 import pytest
 import ray
-from omegaconf import OmegaConf
 
 from verl.trainer.config.compose import compose_ppo_config
 from verl.trainer.demo import demo_overrides
@@ -66,8 +65,8 @@ def test_killed_run_resumes_to_the_same_metrics(ray_cluster, tmp_path):
     run_ppo(_config(full_dir, *steps))
 
     killed_config = _config(killed_dir, *steps)
-    runner = TaskRunner.remote()
-    pending = runner.run.remote(OmegaConf.to_container(killed_config, resolve=True))
+    runner = ray.remote(num_cpus=0.1)(TaskRunner).remote()
+    pending = runner.run.remote(killed_config)
     _wait_for_checkpoint(killed_dir, 2)
     ray.kill(runner, no_restart=True)
     with pytest.raises(ray.exceptions.RayActorError):

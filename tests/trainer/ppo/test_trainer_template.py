@@ -1,25 +1,28 @@
-"""SeparateRayPPOTrainer: one stage template shared by the sync trainer and the async recipes."""
+"""RayPPOTrainer holds the PPO step as a template of stages; SeparateRayPPOTrainer and the async recipes reuse it."""
 
 from __future__ import annotations
 
 import pytest
 from omegaconf import OmegaConf
 
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-from verl.trainer.ppo.separate_trainer import SeparateRayPPOTrainer, StopTraining, generation_seed
+from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer, StopTraining, generation_seed
 
 STAGES = ("_fit_get_batch", "_fit_generate", "_fit_compute_reward", "_fit_compute_log_prob",
           "_fit_compute_ref_log_prob", "_fit_compute_critic", "_fit_compute_advantage", "_fit_update_critic",
-          "_fit_update_actor", "_fit_update_weights", "_fit_validate", "_fit_save_checkpoint", "fit_step")
+          "_fit_update_actor", "_fit_update_weights", "_fit_validate", "_fit_save_checkpoint", "_fit_collect_metrics",
+          "fit_step", "fit")
+WORKER_CALLS = ("_compute_old_log_prob", "_compute_ref_log_prob", "_compute_values", "_update_actor",
+                "_update_critic", "_balance_batch", "_validate", "_save_checkpoint", "_load_checkpoint",
+                "_get_gen_batch", "init_workers")
 
 
-def test_every_stage_lives_in_the_template_and_the_sync_trainer_reuses_it():
-    for name in STAGES:
-        assert name in vars(SeparateRayPPOTrainer), name
-    assert issubclass(RayPPOTrainer, SeparateRayPPOTrainer)
-    own = set(vars(RayPPOTrainer))
-    # the colocated trainer only says how it generates and how weights reach its engines
-    assert own & set(STAGES) == {"_fit_generate", "_fit_update_weights"}
+def test_every_stage_lives_in_ray_ppo_trainer_and_the_separate_trainer_reuses_it():
+    for name in STAGES + WORKER_CALLS:
+        assert name in vars(RayPPOTrainer), name
+    assert issubclass(SeparateRayPPOTrainer, RayPPOTrainer)
+    # the separate trainer only says how the rollout is built and how weights reach it
+    assert not set(vars(SeparateRayPPOTrainer)) & set(STAGES)
 
 
 def test_async_recipes_reuse_the_template_stages():
@@ -27,19 +30,22 @@ def test_async_recipes_reuse_the_template_stages():
     from verl.experimental.one_step_off_policy.ray_trainer import OneStepOffRayTrainer
 
     compute_stages = {"_fit_compute_reward", "_fit_compute_log_prob", "_fit_compute_ref_log_prob",
-                      "_fit_compute_critic", "_fit_compute_advantage", "_fit_update_critic"}
+                      "_fit_compute_critic", "_fit_compute_advantage", "_fit_update_critic", "fit_step",
+                      "_compute_old_log_prob", "_update_actor"}
     for cls in (FullyAsyncTrainer, OneStepOffRayTrainer):
         assert issubclass(cls, SeparateRayPPOTrainer)
         assert not compute_stages & set(vars(cls)), f"{cls.__name__} rewrites a compute stage"
 
 
-def test_template_without_generation_says_what_is_missing():
+def test_separate_trainer_without_rollout_says_what_is_missing():
     trainer = object.__new__(SeparateRayPPOTrainer)
-    with pytest.raises(NotImplementedError, match="SeparateRayPPOTrainer must implement _fit_generate"):
-        trainer._fit_generate(None)
+    with pytest.raises(NotImplementedError, match="SeparateRayPPOTrainer must implement _init_rollout"):
+        trainer._init_rollout(None)
+    with pytest.raises(NotImplementedError, match="SeparateRayPPOTrainer must implement _generate_sequences"):
+        trainer._generate_sequences(None)
     trainer.weight_sync, trainer.weight_version = None, 0
     with pytest.raises(RuntimeError, match="no weight_sync"):
-        trainer._fit_update_weights({})
+        trainer._push_weights({})
 
 
 def test_role_mapping_without_actor_is_refused_by_name():
@@ -47,7 +53,7 @@ def test_role_mapping_without_actor_is_refused_by_name():
                                                            "rollout_correction": {}},
                                "actor": {"use_kl_loss": False}, "trainer": {}})
     with pytest.raises(ValueError, match="role_worker_mapping needs an actor role"):
-        SeparateRayPPOTrainer(config, tokenizer=None, role_worker_mapping={}, resource_pool_manager=None)
+        RayPPOTrainer(config, tokenizer=None, role_worker_mapping={}, resource_pool_manager=None)
 
 
 def test_generation_seed_is_per_step_and_optional():
@@ -61,9 +67,9 @@ def test_generation_seed_is_per_step_and_optional():
     assert issubclass(StopTraining, Exception)
 
 
-def _log_prob_trainer(correction=None, **actor):
-    trainer = object.__new__(SeparateRayPPOTrainer)
-    trainer.bypass_mode, trainer.global_steps = False, 1
+def _log_prob_trainer(correction=None, cls=RayPPOTrainer, **actor):
+    trainer = object.__new__(cls)
+    trainer.bypass_mode, trainer.global_steps, trainer.metrics = False, 1, {}
     trainer.config = OmegaConf.create({
         "actor": {"ppo_epochs": 1, "ppo_mini_batch_size": 4, "skip_on_policy_log_prob": True, **actor},
         "rollout": {"n": 2}, "trainer": {"critic_warmup": 0},
@@ -87,7 +93,7 @@ def test_on_policy_update_skips_the_old_log_prob_pass():
     """One epoch over one mini-batch: no separate pass (no worker group is touched); anything else runs it."""
     on_policy = _log_prob_trainer()
     batch = _batch(8)
-    assert on_policy._fit_compute_log_prob(batch, {}) is batch and "old_log_probs" not in batch.batch.keys()
+    assert on_policy._fit_compute_log_prob(batch) is batch and "old_log_probs" not in batch.batch.keys()
     needs_pass = [
         (_log_prob_trainer(ppo_epochs=2), _batch(8)),
         (_log_prob_trainer(ppo_mini_batch_size=2), _batch(8)),  # two mini-batches: the second is off-policy
@@ -110,11 +116,29 @@ def test_token_weighting_correction_is_left_to_the_on_policy_update():
 
     trainer = _log_prob_trainer({"rollout_is": "sequence", "rollout_is_threshold": 3.0})
     batch = _batch(8, rollout_log_probs=True)
-    assert trainer._fit_compute_log_prob(batch, {}) is batch and "old_log_probs" not in batch.batch.keys()
+    assert trainer._fit_compute_log_prob(batch) is batch and "old_log_probs" not in batch.batch.keys()
     assert batch.meta_info[IN_UPDATE_KEY] == {"rollout_is": "sequence", "rollout_is_threshold": 3.0}
     plain = _batch(8)
-    _log_prob_trainer()._fit_compute_log_prob(plain, {})
+    _log_prob_trainer()._fit_compute_log_prob(plain)
     assert IN_UPDATE_KEY not in plain.meta_info
+
+
+def test_a_recipe_that_overrides_compute_old_log_prob_always_gets_its_pass():
+    """The on-policy shortcut must not silently bypass a recipe's own ``_compute_old_log_prob``."""
+    import torch
+
+    from verl.protocol import DataProto
+
+    class Recipe(RayPPOTrainer):
+        def _compute_old_log_prob(self, batch):
+            return DataProto.from_dict({"old_log_probs": torch.full((len(batch), 3), -0.5)}), 0.25
+
+    trainer = _log_prob_trainer(cls=Recipe)
+    batch = _batch(8)
+    assert RayPPOTrainer._update_supplies_old_log_probs(_log_prob_trainer(), batch)
+    out = trainer._fit_compute_log_prob(batch)
+    assert torch.equal(out.batch["old_log_probs"], torch.full((8, 3), -0.5))
+    assert trainer.metrics["perf/mfu/actor_infer"] == 0.25
 
 
 def _slow_start_actor_cls():
@@ -137,7 +161,7 @@ def test_trainer_bounds_worker_startup_by_ray_wait_register_center_timeout(ray_c
 
     manager = ResourcePoolManager({"main": [1]}, {Role.ActorRollout: "main"}, device="cpu")
     manager.create_resource_pool()
-    trainer = object.__new__(SeparateRayPPOTrainer)
+    trainer = object.__new__(RayPPOTrainer)
     trainer.config = OmegaConf.create({"trainer": {"ray_wait_register_center_timeout": 1}})
     trainer.role_worker_mapping = {Role.ActorRollout: _slow_start_actor_cls()}
     trainer.resource_pool_manager, trainer.ray_worker_group_cls = manager, RayWorkerGroup

@@ -3,7 +3,7 @@
 import pytest
 
 from verl.trainer.config.compose import compose_ppo_config
-from verl.trainer.ppo.separate_trainer import build_dataloaders
+from verl.trainer.ppo.dataloaders import build_dataloaders
 from verl.utils.synthetic_tasks import write_task_files
 
 VAL_ROWS = 12

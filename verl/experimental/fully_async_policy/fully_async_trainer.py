@@ -22,19 +22,23 @@ from typing import Any
 import numpy as np
 import ray
 
+from verl.experimental.fully_async_policy.detach_utils import assemble_batch_from_rollout_samples
 from verl.experimental.fully_async_policy.message_queue import (
     END_OF_STREAM,
     MessageQueue,
     QueueClosedError,
     resolve_refs,
 )
-from verl.experimental.fully_async_policy.rollout_pool import init_standalone_workers, start_rollout_replicas
+from verl.experimental.fully_async_policy.rollout_pool import start_rollout_replicas
 from verl.experimental.fully_async_policy.rollouter import Rollouter, groups_per_update
 from verl.experimental.fully_async_policy.sample import RolloutSample
+from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
 from verl.protocol import DataProto
-from verl.trainer.ppo.separate_trainer import SeparateRayPPOTrainer, StopTraining
+from verl.trainer.ppo.ray_trainer import StopTraining, marked_timer
 
-__all__ = ["FullyAsyncTrainer", "RolloutFailedError", "compress_indices", "expand_indices"]
+__all__ = ["FullyAsyncTrainer", "RolloutFailedError", "TrainingStopException", "compress_indices", "expand_indices"]
+
+TrainingStopException = StopTraining  # verl's name: raised when the rollout stream has ended
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +93,6 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.leftover_groups = 0
         self.stale_groups_per_sync: list[int] = []
         self._stale_this_period = 0
-        self._extra_metrics: dict[str, float] = {}
         self.rollouter = None
         self.queue = None
         self._rollouter_ref = None
@@ -102,10 +105,6 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.total_training_steps = total_updates
 
     # ------------------------------------------------------------------ set-up
-
-    def init_workers(self) -> None:
-        """Both pools, trainer workers and the rollout side (see ``init_standalone_workers``)."""
-        init_standalone_workers(self, self._init_rollout)
 
     def _init_rollout(self, pool: Any) -> None:
         max_queue = max(1, self._budget_groups() * 2)
@@ -199,21 +198,26 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         while True:
             yield None
 
-    def _fit_get_batch(self, batch_dict: dict | None) -> tuple[None, None]:
-        return None, None
+    def _fit_get_batch(self, batch_dict: dict | None) -> None:
+        """No prompts from a dataloader here: the rollouter owns it."""
+        return None
 
-    def _fit_generate(self, gen_batch: None) -> DataProto:
+    def _fit_generate(self, batch: DataProto | None = None) -> DataProto:
         """The next update's groups from the queue, ordered by their position in the prompt stream."""
+        with marked_timer("gen", self.timing_raw):
+            batch = self._pull_batch()
+        return self._fit_assemble(None, batch)
+
+    def _pull_batch(self) -> DataProto:
         items = self._pull_groups(self.groups_per_update)
         samples: list[RolloutSample] = [item for item in items if item != END_OF_STREAM]
         if len(samples) < self.groups_per_update:
             self.leftover_groups = len(samples)  # taken from the queue but too few for an update: not trained on
             raise StopTraining(f"the rollouter's stream ended ({len(samples)} group(s) left over, fewer than the "
                                f"{self.groups_per_update} one update needs)")
-        samples.sort(key=lambda s: s.index)
+        batch = assemble_batch_from_rollout_samples(samples)
         self.consumed_groups += len(samples)
-        self.consumed_indices.extend(s.index for s in samples)
-        batch = DataProto.concat([s.batch for s in samples])
+        self.consumed_indices.extend(sorted(s.index for s in samples))
         if not self.use_rollout_log_probs:
             batch.batch.pop("rollout_log_probs", None)
         staleness = [self.weight_version - s.start_version for s in samples]
@@ -231,18 +235,19 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
             "fully_async/param_version": float(self.weight_version),
             "fully_async/consumed_groups": float(self.consumed_groups),
         })
-        self._extra_metrics = metrics
+        self.metrics.update(metrics)
         return batch
 
-    def _fit_update_actor(self, batch: DataProto, metrics: dict) -> bool:
-        updated = super()._fit_update_actor(batch, metrics)
-        if not updated:  # critic warm-up: no new weights, but the period ends and the rollouter's budget renews
-            self._end_period(metrics, push=False)
-        return updated
+    def _fit_update_actor(self, batch: DataProto) -> DataProto:
+        batch = super()._fit_update_actor(batch)
+        if not self._actor_warmed_up():  # critic warm-up: no new weights, but the period ends (the budget renews)
+            self._end_period(self.metrics, push=False)
+        return batch
 
-    def _fit_update_weights(self, metrics: dict) -> None:
+    def _fit_update_weights(self) -> None:
         """Every ``trigger_parameter_sync_step`` updates and after the last: pause rollouter, publish v+1, resume."""
-        self._end_period(metrics, push=True)
+        if self._actor_warmed_up():
+            self._end_period(self.metrics, push=True)
 
     def _end_period(self, metrics: dict, push: bool) -> None:
         self.local_updates += 1
@@ -256,7 +261,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         start = time.perf_counter()
         metrics.update(self._get(self.rollouter.pause.remote(), "rollouter pause"))
         if self._weights_unpushed:
-            super()._fit_update_weights(metrics)
+            self._push_weights(metrics)
             self._weights_unpushed = False
         self._get(self.rollouter.resume.remote(self.weight_version), "rollouter resume")
         self.stale_groups_per_sync.append(self._stale_this_period)
@@ -266,15 +271,10 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
     def _generate_validation(self, gen_batch: DataProto) -> DataProto:
         return self._get(self.rollouter.generate_sequences.remote(gen_batch), "rollouter validation generation")
 
-    def _validate(self) -> dict[str, float]:
+    def _validate(self, merged: bool = False) -> dict[str, float]:
         if self.use_trainer_do_validate:
-            return super()._validate()
+            return super()._validate(merged)
         return self._get(self.rollouter.validate.remote(), "rollouter validation")
-
-    def fit_step(self, batch_dict: dict | None) -> dict[str, float]:
-        metrics = super().fit_step(batch_dict)
-        metrics.update(self._extra_metrics)
-        return metrics
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -313,7 +313,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
     def _resume_rollout_weights(self, version: int) -> None:
         """Push the restored actor as ``version`` directly (the rollouter has not started: no pause needed)."""
         self.weight_version = version - 1
-        SeparateRayPPOTrainer._fit_update_weights(self, {})
+        self._push_weights({})
 
     def rollout_statistics(self) -> dict[str, Any]:
         """The rollouter's and the queue's counters (tests compare counts in and out)."""

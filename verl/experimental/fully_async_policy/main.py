@@ -33,7 +33,7 @@ def build_async_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type
     (``rollout.nnodes x rollout.n_gpus_per_node``: the standalone servers)."""
     from verl.experimental.fully_async_policy.rollout_pool import ROLLOUT_POOL, rollout_pool_spec
     from verl.experimental.fully_async_policy.workers import DetachActorWorker
-    from verl.trainer.ppo.separate_trainer import need_critic, need_reference_policy
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
 
     strategy = str(config.actor.get("strategy", "fsdp"))

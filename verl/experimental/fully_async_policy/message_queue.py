@@ -29,6 +29,7 @@ __all__ = [
     "END_OF_STREAM",
     "CoalescingQueueWriter",
     "MessageQueue",
+    "MessageQueueClient",
     "QueueClosedError",
     "SampleRef",
     "by_reference",
@@ -275,3 +276,47 @@ class MessageQueue:
             "queue/total_get": self.total_get,
             "queue/closed": self._closed_reason is not None,
         }
+
+
+class MessageQueueClient:
+    """Calls on a ``MessageQueue`` actor handle, async and blocking, each bounded by ``timeout_s`` (verl's client
+    class). Samples are put by reference, as the rollouter puts them."""
+
+    def __init__(self, queue_actor: Any, timeout_s: float = 600.0) -> None:
+        self.queue_actor = queue_actor
+        self.timeout_s = float(timeout_s)
+
+    async def put_sample(self, sample: Any) -> int:
+        return await self.queue_actor.put.remote(by_reference(sample), self.timeout_s)
+
+    async def get_sample(self) -> Any:
+        """The next sample (waiting up to ``timeout_s``), or None once the stream has ended."""
+        item = (await self.queue_actor.get.remote(1, self.timeout_s))[0]
+        if item == END_OF_STREAM:
+            return None
+        return (await asyncio.to_thread(resolve_refs, [item], self.timeout_s))[0]
+
+    async def get_queue_size(self) -> int:
+        return await self.queue_actor.size.remote()
+
+    async def get_statistics(self) -> dict[str, Any]:
+        return await self.queue_actor.get_statistics.remote()
+
+    async def shutdown(self, reason: str = "client shut the queue down") -> None:
+        await self.queue_actor.close.remote(reason)
+
+    def get_sample_sync(self) -> Any:
+        import ray
+
+        item = ray.get(self.queue_actor.get.remote(1, self.timeout_s), timeout=self.timeout_s + 30)[0]
+        return None if item == END_OF_STREAM else resolve_refs([item], self.timeout_s)[0]
+
+    def get_queue_size_sync(self) -> int:
+        import ray
+
+        return ray.get(self.queue_actor.size.remote(), timeout=self.timeout_s)
+
+    def get_statistics_sync(self) -> dict[str, Any]:
+        import ray
+
+        return ray.get(self.queue_actor.get_statistics.remote(), timeout=self.timeout_s)

@@ -3,6 +3,8 @@
 - :func:`rollout_pool_spec`: ``rollout.nnodes x rollout.n_gpus_per_node`` process slots of a pool of their own.
 - :func:`start_rollout_replicas`: one ``StandaloneReplica`` (a rollout server Ray actor) per slot of that pool.
 - :func:`build_agent_worker`: an in-process ``AgentLoopWorker`` whose server manager resumes aborted requests.
+- :class:`StandaloneAgentLoopManager`: that worker behind ``generate_sequences(batch)``, the body of the Ray actor
+  the one-step-off trainer generates through.
 
 Replica servers get a prompt limit of ``prompt_length + response_length - 1`` (the model length is unchanged) so
 that a request resumed after an abort, whose prompt is the original prompt plus the tokens generated so far, is
@@ -20,10 +22,10 @@ from verl.workers.config import RolloutConfig
 
 __all__ = [
     "ROLLOUT_POOL",
+    "StandaloneAgentLoopManager",
     "build_agent_worker",
     "build_weight_sync",
     "checkpoint_engine_dtype",
-    "init_standalone_workers",
     "run_parallel_or_ordered",
     "continuation_rollout_config",
     "placement_guaranteed",
@@ -93,6 +95,22 @@ def build_agent_worker(config: Any, replicas: list[Any], *, resume_timeout_s: fl
     return worker
 
 
+class StandaloneAgentLoopManager:
+    """Turns a prompt batch into trajectories on standalone replicas (run it as a Ray actor with a high
+    ``max_concurrency``); meta-info keys the batch did not bring are dropped from the output."""
+
+    def __init__(self, config: Any, replicas: list[Any]) -> None:
+        self.worker = build_agent_worker(config, replicas)
+
+    def ready(self) -> bool:
+        return True
+
+    async def generate_sequences(self, batch: Any) -> Any:
+        out = await self.worker.generate_sequences(batch)
+        out.meta_info = {k: v for k, v in out.meta_info.items() if k in batch.meta_info}
+        return out
+
+
 def run_parallel_or_ordered(parallel: bool, *builders: Callable[[], Any]) -> list[Any]:
     """Run the builders in threads when ``parallel`` (placement is guaranteed), else one after the other."""
     if not parallel:
@@ -124,22 +142,3 @@ def build_weight_sync(config: Any, actor_group: Any, replicas: list[Any]) -> Any
         backend = "ray"
     return CheckpointEngineManager.from_config(config.rollout, trainer=actor_group, replicas=replicas,
                                                backend=backend, dtype=checkpoint_engine_dtype(config))
-
-
-def init_standalone_workers(trainer: Any, init_rollout: Callable[[Any], None]) -> None:
-    """Set up a trainer whose rollout has a pool of its own: reserve both pools, build trainer workers and the
-    rollout side (``init_rollout(pool)`` must set ``trainer.replicas``) in parallel only when both pools are
-    placement groups (neither can take the other's slots), then check the replicas hold the trainer's weights."""
-    from verl.trainer.ppo.roles import Role
-
-    manager = trainer.resource_pool_manager
-    manager.create_resource_pool()
-    rollout_pool = manager.get_resource_pool(Role.Rollout)
-    trainer_pool = manager.get_resource_pool(trainer.actor_role)
-    for pool in (rollout_pool, trainer_pool):
-        pool.get_placement_groups()
-    parallel = placement_guaranteed(rollout_pool, trainer_pool)
-    run_parallel_or_ordered(parallel, trainer._init_trainer_workers, lambda: init_rollout(rollout_pool))
-    trainer.weight_sync = build_weight_sync(trainer.config, trainer.actor_rollout_wg, trainer.replicas)
-    report = trainer.weight_sync.update_weights(int(trainer.weight_version))
-    trainer.weight_checksums[int(trainer.weight_version)] = str(report.get("checksum"))

@@ -64,7 +64,7 @@ class Rollouter:
     def __init__(self, config: Any, queue: Any, replicas: list[Any], *, sync_wait_timeout_s: float = 600.0,
                  put_timeout_s: float = 600.0, resume_timeout_s: float = 600.0,
                  request_timeout_s: float | None = 3600.0) -> None:
-        from verl.trainer.ppo.separate_trainer import build_dataloaders
+        from verl.trainer.ppo.dataloaders import build_dataloaders
         from verl.workers.fsdp.model_loader import load_tokenizer, resolve_model_path
 
         self.config = config
@@ -273,7 +273,7 @@ class Rollouter:
                 raise ValueError("rollouter: the train dataloader yielded no prompts")
 
     def _seed(self, index: int, sample: int) -> int | None:
-        from verl.trainer.ppo.separate_trainer import generation_seed
+        from verl.trainer.ppo.ray_trainer import generation_seed
 
         step, position = divmod(index, self.batch_size)
         base = generation_seed(self.config, step + 1)

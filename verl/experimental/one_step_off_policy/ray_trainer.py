@@ -21,35 +21,17 @@ from typing import Any
 
 import ray
 
-from verl.experimental.fully_async_policy.rollout_pool import (
-    build_agent_worker,
-    init_standalone_workers,
-    start_rollout_replicas,
-)
+from verl.experimental.fully_async_policy.rollout_pool import StandaloneAgentLoopManager, start_rollout_replicas
+from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
 from verl.protocol import DataProto
-from verl.trainer.ppo.separate_trainer import SeparateRayPPOTrainer, generation_seed
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer, marked_timer
 
-__all__ = ["OneStepOffRayTrainer", "RolloutGenerator"]
+__all__ = ["OneStepOffRayTrainer"]
 
 logger = logging.getLogger(__name__)
 
 PENDING_DIR = "one_step_off_pending"
 _PENDING_FILES = ("batch.pkl", "gen_batch.pkl", "output.pkl")
-
-
-class RolloutGenerator:
-    """Body of the Ray actor that turns a prompt batch into trajectories on the standalone replicas."""
-
-    def __init__(self, config: Any, replicas: list[Any]) -> None:
-        self.worker = build_agent_worker(config, replicas)
-
-    def ready(self) -> bool:
-        return True
-
-    async def generate_sequences(self, batch: DataProto) -> DataProto:
-        out = await self.worker.generate_sequences(batch)
-        out.meta_info = {k: v for k, v in out.meta_info.items() if k in batch.meta_info}
-        return out
 
 
 class OneStepOffRayTrainer(SeparateRayPPOTrainer):
@@ -66,12 +48,9 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
         self._resumed_batch_dict: dict | None = None
         self.generation_versions: dict[int, int] = {}
 
-    def init_workers(self) -> None:
-        init_standalone_workers(self, self._init_rollout)
-
     def _init_rollout(self, pool: Any) -> None:
         self.replicas = start_rollout_replicas(self.config, pool)
-        self.generator = ray.remote(RolloutGenerator).options(num_cpus=0, max_concurrency=1000).remote(
+        self.generator = ray.remote(StandaloneAgentLoopManager).options(num_cpus=0, max_concurrency=1000).remote(
             self.config, self.replicas
         )
         ray.get(self.generator.ready.remote(), timeout=self.generate_timeout_s)
@@ -89,9 +68,9 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
             yield current
             current = following
 
-    def _fit_get_batch(self, batch_dict: dict) -> tuple[DataProto, DataProto]:
+    def _fit_get_batch(self, batch_dict: dict) -> DataProto:
         if self._pending is not None and self._pending[0] is batch_dict:
-            return self._pending[1], self._pending[2]
+            return self._pending[1]
         return super()._fit_get_batch(batch_dict)
 
     def _submit(self, gen_batch: DataProto) -> Any:
@@ -107,40 +86,39 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
     def _publish_weights(self, metrics: dict) -> None:
         """Push the actor's weights if it changed since the last push (only while the rollout is idle)."""
         if self._unpublished_updates:
-            SeparateRayPPOTrainer._fit_update_weights(self, metrics)
+            self._push_weights(metrics)
             self._unpublished_updates = 0
 
-    def _fit_generate(self, gen_batch: DataProto) -> DataProto:
+    def _fit_generate(self, batch: DataProto | None = None) -> DataProto:
         """Batch k from the background generation (or generated now for the first step), then start k+1."""
-        if self._pending is not None and self._pending[2] is gen_batch:
-            _, _, _, ref, version = self._pending
-        else:
-            ref, version = self._submit(gen_batch), self.weight_version
-        self._pending = None
-        output = self._wait(ref, f"generation of step {self.global_steps}")
-        self.generation_versions[self.global_steps] = version
-        metrics: dict[str, float] = {}
-        self._publish_weights(metrics)
-        next_dict = self._next_batch_dict
-        if next_dict is not None and self.global_steps < self.total_training_steps:
-            batch, next_gen = super()._fit_get_batch(next_dict)
-            step = self.global_steps + 1
-            next_gen.meta_info["global_steps"] = step
-            seed = generation_seed(self.config, step)
-            if seed is not None:
-                next_gen.meta_info["seed"] = seed
-            self._pending = (next_dict, batch, next_gen, self._submit(next_gen), self.weight_version)
-        output.meta_info["timing"] = {"publish_weights": metrics.get("timing_s/update_weights", 0.0)}
-        self._step_metrics = {"one_step_off/generation_version": float(version),
-                              "one_step_off/policy_lag": float(self.global_steps - 1 - version)}
-        return output
+        with marked_timer("gen", self.timing_raw):
+            if self._pending is not None and self._pending[1] is batch:
+                _, _, _, ref, version = self._pending
+            else:
+                ref, version = self._submit(self._step_gen_batch(batch, self.global_steps)), self.weight_version
+            self._pending = None
+            output = self._wait(ref, f"generation of step {self.global_steps}")
+            self.generation_versions[self.global_steps] = version
+            published: dict[str, float] = {}
+            self._publish_weights(published)
+            next_dict = self._next_batch_dict
+            if next_dict is not None and self.global_steps < self.total_training_steps:
+                next_batch = RayPPOTrainer._fit_get_batch(self, next_dict)
+                next_gen = self._step_gen_batch(next_batch, self.global_steps + 1)
+                self._pending = (next_dict, next_batch, next_gen, self._submit(next_gen), self.weight_version)
+        output.meta_info["timing"] = {"publish_weights": published.get("timing_s/update_weights", 0.0)}
+        self.metrics.update({"one_step_off/generation_version": float(version),
+                             "one_step_off/policy_lag": float(self.global_steps - 1 - version)})
+        return self._fit_assemble(batch, output)
 
-    def _fit_update_weights(self, metrics: dict) -> None:
+    def _fit_update_weights(self) -> None:
         """Weights are published at the start of the next generation, when the rollout is idle; with no
         generation pending (the last step) the rollout is idle now, so they are published at once."""
+        if not self._actor_warmed_up():
+            return
         self._unpublished_updates += 1
         if self._pending is None:
-            self._publish_weights(metrics)
+            self._publish_weights(self.metrics)
 
     def _generate_validation(self, gen_batch: DataProto) -> DataProto:
         if self._pending is not None:
@@ -148,12 +126,6 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
             # the pending batch keeps the version it started under; validation sees the newest weights
         self._publish_weights({})
         return self._wait(self.generator.generate_sequences.remote(gen_batch), "validation generation")
-
-    def fit_step(self, batch_dict: dict) -> dict[str, float]:
-        self._step_metrics = {}
-        metrics = super().fit_step(batch_dict)
-        metrics.update(self._step_metrics)
-        return metrics
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -192,4 +164,4 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
         """Push the restored actor to the idle rollout as ``version`` (not deferred like a step's update)."""
         self.weight_version = version - 1
         self._unpublished_updates = 0
-        SeparateRayPPOTrainer._fit_update_weights(self, {})
+        self._push_weights({})

@@ -1,4 +1,8 @@
-"""Shared command line of the async recipes: Hydra-style ``key=value`` overrides on the recipe's YAML."""
+"""Shared command line of the async recipes: Hydra-style ``key=value`` overrides on the recipe's YAML.
+
+``python -m verl.experimental.fully_async_policy.fully_async_main`` and ``python -m verl.experimental.
+one_step_off_policy.main_ppo`` (verl's entry points; ``recipe.*`` keeps the older paths) both run :func:`recipe_main`.
+"""
 
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ class Role(Enum):
     RefPolicy = 4
     RewardModel = 5
     ActorRolloutRef = 6
+    Env = 7
+    TeacherModel = 8
 
     def __str__(self) -> str:
         return _ROLE_STRINGS[self]
@@ -35,4 +37,6 @@ _ROLE_STRINGS = {
     Role.RefPolicy: "ref",
     Role.RewardModel: "rm",
     Role.ActorRolloutRef: "actor_rollout_ref",
+    Role.Env: "env",
+    Role.TeacherModel: "teacher",
 }

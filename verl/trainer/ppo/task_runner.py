@@ -1,7 +1,12 @@
-"""`run_ppo(config)`: start or join Ray, then build and run the trainer inside a `TaskRunner` actor.
+"""``run_ppo(config)``: start or join Ray, then build and run the trainer inside a ``TaskRunner`` Ray actor.
 
 The trainer runs in a Ray actor rather than the driver so that a cluster's head node does not need the
 driver's environment, and so that the driver process stays free to report failures.
+
+``TaskRunner`` is a plain class with verl's building steps (``add_actor_rollout_worker``, ``add_critic_worker``,
+``add_reward_model_worker``, ``add_ref_policy_worker``, ``init_resource_pool_mgr``, ``run``), so a recipe can
+subclass it, override one step (or ``trainer_class``), and hand it to ``run_ppo(config, task_runner_class=...)``
+either as it is or already wrapped by ``ray.remote``.
 """
 
 from __future__ import annotations
@@ -13,20 +18,29 @@ from typing import Any
 import ray
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.ppo.roles import Role
+from verl.trainer.ppo.utils import Role, need_critic, need_reward_model
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["TASK_RUNNER_CPUS", "TaskRunner", "build_role_worker_mapping", "run_ppo"]
+
 TASK_RUNNER_CPUS = 0.1
+GLOBAL_POOL = "global_pool"
 
 
 def _ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
+    """``ray.init`` arguments from ``ray_kwargs.ray_init``; the workers' environment is
+    ``get_ppo_ray_runtime_env(config)`` under the user's own ``runtime_env.env_vars`` (which win)."""
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
     os.environ.setdefault("RAY_worker_niceness", "0")  # Ray's default 15 starves workers on a busy CPU (bench/)
     ray_init = OmegaConf.to_container(config.get("ray_kwargs", {}).get("ray_init", {}) or {}, resolve=True)
     kwargs = {key: value for key, value in ray_init.items() if value is not None}
-    env_vars = {"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "WARN"}
-    runtime_env = kwargs.setdefault("runtime_env", {})
-    runtime_env.setdefault("env_vars", {}).update({k: v for k, v in env_vars.items() if k not in runtime_env})
+    runtime_env = dict(kwargs.get("runtime_env") or {})
+    env_vars = dict(get_ppo_ray_runtime_env(config)["env_vars"])
+    env_vars.update(runtime_env.get("env_vars") or {})
+    runtime_env["env_vars"] = env_vars
+    kwargs["runtime_env"] = runtime_env
     if os.environ.get("RAY_ADDRESS"):
         kwargs["address"] = os.environ["RAY_ADDRESS"]
         kwargs.pop("num_cpus", None)
@@ -34,55 +48,91 @@ def _ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
     return kwargs
 
 
-def build_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], dict[Role, str], dict[str, list[int]]]:
-    """Worker class per role, pool per role, and processes per node of each pool."""
-    from verl.trainer.ppo.ray_trainer import need_critic
-    from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
-
+def _check_strategy(config: DictConfig) -> None:
     strategy = str(config.actor.get("strategy", "fsdp"))
     if strategy not in ("fsdp", "fsdp2"):
         raise ValueError(f"actor.strategy={strategy!r} is not available; supported: fsdp, fsdp2")
-    trainer = config.trainer
-    pool_spec = {"global_pool": [int(trainer.n_gpus_per_node)] * int(trainer.nnodes)}
-    mapping: dict[Role, type] = {Role.ActorRollout: ActorRolloutRefWorker}
-    pools: dict[Role, str] = {Role.ActorRollout: "global_pool"}
-    if need_critic(config):
-        mapping[Role.Critic] = CriticWorker
-        pools[Role.Critic] = "global_pool"
-    if config.reward.reward_model.get("enable", False):
+
+
+class TaskRunner:
+    """Builds tokenizer, data sets, reward functions, resource pools and the trainer, then trains.
+
+    ``role_worker_mapping`` maps each Role to its worker class and ``mapping`` each Role to its pool name; the
+    ``add_*`` steps fill them, ``init_resource_pool_mgr`` turns them into pools, ``run`` does the rest.
+    """
+
+    trainer_class: type | None = None  # a RayPPOTrainer subclass; None: RayPPOTrainer
+
+    def __init__(self) -> None:
+        self.role_worker_mapping: dict[Role, Any] = {}
+        self.mapping: dict[Role, str] = {}
+
+    def add_actor_rollout_worker(self, config: DictConfig) -> tuple[type, type]:
+        """The actor (with its colocated rollout engine and, when needed, the reference policy) on the global pool;
+        returns the worker class and the worker-group class."""
+        from verl.single_controller.ray import RayWorkerGroup
+        from verl.workers.fsdp_workers import ActorRolloutRefWorker
+
+        _check_strategy(config)
+        self.role_worker_mapping[Role.ActorRollout] = ActorRolloutRefWorker
+        self.mapping[Role.ActorRollout] = GLOBAL_POOL
+        return ActorRolloutRefWorker, RayWorkerGroup
+
+    def add_critic_worker(self, config: DictConfig) -> None:
+        """A critic on the global pool when the config needs one (``critic.enable`` or GAE)."""
+        if not need_critic(config):
+            return
+        from verl.workers.fsdp_workers import CriticWorker
+
+        self.role_worker_mapping[Role.Critic] = CriticWorker
+        self.mapping[Role.Critic] = GLOBAL_POOL
+
+    def add_reward_model_worker(self, config: DictConfig) -> None:
+        """A model-based reward on the global pool when ``reward.reward_model.enable``."""
+        if not need_reward_model(config):
+            return
         from verl.workers.reward_model import RewardModelWorker
 
-        mapping[Role.RewardModel] = RewardModelWorker
-        pools[Role.RewardModel] = "global_pool"
-    return mapping, pools, pool_spec
+        self.role_worker_mapping[Role.RewardModel] = RewardModelWorker
+        self.mapping[Role.RewardModel] = GLOBAL_POOL
 
+    def add_ref_policy_worker(self, config: DictConfig, ref_policy_cls: type) -> None:
+        """The reference policy rides in the actor workers (``ActorRolloutRefWorker``), so no group is added; a
+        recipe that wants a group of its own maps ``Role.RefPolicy`` to its class here."""
 
-@ray.remote(num_cpus=TASK_RUNNER_CPUS)
-class TaskRunner:
-    """Builds tokenizer, data sets, reward functions, resource pools and the trainer, then trains."""
-
-    def run(self, config_container: dict) -> str:
+    def init_resource_pool_mgr(self, config: DictConfig) -> Any:
+        """One pool of ``trainer.nnodes x trainer.n_gpus_per_node`` processes shared by every mapped role."""
         from verl.single_controller.ray import ResourcePoolManager
+
+        trainer = config.trainer
+        spec = {GLOBAL_POOL: [int(trainer.n_gpus_per_node)] * int(trainer.nnodes)}
+        return ResourcePoolManager(resource_pool_spec=spec, mapping=dict(self.mapping),
+                                   device=str(trainer.get("device", "auto")))
+
+    def run(self, config: DictConfig | dict) -> str:
+        """Build everything from ``config`` and train; returns the run folder (``trainer.default_local_dir``)."""
         from verl.trainer.ppo.ray_trainer import RayPPOTrainer
         from verl.trainer.ppo.reward import load_reward_manager
         from verl.workers.fsdp.model_loader import load_tokenizer, resolve_model_path
 
-        config = OmegaConf.create(config_container)
+        if not isinstance(config, DictConfig):
+            config = OmegaConf.create(config)
         model_path = resolve_model_path(config.model)
         tokenizer = load_tokenizer(config.model, model_path)
-        mapping, pools, pool_spec = build_role_worker_mapping(config)
-        resource_pool_manager = ResourcePoolManager(
-            resource_pool_spec=pool_spec, mapping=pools, device=str(config.trainer.get("device", "auto"))
-        )
-        reward_fn = load_reward_manager(config, tokenizer, num_examine=0)
-        val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
-        trainer = RayPPOTrainer(
+        actor_cls, worker_group_cls = self.add_actor_rollout_worker(config)
+        self.add_critic_worker(config)
+        self.add_reward_model_worker(config)
+        self.add_ref_policy_worker(config, actor_cls)
+        resource_pool_manager = self.init_resource_pool_mgr(config)
+        trainer_class = self.trainer_class or RayPPOTrainer
+        trainer = trainer_class(
             config=config,
             tokenizer=tokenizer,
-            role_worker_mapping=mapping,
+            role_worker_mapping=self.role_worker_mapping,
             resource_pool_manager=resource_pool_manager,
-            reward_fn=reward_fn,
-            val_reward_fn=val_reward_fn,
+            ray_worker_group_cls=worker_group_cls,
+            reward_fn=load_reward_manager(config, tokenizer, num_examine=0),
+            val_reward_fn=load_reward_manager(config, tokenizer, num_examine=1),
         )
         try:
             trainer.init_workers()
@@ -92,10 +142,36 @@ class TaskRunner:
         return str(config.trainer.default_local_dir)
 
 
-def run_ppo(config: DictConfig) -> str:
-    """Train with `config` (a resolved DictConfig); returns the run folder (`trainer.default_local_dir`)."""
+def build_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], dict[Role, str], dict[str, list[int]]]:
+    """Worker class per role, pool per role, and processes per node of each pool, as ``TaskRunner`` builds them."""
+    runner = TaskRunner()
+    actor_cls, _ = runner.add_actor_rollout_worker(config)
+    runner.add_critic_worker(config)
+    runner.add_reward_model_worker(config)
+    runner.add_ref_policy_worker(config, actor_cls)
+    trainer = config.trainer
+    return runner.role_worker_mapping, runner.mapping, {GLOBAL_POOL: [int(trainer.n_gpus_per_node)] * int(
+        trainer.nnodes)}
+
+
+def _as_actor_class(task_runner_class: Any) -> Any:
+    """``task_runner_class`` as a Ray actor class: a plain class is wrapped, an actor class is used as it is."""
+    if task_runner_class is None:
+        task_runner_class = TaskRunner
+    if hasattr(task_runner_class, "remote"):
+        return task_runner_class
+    if not (isinstance(task_runner_class, type) and callable(getattr(task_runner_class, "run", None))):
+        raise TypeError(f"run_ppo: task_runner_class must be a class with a run(config) method, got "
+                        f"{task_runner_class!r}")
+    return ray.remote(num_cpus=TASK_RUNNER_CPUS)(task_runner_class)
+
+
+def run_ppo(config: DictConfig, task_runner_class: Any = None) -> str:
+    """Train with ``config`` (a resolved DictConfig) in a ``task_runner_class`` actor (default ``TaskRunner``);
+    returns the run folder (``trainer.default_local_dir``)."""
     if not ray.is_initialized():
         ray.init(**_ray_init_kwargs(config))
-    container = OmegaConf.to_container(config, resolve=True)
-    runner = TaskRunner.remote()
-    return ray.get(runner.run.remote(container))
+    resolved = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+    runner = _as_actor_class(task_runner_class).remote()
+    result = ray.get(runner.run.remote(resolved))
+    return str(config.trainer.default_local_dir) if result is None else str(result)

@@ -1,0 +1,11 @@
+"""verl's module path of the fully-async rollouter.
+
+``FullyAsyncRollouter`` is this recipe's :class:`~verl.experimental.fully_async_policy.rollouter.Rollouter` (the Ray
+actor that owns the prompt stream and the agent loops on the standalone replicas); ``FullyAsyncAgentLoopManager``
+is the agent-loop driver over standalone replicas whose requests survive weight syncs.
+"""
+
+from verl.experimental.fully_async_policy.rollout_pool import StandaloneAgentLoopManager as FullyAsyncAgentLoopManager
+from verl.experimental.fully_async_policy.rollouter import Rollouter as FullyAsyncRollouter
+
+__all__ = ["FullyAsyncAgentLoopManager", "FullyAsyncRollouter"]

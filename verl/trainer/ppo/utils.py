@@ -1,0 +1,77 @@
+"""Role, WorkerType and the ``need_*`` predicates: which worker groups a PPO config asks for.
+
+This is where verl recipes import them from (``from verl.trainer.ppo.utils import Role, need_critic``). Every
+predicate reads the flattened config the trainer runs on (``config.actor``, ``config.critic``, ...); a raw config in
+the legacy spelling (``config.actor_rollout_ref.actor``) is read as well, so a recipe may pass either.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl.single_controller.base import Worker
+from verl.trainer.ppo.roles import Role
+from verl.utils.dataset.factory import create_rl_dataset
+from verl.utils.dataset.sampler import create_rl_sampler
+
+__all__ = [
+    "Role",
+    "WorkerType",
+    "create_rl_dataset",
+    "create_rl_sampler",
+    "need_critic",
+    "need_reference_policy",
+    "need_reward_model",
+    "need_teacher_policy",
+]
+
+WorkerType = type[Worker]
+
+
+def _group(config: Any, name: str) -> Any:
+    """``config.<name>``, or ``config.actor_rollout_ref.<name>`` in a legacy-spelled config; None when absent."""
+    value = config.get(name) if hasattr(config, "get") else getattr(config, name, None)
+    if value is None:
+        legacy = config.get("actor_rollout_ref") if hasattr(config, "get") else getattr(config, "actor_rollout_ref",
+                                                                                          None)
+        if legacy is not None:
+            value = legacy.get(name) if hasattr(legacy, "get") else getattr(legacy, name, None)
+    return value
+
+
+def _read(group: Any, key: str, default: Any = None) -> Any:
+    if group is None:
+        return default
+    value = group.get(key, default) if hasattr(group, "get") else getattr(group, key, default)
+    return default if value is None else value
+
+
+def need_critic(config: Any) -> bool:
+    """A critic is trained when ``critic.enable`` says so, or, left unset, when the estimator needs values (GAE)."""
+    enable = _read(_group(config, "critic"), "enable")
+    if enable is not None:
+        return bool(enable)
+    estimator = _read(_group(config, "algorithm"), "adv_estimator")
+    return str(getattr(estimator, "value", estimator)) == "gae"
+
+
+def need_reference_policy(config: Any) -> bool:
+    """A reference policy is needed for a KL term: in the reward (``algorithm.use_kl_in_reward``) or in the
+    actor's loss (``actor.use_kl_loss``)."""
+    in_reward = bool(_read(_group(config, "algorithm"), "use_kl_in_reward", False))
+    return in_reward or bool(_read(_group(config, "actor"), "use_kl_loss", False))
+
+
+def need_reward_model(config: Any) -> bool:
+    """A model-based reward (``reward.reward_model.enable``; verl's older top-level ``reward_model.enable``)."""
+    reward = _group(config, "reward")
+    model = _read(reward, "reward_model")
+    if model is None:
+        model = _group(config, "reward_model")
+    return bool(_read(model, "enable", False))
+
+
+def need_teacher_policy(config: Any) -> bool:
+    """A distillation teacher (``distillation.enabled``); this build has no distillation trainer, so a config that
+    enables it is refused where the trainer is built."""
+    return bool(_read(_group(config, "distillation"), "enabled", False))
