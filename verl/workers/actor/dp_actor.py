@@ -9,6 +9,7 @@ by the data-parallel size before building the actor.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,8 @@ from torch import nn
 from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.trainer.ppo.rollout_corr import IN_UPDATE_KEY, in_update_metrics, in_update_weights
+from verl.utils.device import get_device_id
+from verl.utils.seqlen_balancing import prepare_dynamic_batch
 from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.actor.batching import positive_int, read_meta, restore_order, select_batch, split_micro_batches
@@ -27,7 +30,10 @@ from verl.workers.actor.fused_head import check_fused_head, fused_lm_head
 from verl.workers.actor.token_forward import ResponseSlots, forward_for_responses, module_device
 from verl.workers.actor.update_loop import UpdatePlan, run_updates
 
-__all__ = ["DataParallelPPOActor"]
+# get_device_id and prepare_dynamic_batch: verl's dp_actor module imported them and recipes take them from here
+__all__ = ["DataParallelPPOActor", "get_device_id", "logger", "prepare_dynamic_batch"]
+
+logger = logging.getLogger(__name__)
 
 _FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
 

@@ -1,0 +1,1 @@
+"""Batch layout conversions and loss functions of verl's model-engine API (``verl.workers.engine``)."""
