@@ -300,3 +300,12 @@ def test_prepare_dynamic_batch_with_dataproto():
         assert mb.meta_info["temperature"] == 0.7
     per_sample = torch.cat([mb.batch["input_ids"].sum(-1) for mb in micro])
     assert torch.equal(sb.restore_dynamic_batch(per_sample, idx), batch["input_ids"].sum(-1))
+
+
+def test_roundup_divisible_and_workload():
+    assert [sb.roundup_divisible(a, 4) for a in (0, 1, 4, 7, 8)] == [0, 4, 4, 8, 8]
+    with pytest.raises(ValueError, match="positive"):
+        sb.roundup_divisible(3, 0)
+    lengths = torch.tensor([1, 1000, 30000])
+    assert sb.calculate_workload(lengths).tolist() == [24577, 25576000, 1637280000]
+    assert sb.calculate_workload(2) == 2 * 24576 + 4

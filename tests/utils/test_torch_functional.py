@@ -397,3 +397,45 @@ def test_cuda_peak_memory_stays_below_a_full_vocab_float32_copy():
     assert peak < 0.7 * full_fp32_copy, (peak, full_fp32_copy)
     ref = torch.log_softmax(logits.detach().float(), -1).gather(-1, labels[:, None]).squeeze(-1)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_wsd_schedule_warms_up_holds_then_decays():
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    schedule = vF.get_wsd_schedule_with_warmup(optimizer, num_warmup_steps=2, num_training_steps=12,
+                                               min_lr_ratio=0.1, stable_ratio=0.5)
+    factors = [schedule.lr_lambdas[0](step) for step in range(14)]
+    assert factors[:2] == [0.0, 0.5]
+    assert factors[2:7] == [1.0] * 5  # half of the 10 post-warm-up steps are stable
+    assert factors[7] == pytest.approx(1.0) and all(a >= b for a, b in zip(factors[7:12], factors[8:12]))
+    assert factors[12:] == [0.1, 0.1]
+
+
+def test_response_log_probs_padded_and_packed_agree():
+    torch.manual_seed(0)
+    ids = torch.randint(0, 11, (2, 6))
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    logits = torch.randn(2, 6, 11)
+    padded = vF.log_probs_from_logits_response(ids, logits, response_length=3)
+    reference = torch.log_softmax(logits[:, 2:5], -1).gather(-1, ids[:, 3:].unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(padded, reference, atol=1e-6)
+    assert torch.allclose(vF.logprobs_from_logits_naive(logits, ids), vF.logprobs_from_logits(logits, ids), atol=1e-6)
+    assert torch.equal(vF.gather_from_labels(logits, ids), logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1))
+    keep = mask.flatten().bool()
+    packed_logits = logits.reshape(12, 11)[keep]
+    packed = vF.log_probs_from_logits_response_rmpad(ids, mask, packed_logits, response_length=3)
+    assert torch.allclose(packed, padded, atol=1e-6)
+    indices = torch.nonzero(keep).flatten()
+    packed_all = vF.log_probs_from_logits_all_rmpad(ids.flatten()[keep].unsqueeze(0), packed_logits, indices,
+                                                    batch_size=2, seqlen=6, response_length=3)
+    assert torch.allclose(packed_all, padded, atol=1e-6)
+
+
+def test_remove_pad_token_grad_norm_and_device_check():
+    ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 1]])
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    assert vF.remove_pad_token(ids, mask) == [[5, 6], [7, 8, 9, 1]]
+    layer = torch.nn.Linear(2, 1)
+    layer.weight.grad = torch.tensor([[3.0, 4.0]])
+    assert vF.compute_grad_norm(layer) == pytest.approx(25.0)  # squared, as verl defines it
+    with vF.check_device_is_available():
+        pass

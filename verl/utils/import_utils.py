@@ -1,21 +1,128 @@
-"""Load a user object (dataset class, sampler, reward function) named by a file path or module plus an attribute name.
+"""Load user code named in a config (a file path or module plus an attribute name), and ask which optional
+packages are installed.
 
 Config keys such as ``data.custom_cls.path`` / ``reward.custom_reward_function.path`` point at user code that is not
 part of any installed package. Errors name the path, the attribute and the config key, because the usual mistake is a
-typo in one of them and the user needs to know which.
+typo in one of them and the user needs to know which. The ``is_*_available`` checks look a package up without
+importing it, so asking about a heavy engine (vLLM, Megatron) costs nothing.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
 import os
 import sys
+import warnings
+from collections.abc import Callable, Iterable
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["load_extern_module", "load_extern_object"]
+__all__ = [
+    "load_extern_module",
+    "load_extern_object",
+    "load_module",
+    "load_extern_type",
+    "load_class_from_fqn",
+    "import_external_libs",
+    "resolve_config_path",
+    "deprecated",
+    "is_megatron_core_available",
+    "is_vllm_available",
+    "is_sglang_available",
+    "is_nvtx_available",
+    "is_trl_available",
+    "is_msprobe_available",
+    "PKG_PATH_PREFIX",
+    "FILE_PATH_PREFIX",
+]
+
+PKG_PATH_PREFIX = "pkg://"
+FILE_PATH_PREFIX = "file://"
+
+_T = TypeVar("_T")
+
+
+def _has_spec(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a missing parent package, or a module without a spec
+        return False
+
+
+@functools.cache
+def is_megatron_core_available() -> bool:
+    """Whether ``megatron.core`` is installed (this build never uses it; recipes test for it)."""
+    return _has_spec("megatron.core")
+
+
+@functools.cache
+def is_vllm_available() -> bool:
+    """Whether the ``vllm`` package is installed."""
+    return _has_spec("vllm")
+
+
+@functools.cache
+def is_sglang_available() -> bool:
+    """Whether the ``sglang`` package is installed."""
+    return _has_spec("sglang")
+
+
+@functools.cache
+def is_nvtx_available() -> bool:
+    """Whether the ``nvtx`` package is installed."""
+    return _has_spec("nvtx")
+
+
+@functools.cache
+def is_trl_available() -> bool:
+    """Whether the ``trl`` package is installed."""
+    return _has_spec("trl")
+
+
+@functools.cache
+def is_msprobe_available() -> bool:
+    """Whether Ascend's ``msprobe`` precision debugger is installed."""
+    return _has_spec("msprobe")
+
+
+def import_external_libs(external_libs: str | Iterable[str] | None = None) -> None:
+    """Import each module of ``external_libs`` (one name or a list) for its side effects, e.g. registering a
+    custom model class with transformers (``model.external_lib``)."""
+    if external_libs is None:
+        return
+    names = [external_libs] if isinstance(external_libs, str) else list(external_libs)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise ImportError(f"external library {name!r} cannot be imported: {err}") from err
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+def resolve_config_path(config_path: str) -> str:
+    """An absolute path for a config file named relative to the working directory or to the installed package.
+
+    Ray workers on other nodes may start in another directory than the driver, so a relative path is looked up
+    in the working directory, then next to the ``verl`` package (source checkout), then inside it. Paths that
+    climb out of those roots (``../``) are not accepted from them. A miss is a FileNotFoundError naming the path.
+    """
+    if os.path.isabs(config_path):
+        return config_path
+    package_dir = os.path.dirname(os.path.abspath(importlib.import_module("verl").__file__))
+    for root in (os.path.abspath(os.getcwd()), os.path.dirname(package_dir), package_dir):
+        candidate = os.path.abspath(os.path.join(root, config_path))
+        if _inside(candidate, root) and os.path.exists(candidate):
+            return candidate
+    raise FileNotFoundError(
+        f"config file {config_path!r} not found in the working directory ({os.getcwd()}) nor next to the verl "
+        f"package ({package_dir})"
+    )
 
 
 def _looks_like_file(path: str) -> bool:
@@ -30,8 +137,10 @@ def load_extern_module(path: str, *, config_key: str = "path") -> ModuleType:
     """
     if not path:
         raise ValueError(f"{config_key} is empty; set it to a .py file or a module name")
-    if path.startswith("pkg://"):
-        path = path[len("pkg://") :]
+    if path.startswith(PKG_PATH_PREFIX):
+        return _import_package_module(path[len(PKG_PATH_PREFIX) :], config_key)
+    if path.startswith(FILE_PATH_PREFIX):
+        path = path[len(FILE_PATH_PREFIX) :]
     expanded = os.path.abspath(os.path.expanduser(path))
     if os.path.isfile(expanded):
         digest = hashlib.sha1(expanded.encode()).hexdigest()[:12]
@@ -69,3 +178,86 @@ def load_extern_object(path: str, name: str, *, config_key: str = "path", what: 
     except AttributeError:
         defined = sorted(k for k in vars(module) if not k.startswith("_"))
         raise AttributeError(f"{what} {name!r} not found in {path!r} ({config_key}); it defines: {defined}") from None
+
+
+def _import_package_module(name: str, config_key: str) -> ModuleType:
+    """``pkg://a.b.c`` or ``pkg://a/b/c``: an installed module by its dotted name."""
+    dotted = name.removesuffix(".py").replace("/", ".")
+    try:
+        return importlib.import_module(dotted)
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError(f"{config_key}: module {dotted!r} (from pkg://{name}) cannot be imported: "
+                                  f"{err}") from err
+
+
+def load_module(module_path: str, module_name: str | None = None) -> ModuleType | None:
+    """verl's loader: ``pkg://dotted.name`` (or ``pkg://dotted/name``), or a ``.py`` file (optionally ``file://``).
+
+    With ``module_name`` a file's module is also registered under that name in ``sys.modules`` so it can be
+    imported by it; a different module already registered there is an error. An empty path gives None.
+    """
+    if not module_path:
+        return None
+    module = load_extern_module(module_path, config_key="module_path")
+    if module_name is not None and not module_path.startswith(PKG_PATH_PREFIX):
+        existing = sys.modules.get(module_name)
+        if existing is not None and existing is not module:
+            raise RuntimeError(f"cannot register {module_path!r} as module {module_name!r}: sys.modules already "
+                               f"holds a different module under that name ({existing!r})")
+        sys.modules[module_name] = module
+    return module
+
+
+def load_class_from_fqn(fqn: str, description: str = "class") -> type:
+    """The class named by a fully qualified name such as ``pkg.module.ClassName``; errors name ``description``."""
+    module_name, dot, class_name = fqn.rpartition(".")
+    if not dot or not module_name or not class_name:
+        raise ValueError(f"invalid {description} {fqn!r}: expected a fully qualified name such as "
+                         "'mypackage.module.ClassName'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ImportError(f"cannot import module {module_name!r} for {description} {fqn!r}: {err}") from err
+    try:
+        return getattr(module, class_name)
+    except AttributeError:
+        raise AttributeError(f"{description} {class_name!r} not found in module {module_name!r}") from None
+
+
+def _warn_deprecated(kind: str, qualified: str, replacement: str) -> None:
+    message = f"{kind} {qualified!r} is deprecated"
+    if replacement:
+        message += f"; use {replacement!r} instead"
+    warnings.warn(message, FutureWarning, stacklevel=3)
+
+
+def deprecated(replacement: str = "") -> Callable[[_T], _T]:
+    """Decorator: calling the function (or instantiating the class) emits a FutureWarning naming ``replacement``."""
+
+    def decorate(obj: _T) -> _T:
+        qualified = f"{obj.__module__}.{obj.__qualname__}"
+        if isinstance(obj, type):
+            original_init = obj.__init__
+
+            @functools.wraps(original_init)
+            def init(self: Any, *args: Any, **kwargs: Any) -> None:
+                _warn_deprecated("class", qualified, replacement)
+                original_init(self, *args, **kwargs)
+
+            obj.__init__ = init
+            return obj
+
+        @functools.wraps(obj)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            _warn_deprecated("function", qualified, replacement)
+            return obj(*args, **kwargs)
+
+        return call
+
+    return decorate
+
+
+@deprecated(replacement="verl.utils.import_utils.load_extern_object")
+def load_extern_type(file_path: str, type_name: str) -> Any:
+    """Old name of :func:`load_extern_object`."""
+    return load_extern_object(file_path, type_name, config_key="file_path", what="type")

@@ -25,6 +25,8 @@ __all__ = [
     "get_seqlen_balanced_partitions",
     "log_seqlen_unbalance",
     "ceildiv",
+    "roundup_divisible",
+    "calculate_workload",
     "rearrange_micro_batches",
     "get_reverse_idx",
     "prepare_dynamic_batch",
@@ -43,6 +45,23 @@ _EXTRA_COUNTS_TRIED = 2
 
 def ceildiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def roundup_divisible(a: int, b: int) -> int:
+    """The smallest multiple of ``b`` (> 0) that is >= ``a``."""
+    if b <= 0:
+        raise ValueError(f"roundup_divisible: the divisor must be positive, got {b}")
+    return ceildiv(a, b) * b
+
+
+def calculate_workload(seqlen_list: torch.Tensor) -> torch.Tensor:
+    """Relative compute of sequences of the given lengths, for balancing by work instead of by tokens.
+
+    A dense transformer layer costs about ``24 h^2 s`` FLOPs in its matrix multiplies and ``4 h s^2`` in
+    attention; divided by ``4 h`` with ``h = 4096`` (a 7B model) that is ``24576 s + s^2``: linear for short
+    sequences, quadratic once ``s`` approaches 24k. Works element-wise on tensors and on plain ints.
+    """
+    return 24576 * seqlen_list + seqlen_list**2
 
 
 class _Tuple:

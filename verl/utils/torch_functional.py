@@ -9,6 +9,7 @@ keeps only the per-row log-normaliser for the backward pass.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +36,15 @@ __all__ = [
     "split_dict_tensor_into_batches",
     "get_constant_schedule_with_warmup",
     "get_cosine_schedule_with_warmup",
+    "get_wsd_schedule_with_warmup",
+    "gather_from_labels",
+    "logprobs_from_logits_naive",
+    "log_probs_from_logits_response",
+    "log_probs_from_logits_response_rmpad",
+    "log_probs_from_logits_all_rmpad",
+    "remove_pad_token",
+    "compute_grad_norm",
+    "check_device_is_available",
 ]
 
 # Float32 elements one chunk of logits may expand to inside the log-prob kernels (~256 MiB).
@@ -467,3 +477,109 @@ def get_cosine_schedule_with_warmup(
         return min_lr_ratio + (1.0 - min_lr_ratio) * cosine
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor, last_epoch)
+
+
+def get_wsd_schedule_with_warmup(
+    optimizer: torch.optim.Optimizer,
+    num_warmup_steps: int,
+    num_training_steps: int,
+    min_lr_ratio: float = 0.0,
+    num_cycles: float = 0.5,
+    last_epoch: int = -1,
+    stable_ratio: float = 0.9,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Warm-up, stable, decay: linear warm-up, then the base lr for ``stable_ratio`` of the remaining steps, then
+    cosine decay to ``min_lr_ratio * base lr``, which is held after ``num_training_steps``."""
+    remaining = max(0, num_training_steps - num_warmup_steps)
+    stable_end = num_warmup_steps + int(remaining * stable_ratio)
+    decay_steps = num_training_steps - stable_end
+
+    def factor(step: int) -> float:
+        if step < num_warmup_steps:
+            return float(step) / float(max(1, num_warmup_steps))
+        if step < stable_end:
+            return 1.0
+        if step >= num_training_steps:
+            return min_lr_ratio
+        progress = float(step - stable_end) / float(max(1, decay_steps))
+        cosine = max(0.0, 0.5 * (1.0 + math.cos(math.pi * num_cycles * 2.0 * progress)))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * cosine
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor, last_epoch)
+
+
+def gather_from_labels(data: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+    """``data[..., label]`` per position: ``[..., V]`` and integer ``[...]`` give ``[...]``."""
+    return torch.gather(data, -1, label.unsqueeze(-1)).squeeze(-1)
+
+
+def logprobs_from_logits_naive(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Reference log-probs through a full ``log_softmax`` (one ``[..., V]`` copy; :func:`logprobs_from_logits`
+    gives the same values in bounded memory)."""
+    return gather_from_labels(F.log_softmax(logits, dim=-1), labels)
+
+
+def log_probs_from_logits_response(input_ids: torch.Tensor, logits: torch.Tensor, response_length: int
+                                   ) -> torch.Tensor:
+    """Log-probs of the last ``response_length`` tokens of ``input_ids [B, S]`` under ``logits [B, S, V]``
+    (the logits at position t score token t + 1)."""
+    return logprobs_from_logits(logits[:, -response_length - 1 : -1], input_ids[:, -response_length:])
+
+
+def _rmpad_response_log_probs(input_ids_rmpad: torch.Tensor, logits_rmpad: torch.Tensor, indices: torch.Tensor,
+                              batch_size: int, seqlen: int, response_length: int) -> torch.Tensor:
+    from verl.utils.padding import pad_input
+
+    next_tokens = torch.roll(input_ids_rmpad, shifts=-1, dims=0)
+    packed = logprobs_from_logits(logits_rmpad, next_tokens)
+    full = pad_input(packed.unsqueeze(-1), indices, batch_size, seqlen).squeeze(-1)
+    return full[:, -response_length - 1 : -1]
+
+
+def log_probs_from_logits_response_rmpad(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                                         logits_rmpad: torch.Tensor, response_length: int) -> torch.Tensor:
+    """:func:`log_probs_from_logits_response` for a packed forward: ``logits_rmpad [T, V]`` are the logits of the
+    real tokens of ``input_ids [B, S]`` (``attention_mask`` marks them)."""
+    from verl.utils.padding import unpad_input
+
+    batch_size, seqlen = input_ids.shape
+    tokens, indices, _, _ = unpad_input(input_ids.unsqueeze(-1), attention_mask)
+    return _rmpad_response_log_probs(tokens.squeeze(-1), logits_rmpad, indices, batch_size, seqlen, response_length)
+
+
+def log_probs_from_logits_all_rmpad(input_ids_rmpad: torch.Tensor, logits_rmpad: torch.Tensor,
+                                    indices: torch.Tensor, batch_size: int, seqlen: int, response_length: int
+                                    ) -> torch.Tensor:
+    """Like :func:`log_probs_from_logits_response_rmpad` for ids already packed as ``[1, T]`` with their
+    ``indices`` in the ``batch_size x seqlen`` grid."""
+    return _rmpad_response_log_probs(input_ids_rmpad.reshape(-1), logits_rmpad, indices, batch_size, seqlen,
+                                     response_length)
+
+
+def remove_pad_token(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
+    """Token lists of left-padded rows: each row's last ``attention_mask.sum()`` ids."""
+    rows = []
+    for ids, mask in zip(input_ids, attention_mask, strict=True):
+        kept = int(mask.sum().item())
+        rows.append(ids[ids.shape[0] - kept :].tolist())
+    return rows
+
+
+def compute_grad_norm(model: torch.nn.Module) -> float:
+    """Sum of squared gradient entries over ``model``'s parameters (verl's definition: not square-rooted)."""
+    total = 0.0
+    for parameter in model.parameters():
+        if parameter.grad is not None:
+            total += float(torch.sum(torch.square(parameter.grad.detach())).item())
+    return total
+
+
+@contextlib.contextmanager
+def check_device_is_available() -> Iterator[None]:
+    """Enter only when this process's device (:func:`verl.utils.device.get_device_name`) is usable; verl wraps
+    imports that need an initialised accelerator in it. On a CPU-only process the device is the CPU, always usable."""
+    from verl.utils.device import get_device_name, get_torch_device
+
+    if not get_torch_device().is_available():
+        raise RuntimeError(f"device {get_device_name()} must be initialized before importing this module")
+    yield
