@@ -16,7 +16,7 @@ import collections.abc
 import dataclasses
 from typing import Any, ClassVar
 
-__all__ = ["BaseConfig", "ConfigError", "check"]
+__all__ = ["BaseConfig", "ConfigError", "MissingConfigKey", "check"]
 
 
 class ConfigError(ValueError):
@@ -26,6 +26,17 @@ class ConfigError(ValueError):
         self.key = key
         self.detail = detail
         super().__init__(f"{key}: {detail}" if key else detail)
+
+
+class MissingConfigKey(KeyError, AttributeError):
+    """``config[key]`` for a key the config does not have.
+
+    Both a KeyError (what a Mapping raises, so ``dict(config)`` and ``key in config`` idioms behave) and an
+    AttributeError (what verl's ``BaseConfig.__getitem__`` raises, since it reads attributes).
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 def check(condition: bool, key: str, detail: str) -> None:
@@ -63,9 +74,12 @@ class BaseConfig(collections.abc.Mapping):
 
     # -- Mapping view -------------------------------------------------------------------------------------------
     def __getitem__(self, key: str) -> Any:
-        if key in self._public_field_names():
+        if not isinstance(key, str):
+            raise TypeError(f"{type(self).__name__} keys are field names (str), got {type(key).__name__} {key!r}")
+        # Fields, and public attributes set on the instance after construction (verl reads any attribute).
+        if key in self._public_field_names() or (not key.startswith("_") and key in self.__dict__):
             return getattr(self, key)
-        raise KeyError(f"{type(self).__name__} has no field {key!r}")
+        raise MissingConfigKey(f"{type(self).__name__} has no field {key!r}")
 
     def __iter__(self):
         return iter(self._public_field_names())

@@ -10,8 +10,8 @@ import torch
 from _ckpt_helpers import LocalTrainer, perturb, reference_greedy, rollout_config
 
 from verl.checkpoint_engine import (
-    CheckpointEngine,
     CheckpointEngineManager,
+    WeightSyncBackend,
     WeightSyncError,
     combine_bucket_checksums,
     get_checkpoint_engine_cls,
@@ -33,10 +33,10 @@ def test_unknown_backend_lists_the_known_ones():
 
 
 def test_registering_a_non_engine_or_a_taken_name_fails():
-    with pytest.raises(TypeError, match="is not a CheckpointEngine subclass"):
+    with pytest.raises(TypeError, match="is not a WeightSyncBackend subclass"):
         register_checkpoint_engine("bogus")(int)
 
-    class Other(CheckpointEngine):
+    class Other(WeightSyncBackend):
         def sync(self, call_trainer, replicas, version):
             raise NotImplementedError
 

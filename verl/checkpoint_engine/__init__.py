@@ -1,10 +1,13 @@
-"""Trainer -> rollout weight transfer: ``naive`` (same process), ``ray`` (object store), ``collective`` (broadcast).
+"""Trainer -> rollout weight transfer.
 
-See README.md in this folder for the worker-side protocol (``send_weights``).
+``CheckpointEngineManager`` publishes a weight version to every replica through a backend: ``naive`` (same process),
+``ray`` (object store) or ``collective`` (broadcast); see README.md for the worker-side protocol (``send_weights``).
+verl's per-process streaming contract (``CheckpointEngine``, ``CheckpointEngineRegistry``,
+``CheckpointEngineWorker``) is exported too, for plugins written against it.
 """
 
-from verl.checkpoint_engine.base import (
-    CheckpointEngine,
+from verl.checkpoint_engine.backend import (
+    WeightSyncBackend,
     WeightSyncRequest,
     combine_bucket_checksums,
     get_checkpoint_engine_cls,
@@ -13,6 +16,7 @@ from verl.checkpoint_engine.base import (
     send_weights,
 )
 from verl.checkpoint_engine.buckets import (
+    BucketPacker,
     bucket_nbytes,
     iter_named_weights,
     iter_weight_buckets,
@@ -20,10 +24,23 @@ from verl.checkpoint_engine.buckets import (
     normalize_weight_name,
 )
 from verl.checkpoint_engine.manager import CheckpointEngineManager, WeightSyncError
+from verl.checkpoint_engine.streaming import (
+    CheckpointEngine,
+    CheckpointEngineRegistry,
+    ColocatedCheckpointEngine,
+    TensorMeta,
+)
+from verl.checkpoint_engine.worker import CheckpointEngineWorker
 
 __all__ = [
+    "BucketPacker",
     "CheckpointEngine",
     "CheckpointEngineManager",
+    "CheckpointEngineRegistry",
+    "CheckpointEngineWorker",
+    "ColocatedCheckpointEngine",
+    "TensorMeta",
+    "WeightSyncBackend",
     "WeightSyncError",
     "WeightSyncRequest",
     "bucket_nbytes",

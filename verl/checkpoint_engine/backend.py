@@ -1,4 +1,6 @@
-"""The checkpoint-engine contract: how one version of the trainer's weights reaches every rollout replica.
+"""The weight-sync backend contract: how one version of the trainer's weights reaches every rollout replica.
+
+(verl's per-process streaming contract, ``CheckpointEngine``, is in :mod:`verl.checkpoint_engine.streaming`.)
 
 A backend has two halves. ``sync`` runs on the driver (inside ``CheckpointEngineManager``): it prepares a
 ``WeightSyncRequest`` (a picklable description of where the weights go), asks every trainer rank to
@@ -29,7 +31,7 @@ from verl.checkpoint_engine.buckets import iter_weight_buckets
 from verl.utils.weight_checksum import weight_checksum
 
 __all__ = [
-    "CheckpointEngine",
+    "WeightSyncBackend",
     "WeightSyncRequest",
     "register_checkpoint_engine",
     "get_checkpoint_engine_cls",
@@ -40,15 +42,15 @@ __all__ = [
     "BucketLog",
 ]
 
-_REGISTRY: dict[str, type[CheckpointEngine]] = {}
+_REGISTRY: dict[str, type[WeightSyncBackend]] = {}
 
 
-def register_checkpoint_engine(name: str) -> Callable[[type[CheckpointEngine]], type[CheckpointEngine]]:
+def register_checkpoint_engine(name: str) -> Callable[[type[WeightSyncBackend]], type[WeightSyncBackend]]:
     """Class decorator: make a backend selectable as ``rollout.checkpoint_engine.backend=<name>``."""
 
-    def decorator(cls: type[CheckpointEngine]) -> type[CheckpointEngine]:
-        if not (isinstance(cls, type) and issubclass(cls, CheckpointEngine)):
-            raise TypeError(f"register_checkpoint_engine({name!r}): {cls!r} is not a CheckpointEngine subclass")
+    def decorator(cls: type[WeightSyncBackend]) -> type[WeightSyncBackend]:
+        if not (isinstance(cls, type) and issubclass(cls, WeightSyncBackend)):
+            raise TypeError(f"register_checkpoint_engine({name!r}): {cls!r} is not a WeightSyncBackend subclass")
         existing = _REGISTRY.get(name)
         if existing is not None and existing is not cls:
             raise ValueError(f"checkpoint engine {name!r} is already registered to {existing.__qualname__}")
@@ -63,7 +65,7 @@ def _load_builtin_backends() -> None:
     from verl.checkpoint_engine import collective, naive, ray_backend  # noqa: F401 - registration side effect
 
 
-def get_checkpoint_engine_cls(name: str) -> type[CheckpointEngine]:
+def get_checkpoint_engine_cls(name: str) -> type[WeightSyncBackend]:
     """The backend class registered as ``name``; an unknown name lists the known ones."""
     _load_builtin_backends()
     if name not in _REGISTRY:
@@ -138,7 +140,7 @@ class WeightSyncRequest:
         return iter_weight_buckets(module, self.bucket_bytes, self.torch_dtype, device)
 
 
-class CheckpointEngine(abc.ABC):
+class WeightSyncBackend(abc.ABC):
     """One weight-transfer backend. Subclasses register with ``@register_checkpoint_engine(name)``."""
 
     name: str = "?"

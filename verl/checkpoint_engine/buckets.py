@@ -30,6 +30,7 @@ __all__ = [
     "bucket_nbytes",
     "megabytes_to_bytes",
     "OutOfBandBucket",
+    "BucketPacker",
 ]
 
 _WRAPPER_COMPONENTS = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod", "base_layer")
@@ -204,17 +205,70 @@ def iter_weight_buckets(
         named: Iterable[tuple[str, torch.Tensor]] = iter_named_weights(source, dtype, device)
     else:
         named = ((n, t.detach().to(device=device or t.device, dtype=dtype or t.dtype)) for n, t in source)
-    bucket: list[tuple[str, torch.Tensor]] = []
-    size = 0
+    packer = BucketPacker(bucket_bytes)
     for name, tensor in named:
-        nbytes = tensor.numel() * tensor.element_size()
-        if bucket and size + nbytes > bucket_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((name, tensor))
-        size += nbytes
-    if bucket:
-        yield bucket
+        yield from packer.add(name, tensor)
+    yield from packer.finish()
+
+
+class BucketPacker:
+    """Greedy bucket packing, fed one tensor at a time (so sync and async producers share it).
+
+    A bucket is closed when the next entry would overflow it; an entry larger than the limit travels alone.
+    ``fusion_groups`` name tensors that must arrive in one bucket: each group is a tuple of name suffixes (e.g.
+    ``(".attn.wq_a.weight", ".attn.wkv.weight")``), and the tensors sharing a prefix with one suffix each are held
+    back until the group is complete, then placed together (the bucket is cut before the group, never inside it).
+    An engine that fuses such tensors into one parameter on load needs both halves in the same load call.
+    """
+
+    def __init__(self, bucket_bytes: int, fusion_groups: tuple[tuple[str, ...], ...] = ()) -> None:
+        if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
+            raise ValueError(f"bucket_bytes must be a positive int, got {bucket_bytes!r}")
+        self.bucket_bytes = bucket_bytes
+        self.fusion_groups = tuple(tuple(group) for group in fusion_groups)
+        self._bucket: list[tuple[str, torch.Tensor]] = []
+        self._size = 0
+        self._staged: dict[tuple[str, int], list[tuple[str, torch.Tensor]]] = {}
+
+    def _fusion_key(self, name: str) -> tuple[str, int, int] | None:
+        """``(prefix, group index, group size)`` when ``name`` ends with a suffix of one fusion group."""
+        matches = [(index, suffix, len(group)) for index, group in enumerate(self.fusion_groups)
+                   for suffix in group if name.endswith(suffix)]
+        if len(matches) > 1:
+            raise ValueError(f"{name!r} matches several fusion group suffixes: {[m[1] for m in matches]}")
+        if not matches:
+            return None
+        index, suffix, size = matches[0]
+        return name[: -len(suffix)], index, size
+
+    def add(self, name: str, tensor: torch.Tensor) -> list[list[tuple[str, torch.Tensor]]]:
+        """Take one tensor; returns the buckets this closed (zero or one)."""
+        key = self._fusion_key(name) if self.fusion_groups else None
+        if key is None:
+            entries = [(name, tensor)]
+        else:
+            prefix, index, size = key
+            staged = self._staged.setdefault((prefix, index), [])
+            staged.append((name, tensor))
+            if len(staged) < size:
+                return []
+            entries = self._staged.pop((prefix, index))
+        closed = []
+        nbytes = bucket_nbytes(entries)
+        if self._bucket and self._size + nbytes > self.bucket_bytes:
+            closed.append(self._bucket)
+            self._bucket, self._size = [], 0
+        self._bucket.extend(entries)
+        self._size += nbytes
+        return closed
+
+    def finish(self) -> list[list[tuple[str, torch.Tensor]]]:
+        """The last bucket; raises ValueError when a fusion group is still missing members."""
+        if self._staged:
+            incomplete = {f"{prefix}*": [n for n, _ in staged] for (prefix, _), staged in self._staged.items()}
+            raise ValueError(f"fused parameter groups never completed in this weight sync: {incomplete}")
+        last, self._bucket, self._size = self._bucket, [], 0
+        return [last] if last else []
 
 
 class OutOfBandBucket:

@@ -34,9 +34,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from verl.checkpoint_engine.base import (
+from verl.checkpoint_engine.backend import (
     BucketLog,
-    CheckpointEngine,
+    WeightSyncBackend,
     WeightSyncRequest,
     describe_error,
     register_checkpoint_engine,
@@ -280,7 +280,7 @@ def _poll_receiver(actor_self: Any, job: str) -> dict[str, Any] | None:
 
 
 @register_checkpoint_engine("collective")
-class CollectiveCheckpointEngine(CheckpointEngine):
+class CollectiveCheckpointEngine(WeightSyncBackend):
     """Broadcast transfer; options: ``device`` ("cpu" -> gloo, default; "cuda" -> nccl)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

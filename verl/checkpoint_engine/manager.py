@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
-from verl.checkpoint_engine.base import WeightSyncRequest, get_checkpoint_engine_cls
+from verl.checkpoint_engine.backend import WeightSyncRequest, get_checkpoint_engine_cls
 from verl.checkpoint_engine.buckets import megabytes_to_bytes
+from verl.utils.ray_utils import auto_await
 
 __all__ = ["CheckpointEngineManager", "WeightSyncError", "call_trainer_ranks"]
 
@@ -60,8 +61,10 @@ class CheckpointEngineManager:
     """Push trainer weights to rollout replicas through one checkpoint-engine backend.
 
     Args:
-        backend: ``naive`` | ``ray`` | ``collective`` (or any registered name).
-        trainer: what holds the weights: a worker group / actor handle(s) / object exposing ``send_weights``.
+        backend: ``naive`` | ``ray`` | ``collective`` (or any registered name); or, as in verl, the
+            ``rollout.checkpoint_engine`` config itself (its backend, bucket size and timeout are read).
+        trainer: what holds the weights: a worker group / actor handle(s) / object exposing ``send_weights``
+            (verl's name for it, ``actor_wg``, is accepted as a keyword).
         replicas: standalone replicas (list -> named ``replica0``..., or a name -> replica mapping); none for
             ``naive``, whose engines live inside the trainer workers.
         bucket_megabytes: ``rollout.update_weights_bucket_megabytes``: the bound on one bucket.
@@ -70,20 +73,82 @@ class CheckpointEngineManager:
         **options: backend options (``max_inflight_buckets`` for ray, ``device`` for collective).
     """
 
-    def __init__(self, backend: str, trainer: Any, replicas: Sequence[Any] | Mapping[str, Any] | None = None,
-                 bucket_megabytes: float = 512, dtype: str | torch.dtype | None = None, timeout_s: float = 600.0,
-                 **options: Any) -> None:
+    def __init__(self, backend: Any = None, trainer: Any = None,
+                 replicas: Sequence[Any] | Mapping[str, Any] | None = None, bucket_megabytes: float | None = None,
+                 dtype: str | torch.dtype | None = None, timeout_s: float | None = None, *, config: Any = None,
+                 actor_wg: Any = None, **options: Any) -> None:
+        config = config if config is not None else (None if isinstance(backend, str) else backend)
+        if config is not None:
+            backend = _config_value(config, "backend") or "naive"
+            if bucket_megabytes is None:
+                bucket_megabytes = _config_value(config, "bucket_megabytes") or _config_value(
+                    config, "update_weights_bucket_megabytes")
+            if timeout_s is None:
+                timeout_s = _config_value(config, "timeout_s")
+        if not isinstance(backend, str):
+            raise TypeError(f"CheckpointEngineManager: backend must be a backend name or the checkpoint_engine "
+                            f"config, got {type(backend).__name__}")
+        if trainer is None:
+            trainer = actor_wg
+        if trainer is None:
+            raise ValueError("CheckpointEngineManager needs the trainer (actor_wg) that holds the weights")
         engine_cls = get_checkpoint_engine_cls(backend)
         self.backend = backend
+        self.config = config
         self.trainer = trainer
-        if replicas is None:
-            self.replicas: dict[str, Any] = {}
-        elif isinstance(replicas, Mapping):
+        self.replicas: dict[str, Any] = {}
+        if isinstance(replicas, Mapping):
             self.replicas = dict(replicas)
-        else:
-            self.replicas = {f"replica{i}": r for i, r in enumerate(replicas)}
-        self.engine = engine_cls(megabytes_to_bytes(bucket_megabytes), dtype=dtype, timeout_s=timeout_s, **options)
+        elif replicas is not None:
+            self.add_replicas(list(replicas))
+        self.engine = engine_cls(megabytes_to_bytes(512 if bucket_megabytes is None else bucket_megabytes),
+                                 dtype=dtype, timeout_s=600.0 if timeout_s is None else timeout_s, **options)
         self.last_metrics: dict[str, float] = {}
+
+    @property
+    def actor_wg(self) -> Any:
+        """verl's name for the trainer side."""
+        return self.trainer
+
+    # -- replicas (verl's elastic-scaling helpers) -----------------------------------------------------------------
+    def add_replicas(self, replicas: Sequence[Any]) -> None:
+        """Include more replicas in the next updates (named ``replica<i>`` in order of arrival)."""
+        start = len(self.replicas)
+        for offset, replica in enumerate(replicas):
+            name = f"replica{start + offset}"
+            while name in self.replicas:
+                name += "_"
+            self.replicas[name] = replica
+
+    def remove_replicas(self, replicas: Sequence[Any]) -> None:
+        """Stop updating these replicas (matched by identity)."""
+        gone = {id(r) for r in replicas}
+        self.replicas = {name: r for name, r in self.replicas.items() if id(r) not in gone}
+
+    async def _on_replicas(self, method: str) -> None:
+        await asyncio.gather(*(getattr(replica, method)() for replica in self.replicas.values()))
+
+    @auto_await
+    async def sleep_replicas(self) -> None:
+        """Free every replica's weights and KV cache memory."""
+        await self._on_replicas("sleep")
+
+    @auto_await
+    async def wake_up_replicas(self) -> None:
+        """Bring every replica's memory back."""
+        await self._on_replicas("wake_up")
+
+    @auto_await
+    async def abort_replicas(self, reject_request: bool = False) -> None:
+        """Abort in-flight requests on every replica (they are resumed by ``resume_generation_replicas``)."""
+        if reject_request:
+            raise ValueError("abort_replicas(reject_request=True): the rollout servers park requests arriving while "
+                             "paused; they cannot reject them")
+        await self._on_replicas("abort_all")
+
+    @auto_await
+    async def resume_generation_replicas(self) -> None:
+        await self._on_replicas("resume")
 
     @classmethod
     def from_config(cls, rollout_config: Any, trainer: Any, replicas: Sequence[Any] | Mapping[str, Any] | None = None,
@@ -100,13 +165,20 @@ class CheckpointEngineManager:
         kwargs.update(overrides)
         return cls(trainer=trainer, replicas=replicas, **kwargs)
 
-    def update_weights(self, version: int) -> dict[str, Any]:
-        """Publish ``version``; return ``{version, checksum, replicas: {name: {version, checksum}}, metrics}``.
+    @auto_await
+    async def update_weights(self, version: int | None = None, global_steps: int | None = None) -> dict[str, Any]:
+        """Publish ``version`` (verl's keyword: ``global_steps``); return
+        ``{version, checksum, replicas: {name: {version, checksum}}, metrics}``.
+
+        Callable from plain code (blocks until done) or awaited (runs off the event loop).
 
         Raises:
             WeightSyncError: a replica failed, reported another version, or a checksum differs from the
                 trainer's; every such replica is named with its reason.
         """
+        return await asyncio.to_thread(self._publish, global_steps if version is None else version)
+
+    def _publish(self, version: int) -> dict[str, Any]:
         if isinstance(version, bool) or not isinstance(version, int):
             raise ValueError(f"update_weights: version must be an int, got {version!r}")
         start = time.perf_counter()
@@ -141,6 +213,10 @@ class CheckpointEngineManager:
             "metrics": dict(self.last_metrics),
         }
 
-    async def update_weights_async(self, version: int) -> dict[str, Any]:
+    async def update_weights_async(self, version: int | None = None, global_steps: int | None = None) -> dict[str, Any]:
         """``update_weights`` off the event loop (it blocks on trainer and replica calls)."""
-        return await asyncio.to_thread(self.update_weights, version)
+        return await asyncio.to_thread(self._publish, global_steps if version is None else version)
+
+
+def _config_value(config: Any, key: str) -> Any:
+    return config.get(key) if hasattr(config, "get") else getattr(config, key, None)

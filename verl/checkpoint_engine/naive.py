@@ -13,9 +13,9 @@ from typing import Any
 
 from torch import nn
 
-from verl.checkpoint_engine.base import (
+from verl.checkpoint_engine.backend import (
     BucketLog,
-    CheckpointEngine,
+    WeightSyncBackend,
     WeightSyncRequest,
     describe_error,
     register_checkpoint_engine,
@@ -59,7 +59,7 @@ class LoopRunner:
 
 
 @register_checkpoint_engine("naive")
-class NaiveCheckpointEngine(CheckpointEngine):
+class NaiveCheckpointEngine(WeightSyncBackend):
     """Same-process transfer: the trainer worker loads its buckets straight into its local rollout engine."""
 
     def sync(self, call_trainer: Callable[[WeightSyncRequest], list[Any]], replicas: dict[str, Any],

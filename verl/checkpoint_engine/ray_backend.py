@@ -16,9 +16,9 @@ from typing import Any
 
 from torch import nn
 
-from verl.checkpoint_engine.base import (
+from verl.checkpoint_engine.backend import (
     BucketLog,
-    CheckpointEngine,
+    WeightSyncBackend,
     WeightSyncRequest,
     describe_error,
     register_checkpoint_engine,
@@ -46,7 +46,7 @@ def replica_actor(name: str, replica: Any) -> Any:
 
 
 @register_checkpoint_engine("ray")
-class RayCheckpointEngine(CheckpointEngine):
+class RayCheckpointEngine(WeightSyncBackend):
     """Object-store transfer; options: ``max_inflight_buckets`` (default 2)."""
 
     def sync(self, call_trainer: Callable[[WeightSyncRequest], list[Any]], replicas: dict[str, Any],

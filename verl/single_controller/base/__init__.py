@@ -1,5 +1,6 @@
 """Backend-independent single-controller pieces: Worker, WorkerGroup, @register, Dispatch, Execute."""
 
+from verl.single_controller.base.class_with_init_args import ClassWithInitArgs
 from verl.single_controller.base.decorator import (
     Dispatch,
     Execute,
@@ -13,6 +14,7 @@ from verl.single_controller.base.worker import Worker
 from verl.single_controller.base.worker_group import WorkerGroup
 
 __all__ = [
+    "ClassWithInitArgs",
     "Dispatch",
     "Execute",
     "PerRank",

@@ -8,7 +8,21 @@ from collections.abc import Callable
 from typing import Any
 
 from verl.single_controller.base import dispatch as _dispatch
+from verl.single_controller.base.dispatch import (  # noqa: F401 - verl's import path for the split/merge functions
+    collect_all_to_all,
+    collect_dp_compute,
+    collect_dp_compute_data_proto,
+    dispatch_all_to_all,
+    dispatch_dp_compute,
+    dispatch_dp_compute_data_proto,
+    dispatch_dp_compute_data_proto_with_func,
+    dispatch_one_to_all,
+    make_nd_compute_dataproto_dispatch_fn,
+)
 from verl.single_controller.base.dynamic_enum import DynamicEnum
+
+# verl's name for the pair behind Dispatch.DIRECT_ROLLOUT_METHOD (such methods are never called on the group).
+dummy_direct_rollout_call = _dispatch.dispatch_direct_rollout_method
 
 # Attribute set on registered methods; the worker group looks for it to bind group-level methods.
 MAGIC_ATTR = "__verl_register_attrs__"
@@ -96,6 +110,13 @@ def get_predefined_dispatch_fn(dispatch_mode: DynamicEnum | dict) -> dict[str, C
     return DISPATCH_MODE_FN_REGISTRY[dispatch_mode]
 
 
+def get_predefined_execute_fn(execute_mode: DynamicEnum) -> dict[str, str]:
+    """``{"execute_fn_name": ...}``: the worker-group method that runs a call in ``execute_mode``."""
+    _check_execute_mode(execute_mode)
+    name = "execute_rank_zero" if execute_mode is Execute.RANK_ZERO else "execute_all"
+    return {"execute_fn_name": name}
+
+
 def _check_dispatch_mode(dispatch_mode: Any) -> None:
     if isinstance(dispatch_mode, dict):
         missing = {"dispatch_fn", "collect_fn"} - set(dispatch_mode)
@@ -146,6 +167,30 @@ def _accepting_future_refs(func: Callable) -> inspect.Signature:
     return sig.replace(parameters=[*sig.parameters.values(), extra])
 
 
+def _original(func: Callable, signature: inspect.Signature) -> Callable:
+    """What ``inner.__wrapped__`` points to: ``func`` itself in behaviour (no future resolution, no failure log),
+    but carrying the widened signature.
+
+    ``__wrapped__`` lets callers reach the undecorated method (tests call ``Cls.method.__wrapped__(obj, ...)``);
+    Ray, however, unwraps a method to its innermost function before reading its signature, so the innermost
+    function must accept the lifted future-result keywords too.
+    """
+    if inspect.iscoroutinefunction(func):
+
+        async def original(*args, **kwargs):
+            return await func(*args, **kwargs)
+
+    else:
+
+        def original(*args, **kwargs):
+            return func(*args, **kwargs)
+
+    functools.update_wrapper(original, func)
+    del original.__wrapped__
+    original.__signature__ = signature
+    return original
+
+
 def register(
     dispatch_mode: DynamicEnum | dict = Dispatch.ALL_TO_ALL,
     execute_mode: DynamicEnum = Execute.ALL,
@@ -192,7 +237,7 @@ def register(
                     raise
 
         inner.__signature__ = _accepting_future_refs(func)
-        del inner.__wrapped__  # Ray unwraps before reading a signature; it must see the one above
+        inner.__wrapped__ = _original(func, inner.__signature__)
         setattr(inner, MAGIC_ATTR, dict(attrs))
         return inner
 

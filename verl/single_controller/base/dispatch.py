@@ -10,8 +10,11 @@ from collections.abc import Callable
 from types import FunctionType
 from typing import Any
 
-# kwargs key a dispatch function uses to tell the group how many padding rows to strip from the merged output.
-PAD_SIZE_KEY = "__verl_pad_size__"
+from verl.utils.dataproto_config import PADDING_SIZE_KWARG
+
+# kwargs key a dispatch function uses to tell the group how many padding rows to strip from the merged output
+# (verl's ``verl.protocol._padding_size_key``, so dispatch functions written for verl work unchanged).
+PAD_SIZE_KEY = PADDING_SIZE_KWARG
 
 
 class PerRank(list):
@@ -74,8 +77,23 @@ def _protocol():
     return protocol
 
 
+def _tensordict_utils():
+    from verl.utils import tensordict_utils
+
+    return tensordict_utils
+
+
+def _is_tensordict(value: Any) -> bool:
+    try:
+        from tensordict import TensorDict
+    except ImportError:  # tensordict missing: nothing can be one
+        return False
+    return isinstance(value, TensorDict)
+
+
 def _split_data_protos(name: str, values: dict[str, Any], chunks: int) -> tuple[dict[str, PerRank], int]:
-    """Chunk every DataProto / DataProtoFuture value into ``chunks`` parts, padding DataProtos that don't divide."""
+    """Chunk every DataProto / DataProtoFuture / TensorDict value into ``chunks`` parts, padding batches that don't
+    divide (all padded batches must need the same padding, so one pad size strips the merged output)."""
     protocol = _protocol()
     split: dict[str, PerRank] = {}
     pad_sizes: dict[str, int] = {}
@@ -88,13 +106,20 @@ def _split_data_protos(name: str, values: dict[str, Any], chunks: int) -> tuple[
             split[key] = PerRank(value.chunk(chunks=chunks))
         elif isinstance(value, protocol.DataProtoFuture):
             split[key] = PerRank(value.chunk(chunks=chunks))
+        elif _is_tensordict(value):
+            tu = _tensordict_utils()
+            pad = 0
+            if len(value) % chunks:
+                value, pad = tu.pad_to_divisor(value, chunks)
+            pad_sizes[key] = pad
+            split[key] = PerRank(tu.chunk_tensordict(value, chunks))
         else:
             raise TypeError(
-                f"{name}: argument {key} must be a DataProto or DataProtoFuture, got {type(value).__name__}"
+                f"{name}: argument {key} must be a DataProto, DataProtoFuture or TensorDict, got {type(value).__name__}"
             )
     distinct = set(pad_sizes.values())
     if len(distinct) > 1:
-        raise ValueError(f"{name}: DataProto arguments need different padding ({pad_sizes}); give them equal lengths")
+        raise ValueError(f"{name}: batch arguments need different padding ({pad_sizes}); give them equal lengths")
     return split, (distinct.pop() if distinct else 0)
 
 
@@ -126,18 +151,39 @@ def dispatch_dp_compute_data_proto_with_func(worker_group: Any, *args, **kwargs)
     return (PerRank([args[0]] * n), *new_args), new_kwargs
 
 
-def _concat_outputs(outputs: list, ranks: list[int]) -> Any:
+def concat_batches(outputs: list, ranks: list[int] | None = None) -> Any:
+    """Merge per-rank outputs in order: all DataProto (``DataProto.concat``) or all TensorDict; ``ranks`` name
+    the producers in errors."""
     protocol = _protocol()
+    ranks = list(range(len(outputs))) if ranks is None else ranks
+    if outputs and all(_is_tensordict(out) for out in outputs):
+        return _tensordict_utils().concat_tensordict(list(outputs))
     for rank, out in zip(ranks, outputs):
         if not isinstance(out, protocol.DataProto):
-            raise TypeError(f"rank {rank} returned {type(out).__name__}; this dispatch mode expects a DataProto")
+            raise TypeError(
+                f"rank {rank} returned {type(out).__name__}; this dispatch mode expects a DataProto (or a TensorDict "
+                "from every rank)"
+            )
     return protocol.DataProto.concat(list(outputs))
+
+
+def unpad_batch(output: Any, pad_size: int) -> Any:
+    """Strip the ``pad_size`` rows dispatch appended (DataProto or TensorDict; other outputs are returned as is)."""
+    if not pad_size:
+        return output
+    protocol = _protocol()
+    if isinstance(output, protocol.DataProto):
+        return protocol.unpad_dataproto(output, pad_size=pad_size)
+    if _is_tensordict(output):
+        return _tensordict_utils().unpad(output, pad_size)
+    return output
+
 
 
 def collect_dp_compute_data_proto(worker_group: Any, output: list) -> Any:
     """Concatenate the per-rank DataProtos in rank order."""
     ranks = list(range(len(output)))
-    return _concat_outputs(output, ranks)
+    return concat_batches(output, ranks)
 
 
 def _all_ranks(worker_group: Any) -> list[int]:
@@ -182,7 +228,7 @@ def make_nd_compute_dataproto_dispatch_fn(mesh_name: str) -> dict[str, Callable]
 
     def collect_fn(worker_group: Any, output: list) -> Any:
         ranks = output_ranks(worker_group)
-        return _concat_outputs([output[r] for r in ranks], ranks)
+        return concat_batches([output[r] for r in ranks], ranks)
 
     collect_fn.data_proto_output_ranks = output_ranks
     return {"dispatch_fn": dispatch_fn, "collect_fn": collect_fn}

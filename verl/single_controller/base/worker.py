@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from verl.single_controller.base.decorator import Dispatch, Execute, register
@@ -52,12 +54,65 @@ def read_distributed_env() -> dict[str, Any]:
     }
 
 
-class Worker:
+class MeshRegistrationError(ValueError, AssertionError):
+    """A mesh declared twice on one worker, or declared from an unusable layout. Both a ValueError and an
+    AssertionError (verl asserts here)."""
+
+
+@dataclass
+class DistRankInfo:
+    """This rank's coordinates in a tensor / data / pipeline / context parallel layout."""
+
+    tp_rank: int
+    dp_rank: int
+    pp_rank: int
+    cp_rank: int
+
+
+@dataclass
+class DistGlobalInfo:
+    """Sizes of the tensor / data / pipeline / context parallel dimensions."""
+
+    tp_size: int
+    dp_size: int
+    pp_size: int
+    cp_size: int
+
+
+class WorkerHelper:
+    """Node address and free-port helpers for a worker that hosts a rendezvous (a process group, a server)."""
+
+    @staticmethod
+    def _get_node_ip() -> str:
+        try:
+            import ray
+
+            if ray.is_initialized():
+                return ray.util.get_node_ip_address().strip("[]")
+        except ImportError:
+            pass
+        return socket.gethostbyname(socket.gethostname())
+
+    @staticmethod
+    def _get_free_port() -> int:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("", 0))
+            return sock.getsockname()[1]
+
+    def get_available_master_addr_port(self) -> tuple[str, str]:
+        """This node's IP and a port free right now."""
+        return self._get_node_ip(), str(self._get_free_port())
+
+
+class Worker(WorkerHelper):
     """One rank of a worker group. Subclass it and mark group-callable methods with ``@register``.
 
     The torch.distributed variables are read before ``__init__`` runs (in ``__new__``), so they are available even
     when a subclass calls ``super().__init__()`` late or not at all.
     """
+
+    # Attribute through which the roles of one fused (colocated) process see each other: {role: worker}.
+    fused_worker_attr_name = "fused_worker_dict"
 
     def __new__(cls, *args, **kwargs):
         if os.environ.get(BACKEND_ENV) == "ray":
@@ -76,6 +131,17 @@ class Worker:
     def _configure_from_env(self) -> None:
         self._dist_env = read_distributed_env()
         self._mesh_info: dict[str, tuple[int, bool]] = {}
+        self.fused_worker_dict: dict[str, Worker] = {}
+
+    @classmethod
+    def env_keys(cls) -> list[str]:
+        """Environment variables a worker group sets to configure each Worker."""
+        return ["WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                "CUDA_VISIBLE_DEVICES"]
+
+    def get_fused_worker_by_name(self, worker_name: str) -> Worker | None:
+        """The worker of role ``worker_name`` living in this same process (fused/colocated roles), or None."""
+        return self.fused_worker_dict.get(worker_name)
 
     # -- identity ---------------------------------------------------------------------------------------------
     @property
@@ -108,7 +174,7 @@ class Worker:
     def _register_dispatch_collect_info(self, mesh_name: str, dp_rank: int, is_collect: bool) -> None:
         """Declare this rank's data-parallel rank on ``mesh_name`` and whether the driver keeps its output."""
         if mesh_name in self._mesh_info:
-            raise ValueError(f"mesh {mesh_name!r} is already registered on rank {self.rank}")
+            raise MeshRegistrationError(f"mesh {mesh_name!r} is already registered on rank {self.rank}")
         if not isinstance(dp_rank, int) or dp_rank < 0:
             raise ValueError(f"mesh {mesh_name!r}: dp_rank must be a non-negative int, got {dp_rank!r}")
         self._mesh_info[mesh_name] = (dp_rank, bool(is_collect))
@@ -126,6 +192,32 @@ class Worker:
 
     def _query_collect_info(self, mesh_name: str) -> bool:
         return self._query_mesh_info(mesh_name)[1]
+
+    def query_collect_info(self, mesh_name: str) -> bool:
+        """Whether the driver keeps this rank's output on ``mesh_name``."""
+        return self._query_collect_info(mesh_name)
+
+    def get_dispatch_collect(self) -> dict[str, dict[str, Any]]:
+        """Every registered mesh: ``{"dispatch_dp_rank": {mesh: dp_rank}, "collect_dp_rank": {mesh: is_collect}}``.
+
+        Lets an outer worker re-declare the mesh of a worker it wraps (``set_dispatch_collect``).
+        """
+        return {
+            "dispatch_dp_rank": {mesh: dp for mesh, (dp, _) in self._mesh_info.items()},
+            "collect_dp_rank": {mesh: keep for mesh, (_, keep) in self._mesh_info.items()},
+        }
+
+    def set_dispatch_collect(self, mesh_name: str, dispatch_dp_rank: dict[str, int],
+                             collect_dp_rank: dict[str, bool]) -> None:
+        """Register ``mesh_name`` with the layout another worker declared (the output of its
+        ``get_dispatch_collect``); that worker must have declared exactly one mesh."""
+        if len(dispatch_dp_rank) != 1 or set(dispatch_dp_rank) != set(collect_dp_rank):
+            raise MeshRegistrationError(
+                f"set_dispatch_collect({mesh_name!r}) needs exactly one mesh in dispatch_dp_rank and the same one in "
+                f"collect_dp_rank, got {sorted(dispatch_dp_rank)} and {sorted(collect_dp_rank)}"
+            )
+        (source,) = dispatch_dp_rank
+        self._register_dispatch_collect_info(mesh_name, int(dispatch_dp_rank[source]), bool(collect_dp_rank[source]))
 
     # -- generic helpers callable through the group -----------------------------------------------------------
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO_WITH_FUNC)

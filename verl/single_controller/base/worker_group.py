@@ -9,8 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from verl.single_controller.base.class_with_init_args import ClassWithInitArgs
 from verl.single_controller.base.decorator import Dispatch, Execute, get_predefined_dispatch_fn, get_register_attrs
-from verl.single_controller.base.dispatch import PAD_SIZE_KEY, PerRank
+from verl.single_controller.base.dispatch import PAD_SIZE_KEY, PerRank, unpad_batch
+from verl.single_controller.base.resource_pool import ResourcePool
+
+__all__ = ["ClassWithInitArgs", "ResourcePool", "WorkerGroup"]
 
 # Method of Worker answering (dp_rank, is_collect) for a mesh; prefixed with "<role>_" on colocated workers.
 MESH_QUERY_METHOD = "_query_mesh_info"
@@ -64,6 +68,11 @@ class WorkerGroup:
     def _check_usable(self) -> None:
         """Raise if the group can no longer serve calls (e.g. a worker died)."""
 
+    def _share_objects(self, calls: list[tuple[tuple, dict]]) -> list[tuple[tuple, dict]]:
+        """Backend hook: the per-rank calls, where a backend may replace an object several ranks receive by a
+        shared reference (so it is serialised once). Default: unchanged."""
+        return calls
+
     # -- introspection ------------------------------------------------------------------------------------------
     @property
     def world_size(self) -> int:
@@ -86,7 +95,7 @@ class WorkerGroup:
     def execute_all_async(self, method_name: str, *args, **kwargs) -> list:
         self._check_usable()
         n = self.world_size
-        calls = [_split_for_rank(args, kwargs, rank, n) for rank in range(n)]
+        calls = self._share_objects([_split_for_rank(args, kwargs, rank, n) for rank in range(n)])
         return [self._remote_call(rank, method_name, a, k) for rank, (a, k) in enumerate(calls)]
 
     def execute_all_sync(self, method_name: str, *args, **kwargs) -> list:
@@ -177,9 +186,4 @@ class WorkerGroup:
 
         values = self._wait(method_name, handles, ranks)
         output = collect_fn(self, values[0] if rank_zero else values)
-        if pad_size:
-            from verl.protocol import DataProto, unpad_dataproto
-
-            if isinstance(output, DataProto):
-                output = unpad_dataproto(output, pad_size=pad_size)
-        return output
+        return unpad_batch(output, pad_size)

@@ -33,6 +33,34 @@ def _env_float(name: str, default: float) -> float:
     return value
 
 
+def _node_ip_of(pg: PlacementGroup, node_ips: dict[str, str]) -> str:
+    node_ids = ray.util.placement_group_table(pg).get("bundles_to_node_id") or {}
+    first = node_ids.get(0) if isinstance(node_ids, dict) else None
+    return node_ips.get(first, "")
+
+
+def _sorted_by_node_ip(pgs: list[PlacementGroup], store: list[int]) -> tuple[list[PlacementGroup], list[int]]:
+    """Placement groups (with their process counts) ordered by the IP of the node they landed on.
+
+    A rank's shards of a sharded checkpoint are written to its node's local disk; ordering by node keeps every rank
+    on the same node when a run is restarted on the same machines, so it finds its shards again.
+    """
+    if len(pgs) < 2:
+        return pgs, store
+    try:
+        node_ips = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
+        keys = [_node_ip_of(pg, node_ips) for pg in pgs]
+    except Exception:  # noqa: BLE001 - ordering is a convenience; keep creation order when Ray cannot tell
+        return pgs, store
+    order = sorted(range(len(pgs)), key=lambda i: keys[i])
+    return [pgs[i] for i in order], [store[i] for i in order]
+
+
+def sort_placement_group_by_node_ip(pgs: list[PlacementGroup]) -> list[PlacementGroup]:
+    """``pgs`` ordered by the IP of the node each one landed on (see ``RayResourcePool.get_placement_groups``)."""
+    return _sorted_by_node_ip(list(pgs), [0] * len(pgs))[0]
+
+
 class RayResourcePool(ResourcePool):
     """One placement group per node entry of ``process_on_nodes``; bundle i of a group is the slot of local rank i.
 
@@ -70,12 +98,18 @@ class RayResourcePool(ResourcePool):
                 b[f"accelerator_type:{self.accelerator_type}"] = 1e-3
         return b
 
-    def actor_resources(self) -> dict[str, float]:
-        """num_cpus / num_gpus of one actor: a 1/max_colocate_count share of its slot."""
+    def actor_resources(self, use_gpu: bool | None = None) -> dict[str, float]:
+        """num_cpus / num_gpus of one actor: a 1/max_colocate_count share of its slot (``use_gpu=False``: no GPU
+        share even on a GPU pool, for a helper process next to the GPU workers)."""
         share = {"num_cpus": self.cpus_per_process / self.max_colocate_count}
-        if self.use_gpu:
+        if self.use_gpu and use_gpu is not False:
             share["num_gpus"] = 1.0 / self.max_colocate_count
         return share
+
+    def bundle_slots(self, pgs: list[PlacementGroup] | None = None) -> list[tuple[PlacementGroup, int]]:
+        """``(placement group, bundle index)`` of every process slot this pool hands out, in rank order."""
+        pgs = self.get_placement_groups() if pgs is None else pgs
+        return [(pg, bundle) for pg, count in zip(pgs, self.store) for bundle in range(count)]
 
     def get_placement_groups(self, strategy: str = "STRICT_PACK", name: str | None = None,
                              device_name: str | None = None) -> list[PlacementGroup]:
@@ -99,6 +133,7 @@ class RayResourcePool(ResourcePool):
                 f"{self.bundle()} within {self.placement_timeout_s:g}s; cluster has {ray.available_resources()} "
                 f"available (lower cpus_per_process / ${CPU_PER_PROCESS_ENV}, or the process counts)"
             ) from None
+        pgs, self._store = _sorted_by_node_ip(pgs, self._store)
         self.pgs = pgs
         return pgs
 

@@ -26,9 +26,9 @@ class ResourcePoolManager:
 
     resource_pool_spec: dict[str, list[int]]
     mapping: dict[Any, str]
+    max_colocate_count: int = 3
     resource_pool_dict: dict[str, RayResourcePool] = field(default_factory=dict)
     device: str = "auto"
-    max_colocate_count: int = 3
     cpus_per_process: float | None = None
 
     def __post_init__(self) -> None:

@@ -26,33 +26,51 @@ from verl.single_controller.ray.errors import (
     wait_for_workers,
 )
 from verl.single_controller.ray.resource_pool import RayResourcePool
+from verl.single_controller.ray.worker_env import check_port_range, check_worker_env, local_layout
 from verl.single_controller.ray.worker_process import (
+    PORT_RANGE_ENV,
     RENDEZVOUS_ENV,
     clear_first_error,
     clear_rendezvous,
     read_rendezvous,
 )
+from verl.utils.ray_utils import parallel_put
 
 # Attribute create_colocated_worker_cls puts on its class: {role: {method name on the role: name on the class}}.
 ROLE_METHODS_ATTR = "_verl_role_methods"
 
 
+def _is_batch(value: Any) -> bool:
+    from tensordict import TensorDict
+
+    from verl.protocol import DataProto
+
+    return isinstance(value, DataProto | TensorDict)
+
+
 class RayWorkerGroup(WorkerGroup):
     """Spawn ``ray_cls_with_init`` once per slot of ``resource_pool`` and expose its ``@register`` methods.
 
-    Each actor gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (rank 0 picks a
-    free port on its node, so every group has its own). The group is returned once every constructor has returned;
-    that start-up is bounded by ``startup_timeout_s`` (the trainer passes ``trainer.ray_wait_register_center_timeout``,
-    default 300 s), so a worker that cannot start fails the run at once instead of at its first call. Every later
-    wait is bounded by ``call_timeout_s`` (default $VERL_WORKER_CALL_TIMEOUT_S or 1800 s). Alternatively attach to
-    running actors with ``worker_names`` or ``worker_handles``.
+    Each actor gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (also as RAY_LOCAL_WORLD_SIZE), MASTER_ADDR and
+    MASTER_PORT (rank 0 picks a free port on its node, within ``master_port_range`` when given, so every group has
+    its own; or pass both ``master_addr`` and ``master_port``), plus ``worker_env``, which may not override any of
+    those. The group is returned once every constructor has returned; that start-up is bounded by
+    ``startup_timeout_s`` (verl's ``ray_wait_register_center_timeout``, the trainer's
+    ``trainer.ray_wait_register_center_timeout``, default 300 s), so a worker that cannot start fails the run at once
+    instead of at its first call. Every later wait is bounded by ``call_timeout_s`` (default
+    $VERL_WORKER_CALL_TIMEOUT_S or 1800 s). Alternatively attach to running actors with ``worker_names`` or
+    ``worker_handles``.
     """
 
     def __init__(self, resource_pool: RayResourcePool | None = None,
                  ray_cls_with_init: RayClassWithInitArgs | None = None, bin_pack: bool = True,
                  name_prefix: str | None = None, detached: bool = False, worker_names: list[str] | None = None,
-                 worker_handles: list[Any] | None = None, call_timeout_s: float | None = None,
-                 role: str | None = None, startup_timeout_s: float | None = None, **kwargs) -> None:
+                 worker_handles: list[Any] | None = None, ray_wait_register_center_timeout: float | None = None,
+                 call_timeout_s: float | None = None, role: str | None = None, startup_timeout_s: float | None = None,
+                 worker_env: dict[str, Any] | None = None, master_addr: str | None = None,
+                 master_port: str | int | None = None, master_port_range: list[int] | None = None,
+                 use_gpu: bool | None = None, device_name: str | None = None, profile_steps: list[int] | None = None,
+                 worker_nsight_options: dict[str, Any] | None = None, **kwargs) -> None:
         if ray_cls_with_init is not None and not isinstance(ray_cls_with_init, RayClassWithInitArgs):
             raise TypeError(f"ray_cls_with_init must be a RayClassWithInitArgs, got {type(ray_cls_with_init).__name__}")
         role = role or (ray_cls_with_init.user_cls.__name__ if ray_cls_with_init is not None else "worker")
@@ -60,11 +78,27 @@ class RayWorkerGroup(WorkerGroup):
         if call_timeout_s is not None and call_timeout_s <= 0:
             raise ValueError(f"call_timeout_s must be > 0, got {call_timeout_s!r}")
         self.call_timeout_s = float(call_timeout_s) if call_timeout_s is not None else default_call_timeout_s()
+        if startup_timeout_s is None:
+            startup_timeout_s = ray_wait_register_center_timeout
         if startup_timeout_s is not None and not startup_timeout_s > 0:
             raise ValueError(f"startup_timeout_s ({STARTUP_TIMEOUT_KEY}) must be > 0 seconds, "
                              f"got {startup_timeout_s!r}")
         self.startup_timeout_s = float(startup_timeout_s or DEFAULT_STARTUP_TIMEOUT_S)
+        self.customized_worker_env = check_worker_env(worker_env)
+        if (master_addr is None) != (master_port is None):
+            raise ValueError("RayWorkerGroup: give both master_addr and master_port, or neither (rank 0 picks them)")
+        self._explicit_master = None if master_addr is None else (str(master_addr), str(master_port))
+        self._master_port_range = check_port_range(master_port_range)
+        # None: as the pool says (a GPU share on a GPU pool); False: no GPU share even there
+        pool_gpu = getattr(resource_pool, "use_gpu", True)
+        self.use_gpu = bool(pool_gpu) if use_gpu is None else bool(use_gpu)
+        self.device_name = device_name or "cuda"
+        self.profile_steps = profile_steps
+        self.worker_nsight_options = dict(worker_nsight_options) if worker_nsight_options else None
         self.ray_cls_with_init = ray_cls_with_init
+        self.fused_worker_used = bool(getattr(ray_cls_with_init, "fused_worker_used", False))
+        self.sub_cls_name = ""
+        self.wg_dict: dict[str, RayWorkerGroup] | None = None
         self.resource_pool = resource_pool
         self.detached = detached
         # A random suffix keeps actor names unique when a run is retried in the same cluster.
@@ -79,11 +113,14 @@ class RayWorkerGroup(WorkerGroup):
         elif resource_pool is not None and ray_cls_with_init is not None:
             if not isinstance(resource_pool, RayResourcePool):
                 raise TypeError(f"resource_pool must be a RayResourcePool, got {type(resource_pool).__name__}")
+            if use_gpu and not resource_pool.use_gpu:
+                raise ValueError(f"{role}: use_gpu=True but resource pool {resource_pool.name_prefix!r} has no GPUs")
             self._spawn_workers(resource_pool, ray_cls_with_init, bin_pack)
         else:
             raise ValueError("RayWorkerGroup needs resource_pool and ray_cls_with_init, or worker_names/worker_handles")
+        self.method_names: list[str] = []
         if ray_cls_with_init is not None:
-            self._bind_worker_method(ray_cls_with_init.user_cls)
+            self.method_names = self._bind_worker_method(ray_cls_with_init.user_cls)
 
     # -- creation ---------------------------------------------------------------------------------------------
     def _attach(self, worker_names: list[str] | None, worker_handles: list[Any] | None) -> None:
@@ -115,36 +152,54 @@ class RayWorkerGroup(WorkerGroup):
 
     def _create_actors(self, pool: RayResourcePool, pgs: list, cls_with_init: RayClassWithInitArgs,
                        deadline: float) -> None:
-        world_size = pool.world_size
+        slots = pool.bundle_slots(pgs)
+        world_size = len(slots)
         rendezvous_key = f"rendezvous/{self.name_prefix}_{uuid.uuid4().hex[:8]}"
-        resources = pool.actor_resources()
-        rank = 0
+        resources = pool.actor_resources(use_gpu=self.use_gpu)
+        runtime_env = self._profiling_runtime_env()
+        if self._explicit_master is not None:
+            self.master_address, self.master_port = self._explicit_master
         try:
-            for pg, local_world_size in zip(pgs, pool.store):
-                for local_rank in range(local_world_size):
-                    env = {
-                        "RANK": str(rank),
-                        "WORLD_SIZE": str(world_size),
-                        "LOCAL_RANK": str(local_rank),
-                        "LOCAL_WORLD_SIZE": str(local_world_size),
-                        "WG_PREFIX": self.name_prefix,
-                        "WG_BACKEND": "ray",
-                        BACKEND_ENV: "ray",
-                        RENDEZVOUS_ENV: rendezvous_key,
-                    }
-                    if rank > 0:
-                        env["MASTER_ADDR"], env["MASTER_PORT"] = self.master_address, self.master_port
-                    name = f"{self.name_prefix}_rank{rank}"
-                    actor = cls_with_init(pg, local_rank, env_vars=env, name=name, detached=self.detached, **resources)
-                    self._workers.append(actor)
-                    self._worker_names.append(name)
-                    self._actor_ids.append(actor._actor_id.hex())
-                    if rank == 0:
-                        self.master_address, self.master_port = self._wait_rendezvous(rendezvous_key, actor,
-                                                                                      deadline, world_size)
-                    rank += 1
+            for rank, ((pg, bundle), (local_rank, local_world_size)) in enumerate(zip(slots, local_layout(slots))):
+                env = {
+                    "RANK": str(rank),
+                    "WORLD_SIZE": str(world_size),
+                    "LOCAL_RANK": str(local_rank),
+                    "LOCAL_WORLD_SIZE": str(local_world_size),
+                    "RAY_LOCAL_WORLD_SIZE": str(local_world_size),
+                    "WG_PREFIX": self.name_prefix,
+                    "WG_BACKEND": "ray",
+                    BACKEND_ENV: "ray",
+                }
+                publishes = rank == 0 and self._explicit_master is None
+                if publishes:
+                    env[RENDEZVOUS_ENV] = rendezvous_key
+                    if self._master_port_range is not None:
+                        env[PORT_RANGE_ENV] = "{}-{}".format(*self._master_port_range)
+                else:
+                    env["MASTER_ADDR"], env["MASTER_PORT"] = self.master_address, self.master_port
+                env.update(self.customized_worker_env)
+                name = f"{self.name_prefix}_rank{rank}"
+                actor = cls_with_init(pg, bundle, env_vars=env, name=name, detached=self.detached,
+                                      runtime_env=runtime_env, **resources)
+                self._workers.append(actor)
+                self._worker_names.append(name)
+                self._actor_ids.append(actor._actor_id.hex())
+                if publishes:
+                    self.master_address, self.master_port = self._wait_rendezvous(rendezvous_key, actor,
+                                                                                  deadline, world_size)
         finally:
             clear_rendezvous(rendezvous_key)
+
+    def _profiling_runtime_env(self) -> dict[str, Any] | None:
+        """Nsight Systems capture for every worker when ``profile_steps`` and ``worker_nsight_options`` ask for it
+        on CUDA; the capture range ends after the profiled steps (6 ranges each) unless the options say otherwise."""
+        if not (self.profile_steps and self.worker_nsight_options and self.device_name == "cuda"):
+            return None
+        options = dict(self.worker_nsight_options)
+        if options.get("capture-range-end") is None:
+            options["capture-range-end"] = f"repeat-shutdown:{6 * len(self.profile_steps)}"
+        return {"nsight": options}
 
     def _wait_rendezvous(self, key: str, rank0: Any, deadline: float, world_size: int) -> tuple[str, str]:
         """Rank 0 publishes MASTER_ADDR/PORT before its constructor runs; wait for it, or for rank 0's failure."""
@@ -179,6 +234,26 @@ class RayWorkerGroup(WorkerGroup):
         args, kwargs = lift_future_args(args, kwargs)
         return method.remote(*args, **kwargs)
 
+    def _share_objects(self, calls: list[tuple[tuple, dict]]) -> list[tuple[tuple, dict]]:
+        """Put each batch (DataProto / TensorDict) that several ranks receive into the object store once; the ranks
+        get its reference (Ray resolves a top-level reference before the call), instead of one copy per call."""
+        count: dict[int, int] = {}
+        objects: dict[int, Any] = {}
+        for args, kwargs in calls:
+            for value in (*args, *kwargs.values()):
+                if _is_batch(value):
+                    count[id(value)] = count.get(id(value), 0) + 1
+                    objects[id(value)] = value
+        shared = [key for key, n in count.items() if n > 1]
+        if not shared:
+            return calls
+        refs = dict(zip(shared, parallel_put([objects[key] for key in shared])))
+
+        def swap(value: Any) -> Any:
+            return refs.get(id(value), value) if _is_batch(value) else value
+
+        return [(tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}) for args, kwargs in calls]
+
     def _wait(self, method_name: str, handles: list, ranks: list[int]) -> list:
         try:
             return wait_for_workers(handles, ranks=ranks, method=method_name, role=self.role,
@@ -192,9 +267,9 @@ class RayWorkerGroup(WorkerGroup):
         from verl.single_controller.ray.future import RayDataProtoFuture, concat_and_unpad
 
         return RayDataProtoFuture(
-            collect_fn=functools.partial(concat_and_unpad, pad_size=pad_size), futures=list(handles), role=self.role,
-            method=method_name, ranks=list(ranks), timeout_s=self.call_timeout_s, actor_ids=list(self._actor_ids),
-            worker_names=list(self._worker_names),
+            collect_fn=functools.partial(concat_and_unpad, pad_size=pad_size, ranks=list(ranks)),
+            futures=list(handles), role=self.role, method=method_name, ranks=list(ranks),
+            timeout_s=self.call_timeout_s, actor_ids=list(self._actor_ids), worker_names=list(self._worker_names),
         )
 
     def _check_usable(self) -> None:
@@ -222,14 +297,32 @@ class RayWorkerGroup(WorkerGroup):
             groups[prefix] = self._derive(prefix, role_methods[prefix])
         return groups
 
+    def spawn_fused(self, prefix_set) -> dict[str, RayWorkerGroup]:
+        """``spawn`` for a group built with ``create_colocated_worker_cls_fused`` (same per-role groups)."""
+        return self.spawn(prefix_set)
+
+    def fuse(self, prefix_set) -> None:
+        """Expose each role's group as an attribute of this group (``group.actor.update(...)``), next to the fused
+        class's own registered methods."""
+        if self.wg_dict is None:
+            self.wg_dict = self.spawn(prefix_set)
+        for role, group in self.wg_dict.items():
+            if role in self._bound_methods or hasattr(type(self), role):
+                raise ValueError(f"fuse: role {role!r} clashes with the worker group attribute of the same name")
+            setattr(self, role, group)
+
     def _derive(self, role: str, methods: dict[str, str]) -> RayWorkerGroup:
         group = object.__new__(type(self))
         WorkerGroup.__init__(group, None, role=role)
         group._is_init_with_detached_workers = False
         for attr in ("call_timeout_s", "startup_timeout_s", "ray_cls_with_init", "resource_pool", "detached",
-                     "name_prefix",
-                     "master_address", "master_port", "_health"):
+                     "name_prefix", "master_address", "master_port", "_health", "customized_worker_env",
+                     "_explicit_master", "_master_port_range", "use_gpu", "device_name", "profile_steps",
+                     "worker_nsight_options", "fused_worker_used"):
             setattr(group, attr, getattr(self, attr))
+        group.sub_cls_name = role
+        group.wg_dict = None
+        group.method_names = list(methods)
         group._workers, group._worker_names, group._actor_ids = self._workers, self._worker_names, self._actor_ids
         group._method_prefix = f"{role}_"
         user_cls = self.ray_cls_with_init.user_cls

@@ -14,6 +14,8 @@ from verl.single_controller.base.failure_log import install_process_hooks, set_f
 
 KV_NAMESPACE = "verl_single_controller"
 RENDEZVOUS_ENV = "VERL_WG_RENDEZVOUS_KEY"
+# "low-high": rank 0 binds MASTER_PORT to the first free port in [low, high) (RayWorkerGroup master_port_range).
+PORT_RANGE_ENV = "VERL_WG_MASTER_PORT_RANGE"
 
 _setup_done = {"value": False}
 
@@ -59,10 +61,21 @@ def clear_rendezvous(key: str) -> None:
         pass
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
+def _free_port(port_range: str | None = None) -> int:
+    """A port free right now: any (the OS picks), or the first free one of ``"low-high"`` (high excluded)."""
+    if not port_range:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("", 0))
+            return sock.getsockname()[1]
+    low, high = (int(p) for p in port_range.split("-"))
+    for port in range(low, high):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in master_port_range [{low}, {high}) on this node")
 
 
 def setup_worker_process() -> None:
@@ -87,6 +100,6 @@ def setup_worker_process() -> None:
     # started under torchrun, or one that opened a process group before ray.init) would give every group one port.
     if rendezvous_key and os.environ.get("RANK", "0") == "0":
         os.environ["MASTER_ADDR"] = ray.util.get_node_ip_address()
-        os.environ["MASTER_PORT"] = str(_free_port())
+        os.environ["MASTER_PORT"] = str(_free_port(os.environ.get(PORT_RANGE_ENV)))
         value = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}".encode()
         _kv()._internal_kv_put(rendezvous_key.encode(), value, overwrite=True, namespace=KV_NAMESPACE)

@@ -11,6 +11,8 @@ Layout of one checkpoint folder (``local_path``, e.g. ``.../global_step_10/actor
 
 What is saved and loaded follows ``checkpoint.save_contents`` / ``load_contents`` (model, optimizer, extra,
 hf_model). Restoring model, optimizer, scheduler and RNG gives the same next update as never having stopped.
+``checkpoint.save_lora_only`` on a LoRA model keeps only the adapter tensors in ``dcp/`` (the frozen base is the
+pretrained model); loading such a checkpoint restores the adapters and keeps the model's base weights.
 
 ``checkpoint.async_save``: the model and optimizer shards are copied aside (staged) during ``save_checkpoint`` and
 written by a background thread while training goes on. ``checkpoint_meta.json`` is written last, by
@@ -35,11 +37,14 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
     set_state_dict,
 )
+
+from verl.workers.fsdp.weights import has_lora
 
 __all__ = ["FSDPCheckpointManager", "capture_rng_state", "restore_rng_state"]
 
@@ -125,6 +130,7 @@ class FSDPCheckpointManager:
         self.load_contents = list(load) if load is not None else list(save)
         self.previous_saved_paths: list[str] = []
         self.async_save = bool(getattr(checkpoint_config, "async_save", False))
+        self.save_lora_only = bool(getattr(checkpoint_config, "save_lora_only", False))
         self._pending_save: tuple[Future, Callable[[], None], str] | None = None
         self._async_group: Any = None
 
@@ -155,7 +161,8 @@ class FSDPCheckpointManager:
         # zero-lr step, so Adam's step count becomes 1) and change the next update. Save it as "fresh" instead.
         fresh_optimizer = self.optimizer is not None and not self.optimizer.state
         contents = [c for c in self.save_contents if not (c == "optimizer" and fresh_optimizer)]
-        state = self._dcp_state(contents)
+        lora_only = self.save_lora_only and isinstance(self.model, nn.Module) and has_lora(self.model)
+        state = self._dcp_state(contents, lora_only)
         shards = None
         if state:
             shard_dir = os.path.join(local_path, "dcp")
@@ -176,7 +183,7 @@ class FSDPCheckpointManager:
         if rank == 0:
             self._save_hf_metadata(hf_dir)
         meta = {"global_step": int(global_step), "world_size": _world_size(), "contents": self.save_contents,
-                "role": self.role, "fresh_optimizer": fresh_optimizer}
+                "role": self.role, "fresh_optimizer": fresh_optimizer, "lora_only": lora_only}
 
         def finish() -> None:
             if rank == 0:
@@ -257,10 +264,11 @@ class FSDPCheckpointManager:
             )
         want = [c for c in self.load_contents if c in ("model", "optimizer")]
         fresh_optimizer = "optimizer" in want and bool(meta.get("fresh_optimizer", False))
-        state = self._dcp_state([c for c in want if not (c == "optimizer" and fresh_optimizer)])
+        lora_only = bool(meta.get("lora_only", False))
+        state = self._dcp_state([c for c in want if not (c == "optimizer" and fresh_optimizer)], lora_only)
         if state:
             dcp.load(state, checkpoint_id=os.path.join(local_path, "dcp"))
-            self._apply_dcp_state(state)
+            self._apply_dcp_state(state, strict=not lora_only)
         if fresh_optimizer and self.optimizer is not None:
             self.optimizer.state.clear()  # as saved: no step taken yet
         if "optimizer" in want and self.lr_scheduler is not None:
@@ -294,27 +302,38 @@ class FSDPCheckpointManager:
 
     # ------------------------------------------------------------------ DCP state
 
-    def _dcp_state(self, contents: list[str]) -> dict[str, Any]:
+    def _dcp_state(self, contents: list[str], lora_only: bool = False) -> dict[str, Any]:
+        """What goes through DCP: ``model`` (its adapter tensors alone when ``lora_only``) and ``optimizer``."""
         want_model = "model" in contents
         want_optim = "optimizer" in contents and self.optimizer is not None
+        state: dict[str, Any] = {}
         if want_optim:
-            model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-            state = {"optimizer": optim_sd}
-            if want_model:
-                state["model"] = model_sd
-            return state
+            model_sd, state["optimizer"] = get_state_dict(self.model, self.optimizer)
+        elif want_model:
+            model_sd = get_model_state_dict(self.model)
         if want_model:
-            return {"model": get_model_state_dict(self.model)}
-        return {}
+            state["model"] = _adapters_only(model_sd) if lora_only else model_sd
+        return state
 
-    def _apply_dcp_state(self, state: dict[str, Any]) -> None:
+    def _apply_dcp_state(self, state: dict[str, Any], strict: bool = True) -> None:
+        options = StateDictOptions(strict=strict)
         if "optimizer" in state:
             model_sd = state.get("model")
             if model_sd is None:
                 model_sd = get_model_state_dict(self.model)
-            set_state_dict(self.model, self.optimizer, model_state_dict=model_sd, optim_state_dict=state["optimizer"])
+            set_state_dict(self.model, self.optimizer, model_state_dict=model_sd, optim_state_dict=state["optimizer"],
+                           options=options)
         elif "model" in state:
-            set_model_state_dict(self.model, state["model"])
+            set_model_state_dict(self.model, state["model"], options=options)
+
+
+def _adapters_only(model_state: dict[str, Any]) -> dict[str, Any]:
+    """The LoRA / adapter entries of a model state dict (peft names hold ``lora_`` or ``.adapter_``)."""
+    kept = {k: v for k, v in model_state.items() if "lora_" in k or ".adapter_" in k}
+    if not kept:
+        raise ValueError(f"checkpoint.save_lora_only: none of the model's {len(model_state)} state-dict keys is a "
+                         "LoRA/adapter tensor")
+    return kept
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
