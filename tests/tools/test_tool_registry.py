@@ -88,7 +88,7 @@ def test_class_without_schema_is_refused():
         async def execute(self, instance_id, parameters, **kwargs):
             return ToolResponse(), 0.0, {}
 
-    with pytest.raises(ValueError, match="tool .*NoSchema: no tool_schema given and the class has no default_schema"):
+    with pytest.raises(ValueError, match="tool .*NoSchema: no tool_schema given, and the class has neither"):
         NoSchema({})
 
 

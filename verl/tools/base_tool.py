@@ -2,9 +2,10 @@
 
 Lifecycle, driven by the tool agent loop for every trajectory that uses the tool:
 
-1. ``create(instance_id, **create_kwargs)``: per-trajectory state (e.g. the sample's ground truth, from the row's
-   ``tools_kwargs[<tool name>]["create_kwargs"]``), before the first call.
-2. ``execute(instance_id, parameters)``: one call; returns the response the model reads, a step reward and metrics.
+1. ``create(create_kwargs=...)``: per-trajectory state (e.g. the sample's ground truth, from the row's
+   ``tools_kwargs[<tool name>]["create_kwargs"]``), before the first call; returns the instance id.
+2. ``execute(instance_id, parameters, agent_data=...)``: one call; returns the response the model reads, a step
+   reward and metrics. ``agent_data`` is the trajectory's state (messages so far, ``extra_fields``).
 3. ``calc_reward(instance_id)``: the tool's verdict on the whole trajectory, once it is finished.
 4. ``release(instance_id)``: drop the state; always runs, also after errors.
 
@@ -21,9 +22,18 @@ from typing import Any, ClassVar
 
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-__all__ = ["DEFAULT_TOOL_TIMEOUT_S", "BaseTool"]
+__all__ = ["DEFAULT_TOOL_TIMEOUT_S", "BaseTool", "flatten_create_kwargs"]
 
 DEFAULT_TOOL_TIMEOUT_S = 30.0
+
+
+def flatten_create_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``create(create_kwargs={...}, **other)`` as one mapping: the nested ``create_kwargs`` win over the rest."""
+    flat = {key: value for key, value in kwargs.items() if key != "create_kwargs"}
+    nested = kwargs.get("create_kwargs")
+    if isinstance(nested, dict):
+        flat.update(nested)
+    return flat
 
 
 class BaseTool(abc.ABC):
@@ -42,9 +52,7 @@ class BaseTool(abc.ABC):
         self.config = dict(config or {})
         where = f"tool {type(self).__qualname__}"
         if tool_schema is None:
-            if self.default_schema is None:
-                raise ValueError(f"{where}: no tool_schema given and the class has no default_schema")
-            tool_schema = self.default_schema
+            tool_schema = self._class_schema(where)
         if isinstance(tool_schema, dict):
             tool_schema = OpenAIFunctionToolSchema.from_dict(tool_schema, where=f"{where} tool_schema")
         if not isinstance(tool_schema, OpenAIFunctionToolSchema):
@@ -58,13 +66,29 @@ class BaseTool(abc.ABC):
         self.timeout_s = float(timeout)
         self._instances: dict[str, dict[str, Any]] = {}
 
+    def _class_schema(self, where: str) -> OpenAIFunctionToolSchema | dict[str, Any]:
+        """The schema a tool built without ``tool_schema`` uses: ``get_openai_tool_schema()`` where a subclass
+        overrides it (verl's way), else the class's ``default_schema``."""
+        if type(self).get_openai_tool_schema is not BaseTool.get_openai_tool_schema:
+            schema = self.get_openai_tool_schema()
+            if schema is not None:
+                return schema
+        if self.default_schema is None:
+            raise ValueError(f"{where}: no tool_schema given, and the class has neither a default_schema nor its own "
+                             "get_openai_tool_schema()")
+        return self.default_schema
+
     def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
         return self.tool_schema
 
     async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
-        """Start per-trajectory state; returns the instance id (a fresh one when None) and an optional greeting."""
+        """Start per-trajectory state; returns the instance id (a fresh one when None) and an optional greeting.
+
+        The agent loop passes the row's ``tools_kwargs[<name>]["create_kwargs"]`` as ``create_kwargs=`` (verl's
+        calling convention); they are stored flat, together with any other keyword, under ``"create_kwargs"``.
+        """
         instance_id = instance_id or uuid.uuid4().hex
-        self._instances[instance_id] = {"create_kwargs": dict(kwargs)}
+        self._instances[instance_id] = {"create_kwargs": flatten_create_kwargs(kwargs)}
         return instance_id, ToolResponse()
 
     @abc.abstractmethod

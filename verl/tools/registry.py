@@ -4,7 +4,7 @@ YAML format (the verl project's)::
 
     tools:
       - class_name: verl.tools.calculator_tool.CalculatorTool   # dotted path, file.py:Class, or a short name
-        config: {timeout_s: 5}                                   # passed to the tool's constructor
+        config: {type: native, timeout_s: 5}                     # passed to the tool's constructor
         tool_schema:                                             # optional: the class's default_schema otherwise
           type: function
           function: {name: calculator, description: ..., parameters: {...}}
@@ -117,6 +117,9 @@ def load_tool_config(path: str | Path) -> list[dict[str, Any]]:
             raise ValueError(f"{where}: unknown keys {sorted(unknown)} (expected class_name, config, tool_schema)")
         if entry.get("config") is not None and not isinstance(entry["config"], dict):
             raise ValueError(f"{where}.config: must be a mapping, got {entry['config']!r}")
+        kind = (entry.get("config") or {}).get("type", "native")
+        if kind != "native":
+            raise ValueError(f"{where}.config.type: only 'native' tools are supported, got {kind!r}")
         entries.append({"class_name": entry["class_name"], "config": dict(entry.get("config") or {}),
                         "tool_schema": entry.get("tool_schema"), "where": where})
     return entries

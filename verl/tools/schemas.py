@@ -1,19 +1,30 @@
-"""OpenAI-style function-tool schemas and the values tools return.
+"""OpenAI-style function-tool schemas, parsed tool calls, and the values tools return.
 
 A schema is what the model sees (the chat template prints it in the system turn) and what the agent loop checks a
 call against: ``{"type": "function", "function": {"name", "description", "parameters": <JSON schema object>}}``.
-Plain dataclasses keep the YAML round trip exact; :meth:`OpenAIFunctionToolSchema.from_dict` names the bad key.
+
+The classes are pydantic models with verl's names and fields (``model_validate`` / ``model_dump`` work as there).
+Two things differ on purpose: a parameter's schema keeps keys besides ``type`` / ``description`` / ``enum`` (an
+array's ``items``, a number's ``minimum``), so the model reads the schema as it was written; and
+:meth:`OpenAIFunctionToolSchema.from_dict`, the YAML path, names the bad key of a malformed schema instead of
+dropping unknown keys.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "OpenAIFunctionCallSchema",
     "OpenAIFunctionParametersSchema",
+    "OpenAIFunctionParsedSchema",
+    "OpenAIFunctionPropertySchema",
     "OpenAIFunctionSchema",
+    "OpenAIFunctionToolCall",
     "OpenAIFunctionToolSchema",
     "ToolResponse",
 ]
@@ -21,45 +32,57 @@ __all__ = [
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
 
-@dataclass(frozen=True)
-class OpenAIFunctionParametersSchema:
-    """A JSON-schema object: ``properties`` maps argument names to their JSON schemas."""
+class OpenAIFunctionPropertySchema(BaseModel):
+    """One parameter's JSON schema. ``type`` may be a list (``["integer", "number"]`` for ``int | float``) and
+    ``enum`` may hold any JSON values; other JSON-schema keys are kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str | list[str] | None = None
+    description: str | None = None
+    enum: list[Any] | None = None
+
+
+class OpenAIFunctionParametersSchema(BaseModel):
+    """A JSON-schema object: ``properties`` maps argument names to their schemas."""
 
     type: str = "object"
-    properties: dict[str, Any] = field(default_factory=dict)
-    required: list[str] = field(default_factory=list)
+    properties: dict[str, OpenAIFunctionPropertySchema] = Field(default_factory=dict)
+    required: list[str] = Field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "properties": dict(self.properties), "required": list(self.required)}
+        return self.model_dump(exclude_none=True)
 
 
-@dataclass(frozen=True)
-class OpenAIFunctionSchema:
+class OpenAIFunctionSchema(BaseModel):
     name: str
     description: str = ""
-    parameters: OpenAIFunctionParametersSchema = field(default_factory=OpenAIFunctionParametersSchema)
+    parameters: OpenAIFunctionParametersSchema = Field(default_factory=OpenAIFunctionParametersSchema)
+    strict: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "parameters": self.parameters.to_dict()}
+        return self.model_dump(exclude_unset=True, exclude_none=True)
 
 
-@dataclass(frozen=True)
-class OpenAIFunctionToolSchema:
+class OpenAIFunctionToolSchema(BaseModel):
     """``{"type": "function", "function": {...}}``, the format chat templates and OpenAI-style APIs take."""
 
-    function: OpenAIFunctionSchema
     type: str = "function"
+    function: OpenAIFunctionSchema
 
     @property
     def name(self) -> str:
         return self.function.name
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "function": self.function.to_dict()}
+        """The schema as the chat template receives it: the keys that were given, nothing defaulted or null."""
+        return self.model_dump(exclude_unset=True, exclude_none=True)
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "tool_schema") -> OpenAIFunctionToolSchema:
         """Validate ``data``; errors name the offending key under ``where`` (e.g. the YAML entry)."""
+        if isinstance(data, OpenAIFunctionToolSchema):
+            return data
         if not isinstance(data, dict):
             raise ValueError(f"{where}: must be a mapping, got {type(data).__name__}")
         kind = data.get("type", "function")
@@ -86,12 +109,23 @@ class OpenAIFunctionToolSchema:
         properties = params.get("properties") or {}
         if not isinstance(properties, dict):
             raise ValueError(f"{where}.function.parameters.properties: must be a mapping, got {properties!r}")
+        for key, prop in properties.items():
+            if not isinstance(prop, dict):
+                raise ValueError(f"{where}.function.parameters.properties.{key}: must be a JSON schema mapping, "
+                                 f"got {prop!r}")
         required = list(params.get("required") or [])
         missing = [r for r in required if r not in properties]
         if missing:
             raise ValueError(f"{where}.function.parameters.required: {missing} are not in properties")
-        parameters = OpenAIFunctionParametersSchema(properties=dict(properties), required=required)
-        return cls(OpenAIFunctionSchema(name=name, description=description, parameters=parameters))
+        # every structural key is passed explicitly, so to_dict() renders the complete schema
+        body: dict[str, Any] = {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": dict(properties), "required": required},
+        }
+        if "strict" in function:
+            body["strict"] = bool(function["strict"])
+        return cls.model_validate({"type": "function", "function": body})
 
     def check_arguments(self, arguments: Any) -> str | None:
         """Why ``arguments`` do not fit this schema (missing required, unknown or wrongly typed keys), or None.
@@ -108,7 +142,8 @@ class OpenAIFunctionToolSchema:
         if unknown and params.properties:
             return f"unknown argument(s) {unknown}; expected {sorted(params.properties)}"
         for key, value in arguments.items():
-            expected = (params.properties.get(key) or {}).get("type")
+            prop = params.properties.get(key)
+            expected = prop.type if prop is not None else None
             if expected and not _json_type_matches(value, expected):
                 return f"argument {key!r} must be of type {expected}, got {type(value).__name__}"
         return None
@@ -133,8 +168,59 @@ def _json_type_matches(value: Any, expected: str | list[str]) -> bool:
     return False
 
 
-@dataclass
-class ToolResponse:
-    """What a tool hands back to the model: text (multimodal payloads are future work)."""
+class OpenAIFunctionParsedSchema(BaseModel):
+    """A call as a parser read it: the name and the arguments as the model wrote them (a JSON string)."""
 
-    text: str = ""
+    name: str
+    arguments: str
+
+
+class OpenAIFunctionCallSchema(BaseModel):
+    """A call with its arguments decoded."""
+
+    name: str
+    arguments: dict[str, Any]
+
+    @staticmethod
+    def from_openai_function_parsed_schema(
+        parsed_schema: OpenAIFunctionParsedSchema,
+    ) -> tuple[OpenAIFunctionCallSchema, bool]:
+        """Decode the arguments; returns the call (empty arguments when unreadable) and whether decoding failed."""
+        try:
+            arguments = json.loads(parsed_schema.arguments)
+        except (json.JSONDecodeError, TypeError):
+            arguments = None
+        failed = not isinstance(arguments, dict)
+        return OpenAIFunctionCallSchema(name=parsed_schema.name, arguments={} if failed else arguments), failed
+
+
+class OpenAIFunctionToolCall(BaseModel):
+    """One entry of an assistant message's ``tool_calls``."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: OpenAIFunctionCallSchema
+
+
+class ToolResponse(BaseModel):
+    """What a tool hands back to the model: text, and images / videos for multimodal models (each a list)."""
+
+    text: str | None = None
+    image: list[Any] | None = None
+    video: list[Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _media_are_lists(cls, values: Any) -> Any:
+        if isinstance(values, dict):
+            for key in ("image", "video"):
+                if key in values and values[key] is not None and not isinstance(values[key], list):
+                    raise ValueError(f"ToolResponse.{key} must be a list (wrap a single {key} as [{key}]), got "
+                                     f"{type(values[key]).__name__}")
+        return values
+
+    def is_empty(self) -> bool:
+        return not self.text and not self.image and not self.video
+
+    def is_text_only(self) -> bool:
+        return bool(self.text) and not self.image and not self.video

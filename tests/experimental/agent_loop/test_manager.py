@@ -70,7 +70,7 @@ def test_standalone_layout_order_and_streamed_rewards(standalone, tiny_lm):
         expected_scores[length - 1] = float(len(text))
         assert out.batch["rm_scores"][i].tolist() == expected_scores.tolist()
     timing = out.meta_info["metrics"]
-    for key in ("agent_loop/generate_sequences/mean", "agent_loop/reward/max", "agent_loop/num_turns/mean",
+    for key in ("agent_loop/generate_sequences/mean", "agent_loop/compute_score/max", "agent_loop/num_turns/mean",
                 "agent_loop/generate_sequences_wall"):
         assert key in timing, key
     assert "agent_loop_metrics" not in out.meta_info

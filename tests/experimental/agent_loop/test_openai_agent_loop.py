@@ -154,12 +154,11 @@ def test_agent_loop_worker_runs_openai_agents_concurrently(tiny_model_dir, tiny_
     from _agent_loop_helpers import prompt_batch
 
     from verl.experimental.agent_loop import AgentLoopWorker
-    from verl.experimental.agent_loop.registry import AgentLoopSpec
 
     config = make_config(tiny_model_dir, prompt_length=24, response_length=40,
                          multi_turn=MultiTurnConfig(enable=True))
-    spec = AgentLoopSpec(OpenAIAgentLoop, {"agent_fn": two_call_agent, "agent_kwargs": {"follow_up": "ok?"}})
-    worker = AgentLoopWorker(config, [make_replica(config["rollout"])], registry={"openai_worker_test": spec})
+    entry = {"_target_": OpenAIAgentLoop, "agent_fn": two_call_agent, "agent_kwargs": {"follow_up": "ok?"}}
+    worker = AgentLoopWorker(config, [make_replica(config["rollout"])], registry={"openai_worker_test": entry})
     questions = [[{"role": "user", "content": q}] for q in ("1+1?", "2+5?", "hello")]
     batch = prompt_batch([template(worker.tokenizer, q) for q in questions], agent_names=["openai_worker_test"] * 3,
                          raw_prompt=questions, extra_info=[{"label": str(i)} for i in range(3)])

@@ -94,6 +94,6 @@ def test_missing_yaml_file_names_the_config_key(tmp_path):
 
 def test_snapshot_restores_in_another_registry():
     snapshot = registry_snapshot()
-    assert snapshot["two_turn_test"].cls is TwoTurnLoop
+    assert snapshot["two_turn_test"] == {"_target_": TwoTurnLoop}
     restore_registry(snapshot)  # idempotent
     assert get_agent_loop_class("two_turn_test") is TwoTurnLoop

@@ -113,7 +113,8 @@ class ProbeTool(BaseTool):
         self.events: list[str] = []
 
     async def create(self, instance_id=None, **kwargs):
-        self.events.append(f"create:{kwargs.get('ground_truth')}")
+        # verl's calling convention: the row's create_kwargs arrive as create_kwargs=
+        self.events.append(f"create:{kwargs['create_kwargs'].get('ground_truth')}")
         return await super().create(instance_id, **kwargs)
 
     async def execute(self, instance_id, parameters, **kwargs):
@@ -275,10 +276,11 @@ def test_lifecycle_parallel_calls_and_skipped_extra_calls(tool_config):
     ('<tool_call>{"arguments": {}}</tool_call>', "tool_parse_errors", "Error: tool call 1: 'name' must be"),
     ('<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}', "tool_parse_errors",
      "Error: tool call 1: <tool_call> without </tool_call>"),
-    (call("search", query="x"), "tool_unknown_errors", "Error: unknown tool 'search'; available tools: calculator,"),
+    (call("search", query="x"), "tool_unknown_errors",
+     "Error: Unknown function 'search'. Available tools: ['calculator', 'chatty',"),
     (call("calculator", expr="1+1"), "tool_argument_errors",
      "Error: calculator: missing required argument(s) ['expression']"),
-    (call("explode"), "tool_exceptions", "Error: tool 'explode' failed: RuntimeError: boom"),
+    (call("explode"), "tool_exceptions", "Error executing tool 'explode': RuntimeError: boom"),
     (call("slow"), "tool_timeouts", "Error: tool 'slow' timed out after 0.2s"),
 ])
 def test_malformed_calls_become_error_messages_and_metrics(tool_config, turn, counter, message):
@@ -347,12 +349,12 @@ def test_tool_output_is_truncated_to_max_tool_response_length(tool_config):
     _, out = run_loop(make_config(tool_config, max_tool_response_length=20, tool_response_truncate_side="right"),
                       server)
     (inserted,) = inserted_texts(out)
-    assert inserted == "<|tool|><tool_response>" + "A" * 20 + "...(truncated)...</tool_response><|assistant|>"
+    assert inserted == "<|tool|><tool_response>" + "A" * 20 + "...(truncated)</tool_response><|assistant|>"
 
 
 def test_truncate_text_sides():
-    assert truncate_text("abcdefghij", 4, "left") == "...(truncated)...ghij"
-    assert truncate_text("abcdefghij", 4, "right") == "abcd...(truncated)..."
+    assert truncate_text("abcdefghij", 4, "left") == "(truncated)...ghij"
+    assert truncate_text("abcdefghij", 4, "right") == "abcd...(truncated)"
     assert truncate_text("abcdefghij", 4, "middle") == "ab...(truncated)...ij"
     assert truncate_text("abc", 4, "middle") == "abc"
 
@@ -422,3 +424,45 @@ def test_worker_batch_masks_tool_tokens(tiny_model_dir, tool_config):
     assert TOKENIZER.decode(out.batch["responses"][0, n1:n1 + nd].tolist()) == TOKENIZER.decode(tool_delta("42"))
     assert out.batch["rollout_log_probs"][0, n1:n1 + nd].abs().sum() == 0
     assert out.non_tensor_batch["tool_call_counts"][0]["tool_calls_ok"] == 1
+
+
+# ---------------------------------------------------------------- function tools, per-row tool selection
+
+
+FUNCTIONS = '''
+from verl.tools.function_tool import function_tool
+
+
+@function_tool
+def double_for_loop_test(x: int) -> tuple:
+    """Double a number.
+
+    Args:
+        x: the number.
+    """
+    return str(2 * x), 0.5
+'''
+
+
+def test_function_tools_answer_calls_next_to_yaml_tools(tmp_path, tool_config):
+    functions = tmp_path / "functions.py"
+    functions.write_text(FUNCTIONS)
+    config = make_config(tool_config, function_tool_path=str(functions))
+    server = ScriptedLLM([call("double_for_loop_test", x=21) + EOS, "42" + EOS])
+    loop, out = run_loop(config, server)
+    assert {"calculator", "double_for_loop_test"} <= set(loop.tools)
+    assert '"name": "double_for_loop_test"' in TOKENIZER.decode(out.prompt_ids)
+    (inserted,) = inserted_texts(out)
+    assert inserted == "<|tool|><tool_response>42</tool_response><|assistant|>"
+    assert out.extra_fields["tool_rewards"] == [0.5]  # the (text, reward) return value
+    assert out.extra_fields["tool_call_counts"]["tool_calls_ok"] == 1
+
+
+def test_a_row_can_limit_its_tools(tmp_path, tool_config):
+    server = ScriptedLLM([call("chatty") + EOS, "x" + EOS])
+    _, out = run_loop(make_config(tool_config), server, extra_info={"tool_selection": ["calculator"]})
+    assert '"name": "chatty"' not in TOKENIZER.decode(out.prompt_ids)
+    assert '"name": "calculator"' in TOKENIZER.decode(out.prompt_ids)
+    (inserted,) = inserted_texts(out)
+    assert inserted.startswith("<|tool|><tool_response>Error: Unknown function 'chatty'. Available tools: "
+                               "['calculator']")

@@ -1,4 +1,5 @@
-"""Tool-call parsing (hermes) and the parser registry; interaction config loading."""
+"""Tool-call parsing (hermes; the model-family formats are in test_tool_parser_formats.py) and the parser registry;
+interaction config loading."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from verl.experimental.agent_loop.tool_parser import (
     FunctionCall,
     HermesToolParser,
     ParsedTurn,
-    ToolCallError,
+    TextToolParser,
     ToolParser,
     get_tool_parser,
 )
@@ -32,9 +33,13 @@ def parse(text: str) -> ParsedTurn:
 def test_calls_are_found_in_order_with_content_kept():
     turn = parse('Let me compute. <tool_call>{"name": "calculator", "arguments": {"expression": "1+2"}}</tool_call>'
                  ' and <tool_call>{"name": "search", "arguments": "{\\"q\\": \\"x\\"}"}</tool_call> done')
-    assert turn.calls == [FunctionCall("calculator", {"expression": "1+2"}), FunctionCall("search", {"q": "x"})]
+    assert turn.calls == [FunctionCall(name="calculator", arguments={"expression": "1+2"}),
+                          FunctionCall(name="search", arguments={"q": "x"})]
+    assert turn.calls[0].arguments == '{"expression": "1+2"}', "arguments are JSON text, as verl's parsers give them"
     assert turn.errors == [] and turn.has_calls
     assert turn.content == "Let me compute.  and  done"
+    content, calls = turn  # verl's (content, tool_calls) pair
+    assert content == turn.content and calls == turn.calls
 
 
 def test_plain_text_has_no_calls():
@@ -53,28 +58,28 @@ def test_plain_text_has_no_calls():
 def test_unreadable_calls_become_errors_not_exceptions(text, message):
     turn = parse(text)
     assert turn.calls == [] and len(turn.errors) == 1
-    assert turn.errors[0].message.startswith(message), turn.errors[0].message
+    assert turn.errors[0].error.startswith(message), turn.errors[0].error
 
 
 def test_errors_keep_their_place_among_calls():
     turn = parse('<tool_call>{"name": "a"}</tool_call><tool_call>oops</tool_call><tool_call>{"name": "b"}</tool_call>')
-    assert [type(i) for i in turn.items] == [FunctionCall, ToolCallError, FunctionCall]
-    assert turn.items[1].message.startswith("tool call 2: invalid JSON") and turn.items[1].raw == "oops"
-    assert turn.calls[0].arguments == {}
+    assert [call.error is None for call in turn.items] == [True, False, True]
+    assert turn.items[1].error.startswith("tool call 2: invalid JSON") and turn.items[1].arguments == "oops"
+    assert turn.calls[0].arguments == "{}"
 
 
 def test_extract_decodes_token_ids_without_special_tokens():
     ids = TOKENIZER.encode('<tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call><eos>', add_special_tokens=False)
     turn = asyncio.run(get_tool_parser("hermes", TOKENIZER).extract_tool_calls(ids))
-    assert turn.calls == [FunctionCall("a", {"x": 1})] and turn.content == ""
+    assert turn.calls == [FunctionCall(name="a", arguments={"x": 1})] and turn.content == ""
 
 
 def test_registry_adds_formats_and_names_unknown_ones():
     @ToolParser.register("bracket_test")
-    class BracketParser(ToolParser):
-        def parse(self, text):
+    class BracketParser(TextToolParser):
+        def parse(self, text, tools=None):
             name = text[text.index("[") + 1:text.index("]")]
-            return ParsedTurn(content="", items=[FunctionCall(name, {})])
+            return ParsedTurn("", [FunctionCall(name=name, arguments={})])
 
     assert isinstance(get_tool_parser("bracket_test", TOKENIZER), BracketParser)
     assert "hermes" in ToolParser.names()

@@ -81,8 +81,8 @@ def mismatch_warnings(caplog) -> list[str]:
 class UnmarkedToolTurns(ToolAgentLoop):
     """Renders tool turns without the template's ``<|tool|>`` marker (a broken custom loop)."""
 
-    def _inserted_ids(self, new_messages):
-        ids = super()._inserted_ids(new_messages)
+    def inserted_message_ids(self, new_messages):
+        ids = super().inserted_message_ids(new_messages)
         assert TOKENIZER.convert_ids_to_tokens(ids[0]) == "<|tool|>"
         return ids[1:]
 
@@ -90,8 +90,8 @@ class UnmarkedToolTurns(ToolAgentLoop):
 class NewlineBeforeToolTurns(ToolAgentLoop):
     """Puts a newline the template does not have before each tool turn (differs only in whitespace)."""
 
-    def _inserted_ids(self, new_messages):
-        return enc("\n") + super()._inserted_ids(new_messages)
+    def inserted_message_ids(self, new_messages):
+        return enc("\n") + super().inserted_message_ids(new_messages)
 
 
 def test_a_correct_trajectory_from_the_real_engine_is_not_reported(caller, tool_config, caplog):
@@ -287,13 +287,15 @@ def test_inference_template_needs_the_chat_messages(caller, tool_config):
 
 
 def test_rebase_keeps_what_agrees_and_masks_the_rest():
-    from verl.experimental.agent_loop.tool_agent_loop import _rebase, _Trajectory
+    from verl.experimental.agent_loop.tool_agent_loop import AgentData, _rebase
 
-    traj = _Trajectory(prompt_ids=[1, 2, 3], messages=[], response_ids=[4, 5, 6, 7], response_mask=[1, 1, 0, 0],
-                       log_probs=[-0.1, -0.2, 0.0, 0.0])
-    assert not _rebase(traj, [1, 2, 3, 4, 5, 6, 7])
-    assert _rebase(traj, [1, 2, 3, 4, 9, 7])
-    assert (traj.prompt_ids, traj.response_ids, traj.response_mask, traj.log_probs) == \
-           ([1, 2, 3], [4, 9, 7], [1, 0, 0], [-0.1, 0.0, 0.0])
-    assert _rebase(traj, [1, 8, 3, 4])  # the prompt itself rendered differently: the rest is context (mask 0)
-    assert (traj.prompt_ids, traj.response_ids, traj.response_mask) == ([1], [8, 3, 4], [0, 0, 0])
+    data = AgentData([], None, None, None, None, {}, "r", {})
+    # the whole sequence so far: prompt [1, 2, 3], then the response [4, 5, 6, 7]
+    data.prompt_ids, data.response_mask, data.response_logprobs = [1, 2, 3, 4, 5, 6, 7], [1, 1, 0, 0], \
+        [-0.1, -0.2, 0.0, 0.0]
+    assert not _rebase(data, [1, 2, 3, 4, 5, 6, 7])
+    assert _rebase(data, [1, 2, 3, 4, 9, 7])
+    assert (data.prompt_ids, data.response_mask, data.response_logprobs) == \
+           ([1, 2, 3, 4, 9, 7], [1, 0, 0], [-0.1, 0.0, 0.0])
+    assert _rebase(data, [1, 8, 3, 4])  # the prompt itself rendered differently: the rest is context (mask 0)
+    assert (data.prompt_ids, data.response_mask) == ([1, 8, 3, 4], [0, 0, 0])  # the prompt is now [1]

@@ -1,7 +1,8 @@
 """Agent loops: prompts in, token-level trajectories out, talking token-in-token-out to the rollout replicas.
 
-See docs/agent_loop.md. Public names: AgentLoopManager, AgentLoopWorker, AgentLoopBase, AgentLoopOutput,
-AgentLoopMetrics, AsyncLLMServerManager, SingleTurnAgentLoop, register, get_agent_loop_class.
+See docs/agent_loop.md. Public names (verl's): AgentLoopBase, AgentLoopOutput, AgentLoopManager, AgentLoopWorker,
+get_trajectory_info; also AgentLoopMetrics, AsyncLLMServerManager, SingleTurnAgentLoop, ToolAgentLoop, register,
+get_agent_loop_class.
 """
 
 from typing import Any
@@ -16,6 +17,7 @@ from verl.experimental.agent_loop.registry import (
 )
 from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+from verl.experimental.agent_loop.trace import get_trajectory_info
 from verl.experimental.agent_loop.worker import AgentLoopWorker
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "AsyncLLMServerManager",
     "SingleTurnAgentLoop",
     "get_agent_loop_class",
+    "get_trajectory_info",
     "list_agent_loops",
     "load_agent_loop_config",
     "register",

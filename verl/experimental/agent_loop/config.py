@@ -1,6 +1,9 @@
-"""How the agent-loop layer reads the flattened trainer config: only the ``rollout``, ``model``, ``data`` and
-``reward`` groups (never ``actor_rollout_ref``), each converted to its typed dataclass so a bad value fails with its
-dotted key."""
+"""How the agent-loop layer reads the trainer config: only the ``rollout``, ``model``, ``data`` and ``reward``
+groups, each converted to its typed dataclass so a bad value fails with its dotted key.
+
+The flattened layout (``rollout``, ``model`` at the top) is this project's; a config in verl's nesting
+(``actor_rollout_ref.rollout``, ``actor_rollout_ref.model``), as verl-style agent loops and tests build it, is read
+the same way."""
 
 from __future__ import annotations
 
@@ -35,15 +38,23 @@ def rollout_group(config: Any) -> RolloutConfig:
     cached = _ROLLOUT_CACHE.get(id(config))
     if cached is not None and cached[0] is config:
         return cached[1]
-    rollout = read_group(config, "rollout", RolloutConfig, required=True)
+    rollout = read_group(_holder(config, "rollout"), "rollout", RolloutConfig, required=True)
     if len(_ROLLOUT_CACHE) >= _ROLLOUT_CACHE_SIZE:
         _ROLLOUT_CACHE.clear()
     _ROLLOUT_CACHE[id(config)] = (config, rollout)  # holding config keeps its id from being reused
     return rollout
 
 
+def _holder(config: Any, name: str) -> Any:
+    """The mapping that holds group ``name``: ``config`` itself, or its ``actor_rollout_ref`` (verl's nesting)."""
+    if has_group(config, name) or not has_group(config, "actor_rollout_ref"):
+        return config
+    nested = config["actor_rollout_ref"] if hasattr(config, "keys") else config.actor_rollout_ref
+    return nested if has_group(nested, name) else config
+
+
 def model_group(config: Any) -> HFModelConfig:
-    return read_group(config, "model", HFModelConfig, required=True)
+    return read_group(_holder(config, "model"), "model", HFModelConfig, required=True)
 
 
 def reward_group(config: Any) -> RewardConfig:

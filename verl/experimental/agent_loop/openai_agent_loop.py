@@ -140,14 +140,15 @@ class OpenAIAgentLoop(AgentLoopBase):
     ``model_name`` (default ``verl-policy``), ``tool_parser`` (default ``rollout.multi_turn.format``).
     """
 
-    def __init__(self, trainer_config: Any, server_manager: Any, tokenizer: Any, processor: Any = None,
+    def __init__(self, *args: Any, agent_fn: Any = None, agent_kwargs: dict[str, Any] | None = None,
+                 lock_sampling: bool = True, model_name: str = "verl-policy", tool_parser: str | None = None,
                  **kwargs: Any) -> None:
-        super().__init__(trainer_config, server_manager, tokenizer, processor, **kwargs)
-        self.agent_fn = load_agent_fn(kwargs["agent_fn"]) if kwargs.get("agent_fn") is not None else None
-        self.agent_kwargs = dict(kwargs.get("agent_kwargs") or {})
-        self.lock_sampling = bool(kwargs.get("lock_sampling", True))
-        self.model_name = str(kwargs.get("model_name", "verl-policy"))
-        self.tool_parser = str(kwargs.get("tool_parser") or self.rollout_config.multi_turn.format)
+        super().__init__(*args, **kwargs)
+        self.agent_fn = load_agent_fn(agent_fn) if agent_fn is not None else None
+        self.agent_kwargs = dict(agent_kwargs or {})
+        self.lock_sampling = bool(lock_sampling)
+        self.model_name = str(model_name)
+        self.tool_parser = str(tool_parser or self.rollout_config.multi_turn.format)
 
     async def agent(self, ctx: OpenAIAgentContext) -> Any:
         """The agent itself; the default calls the configured ``agent_fn`` (override in a subclass instead)."""

@@ -489,14 +489,18 @@ class OpenAIGateway:
 
     def _parse_tool_calls(self, text: str) -> tuple[list[dict[str, Any]], str]:
         if self._tool_parser is None:
-            from verl.experimental.agent_loop.tool_parser import get_tool_parser
+            from verl.experimental.agent_loop.tool_parser import TextToolParser, get_tool_parser
 
-            self._tool_parser = get_tool_parser(self.tool_parser_name, self.tokenizer)
+            parser = get_tool_parser(self.tool_parser_name, self.tokenizer)
+            if not isinstance(parser, TextToolParser):
+                raise GatewayError(f"tool parser {self.tool_parser_name!r} reads token ids, not text; the gateway "
+                                   "needs a TextToolParser subclass", status=500)
+            self._tool_parser = parser
         parsed = self._tool_parser.parse(text)
         if not parsed.calls or parsed.errors:
             return [], text  # nothing readable: the client gets the raw text as content
-        calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                  "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for call in parsed.calls]
+        calls = [{"id": call.tool_call_id or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                  "function": {"name": call.name, "arguments": call.arguments}} for call in parsed.calls]
         return calls, parsed.content
 
     def _session(self, session_id: str) -> _Session:

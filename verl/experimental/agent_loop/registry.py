@@ -1,7 +1,13 @@
 """Agent loops by name: ``@register("name")`` in code, or a YAML file (``rollout.agent.agent_loop_config_path``).
 
 A sample picks its loop through its ``agent_name`` column (default ``rollout.agent.default_agent_loop``). The
-built-in names resolve lazily (``single_turn_agent``, ``tool_agent``), so no import order matters.
+built-in names resolve lazily (``single_turn_agent``, ``tool_agent``, ``openai_agent``), so no import order matters.
+
+The store is verl's ``_agent_loop_registry``: agent name -> a Hydra-style entry ``{"_target_": ..., **kwargs}``.
+``@register`` stores the class itself as ``_target_`` (so loops defined in ``__main__`` or inside functions work in
+worker processes too); YAML entries are imported when the file is read, so a bad ``_target_`` fails there, naming
+the file and entry. Entries written into the dict by hand (verl style, ``_target_`` a dotted path) are honoured as
+they are: the worker hands them to ``hydra.utils.instantiate``.
 
 YAML format: a list of entries, each with ``name`` and ``_target_`` (``package.module.Class``, or
 ``path/to/file.py:Class``); any other key is passed to the loop's constructor::
@@ -17,14 +23,16 @@ Agent-loop workers are separate processes: the manager sends :func:`registry_sna
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "AgentLoopSpec",
+    "_agent_loop_registry",
     "get_agent_loop_class",
+    "get_agent_loop_entry",
     "get_agent_loop_spec",
     "list_agent_loops",
     "load_agent_loop_config",
@@ -39,16 +47,18 @@ _LAZY: dict[str, str] = {
     "openai_agent": "verl.experimental.agent_loop.openai_agent_loop:OpenAIAgentLoop",
 }
 
+# agent name -> {"_target_": class or "package.module.Class", **constructor kwargs}
+_agent_loop_registry: dict[str, Any] = {}
+
+_RESERVED = ("name", "_target_")
+
 
 @dataclass(frozen=True)
 class AgentLoopSpec:
-    """A registered loop: its class and the keyword arguments its constructor gets."""
+    """A registered loop resolved: its class and the keyword arguments its constructor gets."""
 
     cls: type
     kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-_REGISTRY: dict[str, AgentLoopSpec] = {}
 
 
 def _check_class(name: str, cls: Any) -> None:
@@ -58,23 +68,42 @@ def _check_class(name: str, cls: Any) -> None:
         raise TypeError(f"agent loop {name!r}: {cls!r} is not a subclass of AgentLoopBase")
 
 
-def _add(name: str, spec: AgentLoopSpec) -> None:
+def _qualname(target: Any) -> str:
+    if isinstance(target, type):
+        return f"{target.__module__}.{target.__qualname__}"
+    return str(target)
+
+
+def _entry_dict(entry: Any) -> dict[str, Any]:
+    """A registry entry as a plain dict (verl code may store OmegaConf configs)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(entry, DictConfig):
+        return OmegaConf.to_container(entry, resolve=True)
+    if isinstance(entry, Mapping):
+        return dict(entry)
+    raise TypeError(f"agent loop registry entry must be a mapping with '_target_', got {type(entry).__name__}")
+
+
+def _add(name: str, entry: dict[str, Any]) -> None:
     if not isinstance(name, str) or not name:
         raise ValueError(f"agent loop name must be a non-empty string, got {name!r}")
-    _check_class(name, spec.cls)
-    existing = _REGISTRY.get(name)
-    if existing is not None and existing.cls is not spec.cls:
-        raise ValueError(
-            f"agent loop name {name!r} is already registered to {existing.cls.__module__}.{existing.cls.__qualname__}"
-        )
-    _REGISTRY[name] = spec
+    target = entry.get("_target_")
+    if isinstance(target, type):
+        _check_class(name, target)
+    existing = _agent_loop_registry.get(name)
+    if existing is not None:
+        previous = _entry_dict(existing).get("_target_")
+        if previous is not target and _qualname(previous) != _qualname(target):
+            raise ValueError(f"agent loop name {name!r} is already registered to {_qualname(previous)}")
+    _agent_loop_registry[name] = entry
 
 
-def register(name: str) -> Callable[[type], type]:
-    """Class decorator: make an ``AgentLoopBase`` subclass selectable as ``agent_name=<name>``."""
+def register(agent_name: str) -> Callable[[type], type]:
+    """Class decorator: make an ``AgentLoopBase`` subclass selectable as ``agent_name=<agent_name>``."""
 
     def decorator(cls: type) -> type:
-        _add(name, AgentLoopSpec(cls))
+        _add(agent_name, {"_target_": cls})
         return cls
 
     return decorator
@@ -120,33 +149,44 @@ def load_agent_loop_config(path: str | Path) -> list[str]:
         where = f"{key}={str(path)!r} entry {i}"
         if not isinstance(entry, dict) or "name" not in entry or "_target_" not in entry:
             raise ValueError(f"{where}: every entry needs 'name' and '_target_', got {entry!r}")
-        kwargs = {k: v for k, v in entry.items() if k not in ("name", "_target_")}
         cls = _import_target(entry["_target_"], where)
-        _add(str(entry["name"]), AgentLoopSpec(cls, kwargs))
+        _check_class(str(entry["name"]), cls)
+        kwargs = {k: v for k, v in entry.items() if k not in _RESERVED}
+        _add(str(entry["name"]), {"_target_": cls, **kwargs})
         names.append(str(entry["name"]))
     return names
 
 
 def list_agent_loops() -> list[str]:
     """Every selectable agent name: registered ones and the lazily imported built-ins."""
-    return sorted(set(_REGISTRY) | set(_LAZY))
+    return sorted(set(_agent_loop_registry) | set(_LAZY))
 
 
-def get_agent_loop_spec(name: str) -> AgentLoopSpec:
-    if name not in _REGISTRY and name in _LAZY:
+def get_agent_loop_entry(name: str) -> Any:
+    """The registry entry of ``name`` (importing a built-in on first use); unknown names list the registered ones."""
+    if name not in _agent_loop_registry and name in _LAZY:
         module_name, attr = _LAZY[name].split(":")
         try:
             cls = getattr(importlib.import_module(module_name), attr)
         except ImportError as err:
             raise ImportError(f"agent loop {name!r}: cannot import its module {module_name!r}: {err}") from err
-        if name not in _REGISTRY:  # the module registers itself with @register; this covers one that does not
-            _add(name, AgentLoopSpec(cls))
-    if name not in _REGISTRY:
+        if name not in _agent_loop_registry:  # a built-in module that does not register itself
+            _add(name, {"_target_": cls})
+    if name not in _agent_loop_registry:
         raise ValueError(
             f"agent_name {name!r} is not a registered agent loop; registered: {', '.join(list_agent_loops())} "
             "(register with @register(name) or rollout.agent.agent_loop_config_path)"
         )
-    return _REGISTRY[name]
+    return _agent_loop_registry[name]
+
+
+def get_agent_loop_spec(name: str) -> AgentLoopSpec:
+    """The class registered as ``name`` and its constructor kwargs (a dotted ``_target_`` is imported here)."""
+    entry = _entry_dict(get_agent_loop_entry(name))
+    target = entry.get("_target_")
+    cls = target if isinstance(target, type) else _import_target(target, f"agent loop {name!r}")
+    _check_class(name, cls)
+    return AgentLoopSpec(cls, {k: v for k, v in entry.items() if k not in _RESERVED})
 
 
 def get_agent_loop_class(name: str) -> type:
@@ -154,12 +194,12 @@ def get_agent_loop_class(name: str) -> type:
     return get_agent_loop_spec(name).cls
 
 
-def registry_snapshot() -> dict[str, AgentLoopSpec]:
-    """The registered loops, to send to agent-loop worker processes."""
-    return dict(_REGISTRY)
+def registry_snapshot() -> dict[str, Any]:
+    """The registered loops' entries, to send to agent-loop worker processes."""
+    return {name: _entry_dict(entry) for name, entry in _agent_loop_registry.items()}
 
 
-def restore_registry(snapshot: dict[str, AgentLoopSpec]) -> None:
+def restore_registry(snapshot: Mapping[str, Any]) -> None:
     """Register every loop of a :func:`registry_snapshot` taken in another process."""
-    for name, spec in snapshot.items():
-        _add(name, spec)
+    for name, entry in snapshot.items():
+        _add(name, _entry_dict(entry))

@@ -22,11 +22,33 @@ from typing import Any
 
 from verl.workers.rollout.base import TokenOutput
 
-__all__ = ["AsyncLLMServerManager", "ReplicaDiedError", "RoutingStats", "is_replica_death"]
+__all__ = ["AsyncLLMServerManager", "ReplicaDiedError", "RoutingStats", "check_text_only_request", "is_replica_death"]
 
 logger = logging.getLogger(__name__)
 
 _HAS_TIMEOUT_CONTEXT = hasattr(asyncio, "timeout")  # Python 3.11+
+
+
+# generate() keywords of verl's server client that carry no meaning for a text-only replica when empty/None
+_IGNORED_HINTS = ("priority", "mm_processor_output")
+
+
+def check_text_only_request(request_id: str, **extra: Any) -> None:
+    """Refuse a generate call that carries media (or an argument nobody knows): the replicas serve token ids."""
+    for key, value in extra.items():
+        if key in _IGNORED_HINTS:
+            if key == "mm_processor_output" and value is not None:
+                raise NotImplementedError(f"request {request_id}: mm_processor_output given, but the rollout replicas "
+                                          "are text-only")
+            continue
+        if key not in ("image_data", "video_data", "audio_data"):
+            raise TypeError(f"AsyncLLMServerManager.generate (request {request_id}) got an unexpected keyword "
+                            f"argument {key!r}")
+        if value is not None and len(value) > 0:
+            raise NotImplementedError(
+                f"request {request_id}: {key} given, but the rollout replicas are text-only: this verl build has no "
+                "multimodal rollout (the engines take token ids only)"
+            )
 
 
 class ReplicaDiedError(RuntimeError):
@@ -114,8 +136,19 @@ class AsyncLLMServerManager:
 
     # ------------------------------------------------------------------ public
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any]) -> TokenOutput:
-        """Generate on the chosen replica; retried on another one if that replica's process died."""
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       image_data: list[Any] | None = None, video_data: list[Any] | None = None,
+                       audio_data: list[Any] | None = None, mm_processor_kwargs: dict[str, Any] | None = None,
+                       **kwargs: Any) -> TokenOutput:
+        """Generate on the chosen replica; retried on another one if that replica's process died.
+
+        The multimodal arguments and the hints verl's loops pass (``priority``, ``mm_processor_output``) are
+        accepted so that such loops run unchanged; the replicas are text-only, so actual media are refused.
+        """
+        if kwargs or image_data is not None or video_data is not None or audio_data is not None:
+            check_text_only_request(request_id, image_data=image_data, video_data=video_data,
+                                    audio_data=audio_data, **kwargs)
+        del mm_processor_kwargs  # only meaningful with media
         while True:
             index = self._choose(request_id)
             self._in_flight[index] += 1

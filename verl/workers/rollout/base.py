@@ -42,8 +42,15 @@ class TokenOutput:
     stop_reason: str = "stop"
     num_preempted: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # MoE routing per token, for engines that report it (router replay); None otherwise
+    routed_experts: Any = None
+    # verl's name for ``extra``: the same dict after construction (given values are merged into ``extra``)
+    extra_fields: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.extra_fields and self.extra_fields is not self.extra:
+            self.extra = {**self.extra, **self.extra_fields}
+        self.extra_fields = self.extra
         if self.stop_reason not in STOP_REASONS:
             raise ValueError(f"TokenOutput.stop_reason must be one of {STOP_REASONS}, got {self.stop_reason!r}")
         if self.log_probs is not None and len(self.log_probs) != len(self.token_ids):

@@ -29,7 +29,10 @@ from verl.workers.rollout.request_batching import (
     serve_request_batch,
 )
 
-__all__ = ["RolloutReplica", "HybridReplica", "StandaloneReplica", "RolloutServerActor", "build_server", "server_class"]
+__all__ = [
+    "RolloutReplica", "HybridReplica", "StandaloneReplica", "RolloutServerActor", "TokenOutput", "build_server",
+    "server_class",
+]
 
 
 _CUSTOM_KEY = "rollout.agent.custom_async_server"
