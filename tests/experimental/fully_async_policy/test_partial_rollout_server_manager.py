@@ -136,6 +136,21 @@ def test_aborted_request_waits_for_resume_and_times_out_naming_the_request():
         asyncio.run(scenario())
 
 
+def test_verl_style_hints_are_accepted_and_media_refused():
+    """Loops written for verl pass ``priority`` and empty media lists; real media are refused by name."""
+    manager = PartialRolloutServerManager([ScriptedReplica()], resume_timeout_s=1.0)
+
+    async def generate(**hints):
+        return await manager.generate("req-hints", prompt_ids=[1], sampling_params={"max_tokens": 4}, **hints)
+
+    out = asyncio.run(generate(priority=3, image_data=None, video_data=[]))
+    assert out.token_ids == [10, 11, 12, 12]
+    with pytest.raises(NotImplementedError, match="req-hints"):
+        asyncio.run(generate(image_data=["a picture"]))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        asyncio.run(generate(colour="red"))
+
+
 def test_tool_call_in_flight_is_not_cancelled_by_a_sync():
     """An agent loop sleeping in a tool call during a sync finishes its tool call, then its next turn waits for
     the new version and continues; the aborted turn resumes with the remaining budget."""

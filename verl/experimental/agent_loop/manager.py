@@ -214,15 +214,14 @@ class AgentLoopManager:
         kwargs = dict(server_kwargs or {})
         replicas = []
         if pool is not None:
-            pgs = await asyncio.to_thread(pool.get_placement_groups)
+            slots = await asyncio.to_thread(pool.bundle_slots)  # a pool slice hands out only its own slots
             resources = pool.actor_resources()
-            for pg, count in zip(pgs, pool.store):
-                for bundle in range(count):
-                    replicas.append(StandaloneReplica(
-                        rollout, model_path, placement_group=pg, bundle_index=bundle,
-                        num_cpus=resources.get("num_cpus", 1), num_gpus=resources.get("num_gpus", 0),
-                        server_kwargs=kwargs,
-                    ))
+            for pg, bundle in slots:
+                replicas.append(StandaloneReplica(
+                    rollout, model_path, placement_group=pg, bundle_index=bundle,
+                    num_cpus=resources.get("num_cpus", 1), num_gpus=resources.get("num_gpus", 0),
+                    server_kwargs=kwargs,
+                ))
             return replicas
         count = int(rollout.nnodes) * int(rollout.n_gpus_per_node)
         if count < 1:

@@ -63,17 +63,15 @@ def start_rollout_replicas(config: Any, pool: Any, server_kwargs: dict[str, Any]
 
     rollout = continuation_rollout_config(rollout_group(config))
     model_path = resolve_model_path(read_group(config, "model", HFModelConfig, required=True))
-    pgs = pool.get_placement_groups()
     resources = pool.actor_resources()
-    replicas = []
-    for pg, count in zip(pgs, pool.store):
-        for bundle in range(count):
-            replicas.append(StandaloneReplica(
-                rollout, model_path, placement_group=pg, bundle_index=bundle,
-                num_cpus=resources.get("num_cpus", 1), num_gpus=resources.get("num_gpus", 0),
-                server_kwargs=dict(server_kwargs or {}), call_timeout_s=call_timeout_s,
-            ))
-    return replicas
+    return [
+        StandaloneReplica(
+            rollout, model_path, placement_group=pg, bundle_index=bundle,
+            num_cpus=resources.get("num_cpus", 1), num_gpus=resources.get("num_gpus", 0),
+            server_kwargs=dict(server_kwargs or {}), call_timeout_s=call_timeout_s,
+        )
+        for pg, bundle in pool.bundle_slots()  # a pool slice hands out only its own slots
+    ]
 
 
 def placement_guaranteed(*pools: Any) -> bool:

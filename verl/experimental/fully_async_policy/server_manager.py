@@ -21,7 +21,7 @@ import contextvars
 import logging
 from typing import Any
 
-from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager
+from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager, check_text_only_request
 from verl.experimental.fully_async_policy.sample import SampleVersions
 from verl.workers.rollout.base import TokenOutput
 
@@ -83,8 +83,13 @@ class PartialRolloutServerManager(AsyncLLMServerManager):
                 f"request {request_id}: paused for a weight sync and not resumed within {self.resume_timeout_s:g}s"
             ) from None
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any]) -> TokenOutput:
-        """Generate, resuming across aborts; the result covers every token with its log-prob (when asked)."""
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       **hints: Any) -> TokenOutput:
+        """Generate, resuming across aborts; the result covers every token with its log-prob (when asked).
+        ``hints`` are the arguments verl's loops pass (``priority``, empty ``image_data``, ...); media are refused
+        as by the base manager (the replicas are text-only)."""
+        if hints:
+            check_text_only_request(request_id, **hints)
         await self._wait_open(request_id)
         prompt = list(prompt_ids)
         max_tokens = sampling_params.get("max_tokens")
