@@ -20,7 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from verl.base_config import ConfigError
 
-__all__ = ["ConfigError", "omega_conf_to_dataclass", "update_dict_with_config"]
+__all__ = ["ConfigError", "omega_conf_to_dataclass", "update_dict_with_config", "validate_config"]
 
 T = TypeVar("T")
 
@@ -51,6 +51,49 @@ def update_dict_with_config(dictionary: dict, config: Any) -> None:
     for key in dictionary:
         if hasattr(config, key):
             dictionary[key] = getattr(config, key)
+
+
+def validate_config(config: Any, use_reference_policy: bool = True, use_critic: bool = True) -> Any:
+    """Run the trainer's start-up checks on a composed config; raises :class:`ConfigError` naming the bad key.
+
+    verl's recipes call this before building workers. The config may use verl's nested spelling
+    (``actor_rollout_ref.actor.*``; translated on a copy, the argument is not modified) or the flattened groups.
+    Every group is checked, so ``use_reference_policy`` / ``use_critic`` (which limit verl's checks to the roles in
+    use) do not narrow anything here. Returns the typed :class:`~verl.trainer.config.PPOConfig`.
+    """
+    from verl.trainer.config.compose import default_ppo_config
+    from verl.trainer.config.legacy import translate_legacy_config
+    from verl.trainer.config.ppo_config import build_ppo_config
+
+    del use_reference_policy, use_critic
+    if isinstance(config, DictConfig):
+        copy = OmegaConf.create(OmegaConf.to_container(config, resolve=False))
+    elif isinstance(config, Mapping):
+        copy = OmegaConf.create(dict(config))
+    else:
+        raise ConfigError(f"<config>: expected a DictConfig or a mapping, got {_show(config)}")
+    _drop_legacy_view(copy)
+    try:
+        defaults = default_ppo_config()
+    except Exception:  # noqa: BLE001 - the packaged defaults only sharpen conflict detection
+        defaults = None
+    copy, _ = translate_legacy_config(copy, defaults=defaults)
+    OmegaConf.resolve(copy)
+    return build_ppo_config(copy)
+
+
+def _drop_legacy_view(config: DictConfig) -> None:
+    """Remove the trainer's read-only ``actor_rollout_ref`` alias node (interpolations of the flattened groups):
+    translating it back onto the groups it points at would make them refer to themselves."""
+    from verl.trainer.config.legacy_view import LEGACY_VIEW_KEY
+
+    node = config.get(LEGACY_VIEW_KEY) if LEGACY_VIEW_KEY in config else None
+    if not isinstance(node, DictConfig):
+        return
+    raw = OmegaConf.to_container(node, resolve=False)
+    aliases = {k: v for k, v in raw.items() if k != "hybrid_engine"}
+    if aliases and all(v == f"${{{k}}}" for k, v in aliases.items()):
+        del config[LEGACY_VIEW_KEY]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -23,10 +23,16 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset
 
+from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
+from verl.utils.dataset.collate import collate_fn
+from verl.utils.dataset.vision_utils import process_image
 from verl.utils.shm import maybe_shm_copy
 from verl.utils.torch_functional import compute_position_id_with_mask
 
-__all__ = ["RLHFDataset", "truncate_ids"]
+# collate_fn and process_image are verl's names in this module (defined in collate.py and vision_utils.py); recipes
+# also import the DataProto padding helpers from here.
+__all__ = ["RLHFDataset", "collate_fn", "pad_dataproto_to_divisor", "process_image", "truncate_ids",
+           "unpad_dataproto"]
 
 logger = logging.getLogger(__name__)
 
@@ -259,3 +265,12 @@ class RLHFDataset(Dataset):
                 if extra_info.get(key) is not None and key not in item:
                     item[key] = extra_info[key]
         return item
+
+
+def __getattr__(name: str) -> Any:
+    # verl defines get_dataset_class here; it lives in factory.py, which imports this module (so: on first use).
+    if name == "get_dataset_class":
+        from verl.utils.dataset.factory import get_dataset_class
+
+        return get_dataset_class
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -92,12 +92,21 @@ def _as_number(s: str) -> Fraction | None:
     return None
 
 
-def is_equiv(a: str, b: str) -> bool:
+def is_equiv(a: str | None, b: str | None, verbose: bool = False) -> bool:
+    """Whether two answers are equal after normalisation (or as exact numbers); ``verbose`` prints both forms."""
+    if a is None or b is None:
+        return a is None and b is None
     na, nb = normalize_answer(a), normalize_answer(b)
+    if verbose:
+        print(na, nb)
     if na == nb:
         return True
     va, vb = _as_number(na), _as_number(nb)
     return va is not None and va == vb
+
+
+# verl's name for the normaliser of the MATH checker.
+strip_string = normalize_answer
 
 
 def compute_score(solution_str: str, ground_truth: str) -> float:
