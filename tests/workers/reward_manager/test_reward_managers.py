@@ -213,8 +213,8 @@ def test_registry():
     assert get_reward_manager_cls("naive") is NaiveRewardManager
     assert get_reward_manager_cls("batch") is BatchRewardManager
     assert get_reward_manager_cls("dapo") is DAPORewardManager
-    with pytest.raises(ValueError, match=r"unknown reward manager 'prime'.*\['batch', 'dapo', 'naive'"):
-        get_reward_manager_cls("prime")
+    with pytest.raises(ValueError, match=r"unknown reward manager 'no_such'.*\['batch', 'dapo', 'naive', 'prime'"):
+        get_reward_manager_cls("no_such")
 
     @register("test_only_manager")
     class Mine(NaiveRewardManager):

@@ -3,27 +3,44 @@
 Config (group ``reward``; verl's legacy ``reward_model.reward_manager`` / ``custom_reward_function`` keys are mapped
 there by the config layer, and are also read here when a raw legacy config comes in):
 
-    reward.reward_manager: naive | batch | dapo | <registered name>
+    reward.reward_manager: naive | batch | dapo | prime | <registered name>
+                           (verl's {name, source: register | importlib, module.path} mapping is read as well)
     reward.reward_kwargs: extra constructor arguments of the manager (e.g. dapo's overlong_buffer_cfg)
     reward.custom_reward_function.{path, name, reward_kwargs}: a user function replacing default_compute_score
     reward.num_workers / reward.timeout_s: scoring processes and the per-sample limit
+
+A name is looked up among the batch managers (:mod:`verl.workers.reward_manager`) first, then among verl's
+reward-loop managers (:mod:`verl.experimental.reward_loop.reward_manager`, ``run_single`` per sample), which the
+trainer drives through :class:`~verl.experimental.reward_loop.adapter.RewardLoopAdapter`. The custom reward function's
+file is imported before the lookup, so a manager registered in that file is found.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from verl.protocol import DataProto
 from verl.utils.import_utils import load_extern_object
-from verl.workers.reward_manager import get_reward_manager_cls
+from verl.workers.reward_manager import REWARD_MANAGER_REGISTRY, AbstractRewardManager
 
-__all__ = ["CustomRewardFn", "compute_reward", "get_custom_reward_fn", "load_reward_manager"]
+__all__ = [
+    "AbstractRewardManager",
+    "CustomRewardFn",
+    "build_reward_loop_manager",
+    "compute_reward",
+    "compute_reward_async",
+    "extract_reward",
+    "get_custom_reward_fn",
+    "load_reward_manager",
+    "resolve_reward_manager_cls",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -116,19 +133,59 @@ def get_custom_reward_fn(config: Any) -> CustomRewardFn | None:
     return fn
 
 
-def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **reward_kwargs: Any) -> Any:
-    """Build the manager ``reward.reward_manager`` names.
+def _manager_spec(reward_cfg: Any) -> tuple[str, str, str | None]:
+    """(name, source, module path) of ``reward.reward_manager``: a plain name here, ``{name, source, module}`` in
+    verl's layout (source ``register``: a registered name; ``importlib``: a class in the file ``module.path``)."""
+    value = _section(reward_cfg, "reward_manager")
+    if value is None or isinstance(value, str):
+        return str(value or "naive"), "register", None
+    name = _section(value, "name") or "naive"
+    source = _section(value, "source") or "register"
+    return str(name), str(source), _section(_section(value, "module"), "path")
 
-    Constructor arguments: the custom function (if any) as ``compute_score``, ``data.reward_fn_key``,
-    ``reward.num_workers``/``timeout_s``, ``reward.reward_kwargs`` and then ``reward_kwargs`` given here (these win).
-    A manager that takes ``max_resp_len`` (dapo) gets ``data.max_response_length`` unless it is given.
+
+def resolve_reward_manager_cls(config: Any) -> type:
+    """The reward-loop manager class ``reward.reward_manager`` names, not instantiated (verl's resolution).
+
+    ``source: register`` looks the name up in the reward-loop registry; ``source: importlib`` loads the class from
+    ``reward.reward_manager.module.path``. A name that only a batch manager has (``batch``, ``prime``) is refused
+    here: the callers of this function need ``run_single``/``assemble_rm_scores``.
     """
+    from verl.experimental.reward_loop.reward_manager import REWARD_LOOP_MANAGER_REGISTRY
+
+    name, source, module_path = _manager_spec(_reward_config(config))
+    if source == "importlib":
+        if not module_path:
+            raise ValueError("reward.reward_manager.source=importlib needs reward.reward_manager.module.path")
+        return load_extern_object(module_path, name, config_key="reward.reward_manager.module.path",
+                                  what="reward manager class")
+    if source != "register":
+        raise ValueError(f"reward.reward_manager.source={source!r}; expected 'register' or 'importlib'")
+    if name in REWARD_LOOP_MANAGER_REGISTRY:
+        return REWARD_LOOP_MANAGER_REGISTRY[name]
+    batch_only = " (a batch manager: load it with load_reward_manager)" if name in REWARD_MANAGER_REGISTRY else ""
+    raise ValueError(
+        f"unknown reward-loop manager {name!r}{batch_only} (reward.reward_manager); registered: "
+        f"{sorted(REWARD_LOOP_MANAGER_REGISTRY)}"
+    )
+
+
+def build_reward_loop_manager(config: Any, tokenizer: Any, **reward_kwargs: Any) -> Any:
+    """Instantiate the reward-loop manager of :func:`resolve_reward_manager_cls` as verl does:
+    ``cls(config=, tokenizer=, compute_score=<custom function or default_compute_score>, **reward_kwargs)``."""
+    from verl.utils.reward_score import default_compute_score
+
+    compute_score = get_custom_reward_fn(config) or default_compute_score
+    cls = resolve_reward_manager_cls(config)
+    return cls(config=config, tokenizer=tokenizer, compute_score=compute_score, **reward_kwargs)
+
+
+def _build_batch_manager(
+    cls: type, name: str, config: Any, tokenizer: Any, num_examine: int, compute_score: Any, reward_kwargs: dict
+) -> Any:
     reward_cfg = _reward_config(config)
-    name = _section(reward_cfg, "reward_manager") or "naive"
-    cls = get_reward_manager_cls(name)
     kwargs: dict[str, Any] = dict(_section(reward_cfg, "reward_kwargs") or {})
     kwargs.update(reward_kwargs)
-    compute_score = get_custom_reward_fn(config)
     if compute_score is not None:
         kwargs.setdefault("compute_score", compute_score)
     data_cfg = _section(config, "data")
@@ -153,6 +210,55 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **rew
     return cls(tokenizer=tokenizer, num_examine=num_examine, **kwargs)
 
 
+def _build_loop_adapter(
+    cls: type, config: Any, tokenizer: Any, num_examine: int, compute_score: Any, reward_kwargs: dict
+) -> Any:
+    from verl.experimental.reward_loop.adapter import RewardLoopAdapter, build_on_reward_loop
+    from verl.utils.reward_score import default_compute_score
+
+    manager = build_on_reward_loop(cls, config=config, tokenizer=tokenizer,
+                                   compute_score=compute_score or default_compute_score, **reward_kwargs)
+    timeout_s = _section(_reward_config(config), "timeout_s")
+    return RewardLoopAdapter(manager, num_examine=num_examine,
+                             timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s))
+
+
+def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **reward_kwargs: Any) -> Any:
+    """Build the manager ``reward.reward_manager`` names, as a callable ``manager(data, return_dict=False)``.
+
+    A batch manager gets: the custom function (if any) as ``compute_score``, ``data.reward_fn_key``,
+    ``reward.num_workers``/``timeout_s``, ``reward.reward_kwargs`` and then ``reward_kwargs`` given here (these win);
+    one that takes ``max_resp_len`` (dapo) gets ``data.max_response_length`` unless it is given. A reward-loop manager
+    is built as verl builds it (``config``, ``tokenizer``, ``compute_score``, ``reward_kwargs``) and wrapped in a
+    :class:`~verl.experimental.reward_loop.adapter.RewardLoopAdapter` (``reward.timeout_s`` per sample).
+    """
+    from verl.experimental.reward_loop.reward_manager import RewardManagerBase
+
+    compute_score = get_custom_reward_fn(config)  # first: the user's file may register the manager
+    name, source, _ = _manager_spec(_reward_config(config))
+    if source == "register" and name in REWARD_MANAGER_REGISTRY:
+        cls = REWARD_MANAGER_REGISTRY[name]
+    else:
+        try:
+            cls = resolve_reward_manager_cls(config)
+        except ValueError:
+            if source != "register":
+                raise
+            raise ValueError(
+                f"unknown reward manager {name!r} (reward.reward_manager); registered batch managers: "
+                f"{sorted(REWARD_MANAGER_REGISTRY)}, registered reward-loop managers: {_loop_names()}"
+            ) from None
+    if isinstance(cls, type) and issubclass(cls, RewardManagerBase):
+        return _build_loop_adapter(cls, config, tokenizer, num_examine, compute_score, reward_kwargs)
+    return _build_batch_manager(cls, name, config, tokenizer, num_examine, compute_score, reward_kwargs)
+
+
+def _loop_names() -> list[str]:
+    from verl.experimental.reward_loop.reward_manager import REWARD_LOOP_MANAGER_REGISTRY
+
+    return sorted(REWARD_LOOP_MANAGER_REGISTRY)
+
+
 def compute_reward(
     data: DataProto, reward_fn: Any, return_metrics: bool = False
 ) -> tuple[torch.Tensor, dict[str, list]] | tuple[torch.Tensor, dict[str, list], dict[str, float]]:
@@ -174,3 +280,61 @@ def compute_reward(
     if return_metrics:
         return reward_tensor, extra, dict(result.get("reward_metrics") or {})
     return reward_tensor, extra
+
+
+class _LazyRayTask:
+    """A Ray remote function created on first use: this module is imported by every scoring process (it unpickles
+    :class:`CustomRewardFn`), which should not pay for importing Ray."""
+
+    def __init__(self, fn: Callable[..., Any], name: str, **options: Any) -> None:
+        functools.update_wrapper(self, fn)
+        self.__name__ = self.__qualname__ = name
+        self._fn = fn
+        self._options = options
+        self._task: Any = None
+
+    def _remote_function(self) -> Any:
+        if self._task is None:
+            import ray
+
+            self._task = ray.remote(**self._options)(self._fn)
+        return self._task
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._remote_function().remote(*args, **kwargs)
+
+    def options(self, **options: Any) -> Any:
+        return self._remote_function().options(**options)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"{self.__name__} is a Ray task; call {self.__name__}.remote(...)")
+
+
+def _compute_reward_task(
+    data: DataProto, config: Any = None, tokenizer: Any = None, reward_fn: Any = None
+) -> tuple[torch.Tensor, dict[str, list]]:
+    """:func:`compute_reward` as a Ray task (``compute_reward_async.remote(data, reward_fn=...)``), so scoring
+    overlaps with the next stage of the step. Without ``reward_fn`` the manager is built from ``config`` and
+    ``tokenizer`` (verl deprecated that form)."""
+    if reward_fn is None:
+        if config is None or tokenizer is None:
+            raise ValueError("compute_reward_async: pass reward_fn, or both config and tokenizer")
+        logger.warning("compute_reward_async(config=..., tokenizer=...) is deprecated in verl; pass reward_fn")
+        reward_fn = load_reward_manager(config, tokenizer, num_examine=0)
+    return compute_reward(data, reward_fn)
+
+
+compute_reward_async = _LazyRayTask(_compute_reward_task, "compute_reward_async", num_cpus=1)
+
+
+def extract_reward(batch: DataProto) -> tuple[torch.Tensor, dict[str, Any]]:
+    """``(rm_scores, {key: column})`` of a batch the reward loop already scored: the extra-info columns are the
+    non-tensor keys listed in ``meta_info["reward_extra_keys"]``."""
+    if batch.batch is None or "rm_scores" not in batch.batch.keys():
+        present = [] if batch.batch is None else list(batch.batch.keys())
+        raise KeyError(f"extract_reward: the batch has no 'rm_scores' (it has {present}); score it first")
+    keys = batch.meta_info.get("reward_extra_keys", []) or []
+    missing = [key for key in keys if key not in batch.non_tensor_batch]
+    if missing:
+        raise KeyError(f"extract_reward: meta_info['reward_extra_keys'] lists {missing}, absent from the batch")
+    return batch.batch["rm_scores"], {key: batch.non_tensor_batch[key] for key in keys}

@@ -26,7 +26,10 @@ from verl.protocol import DataProto
 from verl.utils.reward_score import default_compute_score
 from verl.workers.reward_manager.runner import RewardRunner, ScoreOutcome
 
-__all__ = ["AbstractRewardManager", "Sample", "score_value"]
+__all__ = ["AbstractRewardManager", "RawRewardFn", "Sample", "score_value"]
+
+# A scoring function: compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs) -> float | dict
+RawRewardFn = Callable[..., Any]
 
 NUM_FAILED = "reward/num_failed"
 NUM_TIMEOUT = "reward/num_timeout"
@@ -103,6 +106,12 @@ class AbstractRewardManager(ABC):
         if self._runner is not None:
             self._runner.close()
             self._runner = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy sent to another process (a Ray task such as compute_reward_async) starts its own scoring processes.
+        state = dict(self.__dict__)
+        state["_runner"] = None
+        return state
 
     # ---------------------------------------------------------------------------------------------- helpers
 
@@ -199,6 +208,17 @@ class AbstractRewardManager(ABC):
             "reward_extra_info": {},
             "reward_metrics": {NUM_FAILED: 0.0, NUM_TIMEOUT: 0.0},
         }
+
+    def _extract_reward_from_rm_scores(
+        self, data: DataProto, return_dict: bool = False
+    ) -> torch.Tensor | dict[str, Any] | None:
+        """verl's name for :meth:`from_rm_scores`, which reads the extra-info columns a reward loop wrote
+        (``meta_info["reward_extra_keys"]``) as well."""
+        result = self.from_rm_scores(data, return_dict)
+        if isinstance(result, dict):
+            keys = data.meta_info.get("reward_extra_keys", []) or []
+            result["reward_extra_info"] = {key: data.non_tensor_batch[key] for key in keys}
+        return result
 
     @staticmethod
     def result(

@@ -1,0 +1,180 @@
+"""verl's reward loop: Ray actors that score samples with a reward-loop manager while rollouts go on.
+
+:class:`RewardLoopManager` (driver side) starts ``reward.num_workers`` :class:`RewardLoopWorker` actors, spread over
+the cluster's CPU nodes. ``compute_rm_score(batch)`` splits a batch over them and returns a DataProto with
+``rm_scores`` (each score at its row's last response token) and one non-tensor column per extra-info key, listed in
+``meta_info["reward_extra_keys"]`` (read it back with :func:`verl.trainer.ppo.reward.extract_reward`). Agent loops
+can also call the workers directly (``reward_loop_worker_handles``) to score each sample as soon as it is generated.
+
+Each worker builds the manager ``reward.reward_manager`` names (:func:`verl.trainer.ppo.reward.
+build_reward_loop_manager`) with the policy's tokenizer. Rule-based and custom scoring (including a custom function
+that queries a reward model behind ``reward_router_address``) work here. A reward model that verl would *serve*
+itself (``reward.reward_model.enable`` without a custom function: vLLM/SGLang behind verl's router) is not part of
+this build; ``main_ppo`` scores reward models with its own reward-model worker instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import numpy as np
+import ray
+from tensordict import TensorDict
+
+from verl.experimental.reward_loop.migrate import migrate_legacy_reward_impl
+from verl.experimental.reward_loop.reward_manager.base import config_value
+from verl.protocol import DataProto, pad_dataproto_to_divisor
+from verl.utils.extras import MissingExtraError, missing_message
+
+__all__ = ["RewardLoopManager", "RewardLoopWorker", "migrate_legacy_reward_impl"]
+
+logger = logging.getLogger(__name__)
+
+_SERVED_RM_REASON = (
+    "verl serves reward models for the reward loop with vLLM/SGLang behind its own router; this package scores "
+    "reward models with main_ppo's reward-model worker (reward.reward_model.enable) instead"
+)
+
+
+def _served_reward_model_error(what: str) -> MissingExtraError:
+    return MissingExtraError(missing_message(what, "a served reward model (reward.reward_model.enable without a "
+                                             "custom reward function)", extra="vllm", reason=_SERVED_RM_REASON))
+
+
+def _uses_served_reward_model(config: Any) -> bool:
+    enabled = bool(config_value(config, "reward", "reward_model", "enable", default=False))
+    return enabled and not config_value(config, "reward", "custom_reward_function", "path")
+
+
+def _policy_model_config(config: Any) -> Any:
+    """The policy model group: ``model`` here, ``actor_rollout_ref.model`` in verl's layout."""
+    model = config_value(config, "model")
+    if model is None:
+        model = config_value(config, "actor_rollout_ref", "model")
+    if model is None:
+        raise KeyError("the config has no policy model group (model or actor_rollout_ref.model) to take the "
+                       "tokenizer from")
+    return model
+
+
+def _load_policy_tokenizer(config: Any) -> Any:
+    from verl.workers.fsdp.model_loader import load_tokenizer, resolve_model_path
+
+    model = _policy_model_config(config)
+    return load_tokenizer(model, resolve_model_path(model))
+
+
+class RewardLoopWorker:
+    """Scores samples with the configured reward-loop manager (a Ray actor under :class:`RewardLoopManager`).
+
+    Args:
+        config: the trainer config.
+        reward_router_address: ``host:port`` of a served reward model a custom reward function may query (passed
+            to it as ``reward_router_address`` with ``reward_model_tokenizer``).
+    """
+
+    def __init__(self, config: Any, reward_router_address: str | None = None) -> None:
+        self.config = config
+        self.reward_router_address = reward_router_address
+        self._init_reward_fn()
+
+    def _init_reward_fn(self) -> None:
+        from verl.trainer.ppo.reward import build_reward_loop_manager
+
+        if _uses_served_reward_model(self.config):
+            raise _served_reward_model_error("verl.experimental.reward_loop.RewardLoopWorker")
+        self.input_tokenizer = _load_policy_tokenizer(self.config)
+        self.reward_model_tokenizer = None
+        rm_path = config_value(self.config, "reward", "reward_model", "model_path") or config_value(
+            self.config, "reward", "reward_model", "model", "path")
+        if self.reward_router_address is not None and rm_path:
+            from transformers import AutoTokenizer
+
+            self.reward_model_tokenizer = AutoTokenizer.from_pretrained(str(rm_path), trust_remote_code=True)
+        kwargs: dict[str, Any] = {}
+        if self.reward_router_address is not None:
+            kwargs = {"reward_router_address": self.reward_router_address,
+                      "reward_model_tokenizer": self.reward_model_tokenizer}
+        self.reward_manager = build_reward_loop_manager(self.config, self.input_tokenizer, **kwargs)
+
+    async def compute_score(self, data: DataProto) -> dict[str, Any]:
+        """``run_single`` of the manager on one sample: ``{"reward_score": ..., "reward_extra_info": {...}}``."""
+        return await self.reward_manager.run_single(data)
+
+    async def compute_score_batch(self, data: DataProto) -> list[dict[str, Any]]:
+        """:meth:`compute_score` of every row, concurrently, in row order."""
+        return list(await asyncio.gather(*(self.compute_score(data[i : i + 1]) for i in range(len(data)))))
+
+    async def compute_score_disrm(self, data: DataProto) -> dict[str, Any]:
+        """verl's served discriminative reward model: not part of this build (see the module docstring)."""
+        raise _served_reward_model_error("verl.experimental.reward_loop.RewardLoopWorker.compute_score_disrm")
+
+
+def _cpu_node_ids() -> list[str]:
+    return [node["NodeID"] for node in ray.nodes() if node.get("Alive") and node["Resources"].get("CPU", 0) > 0]
+
+
+class RewardLoopManager:
+    """Starts the reward-loop workers and scores batches with them (see the module docstring).
+
+    Args:
+        config: the trainer config; ``reward.num_workers`` actors are started (at least one).
+        rm_resource_pool: verl's resource pool for a served reward model; a served reward model is not part of
+            this build, so it must be ``None`` and ``reward.reward_model.enable`` needs a custom reward function.
+    """
+
+    def __init__(self, config: Any, rm_resource_pool: Any = None) -> None:
+        if _uses_served_reward_model(config) or rm_resource_pool is not None:
+            raise _served_reward_model_error("verl.experimental.reward_loop.RewardLoopManager")
+        from verl.trainer.ppo.reward import resolve_reward_manager_cls
+
+        self.config = config
+        self.reward_model_manager = None
+        self.reward_router_address = None
+        self.reward_manager_cls = resolve_reward_manager_cls(config)
+        self.reward_loop_workers_class = ray.remote(RewardLoopWorker)
+        self._init_reward_loop_workers()
+
+    @property
+    def reward_loop_worker_handles(self) -> list[Any]:
+        """The worker actors, for agent loops that score each sample as soon as it is generated."""
+        return self.reward_loop_workers
+
+    def _init_reward_loop_workers(self) -> None:
+        count = max(1, int(config_value(self.config, "reward", "num_workers", default=1)))
+        node_ids = _cpu_node_ids()
+        if not node_ids:
+            raise RuntimeError("RewardLoopManager: the Ray cluster has no live node with CPUs for reward workers")
+        strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
+        self.reward_loop_workers = [
+            self.reward_loop_workers_class.options(
+                scheduling_strategy=strategy(node_id=node_ids[i % len(node_ids)], soft=True)
+            ).remote(self.config, self.reward_router_address)
+            for i in range(count)
+        ]
+
+    def compute_rm_score(self, data: DataProto) -> DataProto:
+        """Score ``data`` on the workers: ``rm_scores`` plus the extra-info columns (see the module docstring)."""
+        workers = self.reward_loop_workers
+        padded, _ = pad_dataproto_to_divisor(data, len(workers))
+        chunks = padded.chunk(len(workers))
+        outputs = ray.get([w.compute_score_batch.remote(c) for w, c in zip(workers, chunks, strict=True)])
+        flat = [item for chunk in outputs for item in chunk][: len(data)]
+        scores = [float(item["reward_score"]) for item in flat]
+        rm_scores = self.reward_manager_cls.assemble_rm_scores(data, scores)
+        extras = [dict(item.get("reward_extra_info") or {}) for item in flat]
+        keys: list[str] = []
+        for extra in extras:
+            keys.extend(k for k in extra if k not in keys)
+        non_tensor = {}
+        for key in keys:
+            column = np.empty(len(extras), dtype=object)
+            column[:] = [extra.get(key) for extra in extras]
+            non_tensor[key] = column
+        return DataProto(
+            batch=TensorDict({"rm_scores": rm_scores}, batch_size=len(data)),
+            non_tensor_batch=non_tensor,
+            meta_info={"reward_extra_keys": keys},
+        )

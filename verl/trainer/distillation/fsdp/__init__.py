@@ -1,0 +1,1 @@
+"""Distillation losses computed inside the FSDP engine (top-k forward KL in the logits processor)."""
