@@ -173,3 +173,36 @@ def test_trainer_bounds_worker_startup_by_ray_wait_register_center_timeout(ray_c
     finally:
         for pool in manager.resource_pool_dict.values():
             pool.release()
+
+
+def test_a_curriculum_sampler_and_the_data_set_see_every_finished_step():
+    from types import SimpleNamespace
+
+    from verl.experimental.dataset.sampler import AbstractCurriculumSampler
+
+    class Curriculum(AbstractCurriculumSampler):
+        def __init__(self):
+            self.seen = []
+
+        def __iter__(self):
+            return iter(())
+
+        def __len__(self):
+            return 0
+
+        def update(self, batch):
+            self.seen.append(len(batch))
+
+    class Rows:
+        def __init__(self):
+            self.ends = []
+
+        def on_batch_end(self, batch):
+            self.ends.append(len(batch))
+
+    trainer = object.__new__(RayPPOTrainer)
+    trainer.train_dataloader, trainer.train_dataset = SimpleNamespace(sampler=Curriculum()), Rows()
+    trainer._fit_experimental(_batch(6))
+    assert trainer.train_dataloader.sampler.seen == [6] and trainer.train_dataset.ends == [6]
+    trainer.train_dataloader, trainer.train_dataset = SimpleNamespace(sampler=None), object()
+    trainer._fit_experimental(_batch(6))  # plain samplers and data sets have nothing to update

@@ -60,7 +60,7 @@ from verl.trainer.ppo.metric_utils import (
     process_validation_metrics,
     reduce_metrics,
 )
-from verl.trainer.ppo.reward import compute_reward
+from verl.trainer.ppo.reward import compute_reward, extract_reward
 from verl.trainer.ppo.rollout_corr import IN_UPDATE_KEY, apply_rollout_correction, in_update_spec
 from verl.trainer.ppo.utils import Role, WorkerType, need_critic, need_reference_policy, need_teacher_policy
 from verl.utils.dataset.dataloader import check_loader_state
@@ -86,6 +86,7 @@ __all__ = [
     "compute_throughout_metrics",
     "compute_timing_metrics",
     "compute_variance_proxy_metrics",
+    "extract_reward",
     "generation_seed",
     "marked_timer",
     "need_critic",
@@ -527,6 +528,18 @@ class RayPPOTrainer:
         n_gpus = self.resource_pool_manager.get_n_gpus()
         self.metrics.update(compute_throughout_metrics(batch, self.timing_raw, n_gpus=n_gpus))
 
+    def _fit_experimental(self, batch: DataProto) -> None:
+        """Let the data react to the finished step: a curriculum sampler's ``update(batch)`` and a data set's
+        ``on_batch_end(batch)`` (both verl hooks), when they exist."""
+        from verl.experimental.dataset.sampler import AbstractCurriculumSampler
+
+        sampler = getattr(self.train_dataloader, "sampler", None)
+        if isinstance(sampler, AbstractCurriculumSampler):
+            sampler.update(batch=batch)
+        on_batch_end = getattr(self.train_dataset, "on_batch_end", None)
+        if callable(on_batch_end):
+            on_batch_end(batch=batch)
+
     # ------------------------------------------------------------------ one step and the loop
     def fit_step(self, batch_dict: dict | None = None) -> dict[str, Any]:
         """One PPO step over one dataloader batch; returns the step's metrics (also kept in ``self.metrics``)."""
@@ -558,6 +571,7 @@ class RayPPOTrainer:
             with marked_timer("save_checkpoint", timing):
                 self._fit_save_checkpoint()
         self._fit_collect_metrics(batch)
+        self._fit_experimental(batch)
         return self.metrics
 
     def fit(self) -> None:
