@@ -37,6 +37,7 @@ CPU_SET: dict[str, tuple[list[str], int]] = {
     "weight_sync": ([], 240),
     "agent_loop_overhead": ([], 240),
     "async_speedup": ([], 300),
+    "sandbox_startup": ([], 120),
 }
 GPU_ONLY = ("gpu_suite", "gpu_engine_overhead")
 

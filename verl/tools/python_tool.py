@@ -1,9 +1,14 @@
 """PythonTool: run model-written Python in the sandbox (:mod:`verl.tools.sandbox`) and return its output.
 
 Config keys: every :class:`~verl.tools.sandbox.SandboxLimits` field (wall_timeout_s, cpu_time_s, memory_mb,
-max_file_mb, max_open_files, max_processes, max_output_bytes, network, allow_subprocesses, ...), plus
-``max_concurrency`` (sandboxes running at once in this process, default 4) and ``timeout_s`` (the agent loop's
-limit on one call; default: the wall timeout plus 5 s, so the sandbox reports its own timeout first).
+max_file_mb, max_open_files, max_processes, max_output_bytes, network, allow_subprocesses, allowed_packages,
+allow_missing_layers, ...), plus ``max_concurrency`` (sandboxes running at once in this process, default 4) and
+``timeout_s`` (the agent loop's limit on one call; default: the wall timeout plus 5 s, so the sandbox reports its
+own timeout first).
+
+The tool checks at construction (start-up) that this machine gives the sandbox every required layer and raises
+:class:`~verl.tools.sandbox.SandboxUnavailableError` naming the missing ones otherwise; ``allow_missing_layers``
+(``true`` or a list of layer names) is the opt-in to run with the weaker sandbox. See docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import asyncio
 from typing import Any
 
 from verl.tools.base_tool import BaseTool
-from verl.tools.sandbox import SandboxLimits, run_python
+from verl.tools.sandbox import SandboxLimits, check_layers, run_python
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 __all__ = ["PythonTool"]
@@ -45,6 +50,7 @@ class PythonTool(BaseTool):
             raise ValueError(f"tool {type(self).__qualname__} config.max_concurrency: must be an int >= 1, "
                              f"got {concurrency!r}")
         self.max_concurrency = concurrency
+        self.layers = check_layers(self.limits, where=f"tool {self.name!r} ({type(self).__qualname__})")
         self._semaphores: dict[int, asyncio.Semaphore] = {}
 
     def _semaphore(self) -> asyncio.Semaphore:

@@ -10,6 +10,7 @@ import resource
 import pytest
 
 from verl.tools.sandbox import SandboxLimits, _seccomp, available_layers, run_python_sync
+from verl.tools.sandbox.rundir import sandbox_ids
 
 FAST = dict(wall_timeout_s=10.0, cpu_time_s=2)
 
@@ -22,12 +23,12 @@ def _gone(pgid: int) -> bool:
     return False
 
 
-def test_normal_code_prints_output_and_runs_in_a_private_temporary_directory():
+def test_normal_code_prints_output_and_runs_in_a_private_folder_with_an_empty_environment():
     os.environ["VERL_SANDBOX_TEST_SECRET"] = "hunter2"
     try:
         result = run_python_sync(
             "import os\nprint(sum(range(10)))\nopen('note.txt', 'w').write('x')\nprint(os.getcwd())\n"
-            "print(os.environ.get('VERL_SANDBOX_TEST_SECRET'))",
+            "print(sorted(os.environ))\nprint(os.environ.get('VERL_SANDBOX_TEST_SECRET'))",
             SandboxLimits(**FAST),
         )
     finally:
@@ -35,10 +36,19 @@ def test_normal_code_prints_output_and_runs_in_a_private_temporary_directory():
     assert result.status == "ok", result
     lines = result.stdout.splitlines()
     assert lines[0] == "45"
-    assert os.path.basename(lines[1]).startswith("verl-sandbox-")
-    assert not os.path.exists(lines[1]), "the working directory is removed after the run"
-    assert lines[2] == "None", "the parent's environment does not leak into the sandbox"
+    if "minimal_root" in result.layers:
+        assert lines[1] == "/sandbox"
+    else:
+        assert os.path.basename(os.path.dirname(lines[1])).startswith("verl-sandbox-")
+        assert not os.path.exists(lines[1]), "the run's folder is removed after the run"
+    assert ast.literal_eval(lines[2]) == ["HOME", "LANG", "TMPDIR"], "nothing of the parent's environment leaks"
+    assert lines[3] == "None"
     assert result.to_text() == result.stdout.rstrip("\n")
+
+
+def test_exit_quit_and_help_exist_as_in_an_interactive_interpreter():
+    result = run_python_sync("print(callable(help), callable(quit))\nexit(5)", SandboxLimits(**FAST))
+    assert result.stdout.split() == ["True", "True"] and result.exit_code == 5, result
 
 
 def test_stdin_is_fed_to_the_program():
@@ -88,8 +98,8 @@ def test_process_limit_is_set_in_the_child():
     result = run_python_sync("import resource; print(resource.getrlimit(resource.RLIMIT_NPROC)[0])",
                              SandboxLimits(**FAST, max_processes=7))
     assert result.status == "ok", result
-    if os.geteuid() == 0:
-        assert int(result.stdout) == 7
+    if os.geteuid() == 0 and "user" not in result.layers:
+        assert int(result.stdout) == 7  # root is exempt from the count, so the limit is just the allowance
     else:
         assert int(result.stdout) >= 7  # the user's existing tasks plus 7
 
@@ -146,20 +156,22 @@ def test_tcp_connect_is_blocked_by_landlock_alone():
     assert result.status == "error" and result.error_type == "PermissionError", result
 
 
-def test_writes_outside_the_working_directory_are_denied(tmp_path):
+def test_the_program_writes_only_in_its_own_folder(tmp_path):
     limits = SandboxLimits(**FAST)
-    if "landlock_fs" not in available_layers(limits):
-        pytest.skip("kernel without Landlock")
     target = tmp_path / "escape.txt"
     victim = tmp_path / "keep.txt"
     victim.write_text("precious")
     code = (f"import os\nopen('inside.txt', 'w').write('ok')\nprint(open('inside.txt').read())\n"
-            f"print(open({str(victim)!r}).read())\n"
-            f"try:\n    os.remove({str(victim)!r})\nexcept PermissionError as e:\n    print('remove denied')\n"
-            f"open({str(target)!r}, 'w').write('escaped')")
+            f"os.mkdir('sub'); os.rename('inside.txt', 'sub/moved.txt'); print(os.listdir('sub'))\n"
+            f"for attempt in (lambda: os.remove({str(victim)!r}), lambda: open({str(victim)!r}).read(),\n"
+            f"                lambda: open({str(target)!r}, 'w').write('escaped')):\n"
+            f"    try:\n        attempt()\n        print('ESCAPED')\n    except OSError as e:\n"
+            f"        print(type(e).__name__)\n")
     result = run_python_sync(code, limits)
-    assert result.stdout.split() == ["ok", "precious", "remove", "denied"], result
-    assert result.status == "error" and result.error_type == "PermissionError", result
+    assert result.status == "ok", result
+    lines = result.stdout.split()
+    assert lines[:2] == ["ok", "['moved.txt']"] and "ESCAPED" not in lines, result
+    assert set(lines[2:]) <= {"PermissionError", "FileNotFoundError"}
     assert not target.exists() and victim.read_text() == "precious"
 
 
@@ -181,23 +193,56 @@ def test_signals_to_other_processes_are_denied():
         victim.wait()
 
 
-def test_capabilities_are_dropped():
-    result = run_python_sync("print([l.split()[1] for l in open('/proc/self/status') if l.startswith(('CapEff',"
-                             " 'CapBnd'))])", SandboxLimits(**FAST))
+CREDENTIALS = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+class Header(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+class Data(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+data = (Data * 2)()
+assert libc.capget(ctypes.byref(Header(0x20080522, 0)), data) == 0
+print(os.getuid(), os.getgid(), os.getgroups())
+print([d.effective | d.permitted | d.inheritable for d in data])
+print([cap for cap in range(41) if libc.prctl(23, cap, 0, 0, 0) == 1])  # PR_CAPBSET_READ
+print(libc.prctl(39, 0, 0, 0, 0), libc.prctl(21, 0, 0, 0, 0))  # PR_GET_NO_NEW_PRIVS, PR_GET_SECCOMP
+"""
+
+
+def test_least_privilege_unprivileged_user_no_capabilities_no_new_privs():
+    result = run_python_sync(CREDENTIALS, SandboxLimits(**FAST))
     assert result.status == "ok", result
-    effective, bounding = ast.literal_eval(result.stdout)
-    assert effective == "0000000000000000"
-    if os.geteuid() == 0:
-        assert bounding == "0000000000000000", "root's bounding set is cleared too"
+    ids, sets, bounding, flags = (ast.literal_eval(line) if line.startswith("[") else line.split()
+                                  for line in result.stdout.splitlines())
+    assert sets == [0, 0], "effective, permitted and inheritable sets are empty"
+    assert flags[0] == "1", "no_new_privs is set"
+    if "seccomp" in result.layers:
+        assert flags[1] == "2", "a seccomp filter is installed"
+    if "user" in result.layers:
+        assert ids[0] != "0" and ids[1] != "0" and ids[2] == "[]"
+        if os.geteuid() == 0:
+            assert (int(ids[0]), int(ids[1])) == sandbox_ids(), "a root trainer's program runs as nobody"
+    if os.geteuid() == 0 or "minimal_root" in result.layers:
+        assert bounding == [], "the bounding set is cleared (needs the privilege to clear it)"
 
 
 def test_opt_ins_allow_subprocesses_and_sockets():
-    result = run_python_sync("import subprocess, socket\nprint(subprocess.run(['echo', 'hi'], capture_output=True,"
-                             " text=True).stdout.strip())\nsocket.socket().close()\nprint('socket ok')",
+    result = run_python_sync("import subprocess, socket, sys\nprint(subprocess.run(['echo', 'hi'], capture_output=True,"
+                             " text=True).stdout.strip())\nsocket.socket().close()\nprint('socket ok')\n"
+                             "print(subprocess.run([sys.executable, '-c', 'print(7)'], capture_output=True,"
+                             " text=True).stdout.strip())",
                              SandboxLimits(**FAST, allow_subprocesses=True, network=True))
     assert result.status == "ok", result
-    assert result.stdout.split() == ["hi", "socket", "ok"]
+    assert result.stdout.split() == ["hi", "socket", "ok", "7"]
     assert "netns" not in result.layers and "landlock_net" not in result.layers
+
+
+def test_with_subprocesses_allowed_nothing_the_program_wrote_can_be_executed():
+    code = ("import os, subprocess\nopen('run.sh', 'w').write('#!/bin/sh\\necho ESCAPED\\n')\n"
+            "os.chmod('run.sh', 0o755)\nsubprocess.run(['./run.sh'])")
+    result = run_python_sync(code, SandboxLimits(**FAST, allow_subprocesses=True))
+    assert result.status == "error" and result.error_type == "PermissionError", result
+    assert "ESCAPED" not in result.stdout
 
 
 def test_asyncio_and_threads_still_work_under_the_filters():
@@ -217,6 +262,16 @@ def test_output_is_truncated_keeping_head_and_tail():
     assert len(result.stdout) < 1100
 
 
+def test_the_programs_folder_is_a_bounded_tmpfs():
+    limits = SandboxLimits(**FAST, max_folder_mb=4)
+    if "minimal_root" not in available_layers(limits):
+        pytest.skip("no minimal root: the folder is on the host's disk")
+    result = run_python_sync("import os\nopen('a.bin', 'wb').write(b'0' * (3 * 2 ** 20))\nprint(os.listdir('.'))\n"
+                             "open('b.bin', 'wb').write(b'0' * (3 * 2 ** 20))", limits)
+    assert sorted(ast.literal_eval(result.stdout)) == ["a.bin", "main.py"], result
+    assert result.error_type == "OSError" and "No space left on device" in result.error_message, result
+
+
 def test_file_size_limit():
     result = run_python_sync("open('big.bin', 'wb').write(b'0' * (3 * 1024 * 1024))",
                              SandboxLimits(**FAST, max_file_mb=1))
@@ -231,6 +286,8 @@ def test_exit_code_and_exception_are_reported():
     result = run_python_sync("1/0", SandboxLimits(**FAST))
     assert result.error_type == "ZeroDivisionError" and result.error_message == "division by zero"
     assert "_bootstrap" not in result.stderr, "the traceback shows user frames only"
+    result = run_python_sync("def broken(:\n    pass", SandboxLimits(**FAST))
+    assert result.error_type == "SyntaxError" and 'File "main.py", line 1' in result.stderr, result
 
 
 def test_limits_reject_bad_values_with_the_field_name():

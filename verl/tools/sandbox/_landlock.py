@@ -1,21 +1,22 @@
-"""Landlock for the sandbox child: write only inside the run's directory, no TCP, no signals to the outside.
+"""Landlock for the sandbox child: read only what the interpreter needs, write only in the run's folder, execute
+nothing, no TCP, no signals to the outside.
 
-Standard library only (ctypes + raw syscalls); loaded by path by the sandbox bootstrap. Landlock is an unprivileged
-Linux security module (kernel 5.13+); each ABI version adds rights, and :func:`restrict` uses what the running
-kernel offers and reports which parts applied:
+Standard library only (ctypes + raw syscalls); imported by the sandbox bootstrap. Landlock is an unprivileged
+Linux security module (kernel 5.13+); each ABI version adds rights, and :func:`restrict` handles every right the
+running kernel knows, so whatever no rule grants is denied, and reports which parts applied:
 
-- ``fs`` (ABI 1+): creating, writing, truncating, renaming or removing files is denied everywhere except beneath
-  the allowed directories (and writing to ``/dev/null``). Reading stays allowed -- the interpreter needs its
-  standard library -- so the sandbox is about integrity of the host, not secrecy of its files.
+- ``fs`` (ABI 1+): reading files and listing directories only beneath the ``read`` paths, creating, writing,
+  truncating, renaming or removing only beneath the ``write`` paths, executing only beneath the ``exec`` paths
+  (none unless subprocesses are allowed).
 - ``net`` (ABI 4+): TCP bind and connect are denied.
-- ``scope`` (ABI 6+): signals to processes outside the sandbox and abstract unix sockets are denied; this is what
-  keeps code running as root from killing the trainer.
+- ``scope`` (ABI 6+): signals to processes outside the sandbox and abstract unix sockets are denied.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import stat
 import struct
 
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # same numbers on every architecture
@@ -24,14 +25,18 @@ _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
 
 # filesystem rights (linux/landlock.h) and the ABI that introduced them
-_WRITE_FILE = 1 << 1
-_WRITE_RIGHTS_V1 = (1 << 1) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (
-    1 << 11) | (1 << 12)  # write_file, remove_dir/file, make_char/dir/reg/sock/fifo/block/sym
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_MAKE_AND_REMOVE = (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (
+    1 << 12)  # remove_dir/file, make_char/dir/reg/sock/fifo/block/sym
 _REFER = 1 << 13  # ABI 2
 _TRUNCATE = 1 << 14  # ABI 3
 _IOCTL_DEV = 1 << 15  # ABI 5
+_FILE_ONLY = EXECUTE | WRITE_FILE | READ_FILE | _TRUNCATE | _IOCTL_DEV  # the rights a rule on a non-directory takes
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
 _SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
+
+READ = READ_FILE | READ_DIR
+WRITE = WRITE_FILE | _MAKE_AND_REMOVE | _REFER | _TRUNCATE
 
 
 def _libc() -> ctypes.CDLL:
@@ -48,6 +53,12 @@ def abi_version() -> int:
     return max(int(version), 0)
 
 
+def handled_fs_rights(abi: int) -> int:
+    """Every filesystem right ABI ``abi`` knows (the ruleset handles them all: no rule, no access)."""
+    return EXECUTE | READ | WRITE_FILE | _MAKE_AND_REMOVE | (_REFER if abi >= 2 else 0) | (
+        _TRUNCATE if abi >= 3 else 0) | (_IOCTL_DEV if abi >= 5 else 0)
+
+
 def _check(result: int, what: str) -> int:
     if result < 0:
         err = ctypes.get_errno()
@@ -55,14 +66,15 @@ def _check(result: int, what: str) -> int:
     return result
 
 
-def restrict(writable_dirs: list[str], *, block_tcp: bool = True, scope: bool = True) -> list[str]:
-    """Apply the ruleset to the calling process (irreversible, inherited); returns the parts that applied
-    (subset of ``fs``, ``net``, ``scope``). Raises OSError when Landlock is unavailable."""
+def restrict(rules: list[tuple[str, int]], *, block_tcp: bool = True, scope: bool = True) -> list[str]:
+    """Apply a ruleset granting each ``(path, rights)`` beneath ``path`` (rights: ``READ``, ``WRITE``, ``EXECUTE``
+    or'ed) and nothing anywhere else, to the calling process (irreversible, inherited). Paths that do not exist are
+    skipped. Returns the parts that applied (subset of ``fs``, ``net``, ``scope``). Raises OSError when Landlock is
+    unavailable or a call fails."""
     abi = abi_version()
     if abi < 1:
         raise OSError("sandbox landlock: not supported by this kernel")
-    fs_rights = _WRITE_RIGHTS_V1 | (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0) | (
-        _IOCTL_DEV if abi >= 5 else 0)
+    fs_rights = handled_fs_rights(abi)
     net_rights = (_NET_BIND_TCP | _NET_CONNECT_TCP) if block_tcp and abi >= 4 else 0
     scoped = (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if scope and abi >= 6 else 0
     if abi >= 6:
@@ -76,11 +88,18 @@ def restrict(writable_dirs: list[str], *, block_tcp: bool = True, scope: bool = 
     ruleset = _check(libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), buffer, ctypes.c_size_t(len(attr)),
                                   ctypes.c_uint32(0)), "create_ruleset")
     try:
-        file_rights = _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0)
-        for path, rights in [*((d, fs_rights) for d in writable_dirs), ("/dev/null", file_rights)]:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        for path, rights in rules:
             try:
-                rule = ctypes.create_string_buffer(struct.pack("=Qi", rights, fd), 12)
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                granted = rights & fs_rights
+                if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                    granted &= _FILE_ONLY
+                if not granted:
+                    continue
+                rule = ctypes.create_string_buffer(struct.pack("=Qi", granted, fd), 12)
                 _check(libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(ruleset),
                                     ctypes.c_int(_RULE_PATH_BENEATH), rule, ctypes.c_uint32(0)), f"add_rule {path}")
             finally:
