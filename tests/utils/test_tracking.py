@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from verl.utils.plot import main as plot_main
-from verl.utils.tracking import Tracking, flatten_metrics, read_metrics
+from verl.utils.tracking import Tracking, flatten_metrics, read_metrics, tensorboard_dir
 
 
 def test_file_backend_appends_one_json_object_per_step(tmp_path):
@@ -36,12 +36,23 @@ def test_console_backend_prints_sorted_metrics(capsys):
     assert capsys.readouterr().out.strip() == "step:7 - a:1 - b:2"
 
 
-def test_tensorboard_backend_writes_event_file(tmp_path, monkeypatch):
+def test_tensorboard_writes_where_verl_does(tmp_path, monkeypatch):
     monkeypatch.delenv("TENSORBOARD_DIR", raising=False)
-    tracker = Tracking("p", "e", ["tensorboard"], local_dir=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    tracker = Tracking("p", "e", ["tensorboard"], local_dir=tmp_path / "run")
     tracker.log({"critic/score/mean": 0.1}, step=1)
     tracker.finish()
-    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert list((tmp_path / "tensorboard_log" / "p" / "e").glob("events.out.tfevents.*"))
+    assert not (tmp_path / "run" / "tensorboard").exists()
+
+
+def test_tensorboard_dir_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
+    tracker = Tracking("p", "e", "tensorboard", local_dir=tmp_path / "run")
+    tracker.log({"x": 1.0}, step=0)
+    tracker.finish()
+    assert tensorboard_dir("p", "e") == tmp_path / "tb"
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
 
 
 SAMPLES = [{"input": "1+2=", "output": "3", "score": 1.0}, {"input": "a|b", "output": "x\ny", "score": 0.0}]
@@ -62,7 +73,7 @@ def test_generations_go_to_the_file_and_the_console(tmp_path, capsys):
 def test_generations_become_a_tensorboard_text_table(tmp_path, monkeypatch):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    monkeypatch.delenv("TENSORBOARD_DIR", raising=False)
+    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tensorboard"))
     tracker = Tracking("p", "e", ["tensorboard"], local_dir=tmp_path)
     tracker.log_generations(SAMPLES, step=2)
     tracker.finish()

@@ -1,22 +1,28 @@
-"""The built-in demo: `python -m verl.trainer.main_ppo` with no arguments.
+"""The built-in demo: `python -m verl.trainer.main_ppo` with no arguments, or `--config-name demo` with overrides.
 
 It trains GRPO on the synthetic target-digit task (prompt `d=`, reward = fraction of 8 response tokens equal
 to `d`) from the randomly initialised tiny model, on CPU with 2 worker processes, and prints the reward curve.
-Model and data are built once under the cache folder (`$VERL_CACHE_DIR`, default `~/.cache/verl`) with the
-same code paths as real checkpoints and parquet files.
+Its settings are the packaged config `verl/trainer/config/demo.yaml` (ordinary, documented keys on top of
+`ppo_trainer`). Model and data are built once under the cache folder (`$VERL_CACHE_DIR`, default `~/.cache/verl`)
+with the same code paths as real checkpoints and parquet files.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from verl.utils.tiny_model import default_cache_dir
 
+DEMO_CONFIG_NAME = "demo"
 DEMO_TASK = "target_digit"
-DEMO_STEPS = 200
 CURVE_WINDOW = 10
 BAR_WIDTH = 40
+_DATA_KEYS = {"data.train_files": "train", "data.val_files": "test"}
 
 
 def demo_cache_dir() -> Path:
@@ -24,52 +30,52 @@ def demo_cache_dir() -> Path:
     return Path(os.environ.get("VERL_CACHE_DIR") or default_cache_dir().parent)
 
 
-def prepare_demo_data(cache_dir: Path) -> dict[str, Path]:
-    """Write the target-digit parquet files once; later runs reuse them."""
+def demo_config_path() -> Path:
+    """The packaged demo config (`--config-name demo`)."""
+    return Path(__file__).parent / "config" / f"{DEMO_CONFIG_NAME}.yaml"
+
+
+def prepare_demo_data(cache_dir: Path | None = None) -> dict[str, Path]:
+    """Write the target-digit parquet files once under `cache_dir` (default :func:`demo_cache_dir`)."""
     from verl.utils.synthetic_tasks import write_task_files
 
-    data_dir = cache_dir / "data" / DEMO_TASK
+    data_dir = (cache_dir or demo_cache_dir()) / "data" / DEMO_TASK
     files = {"train": data_dir / "train.parquet", "test": data_dir / "test.parquet"}
     if not all(path.is_file() for path in files.values()):
         files = write_task_files(DEMO_TASK, data_dir, train_size=4096, test_size=64, seed=0)
     return files
 
 
+def _leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, f"{prefix}.{key}" if prefix else str(key))
+    else:
+        yield prefix, node
+
+
+def _override_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(_override_value(v) for v in value) + "]"
+    return str(value)
+
+
 def demo_overrides(cache_dir: Path | None = None) -> list[str]:
-    """Hydra overrides of the demo run; every one is an ordinary, documented config key."""
-    cache_dir = cache_dir or demo_cache_dir()
+    """The demo's settings as Hydra overrides of `ppo_trainer` (what `--config-name demo` composes), with the data
+    paths of `cache_dir`; tests and benchmarks start from them."""
     files = prepare_demo_data(cache_dir)
-    run_dir = Path("outputs") / "demo" / "target_digit_grpo"
-    return [
-        "algorithm.adv_estimator=grpo",
-        f"data.train_files={files['train']}",
-        f"data.val_files={files['test']}",
-        "data.train_batch_size=16",
-        "data.max_prompt_length=16",
-        "data.max_response_length=8",
-        "model.path=verl:tiny-demo",
-        "actor.optim.lr=1e-3",
-        "actor.ppo_mini_batch_size=16",
-        "actor.ppo_micro_batch_size_per_gpu=64",
-        "actor.use_kl_loss=false",
-        "actor.entropy_coeff=0",
-        "rollout.n=8",
-        "rollout.temperature=1.0",
-        "actor.log_prob_micro_batch_size_per_gpu=64",
-        "trainer.device=cpu",
-        "trainer.nnodes=1",
-        "trainer.n_gpus_per_node=2",
-        f"trainer.total_training_steps={DEMO_STEPS}",
-        "trainer.total_epochs=1",
-        "trainer.test_freq=40",
-        "trainer.val_before_train=true",
-        "trainer.save_freq=-1",
-        "trainer.resume_mode=disable",
-        "trainer.logger=[console,file]",
-        "trainer.project_name=verl_demo",
-        "trainer.experiment_name=target_digit_grpo",
-        f"trainer.default_local_dir={run_dir}",
-    ]
+    settings = yaml.safe_load(demo_config_path().read_text())
+    settings.pop("defaults", None)
+    overrides = []
+    for key, value in _leaves(settings):
+        if key in _DATA_KEYS:
+            value = files[_DATA_KEYS[key]]
+        overrides.append(f"{key}={_override_value(value)}")
+    return overrides
 
 
 def format_reward_curve(run_dir: str | os.PathLike, key: str = "critic/score/mean", window: int = CURVE_WINDOW) -> str:

@@ -1,9 +1,10 @@
 """Experiment tracking: one `Tracking.log(metrics, step)` call fans out to every configured backend.
 
-Backends are chosen by `trainer.logger` (a list): ``console``, ``file`` (``metrics.jsonl`` in the run
-folder, one JSON object per step, and ``val_generations.jsonl`` for `Tracking.log_generations`), ``tensorboard``,
-``wandb`` and ``mlflow``. The last two are optional
-packages, imported only when asked for, with an error that names the extra to install.
+Backends are chosen by `trainer.logger` (one name or a list): ``console``, ``file`` (``metrics.jsonl`` in the run
+folder, one JSON object per step, and ``val_generations.jsonl`` for `Tracking.log_generations`), ``tensorboard``
+(where verl writes: ``$TENSORBOARD_DIR``, else ``tensorboard_log/<project_name>/<experiment_name>`` under the working
+directory), ``wandb`` and ``mlflow``. The last two are optional packages, imported only when asked for, with an error
+that names the extra to install.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
+
+__all__ = ["SUPPORTED_BACKENDS", "Tracking", "flatten_metrics", "read_metrics", "tensorboard_dir"]
 
 SUPPORTED_BACKENDS = ("console", "file", "tensorboard", "wandb", "mlflow")
 METRICS_FILE_NAME = "metrics.jsonl"
@@ -92,14 +95,22 @@ class FileBackend:
         pass
 
 
-class TensorboardBackend:
-    """Scalars under the run folder's `tensorboard/`, or `$TENSORBOARD_DIR` when set."""
+def tensorboard_dir(project_name: str, experiment_name: str) -> Path:
+    """Where TensorBoard events go, as in verl: ``$TENSORBOARD_DIR``, else
+    ``tensorboard_log/<project_name>/<experiment_name>`` (relative to the working directory)."""
+    return Path(os.environ.get("TENSORBOARD_DIR") or Path("tensorboard_log") / project_name / experiment_name)
 
-    def __init__(self, run_dir: str | os.PathLike):
+
+class TensorboardBackend:
+    """Scalars and generation tables in :func:`tensorboard_dir`."""
+
+    def __init__(self, project_name: str, experiment_name: str):
         from torch.utils.tensorboard import SummaryWriter
 
-        log_dir = os.environ.get("TENSORBOARD_DIR") or str(Path(run_dir) / "tensorboard")
-        self.writer = SummaryWriter(log_dir=log_dir)
+        self.log_dir = tensorboard_dir(project_name, experiment_name)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        print(f"tensorboard: writing to {self.log_dir}", flush=True)
+        self.writer = SummaryWriter(log_dir=str(self.log_dir))
 
     def log(self, data: dict[str, float], step: int) -> None:
         for key, value in data.items():
@@ -190,7 +201,7 @@ class Tracking:
             elif name == "file":
                 self.backends[name] = FileBackend(self.run_dir)
             elif name == "tensorboard":
-                self.backends[name] = TensorboardBackend(self.run_dir)
+                self.backends[name] = TensorboardBackend(project_name, experiment_name)
             elif name == "wandb":
                 self.backends[name] = WandbBackend(project_name, experiment_name, config)
             elif name == "mlflow":

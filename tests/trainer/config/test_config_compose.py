@@ -15,6 +15,9 @@ from verl.trainer.config.compose import compose_ppo_config, default_ppo_config
 from verl.trainer.config.legacy import LegacyConfigWarning
 from verl.workers.config import BUILTIN_TINY_MODEL, FSDPActorConfig, FSDPCriticConfig
 
+# verl's top-level blocks, read little or not at all here (inert_keys.py)
+VERL_BLOCKS = ["global_profiler", "distillation", "transfer_queue", "skip"]
+
 
 @pytest.fixture(scope="module")
 def defaults():
@@ -24,7 +27,7 @@ def defaults():
 def test_default_config_composes_and_validates():
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         cfg = compose(config_name="ppo_trainer")
-    assert list(cfg.keys()) == [*GROUPS, "ray_kwargs"]
+    assert list(cfg.keys()) == [*GROUPS, *VERL_BLOCKS, "ray_kwargs", "model_engine"]
     typed = build_ppo_config(cfg)
     assert isinstance(typed, PPOConfig)
     assert isinstance(typed.actor, FSDPActorConfig) and isinstance(typed.critic, FSDPCriticConfig)
@@ -60,19 +63,19 @@ def test_flattened_overrides_and_interpolated_defaults():
 
 
 def test_legacy_overrides_resolve_like_flattened_ones():
-    legacy = [
+    nested = [
         "actor_rollout_ref.rollout.n=4",
         "actor_rollout_ref.actor.optim.lr=3e-4",
         "actor_rollout_ref.model.path=/models/tiny",
         "actor_rollout_ref.actor.use_kl_loss=true",
         "actor_rollout_ref.ref.fsdp_config.param_offload=true",
-        "reward_model.reward_manager=batch",
-        "custom_reward_function.path=/tmp/reward.py",
     ]
+    current = ["reward_model.reward_manager=batch", "custom_reward_function.path=/tmp/reward.py"]
     with pytest.warns(LegacyConfigWarning) as record:
-        cfg = compose_ppo_config(legacy)
-    assert len(record) == len(legacy)
-    assert {str(w.message).split("'")[1] for w in record} == {o.split("=")[0] for o in legacy}
+        cfg = compose_ppo_config(nested + current)
+    # verl's nested layout warns once per key; the reward keys are current in verl 0.9.1 and translate silently
+    legacy = [w for w in record if issubclass(w.category, LegacyConfigWarning)]
+    assert {str(w.message).split("'")[1] for w in legacy} == {o.split("=")[0] for o in nested}
     assert "actor_rollout_ref" not in cfg and "reward_model" not in cfg
     typed = build_ppo_config(cfg)
     assert typed.rollout.n == 4 and typed.actor.optim.lr == 3e-4
@@ -194,7 +197,7 @@ def _field_default(field):
 
 
 # Groups whose YAML lists only what differs from, or derives from, another group.
-_PARTIAL_YAML = {"ref", "critic.model"}
+_PARTIAL_YAML = {"ref"}
 
 
 def _compare(node, instance, prefix, problems):

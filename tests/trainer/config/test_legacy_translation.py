@@ -4,6 +4,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from verl.base_config import ConfigError
+from verl.trainer.config.inert_keys import InertConfigWarning
 from verl.trainer.config.legacy import (
     LegacyConfigWarning,
     translate_legacy_config,
@@ -52,9 +53,44 @@ def test_overrides_are_rewritten_with_one_warning_per_key():
         "++reward.reward_manager=batch",
         "data.train_batch_size=16",
     ]
-    assert len(messages) == 6 and len(record) == 6
+    # reward_model.reward_manager is current in verl 0.9.1 and hybrid_engine=True is verl's default: both silent
+    assert len(messages) == 4 and len(record) == 4
     assert "'actor_rollout_ref.rollout.n' is deprecated; use 'rollout.n'" in messages[0]
-    assert "'actor_rollout_ref.hybrid_engine' is deprecated and has no effect" in messages[5]
+
+
+@pytest.mark.parametrize("override", ["custom_reward_function.path=/tmp/r.py", "reward_model.enable=true",
+                                      "reward_model.model.path=/m", "sandbox_fusion.url=http://x",
+                                      "critic.fsdp.param_offload=true", "reward.reward_manager.name=dapo",
+                                      "reward.reward_model.model_path=/m"])
+def test_spellings_current_in_verl_0_9_1_are_translated_silently(override, recwarn):
+    new, messages = translate_legacy_overrides([override])
+    assert messages == [] and not [w for w in recwarn if issubclass(w.category, FutureWarning)]
+    assert new[0].split("=")[0] != override.split("=")[0]
+
+
+def test_a_key_without_effect_is_dropped_with_its_reason():
+    with pytest.warns(InertConfigWarning, match=r"actor_rollout_ref.hybrid_engine=False has no effect in this build "
+                                                r"\(actor and rollout share processes unless rollout.nnodes > 0\)"):
+        new, _ = translate_legacy_overrides(["actor_rollout_ref.hybrid_engine=False"])
+    assert new == []
+    with pytest.warns(InertConfigWarning, match="verl removed it"):
+        assert translate_legacy_overrides(["critic.model.fsdp_config.grad_offload=True"])[0] == []
+
+
+def test_values_that_cannot_be_honoured_are_refused_by_key():
+    with pytest.raises(ConfigError, match=r"^reward.reward_manager.source: 'importlib' cannot be honoured"):
+        translate_legacy_overrides(["reward.reward_manager.source=importlib"])
+    assert translate_legacy_overrides(["reward.reward_manager.source=register"])[0] == []
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref.actor.megatron.tensor_model_parallel_size: a setting "
+                                          r"of verl's Megatron-LM engine"):
+        translate_legacy_overrides(["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
+
+
+def test_plus_on_an_existing_key_and_new_free_form_keys_are_accepted():
+    new, _ = translate_legacy_overrides(["+trainer.val_before_train=False", "rollout.engine_kwargs.vllm.x=1",
+                                         "+rollout.engine_kwargs.sglang.y=2", "trainer.total_epochs=2"])
+    assert new == ["++trainer.val_before_train=False", "++rollout.engine_kwargs.vllm.x=1",
+                   "++rollout.engine_kwargs.sglang.y=2", "trainer.total_epochs=2"]
 
 
 def test_same_key_both_ways_with_equal_values_collapses():
@@ -103,7 +139,9 @@ def test_yaml_block_beats_defaults_and_interpolations_follow():
     assert cfg.rollout.n_gpus_per_node == 4 and cfg.rollout.n == 2
     assert cfg.actor.ppo_micro_batch_size_per_gpu == 2  # ${actor_rollout_ref.rollout.n} -> ${rollout.n}
     assert cfg.reward.custom_reward_function.path == "my_reward.py"
-    assert len(messages) == len(record) == 4
+    # one warning per translated block (custom_reward_function is current in verl 0.9.1: none for it)
+    assert len(messages) == len(record) == 2
+    assert "config block 'actor_rollout_ref.rollout' (2 keys) is deprecated" in messages[0]
 
 
 def test_command_line_value_beats_a_legacy_yaml_value():

@@ -1,7 +1,13 @@
 """Trainer config: typed groups, the packaged YAML (ppo_trainer.yaml + one file per group), legacy translation
 and the batch plan. See docs/config.md."""
 
-from verl.trainer.config.algo_config import AlgoConfig, KLControlConfig, RolloutCorrectionConfig
+from verl.trainer.config.algo_config import (
+    AlgoConfig,
+    FilterGroupsConfig,
+    KLControlConfig,
+    PFPPOConfig,
+    RolloutCorrectionConfig,
+)
 from verl.trainer.config.async_config import AsyncTrainingConfig
 from verl.trainer.config.batch_plan import compute_batch_plan, format_batch_plan
 from verl.trainer.config.compose import compose_ppo_config, default_ppo_config
@@ -9,14 +15,18 @@ from verl.trainer.config.data_config import CustomClsConfig, DataConfig, Sampler
 from verl.trainer.config.legacy import translate_legacy_config, translate_legacy_overrides
 from verl.trainer.config.ppo_config import GROUPS, PPOConfig, build_ppo_config
 from verl.trainer.config.trainer_config import TrainerConfig
+from verl.workers.config.actor import CheckpointConfig  # verl 0.9.1 exports it from here
 
 __all__ = [
     "GROUPS",
     "AlgoConfig",
     "AsyncTrainingConfig",
+    "CheckpointConfig",
     "CustomClsConfig",
     "DataConfig",
+    "FilterGroupsConfig",
     "KLControlConfig",
+    "PFPPOConfig",
     "PPOConfig",
     "RolloutCorrectionConfig",
     "SamplerConfig",

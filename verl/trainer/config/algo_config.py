@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 from verl.base_config import BaseConfig, check
 from verl.workers.config.actor import check_kl_type
 
-__all__ = ["AlgoConfig", "KLControlConfig", "RolloutCorrectionConfig"]
+__all__ = ["AlgoConfig", "FilterGroupsConfig", "KLControlConfig", "PFPPOConfig", "RolloutCorrectionConfig"]
+
+ROLLOUT_CORRECTION_LOSS_TYPES = ("ppo_clip", "reinforce")
+PF_PPO_REWEIGHT_METHODS = ("pow", "max_min", "max_random")
 
 
 @dataclass
@@ -33,7 +36,8 @@ class RolloutCorrectionConfig(BaseConfig):
 
     ``rollout_is`` weights (token or sequence level, truncated at ``rollout_is_threshold``); ``rollout_rs`` rejects
     samples whose ratio leaves ``[rollout_rs_threshold_lower, rollout_rs_threshold]``; ``bypass_mode`` uses the
-    rollout's own log-probs as the old policy and skips the actor's recomputation.
+    rollout's own log-probs as the old policy and skips the actor's recomputation; ``loss_type`` is the bypass-mode
+    loss (``ppo_clip`` or ``reinforce``).
     """
 
     rollout_is: str | None = None
@@ -44,8 +48,11 @@ class RolloutCorrectionConfig(BaseConfig):
     rollout_rs_threshold_lower: float | None = None
     rollout_token_veto_threshold: float | None = None
     bypass_mode: bool = False
+    loss_type: str = "ppo_clip"
 
     def __post_init__(self) -> None:
+        check(self.loss_type in ROLLOUT_CORRECTION_LOSS_TYPES, "loss_type",
+              f"must be one of {list(ROLLOUT_CORRECTION_LOSS_TYPES)}, got {self.loss_type!r}")
         check(self.rollout_is in (None, "token", "sequence"), "rollout_is",
               f"must be null, 'token' or 'sequence', got {self.rollout_is!r}")
         check(self.rollout_rs in (None, "token", "sequence", "geometric"), "rollout_rs",
@@ -63,9 +70,33 @@ class RolloutCorrectionConfig(BaseConfig):
 
 
 @dataclass
+class PFPPOConfig(BaseConfig):
+    """PF-PPO resampling (``algorithm.use_pf_ppo``): rows are redrawn with weights from their scores."""
+
+    reweight_method: str = "pow"
+    weight_pow: float = 2.0
+
+    def __post_init__(self) -> None:
+        check(self.reweight_method in PF_PPO_REWEIGHT_METHODS, "reweight_method",
+              f"must be one of {list(PF_PPO_REWEIGHT_METHODS)}, got {self.reweight_method!r}")
+
+
+@dataclass
+class FilterGroupsConfig(BaseConfig):
+    """verl's dynamic sampling (DAPO's filtering of groups whose rewards all agree); no effect in this trainer."""
+
+    enable: bool = False
+    metric: str | None = "reward"
+    max_num_gen_batches: int = 0
+    max_inflight_gen_batches: int = 1
+
+
+@dataclass
 class AlgoConfig(BaseConfig):
     """Advantage estimator and reward shaping. ``adv_estimator`` names a registered estimator (gae, grpo, rloo,
-    reinforce_plus_plus, remax, ...); it is checked against the registry when the trainer starts."""
+    reinforce_plus_plus, remax, gdpo, ...); it is checked against the registry when the trainer starts.
+    ``use_pf_ppo`` resamples the batch as ``pf_ppo`` says; ``gdpo_reward_keys``/``gdpo_reward_weights`` name the
+    reward components of the gdpo estimator. ``filter_groups`` has no effect here (``inert_keys.py``)."""
 
     gamma: float = 1.0
     lam: float = 1.0
@@ -75,9 +106,17 @@ class AlgoConfig(BaseConfig):
     kl_penalty: str = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    use_pf_ppo: bool = False
+    pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    gdpo_reward_keys: list[str] | None = None
+    gdpo_reward_weights: list[float] | None = None
 
     def __post_init__(self) -> None:
         check(0.0 <= self.gamma <= 1.0, "gamma", f"must be in [0, 1], got {self.gamma}")
         check(0.0 <= self.lam <= 1.0, "lam", f"must be in [0, 1], got {self.lam}")
         check(bool(self.adv_estimator), "adv_estimator", "must name an advantage estimator")
         check_kl_type("kl_penalty", self.kl_penalty)
+        keys, weights = self.gdpo_reward_keys, self.gdpo_reward_weights
+        check(weights is None or (keys is not None and len(weights) == len(keys)), "gdpo_reward_weights",
+              f"needs one weight per entry of gdpo_reward_keys ({keys}), got {weights}")

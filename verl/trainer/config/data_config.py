@@ -44,7 +44,8 @@ class DataConfig(BaseConfig):
     ``filter_overlong_prompts_workers`` processes (worth it from tens of thousands of rows). ``use_shm`` reads the
     files from copies in ``/dev/shm``. ``return_raw_input_ids`` adds a ``raw_input_ids`` column per row: the prompt's
     ids after the chat template (and truncation), without the left padding of ``input_ids``, for reward code that
-    decodes and re-templates the prompt for a model with another tokenizer."""
+    decodes and re-templates the prompt for a model with another tokenizer. The fields after
+    ``dataloader_num_workers`` are verl's keys without effect here (``inert_keys.py`` says why for each)."""
 
     tokenizer: str | None = None
     use_shm: bool = False
@@ -72,6 +73,15 @@ class DataConfig(BaseConfig):
     custom_cls: CustomClsConfig = field(default_factory=CustomClsConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     dataloader_num_workers: int = 0
+    train_max_samples: int = -1
+    val_max_samples: int = -1
+    gen_batch_size: int | None = None
+    tool_config_path: str | None = None
+    function_tool_path: str | None = None
+    image_patch_size: int = 14
+    audio_key: str = "audios"
+    return_multi_modal_inputs: bool = True
+    mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check(bool(self.train_files), "train_files", "must name at least one parquet file")

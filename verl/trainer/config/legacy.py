@@ -1,20 +1,23 @@
-"""Translate verl's legacy config layout to the flattened groups, one deprecation warning per legacy key.
+"""Translate verl's config spellings to the flattened groups, before Hydra (overrides) and after it (YAML files).
 
-Old layout -> new group (DESIGN.md section 6)::
+The rules live in :mod:`verl.trainer.config.key_rules`. In short::
 
-    actor_rollout_ref.actor.*                   -> actor.*
-    actor_rollout_ref.ref.*                     -> ref.*
+    actor_rollout_ref.actor.*                   -> actor.*          (deprecation warning, DESIGN.md section 6)
     actor_rollout_ref.rollout.log_prob_*        -> actor.log_prob_*   (old log-probs are an actor computation)
-    actor_rollout_ref.rollout.*                 -> rollout.*
-    actor_rollout_ref.model.*                   -> model.*
-    actor_rollout_ref.hybrid_engine, .nccl_timeout  -> dropped (no effect here)
-    reward_model.reward_manager / reward_kwargs / launch_reward_fn_async -> reward.<same>
-    reward_model.*                              -> reward.reward_model.*
-    custom_reward_function.*                    -> reward.custom_reward_function.*
+    actor_rollout_ref.{ref,rollout,model}.*     -> {ref,rollout,model}.*
+    custom_reward_function.*, sandbox_fusion.*  -> reward.*         (current in verl 0.9.1: no warning)
+    reward_model.{reward_manager,num_workers,enable,model.path,rollout,...} -> reward.*  (idem)
+    critic.fsdp.*                               -> critic.fsdp_config.*  (idem)
+    critic.model.fsdp_config.*, model.use_rmpad, ... -> their current keys (deprecation warning)
 
-Precedence: a value the user set explicitly is never overwritten by a default. Command-line overrides beat YAML
-files; a legacy block in a user's YAML beats the packaged defaults; the same key given explicitly in both forms with
-different values is an error that names both spellings.
+Keys without effect are dropped with an ``InertConfigWarning``; values this build cannot honour stop start-up naming
+the key. Precedence: a value the user set explicitly is never overwritten by a default. Command-line overrides beat
+YAML files; a legacy block in a user's YAML beats the packaged defaults; the same key given explicitly in two
+spellings with different values is an error that names both.
+
+Two leniencies make verl's command lines work unchanged: ``+key=value`` (which Hydra refuses for a key the config
+already has, as ours does for many keys verl's YAML lacked) is applied as ``++key=value``, and so are new keys under
+the free-form mappings (``rollout.engine_kwargs.vllm.x=1`` needs no ``+``).
 """
 
 from __future__ import annotations
@@ -28,10 +31,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl.base_config import ConfigError
+from verl.trainer.config.key_rules import ANY, Drop, Refuse, Rename, backend_error, find_rule
 
 __all__ = [
+    "FREE_FORM_KEYS",
     "LEGACY_ROOTS",
     "LegacyConfigWarning",
+    "apply_global_micro_batch_sizes",
     "override_key",
     "translate_legacy_config",
     "translate_legacy_key",
@@ -45,56 +51,38 @@ class LegacyConfigWarning(FutureWarning):
     """A legacy (``actor_rollout_ref.*``-style) key was translated; shown to end users by default."""
 
 
-# Ordered: the first matching prefix wins, so specific rules come before their parents.
-_RULES: tuple[tuple[str, str | None], ...] = (
-    ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "actor.log_prob_micro_batch_size_per_gpu"),
-    ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", "actor.log_prob_use_dynamic_bsz"),
-    ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", "actor.log_prob_max_token_len_per_gpu"),
-    ("actor_rollout_ref.hybrid_engine", None),
-    ("actor_rollout_ref.nccl_timeout", None),
-    ("actor_rollout_ref.actor", "actor"),
-    ("actor_rollout_ref.ref", "ref"),
-    ("actor_rollout_ref.rollout", "rollout"),
-    ("actor_rollout_ref.model", "model"),
-    ("reward_model.reward_manager", "reward.reward_manager"),
-    ("reward_model.reward_kwargs", "reward.reward_kwargs"),
-    ("reward_model.launch_reward_fn_async", "reward.launch_reward_fn_async"),
-    ("reward_model", "reward.reward_model"),
-    ("custom_reward_function", "reward.custom_reward_function"),
+LEGACY_ROOTS = ("actor_rollout_ref", "reward_model", "custom_reward_function", "sandbox_fusion")
+# Mappings whose keys are the user's own (engine arguments, reward kwargs, ray.init arguments, ...).
+FREE_FORM_KEYS = (
+    "rollout.engine_kwargs", "rollout.checkpoint_engine.engine_kwargs", "reward.reward_kwargs",
+    "reward.custom_reward_function.reward_kwargs", "model.override_config", "critic.model.override_config",
+    "data.apply_chat_template_kwargs", "ray_kwargs",
 )
-LEGACY_ROOTS = ("actor_rollout_ref", "reward_model", "custom_reward_function")
 _DROPPED = object()
+_MAX_CHAIN = 4
 _OVERRIDE_RE = re.compile(r"^(?P<prefix>\+\+|\+|~)?(?P<key>[^=]+?)(?:=(?P<value>.*))?$", re.DOTALL)
 
 
-def translate_legacy_key(key: str) -> str | None | object:
-    """The flattened key for a legacy dotted ``key``; ``key`` itself when it is not legacy; ``_DROPPED`` for keys
-    that have no effect any more. ``actor_rollout_ref.rollout.n`` -> ``rollout.n``."""
-    for old, new in _RULES:
-        if key == old or key.startswith(old + "."):
-            if new is None:
-                return _DROPPED
-            return new + key[len(old):]
+def _resolve_rule_chain(key: str) -> tuple[str | object, list[Any]]:
+    """Follow the rules from ``key``: the final key (or ``_DROPPED``) and the rules applied on the way."""
+    applied: list[Any] = []
+    for _ in range(_MAX_CHAIN):
+        rule = find_rule(key)
+        if rule is None:
+            return key, applied
+        applied.append(rule)
+        if not isinstance(rule, Rename):
+            return _DROPPED, applied
+        key = rule.new + key[len(rule.old):]
+    return key, applied
+
+
+def translate_legacy_key(key: str) -> str | object:
+    """The flattened key for a dotted ``key``; ``key`` itself when no rule applies; ``_DROPPED`` for keys without
+    effect here. ``actor_rollout_ref.rollout.n`` -> ``rollout.n``."""
     if key in LEGACY_ROOTS:
         raise ConfigError("a whole legacy group cannot be overridden at once; override its keys one by one", key=key)
-    return key
-
-
-def _is_legacy(key: str) -> bool:
-    return key.split(".", 1)[0] in LEGACY_ROOTS
-
-
-def _warn(old: str, new: str | None, seen: set[str], messages: list[str]) -> None:
-    if old in seen:
-        return
-    seen.add(old)
-    if new is None:
-        msg = f"config key '{old}' is deprecated and has no effect; it was ignored"
-    else:
-        msg = f"config key '{old}' is deprecated; use '{new}' instead (translated automatically)"
-    messages.append(msg)
-    logger.debug(msg)
-    warnings.warn(msg, LegacyConfigWarning, stacklevel=3)
+    return _resolve_rule_chain(key)[0]
 
 
 def override_key(override: str) -> str:
@@ -103,125 +91,129 @@ def override_key(override: str) -> str:
     return match.group("key").strip() if match else override
 
 
-def translate_legacy_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Rewrite legacy keys in Hydra override strings; return ``(new_overrides, warning_messages)``.
+class _Reporter:
+    """Collects the warning messages of one translation; each key (or YAML block) is named once."""
 
-    ``+old.key=v`` becomes ``++new.key=v`` (the flattened groups already define most keys that the legacy layout
-    needed ``+`` for). When a legacy override and a flattened one set the same key, equal values collapse into one
-    override and different values raise :class:`ConfigError` naming both.
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self._seen: set[str] = set()
+
+    def rename(self, old: str, new: str) -> None:
+        self._emit(old, f"config key '{old}' is deprecated; use '{new}' instead (translated automatically)",
+                   LegacyConfigWarning)
+
+    def rename_block(self, old: str, new: str, count: int) -> None:
+        self._emit(old, f"config block '{old}' ({count} key{'s' if count != 1 else ''}) is deprecated; its keys "
+                        f"moved under '{new}' (translated automatically)", LegacyConfigWarning)
+
+    def inert(self, key: str, value: Any, reason: str) -> None:
+        from verl.trainer.config.inert_keys import InertConfigWarning
+
+        self._emit(key, f"config: {key}={value!r} has no effect in this build ({reason})", InertConfigWarning)
+
+    def _emit(self, tag: str, message: str, category: type[Warning]) -> None:
+        if tag in self._seen:
+            return
+        self._seen.add(tag)
+        self.messages.append(message)
+        logger.debug(message)
+        warnings.warn(message, category, stacklevel=4)
+
+
+def _null_is_unset(rules: list[Any]) -> bool:
+    return bool(rules) and isinstance(rules[0], Rename) and rules[0].null_is_unset
+
+
+def _check_value(key: str, rules: list[Any], value: Any, report: _Reporter) -> None:
+    """Apply the Drop/Refuse rule that ended a chain to ``value``: warn, refuse, or stay silent."""
+    rule = rules[-1]
+    if isinstance(rule, Refuse):
+        if value not in rule.allowed:
+            raise ConfigError(f"{value!r} cannot be honoured here: {rule.reason}", key=key)
+    elif isinstance(rule, Drop) and rule.reason is not None and (rule.default is ANY or value != rule.default):
+        report.inert(key, value, rule.reason)
+
+
+def _parsed_value(override: str) -> Any:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return OverridesParser.create().parse_override(override).value()
+    except Exception:  # not parseable here: Hydra will report it
+        return override.partition("=")[2]
+
+
+def _is_free_form(key: str) -> bool:
+    return any(key.startswith(prefix + ".") for prefix in FREE_FORM_KEYS)
+
+
+def translate_legacy_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Rewrite verl spellings in Hydra override strings; return ``(new_overrides, warning_messages)``.
+
+    ``+key=v`` and new keys under free-form mappings become ``++key=v``. When two spellings set the same key, equal
+    values collapse into one override and different values raise :class:`ConfigError` naming both.
     """
     result: list[str] = []
-    messages: list[str] = []
-    seen: set[str] = set()
-    origin: dict[str, tuple[str, str | None, int]] = {}  # new key -> (original override, value, index in result)
+    report = _Reporter()
+    origin: dict[str, str] = {}  # new key -> the override that set it
     for override in overrides:
         match = _OVERRIDE_RE.match(override.strip())
         if match is None or override.startswith("-"):
             result.append(override)
             continue
         prefix, key, value = match.group("prefix") or "", match.group("key").strip(), match.group("value")
-        new_key = translate_legacy_key(key) if _is_legacy(key) else key
+        problem = backend_error(key)
+        if problem is not None:
+            raise ConfigError(problem, key=key)
+        new_key, rules = _resolve_rule_chain(key) if key not in LEGACY_ROOTS else (translate_legacy_key(key), [])
+        if _null_is_unset(rules) and value is not None and _parsed_value(override) is None:
+            continue  # verl 0.9.1's way of leaving a top-level reward key unset
         if new_key is _DROPPED:
-            _warn(key, None, seen, messages)
+            if prefix != "~":
+                _check_value(key, rules, _parsed_value(override), report)
             continue
-        if new_key != key:
-            _warn(key, new_key, seen, messages)
-            if prefix == "+":
-                prefix = "++"
+        for rule in rules:
+            if isinstance(rule, Rename) and rule.deprecated:
+                report.rename(key, str(new_key))
+                break
+        if prefix == "+" and "." in str(new_key) or (prefix == "" and value is not None and _is_free_form(new_key)):
+            prefix = "++"
         new_override = f"{prefix}{new_key}" + (f"={value}" if value is not None else "")
-        previous = origin.get(new_key)
-        if previous is not None and (previous[0] != override) and (_is_legacy(key) or _is_legacy(
-                override_key(previous[0]))):
-            if not _same_value(previous[0], override):
+        previous = origin.get(str(new_key))
+        if previous is not None and previous != override and (rules or find_rule(override_key(previous))
+                                                               or override_key(previous) != new_key):
+            if _parsed_value(previous) != _parsed_value(override):
                 raise ConfigError(
-                    f"set twice with different values: '{previous[0]}' and '{override}'; keep one of them",
-                    key=new_key,
+                    f"set twice with different values: '{previous}' and '{override}'; keep one of them",
+                    key=str(new_key),
                 )
             continue  # the same value given in both spellings
-        origin[new_key] = (override, value, len(result))
+        origin[str(new_key)] = override
         result.append(new_override)
-    return result, messages
-
-
-def _same_value(first: str, second: str) -> bool:
-    """Compare two overrides' values as Hydra parses them (``1e-5`` equals ``0.00001``)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parser = OverridesParser.create()
-    try:
-        return parser.parse_override(first).value() == parser.parse_override(second).value()
-    except Exception:  # not parseable here: Hydra will report it; fall back to the text
-        return first.partition("=")[2] == second.partition("=")[2]
+    return result, report.messages
 
 
 def _rewrite_interpolations(value: Any) -> Any:
-    """Point ``${actor_rollout_ref.actor.x}``-style interpolations at the flattened keys."""
+    """Point interpolations such as ``${actor_rollout_ref.actor.x}`` at the keys they moved to."""
     if not isinstance(value, str) or "${" not in value:
         return value
 
     def repl(match: re.Match) -> str:
-        new = translate_legacy_key(match.group(0))
-        return match.group(0) if new is _DROPPED else str(new)
+        new, rules = _resolve_rule_chain(match.group(0))
+        return match.group(0) if new is _DROPPED or not rules else str(new)
 
-    return re.sub(r"(?:actor_rollout_ref|reward_model|custom_reward_function)(?:\.[A-Za-z0-9_]+)*", repl, value)
+    return re.sub(r"(?<![\w.])[A-Za-z_]\w*(?:\.\w+)+", repl, value)
 
 
 def _leaves(node: Any, prefix: str) -> Iterable[tuple[str, Any]]:
     if isinstance(node, dict) and node:
         for k, v in node.items():
-            yield from _leaves(v, f"{prefix}.{k}")
+            yield from _leaves(v, f"{prefix}.{k}" if prefix else str(k))
     else:
         yield prefix, node
 
 
 _UNSET = object()
-
-
-def translate_legacy_config(
-    cfg: DictConfig,
-    explicit_keys: Iterable[str] = (),
-    defaults: DictConfig | None = None,
-) -> tuple[DictConfig, list[str]]:
-    """Move legacy blocks of a composed config (e.g. from a user's YAML) onto the flattened groups, in place.
-
-    ``explicit_keys``: flattened keys the user set on the command line; they win over the legacy block.
-    ``defaults``: the packaged default config; a flattened value that differs from it was set explicitly in a file,
-    and a legacy value that contradicts it raises :class:`ConfigError` naming both keys. Without ``defaults`` the
-    legacy block simply wins over the file's flattened values. Returns ``(cfg, warning_messages)``.
-    """
-    explicit = set(explicit_keys)
-    messages: list[str] = []
-    seen: set[str] = set()
-    # Compare unresolved values: an interpolation default (``${trainer.n_gpus_per_node}``) is still a default.
-    raw_cfg = OmegaConf.to_container(cfg, resolve=False)
-    raw_defaults = OmegaConf.to_container(defaults, resolve=False) if defaults is not None else None
-    for root in LEGACY_ROOTS:
-        if root not in cfg:
-            continue
-        block = OmegaConf.to_container(cfg[root], resolve=False)
-        with open_dict(cfg):
-            del cfg[root]
-        if not isinstance(block, dict):
-            raise ConfigError(f"expected a mapping, got {block!r}", key=root)
-        for old_key, value in _leaves(block, root):
-            new_key = translate_legacy_key(old_key)
-            if new_key is _DROPPED:
-                _warn(old_key, None, seen, messages)
-                continue
-            _warn(old_key, str(new_key), seen, messages)
-            if new_key in explicit:
-                continue  # the command line is the most explicit source
-            value = _rewrite_interpolations(value)
-            if raw_defaults is not None:
-                current, default = _raw_select(raw_cfg, str(new_key)), _raw_select(raw_defaults, str(new_key))
-                if current is not _UNSET and current != default and current != value:
-                    raise ConfigError(
-                        f"set twice with different values: '{old_key}: {value}' and '{new_key}: {current}'",
-                        key=new_key,
-                    )
-            with open_dict(cfg):
-                OmegaConf.update(cfg, str(new_key), value, merge=False, force_add=True)
-    return cfg, messages
 
 
 def _raw_select(container: Any, key: str) -> Any:
@@ -231,3 +223,134 @@ def _raw_select(container: Any, key: str) -> Any:
             return _UNSET
         node = node[part]
     return node
+
+
+def _pop_leaves(cfg: DictConfig, keys: list[str]) -> None:
+    """Delete ``keys`` from ``cfg`` and every mapping that became empty because of it."""
+    with open_dict(cfg):
+        for key in keys:
+            parent_key, _, leaf = key.rpartition(".")
+            parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+            if isinstance(parent, DictConfig) and leaf in parent.keys():  # `in parent` is False for ??? values
+                del parent[leaf]
+            while parent_key:
+                parent = OmegaConf.select(cfg, parent_key)
+                if not (isinstance(parent, DictConfig) and len(parent) == 0):
+                    break
+                grand_key, _, name = parent_key.rpartition(".")
+                grand = OmegaConf.select(cfg, grand_key) if grand_key else cfg
+                del grand[name]
+                parent_key = grand_key
+
+
+def _follow_moved_keys(cfg: DictConfig, raw: Any) -> None:
+    """Point interpolations left in ``cfg`` (``${oc.select:actor_rollout_ref.rollout.name}``) at the moved keys."""
+    for key, value in _leaves(raw, ""):
+        new_value = _rewrite_interpolations(value)
+        if new_value != value:
+            with open_dict(cfg):
+                OmegaConf.update(cfg, key, new_value, merge=False, force_add=True)
+
+
+def _report_blocks(moves: list[tuple[str, Any, list[Any]]], report: _Reporter) -> None:
+    """One deprecation warning per deprecated rule a file used (naming how many keys it moved)."""
+    blocks: dict[tuple[str, str], list[str]] = {}
+    for old_key, _, rules in moves:
+        rule = next((r for r in rules if isinstance(r, Rename) and r.deprecated), None)
+        if rule is not None:
+            blocks.setdefault((rule.old, rule.new), []).append(old_key)
+    for (old, new), keys in blocks.items():
+        if len(keys) == 1:
+            report.rename(keys[0], keys[0].replace(old, new, 1))
+        else:
+            report.rename_block(old, new, len(keys))
+
+
+def translate_legacy_config(
+    cfg: DictConfig,
+    explicit_keys: Iterable[str] = (),
+    defaults: DictConfig | None = None,
+) -> tuple[DictConfig, list[str]]:
+    """Move verl-spelled keys of a composed config (e.g. from a user's YAML) onto the flattened groups, in place.
+
+    ``explicit_keys``: flattened keys the user set on the command line; they win over the YAML's spelling.
+    ``defaults``: the packaged default config; a flattened value that differs from it was set explicitly in a file,
+    and a translated value that contradicts it raises :class:`ConfigError` naming both keys. Without ``defaults`` the
+    translated value simply wins. One deprecation warning per translated block. Returns ``(cfg, warning_messages)``.
+    """
+    explicit = set(explicit_keys)
+    report = _Reporter()
+    # Compare unresolved values: an interpolation default (``${trainer.n_gpus_per_node}``) is still a default.
+    raw_cfg = OmegaConf.to_container(cfg, resolve=False)
+    raw_defaults = OmegaConf.to_container(defaults, resolve=False) if defaults is not None else None
+    moves: list[tuple[str, Any, list[Any]]] = []
+    for key, value in _leaves(raw_cfg, ""):
+        problem = backend_error(key)
+        if problem is not None:
+            raise ConfigError(problem, key=key)
+        new_key, rules = _resolve_rule_chain(key)
+        if rules:
+            moves.append((key, value, rules))
+    _pop_leaves(cfg, [key for key, _, _ in moves])
+    # What the files set in the flattened spelling, once the translated keys are out of the way.
+    raw_after = OmegaConf.to_container(cfg, resolve=False)
+    _report_blocks(moves, report)
+    _follow_moved_keys(cfg, raw_after)
+    written: dict[str, tuple[str, Any]] = {}
+    for old_key, value, rules in moves:
+        new_key, _ = _resolve_rule_chain(old_key)
+        if value is None and _null_is_unset(rules):
+            continue  # verl 0.9.1's way of leaving a top-level reward key unset
+        if new_key is _DROPPED:
+            _check_value(old_key, rules, value, report)
+            continue
+        new_key = str(new_key)
+        if new_key in explicit:
+            continue  # the command line is the most explicit source
+        value = _rewrite_interpolations(value)
+        if value == f"${{{new_key}}}":
+            continue  # an alias of the key itself (legacy_view.add_legacy_view): nothing to move
+        other_key, current = written.get(new_key, (new_key, _raw_select(raw_after, new_key)))
+        default = _raw_select(raw_defaults, new_key) if raw_defaults is not None else _UNSET
+        file_set = new_key in written or (raw_defaults is not None and current is not _UNSET and current != default)
+        if file_set and current != value:
+            raise ConfigError(
+                f"set twice with different values: '{old_key}: {value}' and '{other_key}: {current}'", key=new_key)
+        written[new_key] = (old_key, value)
+        with open_dict(cfg):
+            OmegaConf.update(cfg, new_key, value, merge=False, force_add=True)
+    apply_global_micro_batch_sizes(cfg, explicit)
+    return cfg, report.messages
+
+
+# deprecated global size -> the per-process size it sets; both counted in samples
+_GLOBAL_SIZES = (
+    ("actor.ppo_micro_batch_size", "actor.ppo_micro_batch_size_per_gpu"),
+    ("critic.ppo_micro_batch_size", "critic.ppo_micro_batch_size_per_gpu"),
+    ("actor.log_prob_micro_batch_size", "actor.log_prob_micro_batch_size_per_gpu"),
+    ("ref.log_prob_micro_batch_size", "ref.log_prob_micro_batch_size_per_gpu"),
+    ("critic.forward_micro_batch_size", "critic.forward_micro_batch_size_per_gpu"),
+    ("reward.reward_model.micro_batch_size", "reward.reward_model.micro_batch_size_per_gpu"),
+)
+
+
+def apply_global_micro_batch_sizes(cfg: DictConfig, explicit_keys: Iterable[str] = ()) -> None:
+    """Turn verl's deprecated global forward micro-batch sizes into per-process sizes, as verl's workers do.
+
+    ``X_micro_batch_size=G`` over ``trainer.nnodes x trainer.n_gpus_per_node`` processes sets
+    ``X_micro_batch_size_per_gpu = max(1, G // processes)`` and clears the global key. Setting both explicitly is an
+    error naming both keys.
+    """
+    explicit = set(explicit_keys)
+    for global_key, per_gpu_key in _GLOBAL_SIZES:
+        size = OmegaConf.select(cfg, global_key, default=None)
+        if size is None:
+            continue
+        if per_gpu_key in explicit:
+            raise ConfigError(f"set only one of {global_key} (deprecated, all processes) and {per_gpu_key}",
+                              key=global_key)
+        processes = int(OmegaConf.select(cfg, "trainer.nnodes", default=1)) * int(
+            OmegaConf.select(cfg, "trainer.n_gpus_per_node", default=1))
+        with open_dict(cfg):
+            OmegaConf.update(cfg, per_gpu_key, max(1, int(size) // max(1, processes)), merge=False, force_add=True)
+            OmegaConf.update(cfg, global_key, None, merge=False, force_add=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verl.base_config import BaseConfig, check
+from verl.base_config import BaseConfig, ConfigError, check
 from verl.trainer.config.algo_config import AlgoConfig
 from verl.trainer.config.async_config import AsyncTrainingConfig
 from verl.trainer.config.data_config import DataConfig
@@ -26,15 +26,24 @@ from verl.workers.config import (
     RewardConfig,
     RolloutConfig,
 )
+from verl.workers.config.inert_blocks import inert_block
 
 __all__ = ["GROUPS", "PPOConfig", "build_ppo_config"]
 
 GROUPS = ("data", "model", "actor", "ref", "rollout", "critic", "reward", "algorithm", "trainer", "async_training")
+# verl's `model_engine` config group picks the training engine; only its FSDP one ("dp") exists here.
+_ENGINES = {"megatron": "verl's Megatron-LM engine", "torchtitan": "verl's TorchTitan engine",
+            "veomni": "verl's VeOmni engine", "automodel": "verl's AutoModel engine"}
 
 
 @dataclass
 class PPOConfig(BaseConfig):
-    """All groups of ``ppo_trainer.yaml``; ``__post_init__`` checks what involves more than one group."""
+    """All groups of ``ppo_trainer.yaml``; ``__post_init__`` checks what involves more than one group.
+
+    ``model_engine`` is verl's engine switch (``dp`` = FSDP; others are refused by name). ``global_profiler``,
+    ``distillation``, ``transfer_queue`` and ``skip`` are verl's top-level blocks: ``global_profiler.tool`` reaches
+    the workers' environment, ``distillation.enabled`` is refused when the trainer starts, the last two have no
+    effect (``inert_keys.py``)."""
 
     data: DataConfig = field(default_factory=DataConfig)
     model: HFModelConfig = field(default_factory=HFModelConfig)
@@ -47,8 +56,19 @@ class PPOConfig(BaseConfig):
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     ray_kwargs: dict[str, Any] = field(default_factory=dict)
+    model_engine: str = "dp"
+    global_profiler: dict[str, Any] = field(default_factory=lambda: inert_block("global_profiler"))
+    distillation: dict[str, Any] = field(default_factory=lambda: inert_block("distillation"))
+    transfer_queue: dict[str, Any] = field(default_factory=lambda: inert_block("transfer_queue"))
+    skip: dict[str, Any] = field(default_factory=lambda: inert_block("skip"))
 
     def __post_init__(self) -> None:
+        if self.model_engine != "dp":
+            engine = _ENGINES.get(self.model_engine)
+            detail = f"{self.model_engine!r} selects {engine}, which this build does not include" if engine else (
+                f"{self.model_engine!r} is not an engine of this build")
+            raise ConfigError(f"{detail}; the only engine is dp (FSDP/FSDP2, actor.strategy=fsdp|fsdp2)",
+                              key="model_engine")
         for group in ("actor", "ref", "critic"):
             value = getattr(self, group).rollout_n
             check(value == self.rollout.n, f"{group}.rollout_n",

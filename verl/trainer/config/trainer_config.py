@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from verl.base_config import BaseConfig, check
+from verl.workers.config.inert_blocks import inert_block
 
 __all__ = ["DEVICES", "LOGGERS", "RESUME_MODES", "TrainerConfig"]
 
 DEVICES = ("auto", "cpu", "cuda")
+# Accelerators verl supports that this build does not, named in the error a user gets for them.
+_OTHER_DEVICES = {"npu": "Ascend NPUs", "hpu": "Intel Gaudi HPUs", "xpu": "Intel XPUs"}
 LOGGERS = ("console", "file", "tensorboard", "wandb", "mlflow")
 RESUME_MODES = ("auto", "disable", "resume_path")
 
@@ -24,12 +28,13 @@ class TrainerConfig(BaseConfig):
     starts fresh, ``resume_path`` loads ``resume_from_path``. ``del_local_ckpt_after_load`` deletes the
     ``global_step_<k>`` folder a run resumed from once it is loaded. ``ray_wait_register_center_timeout``: seconds
     each worker group may take to start (every process up, every constructor returned) before the run fails with an
-    error naming the group and how many of its workers came up.
+    error naming the group and how many of its workers came up. ``logger`` takes one backend name or a list.
+    The fields after ``validation_data_dir`` are verl's keys without effect here (``inert_keys.py``).
     """
 
     project_name: str = "verl_examples"
     experiment_name: str = "demo"
-    logger: list[str] = field(default_factory=lambda: ["console"])
+    logger: str | list[str] = field(default_factory=lambda: ["console"])
     log_val_generations: int = 0
     nnodes: int = 1
     n_gpus_per_node: int = 1
@@ -53,12 +58,21 @@ class TrainerConfig(BaseConfig):
     ray_wait_register_center_timeout: int = 300
     rollout_data_dir: str | None = None
     validation_data_dir: str | None = None
+    esi_redundant_time: float = 0
+    checkpoint_callback_class: str | None = None
+    use_v1: bool = True
+    use_legacy_worker_impl: str | bool = "auto"
+    v1: dict[str, Any] = field(default_factory=lambda: inert_block("trainer_v1"))
 
     def __post_init__(self) -> None:
+        if isinstance(self.logger, str):  # `trainer.logger=console`, as verl accepts
+            object.__setattr__(self, "logger", [self.logger])
         bad = [name for name in self.logger if name not in LOGGERS]
         check(not bad, "logger", f"unknown logger(s) {bad}; allowed: {list(LOGGERS)}")
         check(self.nnodes >= 1, "nnodes", f"must be >= 1, got {self.nnodes}")
         check(self.n_gpus_per_node >= 1, "n_gpus_per_node", f"must be >= 1, got {self.n_gpus_per_node}")
+        check(self.device not in _OTHER_DEVICES, "device",
+              f"{self.device!r}: {_OTHER_DEVICES.get(self.device)} are not supported by this build; use cpu or cuda")
         check(self.device in DEVICES, "device", f"must be one of {list(DEVICES)}, got {self.device!r}")
         check(self.total_epochs >= 1, "total_epochs", f"must be >= 1, got {self.total_epochs}")
         check(self.total_training_steps is None or self.total_training_steps >= 1, "total_training_steps",

@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.utils.import_utils import load_extern_object
@@ -38,9 +38,13 @@ def create_rl_dataset(
     tokenizer: Any,
     processor: Any = None,
     is_train: bool = True,
+    max_samples: int = -1,
 ) -> Dataset:
-    """Build the train (``is_train``) or validation data set as ``cls(data_files, tokenizer, config, processor)``."""
+    """Build the train (``is_train``) or validation data set as ``cls(data_files, tokenizer, config, processor)``;
+    ``max_samples > 0`` keeps only its first ``max_samples`` rows (as verl's train_max_samples key asks)."""
     cls = get_dataset_class(data_config)
     dataset = cls(data_files=data_paths, tokenizer=tokenizer, config=data_config, processor=processor)
+    if 0 < max_samples < len(dataset):
+        dataset = Subset(dataset, range(max_samples))
     logger.info("%s data set: %s with %d rows", "train" if is_train else "validation", cls.__name__, len(dataset))
     return dataset

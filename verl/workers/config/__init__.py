@@ -4,7 +4,7 @@ from verl.workers.config.actor import ActorConfig, CheckpointConfig, FSDPActorCo
 from verl.workers.config.critic import CriticConfig, FSDPCriticConfig
 from verl.workers.config.engine import FSDPEngineConfig
 from verl.workers.config.model import BUILTIN_TINY_MODEL, HFModelConfig
-from verl.workers.config.optimizer import OptimizerConfig
+from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
 from verl.workers.config.reward import (
     CustomRewardFunctionConfig,
     RewardConfig,
@@ -32,6 +32,7 @@ __all__ = [
     "FSDPActorConfig",
     "FSDPCriticConfig",
     "FSDPEngineConfig",
+    "FSDPOptimizerConfig",
     "HFModelConfig",
     "MultiTurnConfig",
     "OptimizerConfig",

@@ -8,9 +8,11 @@ per rank once it knows the data-parallel size; that is why the batch sizes are t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from verl.base_config import BaseConfig, check
-from verl.workers.config.engine import FSDPEngineConfig
+from verl.workers.config.engine import FSDPEngineConfig, check_strategy
+from verl.workers.config.inert_blocks import inert_block
 from verl.workers.config.optimizer import OptimizerConfig
 
 __all__ = [
@@ -49,6 +51,7 @@ class PolicyLossConfig(BaseConfig):
     clip_cov_ub: float = 5.0
     kl_cov_ratio: float = 0.0002
     ppo_kl_coef: float = 0.1
+    dro_beta: float | None = None  # strength of the DRO loss's quadratic log-ratio penalty (loss_mode=dro)
 
     def __post_init__(self) -> None:
         check(bool(self.loss_mode), "loss_mode", "must name a registered policy loss")
@@ -58,11 +61,14 @@ class PolicyLossConfig(BaseConfig):
 class CheckpointConfig(BaseConfig):
     """What a checkpoint holds. ``load_contents`` defaults to ``save_contents``. ``async_save``: model and
     optimizer shards are copied aside during the save and written in the background while training goes on;
-    the step counts as saved (tracker file, ``trainer_state.pt``) once they are complete."""
+    the step counts as saved (tracker file, ``trainer_state.pt``) once they are complete. ``save_lora_only`` keeps
+    only the adapter tensors of a LoRA model; ``strict`` has no effect here."""
 
     save_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
     load_contents: list[str] | None = None
     async_save: bool = False
+    strict: bool = True
+    save_lora_only: bool = False
 
     def __post_init__(self) -> None:
         if self.load_contents is None:
@@ -86,6 +92,10 @@ class ActorConfig(BaseConfig):
     ``old_log_probs`` first (KL in the reward; rollout rejection, token veto or batch-normalised weights).
     ``use_torch_compile`` runs the per-chunk log-prob and entropy kernels through ``torch.compile`` (dynamic shapes;
     compiled once per process on first use).
+    ``log_prob_micro_batch_size`` is verl's deprecated size over all processes; composing the config turns it into
+    ``log_prob_micro_batch_size_per_gpu``. ``tau_pos``/``tau_neg`` are the gate temperatures of ``loss_mode=sapo``;
+    ``loss_scale_factor`` divides the summed loss by a constant instead of the token count.
+    The fields after ``rollout_n`` are verl's keys without effect here (``inert_keys.py`` says why for each).
     """
 
     _mutable_fields = frozenset(
@@ -121,6 +131,17 @@ class ActorConfig(BaseConfig):
     log_prob_max_token_len_per_gpu: int = 16384
     skip_on_policy_log_prob: bool = True
     rollout_n: int = 1
+    log_prob_micro_batch_size: int | None = None
+    loss_scale_factor: float | None = None
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
+    freeze_vision_tower: bool = False
+    calculate_entropy: bool = False
+    calculate_sum_pi_squared: bool = False
+    use_prefix_grouper: bool = False
+    use_fused_kernels: bool = False
+    use_remove_padding: bool = False
+    profiler: dict[str, Any] = field(default_factory=lambda: inert_block("profiler"))
 
     def __post_init__(self) -> None:
         check(bool(self.strategy), "strategy", "must not be empty")
@@ -128,9 +149,12 @@ class ActorConfig(BaseConfig):
         check(self.ppo_micro_batch_size is None or self.ppo_micro_batch_size_per_gpu is None,
               "ppo_micro_batch_size", "set only one of ppo_micro_batch_size (deprecated) and "
               "ppo_micro_batch_size_per_gpu")
-        for key in ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu"):
+        for key in ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu",
+                    "log_prob_micro_batch_size"):
             value = getattr(self, key)
             check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
+        check(self.loss_scale_factor is None or self.loss_scale_factor > 0, "loss_scale_factor",
+              f"must be > 0 or null, got {self.loss_scale_factor}")
         for key in ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu"):
             check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
         check(self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
@@ -174,9 +198,12 @@ class FSDPActorConfig(ActorConfig):
     ulysses_sequence_parallel_size: int = 1
     entropy_from_logits_with_chunking: bool = False
     entropy_checkpointing: bool = False
+    entropy_from_logits_chunk_size: int = 2048
+    pad_to_length: bool = False
+    qat: dict[str, Any] = field(default_factory=lambda: inert_block("qat"))
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.strategy in ("fsdp", "fsdp2"), "strategy", f"must be 'fsdp' or 'fsdp2', got {self.strategy!r}")
+        check_strategy("strategy", self.strategy)
         check(self.ulysses_sequence_parallel_size >= 1, "ulysses_sequence_parallel_size",
               f"must be >= 1, got {self.ulysses_sequence_parallel_size}")

@@ -7,10 +7,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from verl.base_config import BaseConfig, check
 from verl.workers.config.actor import CheckpointConfig, check_loss_agg_mode
-from verl.workers.config.engine import FSDPEngineConfig
+from verl.workers.config.engine import FSDPEngineConfig, check_strategy
+from verl.workers.config.inert_blocks import inert_block
 from verl.workers.config.model import HFModelConfig
 from verl.workers.config.optimizer import OptimizerConfig
 
@@ -19,7 +21,10 @@ __all__ = ["CriticConfig", "FSDPCriticConfig"]
 
 @dataclass
 class CriticConfig(BaseConfig):
-    """Value-model training knobs; batch-size units are those of :class:`ActorConfig`."""
+    """Value-model training knobs; batch-size units are those of :class:`ActorConfig`.
+
+    ``forward_micro_batch_size`` is verl's deprecated size over all processes; composing the config turns it into
+    ``forward_micro_batch_size_per_gpu``. ``loss_scale_factor`` and ``profiler`` have no effect here."""
 
     _mutable_fields = frozenset(
         {"ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
@@ -45,6 +50,9 @@ class CriticConfig(BaseConfig):
     loss_agg_mode: str = "token-mean"
     grad_clip: float = 1.0
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    forward_micro_batch_size: int | None = None
+    loss_scale_factor: float | None = None
+    profiler: dict[str, Any] = field(default_factory=lambda: inert_block("profiler"))
 
     def __post_init__(self) -> None:
         check(bool(self.strategy), "strategy", "must not be empty")
@@ -53,7 +61,8 @@ class CriticConfig(BaseConfig):
         check(self.ppo_micro_batch_size is None or self.ppo_micro_batch_size_per_gpu is None,
               "ppo_micro_batch_size", "set only one of ppo_micro_batch_size (deprecated) and "
               "ppo_micro_batch_size_per_gpu")
-        for key in ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "forward_micro_batch_size_per_gpu"):
+        for key in ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "forward_micro_batch_size_per_gpu",
+                    "forward_micro_batch_size"):
             value = getattr(self, key)
             check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
         check(self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
@@ -83,6 +92,6 @@ class FSDPCriticConfig(CriticConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.strategy in ("fsdp", "fsdp2"), "strategy", f"must be 'fsdp' or 'fsdp2', got {self.strategy!r}")
+        check_strategy("strategy", self.strategy)
         check(self.ulysses_sequence_parallel_size >= 1, "ulysses_sequence_parallel_size",
               f"must be >= 1, got {self.ulysses_sequence_parallel_size}")

@@ -5,12 +5,32 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.base_config import BaseConfig, check
+from verl.base_config import BaseConfig, ConfigError, check
+from verl.workers.config.inert_blocks import inert_block
 
-__all__ = ["MODEL_DTYPES", "WRAP_POLICY_KEYS", "FSDPEngineConfig"]
+__all__ = ["MODEL_DTYPES", "TRAINING_STRATEGIES", "WRAP_POLICY_KEYS", "FSDPEngineConfig", "check_strategy"]
 
 MODEL_DTYPES = ("fp32", "bf16", "fp16", "float32", "bfloat16", "float16")
 WRAP_POLICY_KEYS = ("transformer_layer_cls_to_wrap", "min_num_params")
+TRAINING_STRATEGIES = ("fsdp", "fsdp2")
+# Training backends of verl that this build does not include, named in the error a user gets for them.
+_OTHER_BACKENDS = {
+    "megatron": "verl's Megatron-LM engine",
+    "torchtitan": "verl's TorchTitan engine",
+    "veomni": "verl's VeOmni engine",
+    "automodel": "verl's AutoModel engine",
+    "turbofsdp": "verl's TurboFSDP engine",
+}
+
+
+def check_strategy(key: str, value: str) -> None:
+    """Refuse a training backend other than FSDP/FSDP2, naming the backend that was asked for."""
+    if value in TRAINING_STRATEGIES:
+        return
+    backend = _OTHER_BACKENDS.get(str(value).lower())
+    what = f"{value!r} selects {backend}, which this build does not include" if backend else (
+        f"{value!r} is not a training backend")
+    raise ConfigError(f"{what}; use fsdp or fsdp2 (FSDP2 either way)", key=key)
 
 
 @dataclass
@@ -19,7 +39,10 @@ class FSDPEngineConfig(BaseConfig):
     sharding with groups of that size. ``model_dtype`` is the dtype of the parameters held by the trainer.
     ``wrap_policy`` picks the modules sharded on their own: ``transformer_layer_cls_to_wrap`` (class names, default
     the model's ``_no_split_modules``) with at least ``min_num_params`` parameters; the root takes the rest.
-    ``forward_prefetch`` has each sharded layer start the next layer's all-gather before its own forward."""
+    ``forward_prefetch`` has each sharded layer start the next layer's all-gather before its own forward.
+
+    The fields after ``model_dtype`` are verl's engine keys that have no effect here (``inert_keys.py`` says why for
+    each); ``strategy`` is checked so that a Megatron or other backend is refused by name."""
 
     wrap_policy: dict[str, Any] = field(default_factory=lambda: {"min_num_params": 0})
     param_offload: bool = False
@@ -29,6 +52,22 @@ class FSDPEngineConfig(BaseConfig):
     fsdp_size: int = -1
     forward_prefetch: bool = False
     model_dtype: str = "fp32"
+    use_orig_params: bool = False
+    seed: int = 42
+    full_determinism: bool = False
+    ulysses_sequence_parallel_size: int = 1
+    entropy_from_logits_with_chunking: bool = False
+    entropy_from_logits_chunk_size: int = 2048
+    use_torch_compile: bool = True
+    entropy_checkpointing: bool = False
+    use_no_sync_for_gradient_accumulation: bool = False
+    pad_to_length: bool = False
+    pad_to_length_bucket: int = 1024
+    forward_only: bool = False
+    strategy: str = "fsdp"
+    dtype: str = "bfloat16"
+    qat: dict[str, Any] = field(default_factory=lambda: inert_block("qat"))
+    turbo_config: dict[str, Any] = field(default_factory=lambda: inert_block("turbo_config"))
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.wrap_policy) - set(WRAP_POLICY_KEYS))
@@ -43,3 +82,4 @@ class FSDPEngineConfig(BaseConfig):
         check(self.fsdp_size == -1 or self.fsdp_size >= 1, "fsdp_size", f"must be -1 or >= 1, got {self.fsdp_size}")
         check(self.model_dtype in MODEL_DTYPES, "model_dtype",
               f"must be one of {list(MODEL_DTYPES)}, got {self.model_dtype!r}")
+        check_strategy("strategy", self.strategy)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.base_config import BaseConfig, check
+from verl.workers.config.inert_blocks import inert_block
 
 __all__ = ["BUILTIN_TINY_MODEL", "HFModelConfig"]
 
@@ -23,6 +24,8 @@ class HFModelConfig(BaseConfig):
     ``enable_activation_offload`` keeps what a trainable model's forward saves for backward in pinned host memory.
     ``use_fused_kernels`` has the policy's LM head compute log-probs and entropy per chunk of rows instead of making
     the ``[tokens, vocab]`` logits (:mod:`verl.workers.actor.fused_head`).
+    ``fused_kernel_options``, ``tiled_mlp``, ``mtp`` and ``lora`` (the Megatron engine's LoRA block) are verl's keys
+    without effect here (``inert_keys.py``).
     """
 
     path: str = BUILTIN_TINY_MODEL
@@ -43,11 +46,15 @@ class HFModelConfig(BaseConfig):
     lora_adapter_path: str | None = None
     external_lib: str | None = None
     custom_chat_template: str | None = None
+    fused_kernel_options: dict[str, Any] = field(default_factory=lambda: {"impl_backend": "torch"})
+    tiled_mlp: dict[str, Any] = field(default_factory=lambda: {"enabled": False, "num_shards": 4})
+    mtp: dict[str, Any] = field(default_factory=lambda: inert_block("mtp"))
+    lora: dict[str, Any] = field(default_factory=lambda: inert_block("megatron_lora"))
 
     def __post_init__(self) -> None:
         check(isinstance(self.path, str) and self.path != "", "path", "must name a model folder or hub id")
         check(self.lora_rank >= 0, "lora_rank", f"must be >= 0, got {self.lora_rank}")
-        check(self.lora_alpha > 0, "lora_alpha", f"must be > 0, got {self.lora_alpha}")
+        check(self.lora_rank == 0 or self.lora_alpha > 0, "lora_alpha", f"must be > 0 with LoRA, got {self.lora_alpha}")
         if self.tokenizer_path is None:
             object.__setattr__(self, "tokenizer_path", self.path)
 

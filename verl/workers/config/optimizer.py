@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from verl.base_config import BaseConfig, check
 
-__all__ = ["LR_SCHEDULER_TYPES", "OptimizerConfig"]
+__all__ = ["LR_SCHEDULER_TYPES", "FSDPOptimizerConfig", "OptimizerConfig"]
 
 LR_SCHEDULER_TYPES = ("constant", "cosine")
 
@@ -14,7 +15,11 @@ LR_SCHEDULER_TYPES = ("constant", "cosine")
 @dataclass
 class OptimizerConfig(BaseConfig):
     """Optimizer and schedule. ``total_training_steps`` is injected by the trainer once the data size is known,
-    which is why it is the one mutable field. ``lr_warmup_steps > 0`` wins over ``lr_warmup_steps_ratio``."""
+    which is why it is the one mutable field. ``lr_warmup_steps > 0`` wins over ``lr_warmup_steps_ratio``.
+
+    verl's ``warmup_style`` is the older name of ``lr_scheduler_type`` and sets it when given. Optimizers come from
+    ``torch.optim`` only (``optimizer_impl``); ``zero_indexed_step`` and ``override_optimizer_config`` are accepted
+    without effect (``inert_keys.py``)."""
 
     _mutable_fields = frozenset({"total_training_steps"})
 
@@ -29,8 +34,21 @@ class OptimizerConfig(BaseConfig):
     lr_scheduler_type: str = "constant"
     min_lr_ratio: float = 0.0
     num_cycles: float = 0.5
+    optimizer_impl: str = "torch.optim"
+    zero_indexed_step: bool = True
+    warmup_style: str | None = None
+    override_optimizer_config: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.warmup_style is not None:
+            check(self.lr_scheduler_type in ("constant", self.warmup_style), "warmup_style",
+                  f"({self.warmup_style!r}) and lr_scheduler_type ({self.lr_scheduler_type!r}) disagree; "
+                  "set lr_scheduler_type only")
+            check(self.warmup_style in LR_SCHEDULER_TYPES, "warmup_style",
+                  f"must be one of {list(LR_SCHEDULER_TYPES)}, got {self.warmup_style!r}")
+            object.__setattr__(self, "lr_scheduler_type", self.warmup_style)
+        check(self.optimizer_impl == "torch.optim", "optimizer_impl",
+              f"{self.optimizer_impl!r} is not available: optimizers are built from torch.optim (optimizer=AdamW)")
         check(self.lr >= 0, "lr", f"must be >= 0, got {self.lr}")
         check(0.0 <= self.lr_warmup_steps_ratio <= 1.0, "lr_warmup_steps_ratio", f"must be in [0, 1], got "
               f"{self.lr_warmup_steps_ratio}")
@@ -46,3 +64,8 @@ class OptimizerConfig(BaseConfig):
         if self.lr_warmup_steps > 0:
             return self.lr_warmup_steps
         return int(self.lr_warmup_steps_ratio * total_steps)
+
+
+@dataclass
+class FSDPOptimizerConfig(OptimizerConfig):
+    """verl's name for the optimizer config of the FSDP engine; the same fields as :class:`OptimizerConfig`."""

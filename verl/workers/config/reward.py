@@ -1,8 +1,10 @@
 """RewardConfig (group ``reward``): rule-based reward managers, custom scoring functions and reward models.
 
-Legacy keys map here: ``reward_model.reward_manager`` / ``reward_model.reward_kwargs`` /
-``reward_model.launch_reward_fn_async`` -> ``reward.*``; every other ``reward_model.X`` -> ``reward.reward_model.X``;
-``custom_reward_function.X`` -> ``reward.custom_reward_function.X``.
+verl's top-level keys map here (``verl.trainer.config.key_rules``): ``reward_model.reward_manager`` /
+``reward_kwargs`` / ``num_workers`` / ``launch_reward_fn_async`` -> ``reward.*``; every other ``reward_model.X`` ->
+``reward.reward_model.X``; ``custom_reward_function.X`` -> ``reward.custom_reward_function.X``; ``sandbox_fusion.X``
+-> ``reward.sandbox_fusion.X``. verl 0.9.1's ``reward.reward_manager.name`` is ``reward.reward_manager`` here and
+its ``reward.reward_model.model_path`` is ``reward.reward_model.model.path``.
 """
 
 from __future__ import annotations
@@ -11,19 +13,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.base_config import BaseConfig, check
+from verl.workers.config.inert_blocks import inert_block
 
 __all__ = ["CustomRewardFunctionConfig", "RewardConfig", "RewardModelConfig", "RewardModelPathConfig"]
 
 
 @dataclass
 class CustomRewardFunctionConfig(BaseConfig):
-    """A user scoring function: ``path`` to a .py file, ``name`` of the function in it."""
+    """A user scoring function: ``path`` to a .py file, ``name`` of the function in it (null: ``compute_score``)."""
 
     path: str | None = None
-    name: str = "compute_score"
+    name: str | None = "compute_score"
     reward_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.name is None:  # verl's top-level custom_reward_function.name defaults to null
+            object.__setattr__(self, "name", "compute_score")
         check(bool(self.name), "name", "must name the scoring function inside path")
 
 
@@ -39,7 +44,11 @@ class RewardModelPathConfig(BaseConfig):
 
 @dataclass
 class RewardModelConfig(BaseConfig):
-    """A model-based reward (off by default)."""
+    """A model-based reward (off by default), scored by the reward-model worker in the trainer's resource pool.
+
+    ``micro_batch_size`` is verl's deprecated size over all processes (composing the config turns it into
+    ``micro_batch_size_per_gpu``). verl 0.9.1's ``enable_resource_pool``, ``n_gpus_per_node``, ``nnodes`` and
+    ``rollout`` (a rollout engine serving the reward model) have no effect here."""
 
     enable: bool = False
     strategy: str = "fsdp"
@@ -48,6 +57,11 @@ class RewardModelConfig(BaseConfig):
     max_length: int | None = None
     use_dynamic_bsz: bool = False
     forward_max_token_len_per_gpu: int = 32768
+    micro_batch_size: int | None = None
+    enable_resource_pool: bool = False
+    n_gpus_per_node: int = 8
+    nnodes: int = 0
+    rollout: dict[str, Any] = field(default_factory=lambda: inert_block("reward_rollout"))
 
     def __post_init__(self) -> None:
         check(not self.enable or bool(self.model.path), "model.path",
@@ -58,7 +72,8 @@ class RewardModelConfig(BaseConfig):
 
 @dataclass
 class RewardConfig(BaseConfig):
-    """How samples are scored. ``reward_manager`` names a registered manager (naive, batch, dapo, ...)."""
+    """How samples are scored. ``reward_manager`` names a registered manager (naive, batch, dapo, ...).
+    ``sandbox_fusion`` (verl's code-execution sandbox for code data sets) has no effect here."""
 
     reward_manager: str = "naive"
     reward_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -67,6 +82,8 @@ class RewardConfig(BaseConfig):
     launch_reward_fn_async: bool = False
     num_workers: int = 1
     timeout_s: float = 300.0
+    sandbox_fusion: dict[str, Any] = field(
+        default_factory=lambda: {"url": None, "max_concurrent": 64, "memory_limit_mb": 1024})
 
     def __post_init__(self) -> None:
         check(bool(self.reward_manager), "reward_manager", "must name a registered reward manager")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.base_config import BaseConfig, check
+from verl.workers.config.inert_blocks import inert_block
 
 __all__ = [
     "CHECKPOINT_ENGINE_BACKENDS",
@@ -72,10 +73,12 @@ class MultiTurnConfig(BaseConfig):
     max_tool_response_length: int = 256
     tool_response_truncate_side: str = "middle"
     tool_config_path: str | None = None
+    function_tool_path: str | None = None  # a .py file whose @function_tool functions are tools too
     interaction_config_path: str | None = None
     use_inference_chat_template: bool = False
     tokenization_sanity_check_mode: str = "strict"
     format: str = "hermes"
+    num_repeat_rollouts: int | None = None
 
     def __post_init__(self) -> None:
         for key in ("max_assistant_turns", "max_user_turns"):
@@ -113,17 +116,25 @@ class AgentLoopConfig(BaseConfig):
 
 @dataclass
 class CheckpointEngineConfig(BaseConfig):
-    """Trainer -> rollout weight transfer: ``naive`` (same process), ``ray`` (object store), ``collective``."""
+    """Trainer -> rollout weight transfer: ``naive`` (same process), ``ray`` (object store), ``collective``.
+
+    verl's ``update_weights_bucket_megabytes`` is translated to ``bucket_megabytes``; ``engine_kwargs`` has no effect,
+    and a ``custom_backend_module`` is refused (the backends are the three above)."""
 
     backend: str = "naive"
     bucket_megabytes: int = 512
     timeout_s: float = 600.0
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    custom_backend_module: str | None = None
 
     def __post_init__(self) -> None:
         check(self.backend in CHECKPOINT_ENGINE_BACKENDS, "backend",
               f"must be one of {list(CHECKPOINT_ENGINE_BACKENDS)}, got {self.backend!r}")
         check(self.bucket_megabytes >= 1, "bucket_megabytes", f"must be >= 1, got {self.bucket_megabytes}")
         check(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")
+        check(self.custom_backend_module is None, "custom_backend_module",
+              f"({self.custom_backend_module!r}) cannot be loaded: weight transfer uses one of the built-in backends "
+              f"{list(CHECKPOINT_ENGINE_BACKENDS)} (rollout.checkpoint_engine.backend)")
 
 
 @dataclass
@@ -136,6 +147,8 @@ class RolloutConfig(BaseConfig):
     its requests share engine batches; ``None`` takes ``trainer.seed``, so sampling is seeded by default.
     ``data_parallel_size`` is vLLM's ``data_parallel_size`` / SGLang's ``dp_size``: engine copies inside one replica,
     which then spans ``tensor_model_parallel_size x data_parallel_size`` GPUs (the ``hf`` engine refuses values > 1).
+    The fields after ``checkpoint_engine`` are verl's engine keys without effect here (``inert_keys.py`` says why for
+    each; engine arguments that vLLM or SGLang should see go in ``engine_kwargs.vllm`` / ``engine_kwargs.sglang``).
     """
 
     name: str = "hf"
@@ -167,11 +180,36 @@ class RolloutConfig(BaseConfig):
     # per-request sampling seeds (row i of step k uses a seed derived from seed, k and i); None: trainer.seed
     seed: int | None = None
     update_weights_bucket_megabytes: int = 512
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    engine_kwargs: dict[str, Any] = field(default_factory=lambda: {"vllm": {}, "sglang": {}, "trtllm": {}})
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
     checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
+    full_determinism: bool = False
+    cudagraph_capture_sizes: list[int] | None = None
+    expert_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    logprobs_mode: str = "processed_logprobs"
+    scheduling_policy: str = "fcfs"
+    load_format: str = "dummy"
+    layered_summon: bool = False
+    disable_log_stats: bool = True
+    over_sample_rate: float = 0.0
+    multi_stage_wake_up: bool = False
+    router_config_path: str | None = None
+    skip_tokenizer_init: bool = True
+    enable_rollout_routing_replay: bool = False
+    moe_load_balance_metrics_interval: int = 0
+    quantization: str | None = None
+    quantization_config_file: str | None = None
+    mtp: Any = None
+    qat: Any = None
+    profiler: dict[str, Any] = field(default_factory=lambda: inert_block("profiler"))
+    trace: dict[str, Any] = field(default_factory=lambda: inert_block("trace"))
+    prometheus: dict[str, Any] = field(default_factory=lambda: inert_block("prometheus"))
+    disaggregation: dict[str, Any] = field(default_factory=lambda: inert_block("disaggregation"))
 
     def __post_init__(self) -> None:
         check(bool(self.name), "name", "must name a rollout engine (hf, vllm, sglang)")
