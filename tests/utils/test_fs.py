@@ -50,6 +50,13 @@ def test_local_paths_and_hub_ids_pass_through(tmp_path):
         fs.copy_to_local("hdfs://a/b/")
 
 
+def test_the_built_in_tiny_model_becomes_its_local_folder():
+    from verl.utils.tiny_model import tiny_model_path
+
+    local = fs.copy_to_local("verl:tiny-demo")
+    assert local == str(tiny_model_path()) and os.path.isfile(os.path.join(local, "config.json"))
+
+
 def test_hdfs_without_the_cli_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="'hdfs' command, which is not on PATH"):

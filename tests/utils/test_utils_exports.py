@@ -20,7 +20,6 @@ SAME = [
     ("verl.utils.debug.performance", "simple_timer", "verl.utils.profiler.performance", "simple_timer"),
     ("verl.utils.profiler.performance", "log_gpu_memory_usage", "verl.utils.profiler", "log_gpu_memory_usage"),
     ("verl.utils.reward_score.math_reward", "compute_score", "verl.utils.reward_score.math", "compute_score"),
-    ("verl.utils.reward_score.search_r1_like_qa_em", "em_check", "verl.utils.reward_score.qa_em", "em_check"),
     ("verl.utils.dataset.rl_dataset", "collate_fn", "verl.utils.dataset.collate", "collate_fn"),
     ("verl.utils.dataset.rl_dataset", "process_image", "verl.utils.dataset.vision_utils", "process_image"),
     ("verl.utils.dataset.rl_dataset", "pad_dataproto_to_divisor", "verl.protocol", "pad_dataproto_to_divisor"),

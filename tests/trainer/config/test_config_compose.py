@@ -2,6 +2,7 @@
 
 import dataclasses
 import textwrap
+import warnings
 
 import pytest
 import yaml
@@ -27,6 +28,14 @@ def defaults():
 def test_default_config_composes_and_validates():
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         cfg = compose(config_name="ppo_trainer")
+    # verl's nested spelling and top-level reward blocks are composed too (so a recipe's own @hydra.main accepts
+    # verl's overrides), and translated away before validation
+    mirrors = ["actor_rollout_ref", "custom_reward_function", "reward_model", "sandbox_fusion"]
+    assert sorted(cfg.keys()) == sorted([*GROUPS, *VERL_BLOCKS, "ray_kwargs", "model_engine", *mirrors])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = compose_ppo_config([])
+    assert not [w for w in caught if issubclass(w.category, LegacyConfigWarning)]  # nobody set the mirrors
     assert list(cfg.keys()) == [*GROUPS, *VERL_BLOCKS, "ray_kwargs", "model_engine"]
     typed = build_ppo_config(cfg)
     assert isinstance(typed, PPOConfig)

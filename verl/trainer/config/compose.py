@@ -71,23 +71,42 @@ def compose_ppo_config(
         config_dir = next((d for d in extra_search_dirs if (Path(d) / f"{config_name}.yaml").is_file()), None)
     new_overrides, _ = translate_legacy_overrides(list(overrides))
     search = search_path_override(config_dir, config_name, extra_search_dirs)
+    # The packaged defaults tell a value the user set from the packaged one (in the flattened groups and in the
+    # actor_rollout_ref mirror of ppo_trainer.yaml).
     if GlobalHydra.instance().is_initialized():
         cfg = compose(config_name=config_name, overrides=[*search, *new_overrides])
-        defaults = compose(config_name="ppo_trainer") if config_name != "ppo_trainer" else None
     else:
         init = (initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base=None) if config_dir
                 else initialize_config_module(config_module=CONFIG_MODULE, version_base=None))
         with init:
             cfg = compose(config_name=config_name, overrides=[*search, *new_overrides])
-        defaults = default_ppo_config() if config_name != "ppo_trainer" or config_dir else None
+    defaults = default_ppo_config()
     explicit = {override_key(o) for o in new_overrides}
     cfg, _ = translate_legacy_config(cfg, explicit_keys=explicit, defaults=defaults)
     return cfg
 
 
+def _translated(packaged: DictConfig) -> DictConfig:
+    """The packaged composition with its untouched verl-spelling mirrors dropped (nothing moves, nothing warns)."""
+    raw = packaged.copy()
+    cfg, _ = translate_legacy_config(packaged, defaults=raw)
+    return cfg
+
+
 def default_ppo_config() -> DictConfig:
-    """The packaged defaults with no overrides."""
-    if GlobalHydra.instance().is_initialized():
-        return compose(config_name="ppo_trainer")
-    with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
-        return compose(config_name="ppo_trainer")
+    """The packaged defaults with no overrides, in the flattened groups only.
+
+    Composed from the packaged config module even inside a running Hydra app (a recipe's own ``@hydra.main``, whose
+    search path may not reach ``ppo_trainer`` outside its primary config): the app's Hydra state is set aside for
+    the compose and put back after it."""
+    hydra_state = GlobalHydra.instance()
+    outer = hydra_state.hydra
+    hydra_state.clear()
+    try:
+        with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
+            return _translated(compose(config_name="ppo_trainer"))
+    finally:
+        hydra_state = GlobalHydra.instance()
+        hydra_state.clear()
+        if outer is not None:
+            hydra_state.initialize(outer)

@@ -214,6 +214,18 @@ def _leaves(node: Any, prefix: str) -> Iterable[tuple[str, Any]]:
 
 
 _UNSET = object()
+MIRROR_ROOT = "actor_rollout_ref"
+
+
+def _is_untouched_mirror(key: str, value: Any, raw_defaults: Any) -> bool:
+    """True for a leaf of the packaged ``actor_rollout_ref`` mirror that still holds its packaged value. The mirror
+    composes the same group YAML as the flattened key it mirrors (``actor_rollout_ref.rollout.n`` mirrors
+    ``rollout.n``), so that key's packaged default is the mirror's too. Without the packaged defaults nothing can be
+    told apart and every leaf counts as set."""
+    if raw_defaults is None or not key.startswith(MIRROR_ROOT + "."):
+        return False
+    default = _raw_select(raw_defaults, key[len(MIRROR_ROOT) + 1:])
+    return default is not _UNSET and value == default
 
 
 def _raw_select(container: Any, key: str) -> Any:
@@ -284,14 +296,19 @@ def translate_legacy_config(
     raw_cfg = OmegaConf.to_container(cfg, resolve=False)
     raw_defaults = OmegaConf.to_container(defaults, resolve=False) if defaults is not None else None
     moves: list[tuple[str, Any, list[Any]]] = []
+    untouched: list[str] = []  # leaves of the packaged mirror (ppo_trainer.yaml) nobody set: dropped silently
     for key, value in _leaves(raw_cfg, ""):
         problem = backend_error(key)
         if problem is not None:
             raise ConfigError(problem, key=key)
         new_key, rules = _resolve_rule_chain(key)
-        if rules:
+        if not rules:
+            continue
+        if _is_untouched_mirror(key, value, raw_defaults):
+            untouched.append(key)
+        else:
             moves.append((key, value, rules))
-    _pop_leaves(cfg, [key for key, _, _ in moves])
+    _pop_leaves(cfg, untouched + [key for key, _, _ in moves])
     # What the files set in the flattened spelling, once the translated keys are out of the way.
     raw_after = OmegaConf.to_container(cfg, resolve=False)
     _report_blocks(moves, report)

@@ -166,12 +166,30 @@ def _as_actor_class(task_runner_class: Any) -> Any:
     return ray.remote(num_cpus=TASK_RUNNER_CPUS)(task_runner_class)
 
 
+def _flattened(config: DictConfig) -> DictConfig:
+    """``config`` in the flattened groups: a config composed by a recipe's own ``@hydra.main`` still holds verl's
+    spellings (``actor_rollout_ref.*``, ``custom_reward_function.*``), which are translated and validated here as
+    ``main_ppo`` does before Hydra hands over."""
+    from verl.trainer.config.legacy import LEGACY_ROOTS
+
+    if not any(root in config for root in LEGACY_ROOTS):
+        return config
+    from verl.trainer.main_ppo import resolve_config
+
+    config, _ = resolve_config(config)
+    return config
+
+
 def run_ppo(config: DictConfig, task_runner_class: Any = None) -> str:
-    """Train with ``config`` (a resolved DictConfig) in a ``task_runner_class`` actor (default ``TaskRunner``);
-    returns the run folder (``trainer.default_local_dir``)."""
+    """Train with ``config`` in a ``task_runner_class`` actor (default ``TaskRunner``); returns the run folder
+    (``trainer.default_local_dir``). A config in verl's spelling is translated first."""
+    config = _flattened(config)
     if not ray.is_initialized():
         ray.init(**_ray_init_kwargs(config))
-    resolved = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+    from verl.trainer.config.legacy_view import add_legacy_view
+
+    # resolved, then verl's nested spelling added back as read-only aliases for the runner (config.actor_rollout_ref.*)
+    resolved = add_legacy_view(OmegaConf.create(OmegaConf.to_container(config, resolve=True)))
     runner = _as_actor_class(task_runner_class).remote()
     result = ray.get(runner.run.remote(resolved))
     return str(config.trainer.default_local_dir) if result is None else str(result)
