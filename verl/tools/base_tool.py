@@ -109,3 +109,12 @@ class BaseTool(abc.ABC):
             return self._instances[instance_id]
         except KeyError:
             raise KeyError(f"tool {self.name!r}: no instance {instance_id!r} (create() first)") from None
+
+
+def __getattr__(name: str) -> Any:
+    # verl 0.4 defined the tool-config loader here; it lives in verl.tools.registry (which imports this module)
+    if name == "initialize_tools_from_config":
+        from verl.tools.registry import initialize_tools_from_config
+
+        return initialize_tools_from_config
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -37,18 +37,23 @@ from verl.trainer.config.ppo_config import PPOConfig, build_ppo_config
 from verl.trainer.demo import DEMO_CONFIG_NAME
 
 if TYPE_CHECKING:
+    from verl.experimental.reward_loop.migrate import migrate_legacy_reward_impl
     from verl.trainer.ppo.task_runner import TaskRunner
     from verl.utils.dataset.factory import create_rl_dataset
     from verl.utils.dataset.sampler import create_rl_sampler
+    from verl.utils.device import auto_set_device
 
-__all__ = ["TaskRunner", "create_rl_dataset", "create_rl_sampler", "main", "resolve_config", "run_ppo"]
+__all__ = ["TaskRunner", "auto_set_device", "create_rl_dataset", "create_rl_sampler", "main",
+           "migrate_legacy_reward_impl", "resolve_config", "run_ppo"]
 
 # What verl's recipes import from this module, loaded on first use (they pull in Ray and torch, which `--cfg job`
 # does not need): name -> defining module.
 _LAZY_EXPORTS = {
     "TaskRunner": "verl.trainer.ppo.task_runner",
+    "auto_set_device": "verl.utils.device",
     "create_rl_dataset": "verl.utils.dataset.factory",
     "create_rl_sampler": "verl.utils.dataset.sampler",
+    "migrate_legacy_reward_impl": "verl.experimental.reward_loop.migrate",
 }
 
 

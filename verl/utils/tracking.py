@@ -14,10 +14,14 @@ import math
 import numbers
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["SUPPORTED_BACKENDS", "Tracking", "flatten_metrics", "read_metrics", "tensorboard_dir"]
+from verl.utils.rl_insight import RLInsightLogger
+
+__all__ = ["SUPPORTED_BACKENDS", "RLInsightLogger", "Tracking", "ValidationGenerationsLogger", "flatten_metrics",
+           "read_metrics", "tensorboard_dir"]
 
 SUPPORTED_BACKENDS = ("console", "file", "tensorboard", "wandb", "mlflow")
 METRICS_FILE_NAME = "metrics.jsonl"
@@ -147,6 +151,13 @@ class WandbBackend:
         self.wandb = _optional_import("wandb", "wandb")
         self.wandb.init(project=project_name, name=experiment_name, config=config)
 
+    @classmethod
+    def active(cls) -> WandbBackend:
+        """A backend writing to the run this process already started (no ``wandb.init``)."""
+        backend = cls.__new__(cls)
+        backend.wandb = _optional_import("wandb", "wandb")
+        return backend
+
     def log(self, data: dict[str, float], step: int) -> None:
         self.wandb.log(data, step=step)
 
@@ -166,6 +177,13 @@ class MlflowBackend:
         self.mlflow.start_run(run_name=experiment_name)
         if config:
             self.mlflow.log_params({key: str(value)[:250] for key, value in config.items()})
+
+    @classmethod
+    def active(cls) -> MlflowBackend:
+        """A backend writing to the run this process already started (no ``start_run``)."""
+        backend = cls.__new__(cls)
+        backend.mlflow = _optional_import("mlflow", "mlflow")
+        return backend
 
     def log(self, data: dict[str, float], step: int) -> None:
         # mlflow metric names may not contain '@'; keep them otherwise identical.
@@ -223,6 +241,69 @@ class Tracking:
     def finish(self) -> None:
         for backend in self.backends.values():
             backend.finish()
+
+
+def _generation_row(sample: Any) -> dict[str, Any]:
+    """One validation sample as ``{input, output, score}``: a mapping with those keys, or verl's
+    ``(input, output, score)`` tuple."""
+    if isinstance(sample, Mapping):
+        values = [sample.get(key) for key in ("input", "output", "score")]
+    elif isinstance(sample, Sequence) and not isinstance(sample, str) and len(sample) == 3:
+        values = list(sample)
+    else:
+        raise ValueError(f"a validation sample must be (input, output, score) or a mapping with those keys, got "
+                         f"{sample!r}")
+    return {"input": str(values[0]), "output": str(values[1]), "score": float(values[2])}
+
+
+@dataclass
+class ValidationGenerationsLogger:
+    """verl's logger of validation samples, separate from :class:`Tracking`: ``log(loggers, samples, step)`` writes
+    the samples to each backend named in ``loggers`` (``trainer.logger``).
+
+    ``console`` prints them, ``file`` appends to ``val_generations.jsonl`` in ``local_dir`` (default
+    ``outputs/<project>/<experiment>``, where :class:`Tracking` writes), ``tensorboard`` adds a text table, and
+    ``wandb`` / ``mlflow`` log to the run this process already started (the trainer's :class:`Tracking` starts it);
+    wandb is skipped when no run is active, as in verl.
+    """
+
+    project_name: str | None = None
+    experiment_name: str | None = None
+    local_dir: str | os.PathLike | None = None
+    _sinks: dict[str, _Backend] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _sink(self, name: str) -> _Backend | None:
+        if name in self._sinks:
+            return self._sinks[name]
+        project, experiment = self.project_name or "verl", self.experiment_name or "default"
+        if name == "console":
+            sink: _Backend | None = ConsoleBackend()
+        elif name == "file":
+            sink = FileBackend(self.local_dir if self.local_dir is not None else Path("outputs") / project / experiment)
+        elif name == "tensorboard":
+            sink = TensorboardBackend(project, experiment)
+        elif name == "wandb":
+            sink = WandbBackend.active()
+            if sink.wandb.run is None:
+                return None  # no run to attach a table to (checked again at the next call)
+        else:  # mlflow
+            sink = MlflowBackend.active()
+        self._sinks[name] = sink
+        return sink
+
+    def log(self, loggers: str | Sequence[str], samples: Sequence[Any], step: int) -> None:
+        """Write ``samples`` (``(input, output, score)`` tuples or mappings) for ``step`` to every backend named."""
+        names = [loggers] if isinstance(loggers, str) else list(loggers)
+        unknown = [name for name in names if name not in SUPPORTED_BACKENDS]
+        if unknown:
+            raise ValueError(f"trainer.logger has unknown backend(s) {unknown}; supported: {list(SUPPORTED_BACKENDS)}")
+        rows = [_generation_row(sample) for sample in samples]
+        if not rows:
+            return
+        for name in names:
+            sink = self._sink(name)
+            if sink is not None:
+                sink.log_generations(rows, step)
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:

@@ -47,10 +47,11 @@ from verl.utils.device import get_device_name
 from verl.utils.metric.utils import Metric
 from verl.utils.py_functional import append_to_dict
 from verl.utils.tensordict_utils import maybe_fix_3d_position_ids
+from verl.workers.config.training_worker import TrainingWorkerConfig
 from verl.workers.engine import BaseEngine, EngineRegistry
 from verl.workers.fsdp.actor_worker import ActorRolloutRefWorker as FSDPActorRolloutRefWorker
 
-__all__ = ["ActorRolloutRefWorker", "TrainingWorker"]
+__all__ = ["ActorRolloutRefWorker", "TrainingWorker", "TrainingWorkerConfig"]
 
 logger = logging.getLogger(__name__)
 

@@ -39,6 +39,7 @@ __all__ = [
     "AgentLoopOutput",
     "DictConfigWrap",
     "ToolListWrap",
+    "_DummyConfig",
     "_agent_loop_registry",
     "get_trajectory_info",
     "register",
@@ -173,6 +174,10 @@ class ToolListWrap:
 
     def __init__(self, tools: list[Any]) -> None:
         self.tools = tools
+
+
+# verl 0.5-0.6's name for the wrapper that carries the trainer config into an agent loop
+_DummyConfig = DictConfigWrap
 
 
 def _unwrap(value: Any) -> Any:

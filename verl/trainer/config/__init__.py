@@ -9,6 +9,7 @@ from verl.trainer.config.algo_config import (
     RolloutCorrectionConfig,
 )
 from verl.trainer.config.async_config import AsyncTrainingConfig
+from verl.trainer.config.base_model import BaseModelConfig
 from verl.trainer.config.batch_plan import compute_batch_plan, format_batch_plan
 from verl.trainer.config.compose import compose_ppo_config, default_ppo_config
 from verl.trainer.config.data_config import CustomClsConfig, DataConfig, SamplerConfig
@@ -21,6 +22,7 @@ __all__ = [
     "GROUPS",
     "AlgoConfig",
     "AsyncTrainingConfig",
+    "BaseModelConfig",
     "CheckpointConfig",
     "CustomClsConfig",
     "DataConfig",

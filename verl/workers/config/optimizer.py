@@ -7,7 +7,7 @@ from typing import Any
 
 from verl.base_config import BaseConfig, check
 
-__all__ = ["LR_SCHEDULER_TYPES", "FSDPOptimizerConfig", "OptimizerConfig"]
+__all__ = ["LR_SCHEDULER_TYPES", "FSDPOptimizerConfig", "OptimizerConfig", "build_optimizer"]
 
 LR_SCHEDULER_TYPES = ("constant", "cosine")
 
@@ -69,3 +69,12 @@ class OptimizerConfig(BaseConfig):
 @dataclass
 class FSDPOptimizerConfig(OptimizerConfig):
     """verl's name for the optimizer config of the FSDP engine; the same fields as :class:`OptimizerConfig`."""
+
+
+def build_optimizer(parameters: Any, config: OptimizerConfig) -> Any:
+    """The optimizer ``config`` describes over ``parameters`` (verl's helper next to its config): AdamW over the
+    trainable ones, as the FSDP workers build it (:func:`verl.workers.fsdp.optimizer.build_optimizer`, imported here
+    on first use so that reading configs does not load the worker stack)."""
+    from verl.workers.fsdp.optimizer import build_optimizer as build_adamw
+
+    return build_adamw(parameters, config, key="optim")

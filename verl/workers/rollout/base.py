@@ -12,13 +12,14 @@ request id). ``sleep()`` also closes the gate until ``wake_up()``.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 __all__ = [
+    "BaseRollout",
     "STOP_REASONS",
     "TokenOutput",
     "RolloutServer",
@@ -103,3 +104,49 @@ def config_value(config: Any, name: str, default: Any) -> Any:
     """
     value = getattr(config, name, None)
     return default if value is None else value
+
+
+class BaseRollout(abc.ABC):
+    """verl's in-worker rollout adapter: the engine handle a training worker drives around each update.
+
+    Recipes subclass it to plug an engine into verl's worker flow: ``release()`` frees the engine's device memory
+    before training, ``update_weights(weights)`` loads the new policy, ``resume(tags)`` brings weights and/or KV
+    cache back. ``config`` and ``model_config`` may be OmegaConf nodes or dicts; they are turned into
+    :class:`~verl.workers.config.RolloutConfig` / :class:`~verl.workers.config.HFModelConfig`. Batch generation
+    (``generate_sequences``) is optional: server-mode adapters generate through the replicas instead.
+    """
+
+    def __init__(self, config: Any, model_config: Any, device_mesh: Any = None, *args: Any, **kwargs: Any) -> None:
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.config import HFModelConfig, RolloutConfig
+
+        self.config = config if not _is_mapping_node(config) else omega_conf_to_dataclass(config, RolloutConfig)
+        self.model_config = (model_config if not _is_mapping_node(model_config)
+                             else omega_conf_to_dataclass(model_config, HFModelConfig))
+        self.device_mesh = device_mesh
+
+    @abc.abstractmethod
+    async def resume(self, tags: list[str]) -> None:
+        """Bring back what ``release`` freed: ``tags`` holds ``"weights"`` and/or ``"kv_cache"``."""
+
+    @abc.abstractmethod
+    async def update_weights(self, weights: Iterable[Any] | AsyncIterable[Any], wire_format: str = "named_tensors",
+                             **kwargs: Any) -> None:
+        """Load new weights: ``(name, tensor)`` pairs for ``wire_format="named_tensors"``, or
+        ``(named_tensors, is_last)`` flushes for ``"delta_flush"``."""
+
+    @abc.abstractmethod
+    async def release(self) -> None:
+        """Free the weights and KV cache on the device while the trainer uses it."""
+
+    def generate_sequences(self, prompts: Any) -> Any:
+        """Batch generation for adapters that support it; server-mode adapters generate through their replicas."""
+        raise NotImplementedError(f"{type(self).__qualname__} generates through its rollout replicas (server mode); "
+                                  "it has no batch generate_sequences")
+
+
+def _is_mapping_node(value: Any) -> bool:
+    """An untyped config (OmegaConf node or dict) rather than an already-built typed config."""
+    from omegaconf import DictConfig
+
+    return isinstance(value, DictConfig | dict)

@@ -6,13 +6,17 @@
   group bundle or plain Ray options); every call is a remote call with a timeout, and the ``generate`` calls made
   in one turn of the caller's event loop share one remote call (:mod:`verl.workers.rollout.request_batching`).
 
-Both forward the ``RolloutServer`` contract unchanged, so callers never care which one they hold.
+Both forward the ``RolloutServer`` contract unchanged, so callers never care which one they hold. Each says where its
+server lives through ``rollout_mode`` (verl's :class:`RolloutMode`). :func:`get_rollout_replica_class` gives verl's
+per-engine replica class, built as ``cls(replica_rank, config, model_config, gpus_per_node)``.
 """
 
 from __future__ import annotations
 
 import abc
+import importlib
 from collections.abc import Iterable
+from enum import Enum
 from typing import Any
 
 import torch
@@ -30,9 +34,22 @@ from verl.workers.rollout.request_batching import (
 )
 
 __all__ = [
-    "RolloutReplica", "HybridReplica", "StandaloneReplica", "RolloutServerActor", "TokenOutput", "build_server",
-    "server_class",
+    "RolloutMode", "RolloutReplica", "HybridReplica", "StandaloneReplica", "RolloutServerActor", "TokenOutput",
+    "build_server", "get_rollout_replica_class", "server_class",
 ]
+
+
+class RolloutMode(Enum):
+    """Where a replica's engine runs relative to the trainer (verl's names).
+
+    ``HYBRID``: inside the training worker's process, sharing its device; weights are copied in place.
+    ``COLOCATED``: in a process of its own on the trainer's devices (e.g. an LLM judge); no weight sync.
+    ``STANDALONE``: on devices of its own (disaggregated, off-policy training).
+    """
+
+    HYBRID = "hybrid"
+    COLOCATED = "colocated"
+    STANDALONE = "standalone"
 
 
 _CUSTOM_KEY = "rollout.agent.custom_async_server"
@@ -67,6 +84,8 @@ def build_server(
 class RolloutReplica(abc.ABC):
     """A handle on one rollout server; the methods mirror ``RolloutServer``."""
 
+    rollout_mode: RolloutMode | None = None
+
     @abc.abstractmethod
     async def generate(
         self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str
@@ -95,6 +114,8 @@ class RolloutReplica(abc.ABC):
 
 class HybridReplica(RolloutReplica):
     """The server lives in this process; calls are direct awaits."""
+
+    rollout_mode = RolloutMode.HYBRID
 
     def __init__(self, server: RolloutServer):
         if not isinstance(server, RolloutServer):
@@ -175,6 +196,8 @@ class StandaloneReplica(RolloutReplica):
         server_kwargs: extra keyword arguments of the server class.
         call_timeout_s: limit on every remote call; a timeout names the replica and the method.
     """
+
+    rollout_mode = RolloutMode.STANDALONE
 
     def __init__(
         self,
@@ -258,3 +281,32 @@ class StandaloneReplica(RolloutReplica):
         import ray
 
         ray.kill(self.actor)
+
+
+# rollout.name -> "module:class" of its replica class, built from verl's (replica_rank, config, model_config, ...)
+_REPLICA_CLASSES = {
+    "hf": "verl.workers.rollout.hf.replica:HFReplica",
+    "vllm": "verl.workers.rollout.vllm_rollout.vllm_async_server:vLLMReplica",
+    "sglang": "verl.workers.rollout.sglang_rollout.async_sglang_server:SGLangReplica",
+}
+
+
+def get_rollout_replica_class(rollout: str, disaggregation_enabled: bool = False) -> type[RolloutReplica]:
+    """verl's replica class of engine ``rollout`` (``rollout.name``): each is a :class:`StandaloneReplica` taking
+    ``(replica_rank, config, model_config, gpus_per_node=8, ...)``. vLLM and SGLang raise ``MissingExtraError`` when
+    built without their package. ``disaggregation_enabled`` (prefill/decode on separate replicas) and ``trtllm`` are
+    refused with ``MissingExtraError``: no engine here provides them."""
+    from verl.utils.extras import MissingExtraError
+
+    if disaggregation_enabled:
+        raise MissingExtraError(
+            f"get_rollout_replica_class({rollout!r}, disaggregation_enabled=True): prefill/decode disaggregation is "
+            "not part of this build; set rollout.disaggregation.enabled=false")
+    if rollout == "trtllm":
+        raise MissingExtraError("rollout.name='trtllm': verl's TensorRT-LLM replica is not part of this build; use "
+                                f"one of {sorted(_REPLICA_CLASSES)}")
+    target = _REPLICA_CLASSES.get(rollout)
+    if target is None:
+        raise ValueError(f"rollout.name={rollout!r} has no replica class; known: {sorted(_REPLICA_CLASSES)}")
+    module_name, class_name = target.split(":")
+    return getattr(importlib.import_module(module_name), class_name)
