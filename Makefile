@@ -1,4 +1,23 @@
-.PHONY: bench bench-gpu
+.PHONY: test test-all fast lint verl-suite bench bench-gpu
+
+# The default tier, as CI runs it (slow learning/resume runs left out).
+test:
+	python -m pytest -q tests
+
+# Every test, the slow tier included (the learning and resume runs of the slow tier add about 15 minutes on 2 cores).
+test-all:
+	python -m pytest -q tests -m ""
+
+# Tests that start no Ray cluster and train nothing long: a quick check while editing.
+fast:
+	python -m pytest -q tests -m "not slow and not ray"
+
+lint:
+	ruff check .
+
+# Upstream verl 0.9.1's own CPU tests run against this package (downloads its wheel).
+verl-suite:
+	python tests/compat/run_verl_cpu_suite.py
 
 # The CPU benchmark set (tables + JSON under bench/results/); 10-15 minutes on 2 cores.
 bench:

@@ -39,6 +39,7 @@ def test_staleness_zero_reproduces_the_synchronous_trainer(sync_metrics, tmp_pat
     assert summary["consumed_indices"] == list(range(STEPS * GROUPS))
 
 
+@pytest.mark.slow
 def test_partial_rollout_counts_in_equal_counts_out_and_staleness_is_bounded(ray_cluster, tmp_path):
     """Long responses and a small engine batch make syncs land during generations: aborted requests resume, no
     group is lost or consumed twice, and stale groups per sync stay within floor(s * R * T). With a sync every 3

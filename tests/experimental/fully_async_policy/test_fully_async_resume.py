@@ -24,6 +24,7 @@ def test_consumed_indices_round_trip():
     assert compress_indices([0, 1, 2, 5]) == {"below": 3, "above": [5]}
 
 
+@pytest.mark.slow
 def test_killed_fully_async_run_resumes_on_policy(ray_cluster, tmp_path):
     """Staleness 0, sync every update, no partial rollout: the resumed run equals the synchronous trainer."""
     overrides = ("async_training.staleness_threshold=0", "async_training.trigger_parameter_sync_step=1",

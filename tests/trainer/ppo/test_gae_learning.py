@@ -35,6 +35,7 @@ def _config(run_dir, *extra):
     return config
 
 
+@pytest.mark.slow
 def test_gae_with_critic_rises(ray_cluster, tmp_path):
     seed = int(os.environ.get("VERL_TEST_SEED", "1"))
     # rollout.seed too: the run repeats the measured one (sampling is unseeded otherwise)

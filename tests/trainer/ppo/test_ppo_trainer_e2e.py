@@ -57,6 +57,7 @@ def _wait_for_checkpoint(run_dir, step, timeout_s=300):
     raise TimeoutError(f"no checkpoint of step {step} in {run_dir} after {timeout_s}s")
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_metrics(ray_cluster, tmp_path):
     # One worker process keeps the three start-ups short; two ranks are covered by the learning test.
     steps = ("trainer.total_training_steps=4", "trainer.save_freq=2", "trainer.resume_mode=auto",
@@ -81,6 +82,7 @@ def test_killed_run_resumes_to_the_same_metrics(ray_cluster, tmp_path):
             assert resumed[step][key] == pytest.approx(full[step][key], rel=1e-6, abs=1e-7), (step, key)
 
 
+@pytest.mark.slow
 def test_resume_deletes_the_loaded_checkpoint_when_asked(ray_cluster, tmp_path):
     one_worker = "trainer.n_gpus_per_node=1"
     run_ppo(_config(tmp_path, "trainer.total_training_steps=2", "trainer.save_freq=1", one_worker))
@@ -93,6 +95,7 @@ def test_resume_deletes_the_loaded_checkpoint_when_asked(ray_cluster, tmp_path):
     assert (tmp_path / TRACKER_FILE).read_text() == "1"
 
 
+@pytest.mark.slow
 def test_async_checkpoints_are_completed_and_resumable(ray_cluster, tmp_path):
     one_worker = "trainer.n_gpus_per_node=1"
     async_save = "actor.checkpoint.async_save=true"
@@ -132,6 +135,7 @@ def test_generations_are_dumped_and_logged_with_their_scores(ray_cluster, tmp_pa
     assert {(r["input"], r["output"], r["score"]) for r in logged[:3]} <= dumped
 
 
+@pytest.mark.slow
 def test_a_resume_that_fails_deletes_nothing(ray_cluster, tmp_path):
     import torch
 

@@ -7,6 +7,7 @@ the user's file lists (verl's ``file://verl/trainer/config`` only works from a v
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import yaml
 from hydra import compose, initialize_config_dir, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.legacy import override_key, translate_legacy_config, translate_legacy_overrides
 
@@ -86,25 +87,32 @@ def compose_ppo_config(
     return cfg
 
 
-def _translated(packaged: DictConfig) -> DictConfig:
-    """The packaged composition with its untouched verl-spelling mirrors dropped (nothing moves, nothing warns)."""
-    raw = packaged.copy()
-    cfg, _ = translate_legacy_config(packaged, defaults=raw)
+def default_ppo_config() -> DictConfig:
+    """The packaged defaults with no overrides, in the flattened groups only (a fresh copy on each call)."""
+    packaged = _packaged_composition()
+    cfg, _ = translate_legacy_config(packaged.copy(), defaults=packaged)
     return cfg
 
 
-def default_ppo_config() -> DictConfig:
-    """The packaged defaults with no overrides, in the flattened groups only.
+def packaged_mirror_defaults() -> dict:
+    """The packaged values of the ``actor_rollout_ref`` mirror in ``ppo_trainer.yaml``, unresolved: a mirror leaf
+    that still holds its packaged value was not set by the user."""
+    return OmegaConf.to_container(_packaged_composition(), resolve=False).get("actor_rollout_ref", {})
 
-    Composed from the packaged config module even inside a running Hydra app (a recipe's own ``@hydra.main``, whose
-    search path may not reach ``ppo_trainer`` outside its primary config): the app's Hydra state is set aside for
-    the compose and put back after it."""
+
+@functools.lru_cache(maxsize=1)
+def _packaged_composition() -> DictConfig:
+    """``ppo_trainer`` composed from the packaged config module with no overrides, untranslated.
+
+    Composed even inside a running Hydra app (a recipe's own ``@hydra.main``, whose search path may not reach
+    ``ppo_trainer`` outside its primary config): the app's Hydra state is set aside for the compose and put back
+    after it. Callers copy it before changing anything."""
     hydra_state = GlobalHydra.instance()
     outer = hydra_state.hydra
     hydra_state.clear()
     try:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
-            return _translated(compose(config_name="ppo_trainer"))
+            return compose(config_name="ppo_trainer")
     finally:
         hydra_state = GlobalHydra.instance()
         hydra_state.clear()

@@ -218,13 +218,19 @@ MIRROR_ROOT = "actor_rollout_ref"
 
 
 def _is_untouched_mirror(key: str, value: Any, raw_defaults: Any) -> bool:
-    """True for a leaf of the packaged ``actor_rollout_ref`` mirror that still holds its packaged value. The mirror
-    composes the same group YAML as the flattened key it mirrors (``actor_rollout_ref.rollout.n`` mirrors
-    ``rollout.n``), so that key's packaged default is the mirror's too. Without the packaged defaults nothing can be
-    told apart and every leaf counts as set."""
+    """True for a leaf of the packaged ``actor_rollout_ref`` mirror that still holds its packaged value: either the
+    mirror's own packaged value (``ppo_trainer.yaml`` lists verl keys there that live elsewhere here) or the value
+    of the flattened key it mirrors (``actor_rollout_ref.rollout.n`` mirrors ``rollout.n``). Without the packaged
+    defaults nothing can be told apart and every leaf counts as set."""
     if raw_defaults is None or not key.startswith(MIRROR_ROOT + "."):
         return False
-    default = _raw_select(raw_defaults, key[len(MIRROR_ROOT) + 1:])
+    from verl.trainer.config.compose import packaged_mirror_defaults  # compose imports this module
+
+    mirrored = key[len(MIRROR_ROOT) + 1:]
+    packaged = _raw_select(packaged_mirror_defaults(), mirrored)
+    if packaged is not _UNSET:
+        return value == packaged
+    default = _raw_select(raw_defaults, mirrored)
     return default is not _UNSET and value == default
 
 
