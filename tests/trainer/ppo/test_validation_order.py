@@ -58,3 +58,13 @@ def test_data_seed_orders_the_prompts_when_set(files, tokenizer):
     assert train_order(files, tokenizer, "data.seed=7", "trainer.seed=8") == by_trainer_seed[7]
     assert (val_order(files, tokenizer, "data.validation_shuffle=true", "data.seed=7", "trainer.seed=8")
             == val_order(files, tokenizer, "data.validation_shuffle=true", "trainer.seed=7"))
+
+
+def test_max_samples_keep_the_first_rows_of_each_set(files, tokenizer):
+    config = compose_ppo_config([f"data.train_files={files['train']}", f"data.val_files={files['test']}",
+                                 "data.train_batch_size=4", "data.max_prompt_length=8",
+                                 "data.train_max_samples=4", "data.val_max_samples=5"])
+    train_set, val_set, train_loader, val_loader = build_dataloaders(config, tokenizer)
+    assert (len(train_set), len(val_set)) == (4, 5)
+    assert sorted(int(i) for batch in train_loader for i in batch["index"]) == [0, 1, 2, 3]
+    assert [int(i) for batch in val_loader for i in batch["index"]] == [0, 1, 2, 3, 4]

@@ -40,9 +40,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "audio_key": f"{_MM}: audio is not read",
         "image_patch_size": _MM,
         "return_multi_modal_inputs": _MM,
-        "train_max_samples": "the PPO data loaders read every row (verl.utils.dataset.create_rl_dataset takes "
-                             "max_samples for code that wants fewer)",
-        "val_max_samples": "the PPO data loaders read every row",
         "gen_batch_size": "each step generates for data.train_batch_size prompts (DAPO's larger generation batch "
                           "is not implemented; main_generation_server reads it as its batch size)",
         "tool_config_path": "tools come from rollout.multi_turn.tool_config_path",

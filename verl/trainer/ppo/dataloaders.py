@@ -26,9 +26,11 @@ def build_dataloaders(config: Any, tokenizer: Any, processor: Any = None, train_
     # data.seed orders the prompts when set; otherwise trainer.seed does
     order_seed = data.get("seed") if data.get("seed") is not None else config.trainer.get("seed")
     if train_dataset is None:
-        train_dataset = create_rl_dataset(data.train_files, data, tokenizer, processor, is_train=True)
+        train_dataset = create_rl_dataset(data.train_files, data, tokenizer, processor, is_train=True,
+                                          max_samples=int(data.get("train_max_samples") or -1))
     if val_dataset is None and data.get("val_files"):
-        val_dataset = create_rl_dataset(data.val_files, data, tokenizer, processor, is_train=False)
+        val_dataset = create_rl_dataset(data.val_files, data, tokenizer, processor, is_train=False,
+                                        max_samples=int(data.get("val_max_samples") or -1))
     if train_sampler is None:
         train_sampler = create_rl_sampler(data, train_dataset, seed=order_seed)
     collate_fn = collate_fn or default_collate_fn
