@@ -7,6 +7,7 @@ the user's file lists (verl's ``file://verl/trainer/config`` only works from a v
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 from collections.abc import Sequence
@@ -89,14 +90,20 @@ def compose_ppo_config(
 
 def default_ppo_config() -> DictConfig:
     """The packaged defaults with no overrides, in the flattened groups only (a fresh copy on each call)."""
+    return copy.deepcopy(_translated_defaults())
+
+
+@functools.lru_cache(maxsize=1)
+def _translated_defaults() -> DictConfig:
     packaged = _packaged_composition()
     cfg, _ = translate_legacy_config(packaged.copy(), defaults=packaged)
     return cfg
 
 
+@functools.lru_cache(maxsize=1)
 def packaged_mirror_defaults() -> dict:
     """The packaged values of the ``actor_rollout_ref`` mirror in ``ppo_trainer.yaml``, unresolved: a mirror leaf
-    that still holds its packaged value was not set by the user."""
+    that still holds its packaged value was not set by the user. Shared between calls: read it, never change it."""
     return OmegaConf.to_container(_packaged_composition(), resolve=False).get("actor_rollout_ref", {})
 
 
