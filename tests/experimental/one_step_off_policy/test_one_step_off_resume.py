@@ -22,6 +22,7 @@ COMPARED = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/m
 STEPS, SAVE_AT = 4, 2
 
 
+@pytest.mark.slow
 def test_killed_one_step_off_run_resumes_like_an_uninterrupted_one(ray_cluster, tmp_path):
     overrides = (f"trainer.total_training_steps={STEPS}", f"trainer.save_freq={SAVE_AT}", "trainer.resume_mode=auto")
     full = run_async_training(recipe_config("one_step_off", tmp_path / "full", *overrides), "one_step_off")

@@ -109,6 +109,7 @@ def test_async_checkpoints_are_completed_and_resumable(ray_cluster, tmp_path):
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]  # resumed after step 2
 
 
+@pytest.mark.slow
 def test_generations_are_dumped_and_logged_with_their_scores(ray_cluster, tmp_path):
     rollouts, validations = tmp_path / "rollouts", tmp_path / "validations"
     config = _config(tmp_path / "run", "trainer.total_training_steps=2", f"trainer.rollout_data_dir={rollouts}",
