@@ -79,23 +79,13 @@ class TaskRunner(_BaseTaskRunner):
     trainer_class = PPOTrainer
 
     def run(self, config: DictConfig | dict) -> str:
-        """Map the roles, build the pools, then ``PPOTrainer(config, role_worker_mapping, resource_pool_manager)``
-        trains; returns the run folder (``trainer.default_local_dir``)."""
-        config = _flattened(config)
-        actor_cls, worker_group_cls = self.add_actor_rollout_worker(config)
-        self.add_critic_worker(config)
-        self.add_reward_model_worker(config)
-        self.add_ref_policy_worker(config, actor_cls)
-        resource_pool_manager = self.init_resource_pool_mgr(config)
-        trainer = self.trainer_class(config=config, role_worker_mapping=self.role_worker_mapping,
-                                     resource_pool_manager=resource_pool_manager,
-                                     ray_worker_group_cls=worker_group_cls)
-        try:
-            trainer.init_workers()
-            trainer.fit()
-        finally:
-            resource_pool_manager.release_all()
-        return str(config.trainer.default_local_dir)
+        """``main_ppo``'s run on the flattened config; returns the run folder (``trainer.default_local_dir``)."""
+        return super().run(_flattened(config))
+
+    def build_trainer(self, config: DictConfig, resource_pool_manager: Any, worker_group_cls: type) -> PPOTrainer:
+        """``PPOTrainer(config, role_worker_mapping, resource_pool_manager)``: it loads tokenizer, data and rewards."""
+        return self.trainer_class(config=config, role_worker_mapping=self.role_worker_mapping,
+                                  resource_pool_manager=resource_pool_manager, ray_worker_group_cls=worker_group_cls)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

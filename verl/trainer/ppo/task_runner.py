@@ -111,21 +111,32 @@ class TaskRunner:
 
     def run(self, config: DictConfig | dict) -> str:
         """Build everything from ``config`` and train; returns the run folder (``trainer.default_local_dir``)."""
-        from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-        from verl.trainer.ppo.reward import load_reward_manager
-        from verl.workers.fsdp.model_loader import load_tokenizer, resolve_model_path
-
         if not isinstance(config, DictConfig):
             config = OmegaConf.create(config)
-        model_path = resolve_model_path(config.model)
-        tokenizer = load_tokenizer(config.model, model_path)
         actor_cls, worker_group_cls = self.add_actor_rollout_worker(config)
         self.add_critic_worker(config)
         self.add_reward_model_worker(config)
         self.add_ref_policy_worker(config, actor_cls)
         resource_pool_manager = self.init_resource_pool_mgr(config)
+        trainer = self.build_trainer(config, resource_pool_manager, worker_group_cls)
+        try:
+            trainer.init_workers()
+            trainer.fit()
+        finally:
+            resource_pool_manager.release_all()
+        return str(config.trainer.default_local_dir)
+
+    def build_trainer(self, config: DictConfig, resource_pool_manager: Any, worker_group_cls: type) -> Any:
+        """The trainer over the mapped roles and pools: ``trainer_class`` (default :class:`RayPPOTrainer`) with the
+        tokenizer of ``model.path`` and the configured reward functions. Runners that build theirs differently
+        override this stage only."""
+        from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+        from verl.trainer.ppo.reward import load_reward_manager
+        from verl.workers.fsdp.model_loader import load_tokenizer, resolve_model_path
+
+        tokenizer = load_tokenizer(config.model, resolve_model_path(config.model))
         trainer_class = self.trainer_class or RayPPOTrainer
-        trainer = trainer_class(
+        return trainer_class(
             config=config,
             tokenizer=tokenizer,
             role_worker_mapping=self.role_worker_mapping,
@@ -134,12 +145,6 @@ class TaskRunner:
             reward_fn=load_reward_manager(config, tokenizer, num_examine=0),
             val_reward_fn=load_reward_manager(config, tokenizer, num_examine=1),
         )
-        try:
-            trainer.init_workers()
-            trainer.fit()
-        finally:
-            resource_pool_manager.release_all()
-        return str(config.trainer.default_local_dir)
 
 
 def build_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], dict[Role, str], dict[str, list[int]]]:
