@@ -4,6 +4,7 @@ import os
 import sys
 
 import pytest
+from _ray_session import start_session_ray
 
 TESTS_ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -32,19 +33,7 @@ def ray_cluster():
     """Start one local Ray cluster shared by every Ray test of the session."""
     import ray
 
-    if not ray.is_initialized():
-        # Worker processes must import the test modules that define Ray actor classes: give them the test
-        # folders pytest put on sys.path, plus the repository root.
-        repo_root = os.path.dirname(TESTS_ROOT)
-        paths = [p for p in sys.path if p and os.path.abspath(p).startswith(TESTS_ROOT)] + [repo_root]
-        if os.environ.get("PYTHONPATH"):
-            paths.append(os.environ["PYTHONPATH"])
-        ray.init(
-            num_cpus=int(os.environ.get("VERL_TEST_RAY_CPUS", "8")),
-            include_dashboard=False,
-            log_to_driver=True,
-            runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(paths)}},
-        )
+    start_session_ray()
     yield ray
     ray.shutdown()
 

@@ -170,7 +170,11 @@ def write_rows(rows: list[dict], path: str | os.PathLike) -> Path:
         raise ValueError(f"refusing to write an empty parquet file to {path}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), path)
+    # written beside and renamed into place: a process reading the file meanwhile (another run preparing the same
+    # cached data set) sees the old file or the whole new one, never half of it
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    pq.write_table(pa.Table.from_pylist(rows), partial)
+    os.replace(partial, path)
     return path
 
 

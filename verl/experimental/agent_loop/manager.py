@@ -45,6 +45,7 @@ from verl.experimental.agent_loop.worker import (
     resolve_agent_names,
 )
 from verl.protocol import DataProto
+from verl.single_controller.ray.node_placement import on_this_node
 from verl.utils.async_utils import await_ray, run_blocking
 from verl.workers.rollout.batch_rendezvous import BatchGroup
 
@@ -244,7 +245,7 @@ class AgentLoopManager:
         snapshot = registry_snapshot()
         remote_cls = ray.remote(worker_cls)
         workers = [
-            remote_cls.options(num_cpus=0, name=None).remote(
+            remote_cls.options(num_cpus=0, name=None, **on_this_node()).remote(
                 config, llm_client, None, reward_loop_worker_handles, registry=snapshot,
                 reward_in_loop=reward_in_loop_enabled(config, reward_in_loop),
                 request_timeout_s=request_timeout_s, max_sessions=max_sessions,

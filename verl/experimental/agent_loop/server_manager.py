@@ -59,6 +59,10 @@ def is_replica_death(exc: BaseException) -> bool:
     """True for errors that mean "this replica's process is gone", as opposed to a bad request."""
     if isinstance(exc, ReplicaDiedError):
         return True
+    from verl.single_controller.ray.errors import WorkerDiedError
+
+    if isinstance(exc, WorkerDiedError) and exc.rank is not None:  # a standalone replica, named by rank and node
+        return True
     try:
         import ray.exceptions as rex
     except ImportError:  # pragma: no cover - ray is a dependency

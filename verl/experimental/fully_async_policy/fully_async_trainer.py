@@ -34,6 +34,7 @@ from verl.experimental.fully_async_policy.rollouter import Rollouter, groups_per
 from verl.experimental.fully_async_policy.sample import RolloutSample
 from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
 from verl.protocol import DataProto
+from verl.single_controller.ray.node_placement import on_this_node
 from verl.trainer.ppo.ray_trainer import StopTraining, marked_timer
 
 __all__ = ["FullyAsyncTrainer", "RolloutFailedError", "TrainingStopException", "compress_indices", "expand_indices"]
@@ -108,9 +109,10 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
 
     def _init_rollout(self, pool: Any) -> None:
         max_queue = max(1, self._budget_groups() * 2)
-        self.queue = ray.remote(MessageQueue).options(num_cpus=0, max_concurrency=1000).remote(max_queue)
+        controller_side = {"num_cpus": 0, "max_concurrency": 1000, **on_this_node()}
+        self.queue = ray.remote(MessageQueue).options(**controller_side).remote(max_queue)
         self.replicas = start_rollout_replicas(self.config, pool)
-        self.rollouter = ray.remote(Rollouter).options(num_cpus=0, max_concurrency=1000).remote(
+        self.rollouter = ray.remote(Rollouter).options(**controller_side).remote(
             self.config, self.queue, self.replicas, sync_wait_timeout_s=self.sync_wait_timeout_s,
             put_timeout_s=self.queue_timeout_s, resume_timeout_s=self.sync_wait_timeout_s,
         )

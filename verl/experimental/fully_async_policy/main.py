@@ -105,9 +105,10 @@ class AsyncTaskRunner:
 
 def run_async_training(config: DictConfig, kind: str) -> dict[str, Any]:
     """Start or join Ray and train with the ``kind`` recipe; returns a summary (run folder, counters)."""
+    from verl.single_controller.ray.node_placement import on_this_node
     from verl.trainer.ppo.task_runner import _ray_init_kwargs
 
     if not ray.is_initialized():
         ray.init(**_ray_init_kwargs(config))
-    runner = AsyncTaskRunner.remote()
+    runner = AsyncTaskRunner.options(**on_this_node(0.1)).remote()
     return ray.get(runner.run.remote(OmegaConf.to_container(config, resolve=True), kind))

@@ -37,12 +37,13 @@ ROLLOUT_POOL = "rollout_pool"
 
 
 def rollout_pool_spec(rollout: Any) -> list[int]:
-    """Processes per node of the standalone rollout pool; ``rollout.nnodes`` must be > 0 for the async recipes."""
+    """Processes per node of the standalone rollout pool (the async recipes, or ``main_ppo`` with
+    ``rollout.nnodes > 0``)."""
     nnodes, per_node = int(rollout.nnodes), int(rollout.n_gpus_per_node)
     if nnodes < 1 or per_node < 1:
         raise ValueError(
-            f"the async recipes need a rollout pool of its own: set rollout.nnodes >= 1 and rollout.n_gpus_per_node "
-            f">= 1 (got rollout.nnodes={nnodes}, rollout.n_gpus_per_node={per_node})"
+            f"a standalone rollout pool (the async recipes; main_ppo with rollout.nnodes > 0) needs rollout.nnodes "
+            f">= 1 and rollout.n_gpus_per_node >= 1 (got rollout.nnodes={nnodes}, rollout.n_gpus_per_node={per_node})"
         )
     return [per_node] * nnodes
 
@@ -68,9 +69,9 @@ def start_rollout_replicas(config: Any, pool: Any, server_kwargs: dict[str, Any]
         StandaloneReplica(
             rollout, model_path, placement_group=pg, bundle_index=bundle,
             num_cpus=resources.get("num_cpus", 1), num_gpus=resources.get("num_gpus", 0),
-            server_kwargs=dict(server_kwargs or {}), call_timeout_s=call_timeout_s,
+            server_kwargs=dict(server_kwargs or {}), call_timeout_s=call_timeout_s, replica_rank=rank,
         )
-        for pg, bundle in pool.bundle_slots()  # a pool slice hands out only its own slots
+        for rank, (pg, bundle) in enumerate(pool.bundle_slots())  # a pool slice hands out only its own slots
     ]
 
 

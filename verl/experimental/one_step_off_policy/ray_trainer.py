@@ -24,6 +24,7 @@ import ray
 from verl.experimental.fully_async_policy.rollout_pool import StandaloneAgentLoopManager, start_rollout_replicas
 from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
 from verl.protocol import DataProto
+from verl.single_controller.ray.node_placement import on_this_node
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, marked_timer
 
 __all__ = ["OneStepOffRayTrainer"]
@@ -50,7 +51,8 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
 
     def _init_rollout(self, pool: Any) -> None:
         self.replicas = start_rollout_replicas(self.config, pool)
-        self.generator = ray.remote(StandaloneAgentLoopManager).options(num_cpus=0, max_concurrency=1000).remote(
+        self.generator = ray.remote(StandaloneAgentLoopManager).options(
+            num_cpus=0, max_concurrency=1000, **on_this_node()).remote(
             self.config, self.replicas
         )
         ray.get(self.generator.ready.remote(), timeout=self.generate_timeout_s)

@@ -13,9 +13,16 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from verl.single_controller.ray.node_placement import actor_record, describe_node, node_of_actor
 from verl.single_controller.ray.worker_process import read_first_error
 
 TIMEOUT_ENV = "VERL_WORKER_CALL_TIMEOUT_S"
+# How long a rank's error that reads like a lost peer (a collective's connection closed under it) waits for the
+# cluster to say which rank died, so the error names the dead rank and its node rather than a survivor.
+PEER_GRACE_ENV = "VERL_LOST_PEER_GRACE_S"
+DEFAULT_PEER_GRACE_S = 45.0
+_LOST_PEER_SIGNS = ("connection closed by peer", "connection reset by peer", "remote worker crashing", "broken pipe",
+                    "remote process exited", "socket closed", "connection refused")
 DEFAULT_CALL_TIMEOUT_S = 1800.0
 # The trainer key that bounds a group's start-up (verl's name: it bounded the wait for rank 0's register center).
 STARTUP_TIMEOUT_KEY = "trainer.ray_wait_register_center_timeout"
@@ -47,13 +54,30 @@ class WorkerError(RuntimeError):
         self.method = method
         self.worker_traceback = worker_traceback
 
+    def __reduce__(self):
+        # keyword-only fields: the default exception pickling (positional args) could not rebuild them, and the
+        # error crosses process boundaries (a task runner actor raises it to the driver)
+        return _rebuild_error, (type(self), str(self), dict(self.__dict__))
+
+
+def _rebuild_error(cls: type, message: str, state: dict[str, Any]) -> WorkerError:
+    # the builtin base whose constructor lays the object out (OSError for the timeout, which is a TimeoutError too)
+    layout_base = OSError if issubclass(cls, OSError) else Exception
+    error = layout_base.__new__(cls, message)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
 
 class WorkerDiedError(WorkerError):
-    """The worker's process died; ``first_logged_error`` is the first error it recorded before dying, if any."""
+    """The worker's process died; ``first_logged_error`` is the first error it recorded before dying, if any, and
+    ``node_id`` the node it ran on (the culprit when that node died with it)."""
 
-    def __init__(self, message: str, *, first_logged_error: str | None = None, **kwargs) -> None:
+    def __init__(self, message: str, *, first_logged_error: str | None = None, node_id: str | None = None,
+                 **kwargs) -> None:
         super().__init__(message, **kwargs)
         self.first_logged_error = first_logged_error
+        self.node_id = node_id
 
 
 class WorkerTimeoutError(WorkerError, TimeoutError):
@@ -81,13 +105,15 @@ def translate_ray_error(err: Exception, *, role: str, rank: int, method: str, ac
         return WorkerError(message, role=role, rank=rank, method=method, worker_traceback=tb)
     if isinstance(err, RayActorError):
         first = read_first_error(actor_id) if actor_id else None
-        message = f"{who} died during {method}(): {err}"
+        node_id = node_of_actor(actor_id) if actor_id else None
+        where = f" on {describe_node(node_id)}" if node_id else ""
+        message = f"{who} died during {method}(){where}: {err}"
         if first:
             message += f"\n--- first error logged by {who} ---\n{first}"
         else:
             message += "\n(the worker logged no error before dying)"
         return WorkerDiedError(message, role=role, rank=rank, method=method, first_logged_error=first,
-                               worker_traceback=first)
+                               worker_traceback=first, node_id=node_id)
     return WorkerError(f"{who} failed in {method}(): {type(err).__name__}: {err}", role=role, rank=rank, method=method)
 
 
@@ -118,10 +144,72 @@ def wait_for_workers(refs: list, *, ranks: list[int], method: str, role: str, ti
             except GetTimeoutError:
                 pending[ref] = i
             except (RayTaskError, RayActorError) as err:
-                actor_id = actor_ids[rank] if actor_ids and rank < len(actor_ids) else None
-                raise translate_ray_error(err, role=role, rank=rank, method=method, actor_id=actor_id,
-                                          worker_names=worker_names) from err
+                if isinstance(err, RayTaskError) and pending and _reads_like_lost_peer(err):
+                    dead = _find_dead_peer(pending, ranks, actor_ids, _peer_grace_s())
+                    if dead is not None:
+                        dead_rank, dead_err = dead
+                        raise died_error(role=role, rank=dead_rank, method=method, cause=dead_err,
+                                         actor_id=_actor_id(actor_ids, dead_rank), worker_names=worker_names,
+                                         seen_by=f"rank {rank}: {str(err).splitlines()[-1][:300]}") from err
+                raise translate_ray_error(err, role=role, rank=rank, method=method,
+                                          actor_id=_actor_id(actor_ids, rank), worker_names=worker_names) from err
     return results
+
+
+def _actor_id(actor_ids: list[str] | None, rank: int) -> str | None:
+    return actor_ids[rank] if actor_ids and rank < len(actor_ids) else None
+
+
+def _peer_grace_s() -> float:
+    raw = os.environ.get(PEER_GRACE_ENV)
+    try:
+        return float(raw) if raw else DEFAULT_PEER_GRACE_S
+    except ValueError:
+        raise ValueError(f"environment variable {PEER_GRACE_ENV} must be a number of seconds, got {raw!r}") from None
+
+
+def _reads_like_lost_peer(err: Exception) -> bool:
+    text = str(err).lower()
+    return any(sign in text for sign in _LOST_PEER_SIGNS)
+
+
+def _find_dead_peer(pending: dict, ranks: list[int], actor_ids: list[str] | None,
+                    grace_s: float) -> tuple[int, Exception | None] | None:
+    """Within ``grace_s``, the first still-pending rank whose call fails because its actor died, or whom the
+    cluster's actor table marks dead; None when every other rank answers or the grace runs out."""
+    deadline = time.monotonic() + grace_s
+    while pending and time.monotonic() < deadline:
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=min(1.0, max(deadline - time.monotonic(), 0.01)))
+        for ref in ready:
+            i = pending.pop(ref)
+            try:
+                ray.get(ref, timeout=1.0)
+            except RayActorError as err:
+                return ranks[i], err
+            except Exception:  # noqa: BLE001 - another survivor's error; keep looking for the dead rank
+                continue
+        for i in pending.values():
+            actor_id = _actor_id(actor_ids, ranks[i])
+            if actor_id and actor_record(actor_id).get("State") == "DEAD":
+                return ranks[i], None
+    return None
+
+
+def died_error(*, role: str, rank: int, method: str, cause: Exception | None, actor_id: str | None,
+               worker_names: list[str] | None, seen_by: str | None = None) -> WorkerDiedError:
+    """The WorkerDiedError of a rank whose actor is gone (``cause``: Ray's error for its call, if one came)."""
+    if cause is not None:
+        error = translate_ray_error(cause, role=role, rank=rank, method=method, actor_id=actor_id,
+                                    worker_names=worker_names)
+    else:
+        node_id = node_of_actor(actor_id) if actor_id else None
+        where = f" on {describe_node(node_id)}" if node_id else ""
+        death = str((actor_record(actor_id).get("DeathCause") if actor_id else None) or "its actor is dead")[:500]
+        error = WorkerDiedError(f"{_who(role, rank, worker_names)} died during {method}(){where}: {death}",
+                                role=role, rank=rank, method=method, node_id=node_id)
+    if seen_by and isinstance(error, WorkerDiedError):
+        error.args = (f"{error.args[0]}\n(first seen as a lost connection by {seen_by})",)
+    return error
 
 
 def startup_timeout_error(role: str, timeout_s: float, answered: int, world_size: int,

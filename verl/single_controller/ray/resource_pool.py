@@ -10,6 +10,7 @@ from ray.exceptions import GetTimeoutError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
 from verl.single_controller.base.resource_pool import ResourcePool
+from verl.single_controller.ray.node_placement import NODE_ID_LABEL
 
 CPU_PER_PROCESS_ENV = "VERL_CPUS_PER_PROCESS"
 # A CPU-only slot reserves a quarter core: a 2-core laptop hosts 8 worker processes. GPU slots reserve one core
@@ -88,6 +89,27 @@ class RayResourcePool(ResourcePool):
         self.accelerator_type = accelerator_type
         self.placement_timeout_s = placement_timeout_s or _env_float(PLACEMENT_TIMEOUT_ENV, DEFAULT_PLACEMENT_TIMEOUT_S)
         self.pgs: list[PlacementGroup] | None = None
+        # node id each entry of process_on_nodes is pinned to (None: Ray places it); planned by the
+        # ResourcePoolManager across its pools, or by get_placement_groups for a pool on its own
+        self.node_ids: list[str | None] | None = None
+
+    def plan_nodes(self, nodes: list | None = None, free: dict | None = None, taken: set[str] | None = None) -> None:
+        """Pin each entry of ``process_on_nodes`` to a node of its own (see ``node_placement``); the manager passes
+        the cluster view it shares between pools, a pool on its own reads the cluster here."""
+        from verl.single_controller.ray.node_placement import (
+            alive_nodes,
+            assign_nodes,
+            free_resources,
+            label_selectors_supported,
+        )
+
+        if not label_selectors_supported():
+            self.node_ids = [None] * len(self.store)
+            return
+        nodes = alive_nodes() if nodes is None else nodes
+        free = free_resources(nodes) if free is None else free
+        requests = [{key: amount * count for key, amount in self.bundle().items()} for count in self.store]
+        self.node_ids = assign_nodes(requests, nodes, free, set() if taken is None else taken)
 
     def bundle(self) -> dict[str, float]:
         """Resources of one process slot."""
@@ -118,11 +140,13 @@ class RayResourcePool(ResourcePool):
             return self.pgs
         prefix = name or self.name_prefix
         lifetime = "detached" if self.detached else None
-        pgs = [
-            placement_group([self.bundle() for _ in range(n)], strategy=strategy, name=f"{prefix}_pg{i}",
-                            lifetime=lifetime)
-            for i, n in enumerate(self.store)
-        ]
+        if self.node_ids is None:
+            self.plan_nodes()
+        pgs = []
+        for i, (count, node_id) in enumerate(zip(self.store, self.node_ids)):
+            pinned = {} if node_id is None else {"bundle_label_selector": [{NODE_ID_LABEL: node_id}] * count}
+            pgs.append(placement_group([self.bundle() for _ in range(count)], strategy=strategy,
+                                       name=f"{prefix}_pg{i}", lifetime=lifetime, **pinned))
         try:
             ray.get([pg.ready() for pg in pgs], timeout=self.placement_timeout_s)
         except GetTimeoutError:
@@ -130,10 +154,12 @@ class RayResourcePool(ResourcePool):
                 remove_placement_group(pg)
             raise TimeoutError(
                 f"resource pool {self.name_prefix!r}: could not reserve {self.store} process slot(s) of "
-                f"{self.bundle()} within {self.placement_timeout_s:g}s; cluster has {ray.available_resources()} "
+                f"{self.bundle()} within {self.placement_timeout_s:g}s (pinned to nodes {self.node_ids}); cluster "
+                f"has {ray.available_resources()} "
                 f"available (lower cpus_per_process / ${CPU_PER_PROCESS_ENV}, or the process counts)"
             ) from None
-        pgs, self._store = _sorted_by_node_ip(pgs, self._store)
+        if not any(self.node_ids):  # pinned entries keep the planned order (head node first)
+            pgs, self._store = _sorted_by_node_ip(pgs, self._store)
         self.pgs = pgs
         return pgs
 
@@ -145,3 +171,4 @@ class RayResourcePool(ResourcePool):
             except Exception:
                 pass
         self.pgs = None
+        self.node_ids = None

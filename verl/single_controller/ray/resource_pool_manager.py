@@ -65,6 +65,21 @@ class ResourcePoolManager:
                 process_on_nodes=list(nodes), use_gpu=use_gpu, name_prefix=name,
                 max_colocate_count=self.max_colocate_count, cpus_per_process=self.cpus_per_process,
             )
+        self._plan_nodes()
+
+    def _plan_nodes(self) -> None:
+        """Pin every pool's entries to nodes of their own, pools in spec order: a later pool (the standalone
+        rollout) prefers nodes no earlier pool took (see ``node_placement``)."""
+        from verl.single_controller.ray.node_placement import alive_nodes, free_resources
+
+        nodes = alive_nodes()
+        free, taken = free_resources(nodes), set()
+        for pool in self.resource_pool_dict.values():
+            pool.plan_nodes(nodes, free, taken)
+
+    def placement(self) -> dict[str, list[str | None]]:
+        """Pool name -> the node id each of its entries is pinned to (None: placed by Ray); for logs and tests."""
+        return {name: list(pool.node_ids or []) for name, pool in self.resource_pool_dict.items()}
 
     def release_all(self) -> None:
         """Remove every pool's placement groups (their workers die with them). Placement groups outlive the actor

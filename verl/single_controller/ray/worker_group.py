@@ -281,6 +281,7 @@ class RayWorkerGroup(WorkerGroup):
                 f"{self.role} worker group is unusable: {failure.role} rank {failure.rank} died earlier.\n{failure}",
                 role=failure.role, rank=failure.rank, method=failure.method,
                 first_logged_error=getattr(failure, "first_logged_error", None),
+                node_id=getattr(failure, "node_id", None),
             )
 
     # -- colocated roles ----------------------------------------------------------------------------------------

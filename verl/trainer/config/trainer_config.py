@@ -28,7 +28,10 @@ class TrainerConfig(BaseConfig):
     starts fresh, ``resume_path`` loads ``resume_from_path``. ``del_local_ckpt_after_load`` deletes the
     ``global_step_<k>`` folder a run resumed from once it is loaded. ``ray_wait_register_center_timeout``: seconds
     each worker group may take to start (every process up, every constructor returned) before the run fails with an
-    error naming the group and how many of its workers came up. ``logger`` takes one backend name or a list.
+    error naming the group and how many of its workers came up. ``max_restarts``: how many times a run whose worker
+    process (or node) died rebuilds its worker groups on the resources still there and resumes from its last
+    checkpoint (0: the run fails with the error naming node, role and rank). ``logger`` takes one backend name or a
+    list.
     The fields after ``validation_data_dir`` are verl's keys without effect here (``inert_keys.py``).
     """
 
@@ -56,6 +59,7 @@ class TrainerConfig(BaseConfig):
     max_actor_ckpt_to_keep: int | None = None
     max_critic_ckpt_to_keep: int | None = None
     ray_wait_register_center_timeout: int = 300
+    max_restarts: int = 0
     rollout_data_dir: str | None = None
     validation_data_dir: str | None = None
     esi_redundant_time: float = 0
@@ -87,6 +91,7 @@ class TrainerConfig(BaseConfig):
             check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
         check(self.ray_wait_register_center_timeout > 0, "ray_wait_register_center_timeout",
               f"must be > 0 seconds, got {self.ray_wait_register_center_timeout}")
+        check(self.max_restarts >= 0, "max_restarts", f"must be >= 0, got {self.max_restarts}")
         check(self.log_val_generations >= 0, "log_val_generations", f"must be >= 0, got {self.log_val_generations}")
 
     @property

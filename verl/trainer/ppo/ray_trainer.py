@@ -180,6 +180,7 @@ class RayPPOTrainer:
         self.bypass_mode = bool(config.algorithm.rollout_correction.get("bypass_mode", False))
         self.global_steps = 0
         self.weight_version = 0
+        self.restarts = 0  # how often the task runner rebuilt this run's workers after one died (trainer.max_restarts)
         self.weight_checksums: dict[int, str] = {}  # version -> checksum every replica reported for it
         self.metrics: dict[str, Any] = {}  # the current step's metrics, filled by the stages
         self.timing_raw: dict[str, float] = {}  # the current step's stage times (seconds)
@@ -523,6 +524,7 @@ class RayPPOTrainer:
 
     def _fit_collect_metrics(self, batch: DataProto) -> None:
         self.metrics["training/global_step"] = self.global_steps
+        self.metrics["training/restarts"] = self.restarts
         self.metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
         self.metrics.update(compute_timing_metrics(batch, self.timing_raw))
         n_gpus = self.resource_pool_manager.get_n_gpus()

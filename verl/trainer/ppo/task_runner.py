@@ -22,7 +22,8 @@ from verl.trainer.ppo.utils import Role, need_critic, need_reward_model
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TASK_RUNNER_CPUS", "TaskRunner", "build_role_worker_mapping", "run_ppo"]
+__all__ = ["TASK_RUNNER_CPUS", "TaskRunner", "build_role_worker_mapping", "pool_spec", "run_ppo",
+           "standalone_rollout"]
 
 TASK_RUNNER_CPUS = 0.1
 GLOBAL_POOL = "global_pool"
@@ -69,11 +70,20 @@ class TaskRunner:
 
     def add_actor_rollout_worker(self, config: DictConfig) -> tuple[type, type]:
         """The actor (with its colocated rollout engine and, when needed, the reference policy) on the global pool;
-        returns the worker class and the worker-group class."""
+        with ``rollout.nnodes > 0`` the actor alone, and the rollout on a pool of its own. Returns the worker class
+        and the worker-group class."""
         from verl.single_controller.ray import RayWorkerGroup
         from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
         _check_strategy(config)
+        if standalone_rollout(config):
+            from verl.experimental.fully_async_policy.rollout_pool import ROLLOUT_POOL
+            from verl.experimental.fully_async_policy.workers import DetachActorWorker
+
+            self.role_worker_mapping[Role.Actor] = DetachActorWorker
+            self.mapping[Role.Actor] = GLOBAL_POOL
+            self.mapping[Role.Rollout] = ROLLOUT_POOL
+            return DetachActorWorker, RayWorkerGroup
         self.role_worker_mapping[Role.ActorRollout] = ActorRolloutRefWorker
         self.mapping[Role.ActorRollout] = GLOBAL_POOL
         return ActorRolloutRefWorker, RayWorkerGroup
@@ -97,34 +107,54 @@ class TaskRunner:
         self.mapping[Role.RewardModel] = GLOBAL_POOL
 
     def add_ref_policy_worker(self, config: DictConfig, ref_policy_cls: type) -> None:
-        """The reference policy rides in the actor workers (``ActorRolloutRefWorker``), so no group is added; a
-        recipe that wants a group of its own maps ``Role.RefPolicy`` to its class here."""
+        """The reference policy rides in the colocated actor workers (``ActorRolloutRefWorker``), so no group is
+        added; beside a standalone rollout the actor workers host no reference, so it gets a group of its own on
+        the global pool. A recipe that wants its own group maps ``Role.RefPolicy`` to its class here."""
+        from verl.trainer.ppo.utils import need_reference_policy
+
+        if standalone_rollout(config) and need_reference_policy(config):
+            from verl.workers.fsdp_workers import ActorRolloutRefWorker
+
+            self.role_worker_mapping[Role.RefPolicy] = ActorRolloutRefWorker
+            self.mapping[Role.RefPolicy] = GLOBAL_POOL
 
     def init_resource_pool_mgr(self, config: DictConfig) -> Any:
-        """One pool of ``trainer.nnodes x trainer.n_gpus_per_node`` processes shared by every mapped role."""
+        """One pool of ``trainer.nnodes x trainer.n_gpus_per_node`` processes shared by every training role, plus
+        ``rollout.nnodes x rollout.n_gpus_per_node`` for a standalone rollout (placed on nodes of its own first)."""
         from verl.single_controller.ray import ResourcePoolManager
 
-        trainer = config.trainer
-        spec = {GLOBAL_POOL: [int(trainer.n_gpus_per_node)] * int(trainer.nnodes)}
-        return ResourcePoolManager(resource_pool_spec=spec, mapping=dict(self.mapping),
-                                   device=str(trainer.get("device", "auto")))
+        return ResourcePoolManager(resource_pool_spec=pool_spec(config), mapping=dict(self.mapping),
+                                   device=str(config.trainer.get("device", "auto")))
 
     def run(self, config: DictConfig | dict) -> str:
-        """Build everything from ``config`` and train; returns the run folder (``trainer.default_local_dir``)."""
+        """Build everything from ``config`` and train; returns the run folder (``trainer.default_local_dir``).
+
+        When a worker process or its node dies, the run fails with the error naming node, role and rank, unless
+        ``trainer.max_restarts`` allows a restart: then every worker group is torn down, rebuilt on the resources
+        still there (placement waits, bounded, for room) and resumes from the newest checkpoint this run saved
+        (or from where the run itself started, when it saved none)."""
         if not isinstance(config, DictConfig):
             config = OmegaConf.create(config)
         actor_cls, worker_group_cls = self.add_actor_rollout_worker(config)
         self.add_critic_worker(config)
         self.add_reward_model_worker(config)
         self.add_ref_policy_worker(config, actor_cls)
-        resource_pool_manager = self.init_resource_pool_mgr(config)
-        trainer = self.build_trainer(config, resource_pool_manager, worker_group_cls)
-        try:
-            trainer.init_workers()
-            trainer.fit()
-        finally:
-            resource_pool_manager.release_all()
-        return str(config.trainer.default_local_dir)
+        from verl.trainer.ppo.restarts import RestartPolicy
+
+        policy = RestartPolicy(config)
+        attempt_config = config
+        while True:
+            resource_pool_manager = self.init_resource_pool_mgr(attempt_config)
+            trainer = self.build_trainer(attempt_config, resource_pool_manager, worker_group_cls)
+            trainer.restarts = policy.restarts
+            try:
+                trainer.init_workers()
+                trainer.fit()
+                return str(config.trainer.default_local_dir)
+            except Exception as err:  # noqa: BLE001 - the policy re-raises whatever a restart cannot help
+                attempt_config = policy.next_attempt(err)
+            finally:
+                resource_pool_manager.release_all()
 
     def build_trainer(self, config: DictConfig, resource_pool_manager: Any, worker_group_cls: type) -> Any:
         """The trainer over the mapped roles and pools: ``trainer_class`` (default :class:`RayPPOTrainer`) with the
@@ -136,6 +166,17 @@ class TaskRunner:
 
         tokenizer = load_tokenizer(config.model, resolve_model_path(config.model))
         trainer_class = self.trainer_class or RayPPOTrainer
+        if standalone_rollout(config):
+            from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
+            from verl.trainer.ppo.standalone_trainer import StandaloneRolloutTrainer
+
+            trainer_class = self.trainer_class or StandaloneRolloutTrainer
+            if not issubclass(trainer_class, SeparateRayPPOTrainer):
+                raise ValueError(
+                    f"rollout.nnodes={config.rollout.nnodes} asks for a standalone rollout pool, but the trainer "
+                    f"class {trainer_class.__name__} drives colocated engines; subclass StandaloneRolloutTrainer "
+                    "(verl.trainer.ppo.standalone_trainer) or set rollout.nnodes=0"
+                )
         return trainer_class(
             config=config,
             tokenizer=tokenizer,
@@ -147,6 +188,22 @@ class TaskRunner:
         )
 
 
+def standalone_rollout(config: DictConfig) -> bool:
+    """``rollout.nnodes > 0``: the rollout replicas get a pool of their own instead of living in the actor."""
+    return int(config.rollout.get("nnodes", 0) or 0) > 0
+
+
+def pool_spec(config: DictConfig) -> dict[str, list[int]]:
+    """Processes per node of each pool: the global (training) pool, and the rollout pool when it stands alone."""
+    trainer = config.trainer
+    spec = {GLOBAL_POOL: [int(trainer.n_gpus_per_node)] * int(trainer.nnodes)}
+    if standalone_rollout(config):
+        from verl.experimental.fully_async_policy.rollout_pool import ROLLOUT_POOL, rollout_pool_spec
+
+        spec[ROLLOUT_POOL] = rollout_pool_spec(config.rollout)
+    return spec
+
+
 def build_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], dict[Role, str], dict[str, list[int]]]:
     """Worker class per role, pool per role, and processes per node of each pool, as ``TaskRunner`` builds them."""
     runner = TaskRunner()
@@ -154,9 +211,7 @@ def build_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], dic
     runner.add_critic_worker(config)
     runner.add_reward_model_worker(config)
     runner.add_ref_policy_worker(config, actor_cls)
-    trainer = config.trainer
-    return runner.role_worker_mapping, runner.mapping, {GLOBAL_POOL: [int(trainer.n_gpus_per_node)] * int(
-        trainer.nnodes)}
+    return runner.role_worker_mapping, runner.mapping, pool_spec(config)
 
 
 def _as_actor_class(task_runner_class: Any) -> Any:
@@ -195,6 +250,8 @@ def run_ppo(config: DictConfig, task_runner_class: Any = None) -> str:
 
     # resolved, then verl's nested spelling added back as read-only aliases for the runner (config.actor_rollout_ref.*)
     resolved = add_legacy_view(OmegaConf.create(OmegaConf.to_container(config, resolve=True)))
-    runner = _as_actor_class(task_runner_class).remote()
+    from verl.single_controller.ray.node_placement import on_this_node
+
+    runner = _as_actor_class(task_runner_class).options(**on_this_node(TASK_RUNNER_CPUS)).remote()
     result = ray.get(runner.run.remote(resolved))
     return str(config.trainer.default_local_dir) if result is None else str(result)

@@ -195,6 +195,8 @@ class StandaloneReplica(RolloutReplica):
         ray_options: extra ``.options(...)`` for the actor (override the above).
         server_kwargs: extra keyword arguments of the server class.
         call_timeout_s: limit on every remote call; a timeout names the replica and the method.
+        replica_rank: the replica's index in its pool; a replica whose process (or node) died is reported as
+            ``rollout`` rank ``replica_rank``, with the node it ran on.
     """
 
     rollout_mode = RolloutMode.STANDALONE
@@ -212,10 +214,12 @@ class StandaloneReplica(RolloutReplica):
         ray_options: dict[str, Any] | None = None,
         server_kwargs: dict[str, Any] | None = None,
         call_timeout_s: float = 600.0,
+        replica_rank: int = 0,
     ):
         import ray
 
         self.name = name or config_value(config, "name", "hf")
+        self.replica_rank = int(replica_rank)
         server_class(config, self.name)  # fail here, on the driver, when the engine or custom class is missing
         options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_concurrency": 1000}
         if placement_group is not None:
@@ -235,7 +239,22 @@ class StandaloneReplica(RolloutReplica):
 
     async def _call(self, method: str, *args: Any) -> Any:
         ref = getattr(self.actor, method).remote(*args)
-        return await await_ray(ref, self.call_timeout_s, f"rollout replica {self.name!r} {method}")
+        try:
+            return await await_ray(ref, self.call_timeout_s, f"rollout replica {self.name!r} {method}")
+        except Exception as err:
+            raise self._named_death(err, method) from err
+
+    def _named_death(self, err: Exception, method: str) -> Exception:
+        """``err`` as a WorkerDiedError naming role ``rollout``, this replica's rank and its node when the actor
+        is gone; any other error as it is."""
+        from ray.exceptions import RayActorError
+
+        from verl.single_controller.ray.errors import translate_ray_error
+
+        if not isinstance(err, RayActorError):
+            return err
+        return translate_ray_error(err, role="rollout", rank=self.replica_rank, method=method,
+                                   actor_id=self.actor._actor_id.hex(), worker_names=None)
 
     def __getstate__(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items() if key != "_coalescer"}
@@ -254,8 +273,11 @@ class StandaloneReplica(RolloutReplica):
         return await self._coalescer.submit(request, self._send_batch)
 
     async def _send_batch(self, requests: list[Request]) -> list[Any]:
-        return await call_batch_method(self.actor.generate_batch, requests, self.call_timeout_s,
-                                       f"rollout replica {self.name!r} generate")
+        try:
+            return await call_batch_method(self.actor.generate_batch, requests, self.call_timeout_s,
+                                           f"rollout replica {self.name!r} generate")
+        except Exception as err:
+            raise self._named_death(err, "generate") from err
 
     async def abort_all(self) -> None:
         await self._call("abort_all")

@@ -1,0 +1,162 @@
+"""Synchronous GRPO on a 3-node local Ray cluster: training ranks on two nodes, a rollout node of its own, a node
+that dies mid-run, and a run that heals itself after losing a training rank twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from _runs import (
+    LEARNING_STEPS,
+    actors_of,
+    demo_config,
+    last_record_per_step,
+    new_actors,
+    rising,
+    wait_for_checkpoint,
+)
+
+from verl.single_controller.ray.node_placement import on_this_node
+from verl.trainer.ppo.checkpointing import STATE_FILE
+from verl.trainer.ppo.task_runner import TaskRunner, run_ppo
+from verl.utils.tracking import read_metrics
+
+MULTINODE_WORKER_NODES = 2
+pytestmark = [pytest.mark.ray, pytest.mark.multinode]
+
+TRAINER = "Colocated_actor"  # class name of the colocated training workers
+TWO_NODES = ("trainer.nnodes=2", "trainer.n_gpus_per_node=1", "trainer.save_freq=5",
+             f"trainer.total_training_steps={LEARNING_STEPS}")
+_COMPARED = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean", "response_length/mean")
+
+
+def _same_metrics(got: dict, want: dict, steps) -> None:
+    for step in steps:
+        for key in _COMPARED:
+            assert got[step][key] == pytest.approx(want[step][key], abs=1e-6, rel=0), (step, key)
+
+
+@pytest.fixture(scope="module")
+def reference_run(multinode_cluster, tmp_path_factory):
+    """An undisturbed run on two training nodes (checkpoints every 5 steps), and where its ranks lived."""
+    run_dir = tmp_path_factory.mktemp("reference")
+    before = actors_of(TRAINER)
+    run_ppo(demo_config(run_dir, *TWO_NODES))
+    return run_dir, new_actors(before, TRAINER)
+
+
+def _start(config):
+    runner = ray.remote(num_cpus=0.1)(TaskRunner).options(**on_this_node(0.1)).remote()
+    return runner.run.remote(config)
+
+
+def test_two_training_nodes_learn_and_match_one_node(multinode_cluster, reference_run, tmp_path):
+    run_dir, ranks = reference_run
+    nodes = {place.name.rsplit("_", 1)[-1]: place.node_id for place in ranks.values()}
+    assert sorted(nodes) == ["rank0", "rank1"] and nodes["rank0"] != nodes["rank1"], nodes
+    assert nodes["rank0"] == multinode_cluster.node_ids()[0], "rank 0 (the rendezvous) belongs on the head node"
+
+    before = actors_of(TRAINER)
+    run_ppo(demo_config(tmp_path, "trainer.nnodes=1", "trainer.n_gpus_per_node=2", "trainer.total_training_steps=3"))
+    one_node = new_actors(before, TRAINER)
+    assert len(one_node) == 2 and len({place.node_id for place in one_node.values()}) == 1, one_node
+
+    _same_metrics(last_record_per_step(run_dir), last_record_per_step(tmp_path), range(1, 4))
+    scores = [record["critic/score/mean"] for record in read_metrics(run_dir)]
+    assert len(scores) == LEARNING_STEPS
+    assert rising(scores), f"reward over {LEARNING_STEPS} steps on two nodes: {scores}"
+
+
+def test_standalone_rollout_node_learns_with_verified_weights(multinode_cluster, tmp_path):
+    before_trainers, before_servers = actors_of(TRAINER), actors_of("RolloutServerActor")
+    run_ppo(demo_config(tmp_path, "trainer.nnodes=1", "trainer.n_gpus_per_node=2", "rollout.nnodes=1",
+                        "rollout.n_gpus_per_node=2", f"trainer.total_training_steps={LEARNING_STEPS}"))
+    trainers = {place.node_id for place in new_actors(before_trainers, TRAINER).values()}
+    servers = new_actors(before_servers, "RolloutServerActor")
+    assert len(trainers) == 1 and len(servers) == 2, (trainers, servers)
+    assert len({place.node_id for place in servers.values()}) == 1
+    assert trainers.isdisjoint(place.node_id for place in servers.values()), "the rollout shares the trainer's node"
+
+    records = read_metrics(tmp_path)
+    # every step pushed its update to the replicas, which reported the version and the trainer's checksum
+    assert [record["rollout/weight_version"] for record in records] == list(range(1, LEARNING_STEPS + 1))
+    scores = [record["critic/score/mean"] for record in records]
+    assert rising(scores), f"reward over {LEARNING_STEPS} steps with a standalone rollout node: {scores}"
+
+
+def test_a_dead_node_is_named_and_the_run_resumes_on_the_survivors(multinode_cluster, reference_run, tmp_path):
+    config = demo_config(tmp_path, *TWO_NODES, "trainer.resume_mode=auto")
+    before = actors_of(TRAINER)
+    pending = _start(config)
+    saved = wait_for_checkpoint(tmp_path, 10)
+    rank1 = next(place for place in new_actors(before, TRAINER).values() if place.name.endswith("_rank1"))
+    node = next(node for node in multinode_cluster.nodes if node.node_id == rank1.node_id)
+    start = time.monotonic()
+    multinode_cluster.kill_node(node)
+    with pytest.raises(ray.exceptions.RayTaskError) as failure:
+        ray.get(pending, timeout=60)
+    detected_s = time.monotonic() - start
+    message = str(failure.value)
+    assert rank1.node_id in message and "rank 1" in message and "actor" in message, message
+    print(f"dead node {rank1.node_id[:12]} reported after {detected_s:.1f}s")
+
+    resumed_from = int((tmp_path / "latest_checkpointed_iteration.txt").read_text())
+    assert resumed_from >= saved and (tmp_path / f"global_step_{resumed_from}" / STATE_FILE).is_file()
+    run_ppo(config)  # two nodes are left: the head and the other worker node
+    _same_metrics(last_record_per_step(tmp_path), last_record_per_step(reference_run[0]),
+                  range(resumed_from + 1, LEARNING_STEPS + 1))
+    multinode_cluster.add_node()  # a replacement machine for the tests that follow
+
+
+def _kill_rank1(before: dict, after_step: int, run_dir) -> str:
+    """SIGKILL the live training rank 1 that is not in ``before`` once a checkpoint >= ``after_step`` exists."""
+    wait_for_checkpoint(run_dir, after_step)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        live = [key for key, place in new_actors(before, TRAINER).items()
+                if place.alive and place.name.endswith("_rank1")]
+        if live:
+            os.kill(actors_of(TRAINER)[live[0]].pid, signal.SIGKILL)
+            return live[0]
+        time.sleep(0.2)
+    raise TimeoutError("no live training rank 1 to kill")
+
+
+def test_a_run_heals_itself_after_losing_a_training_rank_twice(multinode_cluster, reference_run, tmp_path):
+    config = demo_config(tmp_path, *TWO_NODES, "trainer.max_restarts=2", "trainer.resume_mode=disable")
+    before = actors_of(TRAINER)
+    pending = _start(config)
+    first = _kill_rank1(before, 5, tmp_path)
+    before[first] = None
+    _kill_rank1(before, 15, tmp_path)
+    ray.get(pending, timeout=600)
+
+    records = last_record_per_step(tmp_path)
+    assert sorted(records) == list(range(1, LEARNING_STEPS + 1))
+    assert records[LEARNING_STEPS]["training/restarts"] == 2
+    _same_metrics(records, last_record_per_step(reference_run[0]), range(1, LEARNING_STEPS + 1))
+
+
+def test_ray_job_submit_runs_the_demo_on_two_nodes(multinode_cluster, tmp_path):
+    """``ray job submit --working-dir .`` of ``main_ppo`` to the running cluster: the job's driver finds the cluster
+    through $RAY_ADDRESS (set by Ray's job supervisor) and its workers import the uploaded package."""
+    repo_root = Path(__file__).resolve().parents[2]
+    before = actors_of(TRAINER)
+    command = ["ray", "job", "submit", "--address", f"http://{multinode_cluster.cluster.webui_url}",
+               "--working-dir", str(repo_root), "--", "python", "-m", "verl.trainer.main_ppo", "--config-name", "demo",
+               "trainer.nnodes=2", "trainer.n_gpus_per_node=1", "trainer.total_training_steps=3",
+               "trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.logger=[console,file]",
+               f"trainer.default_local_dir={tmp_path}"]
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=repo_root)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "succeeded" in output and "_ray_pkg_" in output, output[-4000:]
+    assert [record["step"] for record in read_metrics(tmp_path)] == [1, 2, 3]
+    ranks = new_actors(before, TRAINER)
+    assert len(ranks) == 2 and len({place.node_id for place in ranks.values()}) == 2, ranks

@@ -1,0 +1,81 @@
+"""RestartPolicy: whether a failed PPO run may rebuild its workers and go on (``trainer.max_restarts``).
+
+Only a lost process is worth a restart: a worker (or rollout replica) that died, alone or with its node. An
+exception a worker raised is a bug or a bad input; rerunning the same step would raise it again, so it fails the
+run at once. A restart resumes from the newest checkpoint this run wrote; when it wrote none yet, the run starts
+over the way it first started (fresh, or from the checkpoint it resumed from), so no step is ever trained twice
+into one checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, open_dict, read_write
+
+__all__ = ["RestartPolicy", "is_lost_process"]
+
+logger = logging.getLogger(__name__)
+
+
+def is_lost_process(err: BaseException) -> bool:
+    """True when ``err`` (or an error it was raised from) says a worker process or its node is gone."""
+    from ray.exceptions import NodeDiedError, RayActorError
+
+    from verl.single_controller.ray.errors import WorkerDiedError
+
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, WorkerDiedError) and current.rank is not None:  # rank None: shut down on purpose
+            return True
+        if isinstance(current, RayActorError | NodeDiedError):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+class RestartPolicy:
+    """Counts restarts against ``trainer.max_restarts`` and says what config the next attempt runs."""
+
+    def __init__(self, config: DictConfig) -> None:
+        from verl.trainer.ppo.checkpointing import TrainerCheckpointer
+
+        self.config = config
+        self.max_restarts = int(config.trainer.get("max_restarts", 0) or 0)
+        self.restarts = 0
+        self.checkpointer = TrainerCheckpointer(config.trainer)
+        self.start_checkpoint = self.checkpointer.latest_step_dir()
+        self.causes: list[str] = []
+
+    def next_attempt(self, err: Exception) -> DictConfig:
+        """The config of the next attempt after ``err``; re-raises ``err`` when no restart is allowed or useful."""
+        if not is_lost_process(err) or self.restarts >= self.max_restarts:
+            if self.restarts and is_lost_process(err):
+                logger.error("run failed after %d restart(s) (trainer.max_restarts=%d)", self.restarts,
+                             self.max_restarts)
+            raise err
+        self.restarts += 1
+        cause = str(err).splitlines()[0] if str(err) else type(err).__name__
+        self.causes.append(cause)
+        resume_dir = self._resume_dir()
+        logger.warning("restart %d of %d (trainer.max_restarts) after: %s; resuming from %s", self.restarts,
+                       self.max_restarts, cause, resume_dir or "the run's own start")
+        if resume_dir is None:
+            return self.config
+        attempt = copy.deepcopy(self.config)
+        with read_write(attempt.trainer), open_dict(attempt.trainer):
+            attempt.trainer.resume_mode = "resume_path"
+            attempt.trainer.resume_from_path = str(resume_dir)
+            attempt.trainer.del_local_ckpt_after_load = False  # a later restart may need the same checkpoint
+        return attempt
+
+    def _resume_dir(self) -> Path | None:
+        """The newest complete checkpoint written since the run started; None when there is none."""
+        latest = self.checkpointer.latest_step_dir()
+        if latest is None or latest == self.start_checkpoint:
+            return None
+        return latest
