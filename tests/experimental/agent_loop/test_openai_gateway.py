@@ -282,3 +282,171 @@ def test_calls_run_in_the_session_openers_context_with_the_partial_rollout_manag
     versions, reply = asyncio.run(main())
     assert len(versions) == 1  # the "sample" call reported to its collector, the unopened session's did not
     assert versions[0].token_versions == [0] * 3 and len(reply.choices[0].token_ids) == 3
+
+
+# ---------------------------------------------------------------------- bearer token (agents on other nodes)
+
+def routable_ip() -> str:
+    from verl.experimental.agent_loop.openai_gateway import is_loopback_host, node_ip_address
+
+    ip = node_ip_address()
+    if is_loopback_host(ip):
+        pytest.skip("this machine has no non-loopback IPv4 address to bind the gateway to")
+    return ip
+
+
+async def raw_post(url, token=None, scheme="Bearer"):
+    headers = {"Authorization": f"{scheme} {token}"} if token is not None else {}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, json={"model": "m", "messages": MESSAGES, "max_tokens": 2},
+                             headers=headers) as response:
+            return response.status, dict(response.headers), await response.json()
+
+
+def test_off_loopback_every_request_needs_the_gateways_bearer_token(replica, tokenizer):
+    ip = routable_ip()
+
+    async def body(gateway):
+        url = gateway.session_base_url("s") + "/chat/completions"
+        refused = {
+            "missing": await raw_post(url),
+            "wrong": await raw_post(url, token="not-the-token"),
+            "basic scheme": await raw_post(url, token=gateway.auth_token, scheme="Basic"),
+            "empty": await raw_post(url, token=""),
+        }
+        async with aiohttp.ClientSession() as http:
+            async with http.get(gateway.base_url + "/models") as response:
+                refused["models"] = (response.status, dict(response.headers), await response.json())
+        wrong = openai.AsyncOpenAI(base_url=gateway.session_base_url("s"), api_key="wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError) as raised:
+            await wrong.chat.completions.create(model="m", messages=MESSAGES, max_tokens=2)
+        calls_after_refusals = gateway.calls("s")
+        client = openai.AsyncOpenAI(base_url=gateway.session_base_url("s"), api_key=gateway.auth_token)
+        ok = await client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=3)
+        return refused, raised.value, calls_after_refusals, ok, gateway.calls("s"), gateway
+
+    refused, client_error, calls_after_refusals, ok, calls, gateway = run_with_gateway(
+        replica, tokenizer, body, host=ip, default_sampling_params=GREEDY)
+    assert gateway.requires_auth and len(gateway.auth_token) >= 32
+    assert gateway.num_refused == len(refused) + 1
+    for what, (status, headers, got) in refused.items():
+        assert status == 401, what
+        assert headers["WWW-Authenticate"].startswith("Bearer"), what
+        assert set(got["error"]) == {"message", "type", "param", "code"} and got["error"]["code"] == "invalid_api_key"
+    assert "no bearer token" in refused["missing"][2]["error"]["message"]
+    assert "incorrect bearer token" in refused["wrong"][2]["error"]["message"]
+    assert client_error.status_code == 401
+    assert calls_after_refusals == []  # a refused request never reaches the engine
+    assert len(calls) == 1 and ok.choices[0].token_ids == calls[0].response_ids
+
+
+def test_a_fresh_token_per_gateway_and_a_wildcard_bind_advertises_the_node_ip(replica, tokenizer):
+    ip = routable_ip()
+
+    async def main():
+        manager = AsyncLLMServerManager([replica])
+        first = OpenAIGateway(manager, tokenizer, host="0.0.0.0", default_sampling_params=GREEDY)
+        second = OpenAIGateway(manager, tokenizer, host=ip, auth_token="given-token")
+        await first.start()
+        try:
+            client = openai.AsyncOpenAI(base_url=first.session_base_url("w"), api_key=first.auth_token)
+            reply = await client.completions.create(model="m", prompt=[1, 40], max_tokens=2)
+            return first.base_url, first.auth_token, second.auth_token, reply
+        finally:
+            await first.stop()
+
+    base_url, first_token, second_token, reply = asyncio.run(main())
+    assert base_url.startswith(f"http://{ip}:")  # reachable from other nodes, not 0.0.0.0
+    assert first_token and second_token == "given-token"
+    assert first_token != OpenAIGateway(None, tokenizer, host="0.0.0.0").auth_token
+    assert len(reply.choices[0].token_ids) == 2
+
+
+def test_loopback_needs_no_token_but_checks_one_when_given(replica, tokenizer):
+    async def body(gateway):
+        return (await raw_post(gateway.session_base_url("a") + "/chat/completions"),
+                await raw_post(gateway.session_base_url("a") + "/chat/completions", token="anything"))
+
+    open_results = run_with_gateway(replica, tokenizer, body, default_sampling_params=GREEDY)
+    assert [status for status, *_ in open_results] == [200, 200]
+
+    async def checked(gateway):
+        url = gateway.session_base_url("b") + "/chat/completions"
+        return await raw_post(url), await raw_post(url, token="run-token-1"), await raw_post(url, token="run-token-2")
+
+    missing, right, wrong = run_with_gateway(replica, tokenizer, checked, default_sampling_params=GREEDY,
+                                             auth_token="run-token-1")
+    assert (missing[0], right[0], wrong[0]) == (401, 200, 401)
+    assert OpenAIGateway(None, tokenizer).auth_token is None
+    with pytest.raises(ValueError, match="auth_token"):
+        OpenAIGateway(None, tokenizer, auth_token="")
+
+
+def test_the_token_stays_out_of_logs_reprs_records_and_errors(replica, tokenizer, caplog):
+    import logging
+
+    from verl.experimental.agent_loop.openai_agent_loop import OpenAIAgentContext
+
+    token = "tok-" + "s3cr3t" * 6
+
+    async def body(gateway):
+        url = gateway.session_base_url("t") + "/chat/completions"
+        replies = [await raw_post(url), await raw_post(url, token=token[:-1]), await raw_post(url, token=token)]
+        async with aiohttp.ClientSession() as http:  # a 400 and a 404 with the right token
+            headers = {"Authorization": f"Bearer {token}"}
+            async with http.post(url, data=b"{bad", headers=headers) as response:
+                replies.append((response.status, {}, await response.json()))
+            async with http.get(gateway.base_url + "/nowhere", headers=headers) as response:
+                replies.append((response.status, {}, await response.json()))
+        for key in (token, token[:-1]):  # the official client, which logs its requests at DEBUG
+            client = openai.AsyncOpenAI(base_url=gateway.session_base_url("t"), api_key=key, max_retries=0)
+            try:
+                await client.completions.create(model="m", prompt=[1, 40], max_tokens=2)
+                replies.append((200, {}, {}))
+            except openai.AuthenticationError as err:
+                replies.append((err.status_code, {}, err.body))
+        return replies, repr(gateway), gateway.calls("t")
+
+    with caplog.at_level(logging.DEBUG):
+        replies, gateway_repr, calls = run_with_gateway(replica, tokenizer, body, default_sampling_params=GREEDY,
+                                                        auth_token=token)
+    assert [status for status, *_ in replies] == [401, 401, 200, 400, 404, 200, 401]
+    assert any("refused" in record.getMessage() for record in caplog.records)  # the refusal is logged ...
+    for record in caplog.records:  # ... without the token, nor any prefix of it an attacker could extend
+        assert token[:-1] not in record.getMessage() and token[:-1] not in str(record.args), record.getMessage()
+    assert "bearer token" in gateway_repr and token not in gateway_repr
+    assert all(token[:-1] not in json.dumps(got) for _, _, got in replies)
+    assert len(calls) == 2 and token not in repr(calls)
+    ctx = OpenAIAgentContext(base_url="http://h/v1", api_key=token, model="m", session_id="t", messages=None,
+                             sample={})
+    assert token not in repr(ctx)
+
+
+def test_openai_agent_loop_gateway_host_hands_the_agent_a_routable_url_and_the_token(tiny_model_dir, make_replica,
+                                                                                     tokenizer):
+    from verl.experimental.agent_loop.openai_agent_loop import OpenAIAgentLoop
+
+    ip = routable_ip()
+    seen = {}
+
+    async def agent(ctx):
+        seen["ctx"] = ctx
+        seen["reply"] = await ctx.client(max_retries=0).chat.completions.create(model=ctx.model, messages=MESSAGES,
+                                                                               max_tokens=2)
+        return 1.0
+
+    config = make_config(tiny_model_dir, prompt_length=40, response_length=8)
+    loop = OpenAIAgentLoop(config, AsyncLLMServerManager([make_replica(config["rollout"])]), tokenizer,
+                           agent_fn=agent, gateway_host="0.0.0.0")
+
+    async def main():
+        out = await loop.run({**GREEDY, "max_tokens": 2}, raw_prompt=MESSAGES)
+        gateway = await loop.gateway()
+        await gateway.stop()
+        return out, gateway
+
+    out, gateway = asyncio.run(main())
+    ctx = seen["ctx"]
+    assert ctx.base_url.startswith(f"http://{ip}:") and ctx.api_key == gateway.auth_token
+    assert gateway.host == "0.0.0.0" and gateway.requires_auth
+    assert out.response_ids == seen["reply"].choices[0].token_ids and out.reward_score == 1.0

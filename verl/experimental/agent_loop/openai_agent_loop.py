@@ -17,6 +17,7 @@ Register the agent in the YAML of ``rollout.agent.agent_loop_config_path``::
       agent_fn: path/to/agent.py:solve        # or my_pkg.agents:solve
       agent_kwargs: {max_steps: 4}            # optional, passed to the function
       lock_sampling: true                     # rollout temperature/top_p/top_k win over the agent's (default)
+      gateway_host: 0.0.0.0                   # optional: serve agents on other nodes (default 127.0.0.1)
 
 and set the samples' ``agent_name`` to ``my_agent`` (or subclass and override :meth:`OpenAIAgentLoop.agent`).
 The function is ``async def solve(ctx: OpenAIAgentContext, **agent_kwargs)``; it returns a reward (float), None
@@ -45,8 +46,9 @@ class OpenAIAgentContext:
     """What the agent function gets: where to send its requests, and the sample it works on.
 
     Attributes:
-        base_url: an OpenAI base URL bound to this trajectory (``http://127.0.0.1:<port>/session/<id>/v1``).
-        api_key: any string; the gateway does not check it.
+        base_url: an OpenAI base URL bound to this trajectory (``http://<gateway host>:<port>/session/<id>/v1``).
+        api_key: the gateway's bearer token (required when it serves other nodes), or ``"verl"`` on loopback without
+            one; kept out of ``repr``.
         model: the model name to send.
         session_id: the trajectory's id (also accepted as the ``X-Trajectory-Id`` header).
         messages: the sample's ``raw_prompt`` chat messages, or None.
@@ -55,7 +57,7 @@ class OpenAIAgentContext:
     """
 
     base_url: str
-    api_key: str
+    api_key: str = field(repr=False)
     model: str
     session_id: str
     messages: list[dict[str, Any]] | None
@@ -137,18 +139,24 @@ class OpenAIAgentLoop(AgentLoopBase):
     """Run a user agent that talks to the policy through the OpenAI API (see the module docstring).
 
     Loop kwargs (YAML entry keys): ``agent_fn``, ``agent_kwargs``, ``lock_sampling`` (default True),
-    ``model_name`` (default ``verl-policy``), ``tool_parser`` (default ``rollout.multi_turn.format``).
+    ``model_name`` (default ``verl-policy``), ``tool_parser`` (default ``rollout.multi_turn.format``),
+    ``gateway_host`` (default ``127.0.0.1``; ``0.0.0.0`` or a node IP lets agents on other nodes call it, with a
+    bearer token), ``gateway_auth_token`` (default: a random token per gateway when not on loopback).
     """
 
     def __init__(self, *args: Any, agent_fn: Any = None, agent_kwargs: dict[str, Any] | None = None,
                  lock_sampling: bool = True, model_name: str = "verl-policy", tool_parser: str | None = None,
-                 **kwargs: Any) -> None:
+                 gateway_host: str = "127.0.0.1", gateway_auth_token: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.agent_fn = load_agent_fn(agent_fn) if agent_fn is not None else None
         self.agent_kwargs = dict(agent_kwargs or {})
         self.lock_sampling = bool(lock_sampling)
         self.model_name = str(model_name)
         self.tool_parser = str(tool_parser or self.rollout_config.multi_turn.format)
+        if not isinstance(gateway_host, str):
+            raise TypeError(f"openai_agent gateway_host must be a host string such as '0.0.0.0', got {gateway_host!r}")
+        self.gateway_host = gateway_host
+        self._gateway_auth_token = gateway_auth_token  # private: kept out of reprs and logs
 
     async def agent(self, ctx: OpenAIAgentContext) -> Any:
         """The agent itself; the default calls the configured ``agent_fn`` (override in a subclass instead)."""
@@ -163,7 +171,8 @@ class OpenAIAgentLoop(AgentLoopBase):
         """This process's gateway over the loop's server manager (started on first use)."""
         return await shared_gateway(
             self.server_manager, self.tokenizer, model_name=self.model_name, tool_parser=self.tool_parser,
-            max_prompt_tokens=self.rollout_config.max_total_length - 1,
+            max_prompt_tokens=self.rollout_config.max_total_length - 1, host=self.gateway_host,
+            auth_token=self._gateway_auth_token,
         )
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
@@ -174,7 +183,7 @@ class OpenAIAgentLoop(AgentLoopBase):
         gateway.open_session(session_id, defaults, lock_sampling=self.lock_sampling)
         messages = kwargs.get("raw_prompt")
         ctx = OpenAIAgentContext(
-            base_url=gateway.session_base_url(session_id), api_key="verl", model=self.model_name,
+            base_url=gateway.session_base_url(session_id), api_key=gateway.auth_token or "verl", model=self.model_name,
             session_id=session_id, messages=[dict(m) for m in messages] if messages is not None else None,
             sample=dict(kwargs), sampling_params=dict(sampling_params),
         )

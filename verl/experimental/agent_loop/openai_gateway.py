@@ -21,6 +21,11 @@ Aborts: when the server manager returns ``stop_reason == "aborted"`` (a weight s
 gateway continues the same call from prompt + partial tokens once the replica admits requests again, so the client
 just sees a slower answer. (``PartialRolloutServerManager`` already does this itself; the loop then never runs.)
 
+Agents on other nodes: bind ``host`` to a node IP or a wildcard (``0.0.0.0``); :attr:`OpenAIGateway.base_url` then
+advertises this node's routable IP. Off loopback every request must carry ``Authorization: Bearer <token>`` (what the
+OpenAI client sends as its ``api_key``): the token is per gateway, random unless given, and never logged or shown in
+``repr``; a missing or wrong one gets a 401. On loopback a token is optional (checked when given).
+
 Malformed requests get an OpenAI-style error body (``{"error": {"message", "type", "param", "code"}}``) with a 4xx
 status; an unexpected failure is a 500 with the same shape. The server keeps serving either way.
 """
@@ -29,8 +34,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hmac
+import ipaddress
 import json
 import logging
+import secrets
 import socket
 import sys
 import time
@@ -45,6 +53,8 @@ __all__ = [
     "CallRecord",
     "GatewayError",
     "OpenAIGateway",
+    "is_loopback_host",
+    "node_ip_address",
     "shared_gateway",
 ]
 
@@ -85,7 +95,47 @@ class GatewayError(Exception):
 
 
 def _error_response(err: GatewayError) -> web.Response:
-    return web.json_response(err.body(), status=err.status)
+    response = web.json_response(err.body(), status=err.status)
+    if err.status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="verl-gateway"'
+    return response
+
+
+# ---------------------------------------------------------------------- addresses
+
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and loopback IPs; a host name is assumed reachable from other machines."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def node_ip_address() -> str:
+    """This node's IP as other nodes reach it: Ray's view when Ray runs here (unless loopback), else the host name's
+    address, else the interface that routes outwards (a Debian-style ``/etc/hosts`` maps the host name to 127.0.1.1)."""
+    ray = sys.modules.get("ray")  # never import Ray just for this: it is not running if nobody imported it
+    if ray is not None and ray.is_initialized():
+        ip = ray.util.get_node_ip_address()
+        if not is_loopback_host(ip):
+            return ip
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        ip = "127.0.0.1"
+    if not is_loopback_host(ip):
+        return ip
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 1))  # UDP connect sends nothing; it only picks the route
+            return probe.getsockname()[0]
+        except OSError:
+            return ip
 
 
 # ---------------------------------------------------------------------- request field checks
@@ -242,13 +292,23 @@ class OpenAIGateway:
         default_sampling_params: sampling defaults of sessions opened implicitly (first request of an unknown id).
         max_prompt_tokens: longer prompts get a 400 ``context_length_exceeded`` (None: the engine decides).
         tool_parser: the tool-call format of chat requests with ``tools`` (``rollout.multi_turn.format`` names).
-        host: where to bind (loopback by default: the gateway is for agents in the same machine).
+        host: where to bind (loopback by default: agents in the same process or machine). A node IP or ``0.0.0.0``
+            serves agents on other nodes and makes a bearer token mandatory.
+        auth_token: the bearer token requests must carry; generated (``secrets.token_urlsafe``) when None and
+            ``host`` is not loopback, not required on loopback unless given.
+        advertise_host: the host :attr:`base_url` names (default: ``host``, or :func:`node_ip_address` for a
+            wildcard bind), e.g. an address a NAT maps to this node.
         client_max_size: largest request body in bytes.
     """
 
     def __init__(self, server_manager: Any, tokenizer: Any, *, model_name: str = "verl-policy",
                  default_sampling_params: dict[str, Any] | None = None, max_prompt_tokens: int | None = None,
-                 tool_parser: str = "hermes", host: str = "127.0.0.1", client_max_size: int = 64 * 2**20) -> None:
+                 tool_parser: str = "hermes", host: str = "127.0.0.1", auth_token: str | None = None,
+                 advertise_host: str | None = None, client_max_size: int = 64 * 2**20) -> None:
+        if auth_token is not None and (not isinstance(auth_token, str) or not auth_token.strip()):
+            raise ValueError("OpenAIGateway auth_token must be a non-empty string (or None for a generated one)")
+        if auth_token is None and not is_loopback_host(host):
+            auth_token = secrets.token_urlsafe(32)
         self.server_manager = server_manager
         self.tokenizer = tokenizer
         self.model_name = model_name
@@ -256,7 +316,11 @@ class OpenAIGateway:
         self.max_prompt_tokens = max_prompt_tokens
         self.tool_parser_name = tool_parser
         self.host = host
+        self.advertise_host = advertise_host
         self.client_max_size = client_max_size
+        self._auth_token = auth_token  # private: never in repr, logs or errors
+        self.num_refused = 0
+        self._url_host = host
         self.port: int | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.num_resumes = 0
@@ -264,21 +328,37 @@ class OpenAIGateway:
         self._runner: web.AppRunner | None = None
         self._tool_parser = None
 
+    def __repr__(self) -> str:
+        where = f"{self.host}:{self.port}" if self.port is not None else f"{self.host} (not started)"
+        auth = "bearer token" if self._auth_token is not None else "none"
+        return f"OpenAIGateway({where}, model={self.model_name!r}, auth={auth}, sessions={len(self._sessions)})"
+
     # ------------------------------------------------------------------ lifecycle
 
     @property
+    def auth_token(self) -> str | None:
+        """The bearer token requests must carry (give it to the client as ``api_key``); None: no check."""
+        return self._auth_token
+
+    @property
+    def requires_auth(self) -> bool:
+        return self._auth_token is not None
+
+    @property
     def base_url(self) -> str:
-        """``http://host:port/v1`` (requests then need the session header or ``user``)."""
+        """``http://host:port/v1`` (requests then need the session header or ``user``); a wildcard bind names this
+        node's IP, so the URL works from other nodes."""
         if self.port is None:
             raise RuntimeError("OpenAIGateway is not started; await start() first")
-        return f"http://{self.host}:{self.port}/v1"
+        return f"http://{self._url_host}:{self.port}/v1"
 
     def session_base_url(self, session_id: str) -> str:
         """A base URL that binds every request to ``session_id`` (give it to ``AsyncOpenAI(base_url=...)``)."""
         return self.base_url[: -len("/v1")] + f"/session/{session_id}/v1"
 
     def build_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.client_max_size, middlewares=[self._errors_middleware])
+        app = web.Application(client_max_size=self.client_max_size,
+                              middlewares=[self._auth_middleware, self._errors_middleware])
         for prefix in ("", "/session/{session_id}"):
             app.router.add_post(prefix + "/v1/chat/completions", self._handle_chat)
             app.router.add_post(prefix + "/v1/completions", self._handle_completion)
@@ -292,13 +372,25 @@ class OpenAIGateway:
         self.loop = asyncio.get_running_loop()
         runner = web.AppRunner(self.build_app(), access_log=None)
         await runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ipv6 = ":" in self.host
+        sock = socket.socket(socket.AF_INET6 if ipv6 else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, port))
+        if ipv6 and self.host == "::":
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # the IPv6 wildcard takes IPv4 agents too
+        try:
+            sock.bind((self.host or "0.0.0.0", port))
+        except OSError as err:
+            sock.close()
+            await runner.cleanup()
+            raise OSError(err.errno, f"OpenAIGateway cannot bind host={self.host!r} port={port}: "
+                                     f"{err.strerror}") from err
         await web.SockSite(runner, sock).start()
+        host = self.advertise_host or (node_ip_address() if self.host in _WILDCARD_HOSTS else self.host)
+        self._url_host = f"[{host}]" if ":" in host else host  # an IPv6 literal goes in brackets
         self._runner = runner
         self.port = sock.getsockname()[1]
-        logger.info("OpenAI gateway serving %s", self.base_url)
+        logger.info("OpenAI gateway serving %s (bound to %s, %s)", self.base_url, self.host or "0.0.0.0",
+                    "bearer token required" if self.requires_auth else "no token")
         return self.base_url
 
     async def stop(self) -> None:
@@ -339,6 +431,26 @@ class OpenAIGateway:
         return list(self._sessions)
 
     # ------------------------------------------------------------------ HTTP handlers
+
+    @web.middleware
+    async def _auth_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Refuse a request without this gateway's bearer token before reading anything else of it."""
+        if self._auth_token is None:
+            return await handler(request)
+        scheme, _, given = request.headers.get("Authorization", "").strip().partition(" ")
+        given = given.strip()
+        if scheme.lower() != "bearer" or not given:
+            problem = "no bearer token: send 'Authorization: Bearer <token>' (an agent's ctx.api_key)"
+        elif not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self._auth_token.encode()):
+            problem = "incorrect bearer token for this gateway"
+        else:
+            return await handler(request)
+        self.num_refused += 1
+        # only the route and the peer: never the token sent nor the one expected
+        log = logger.warning if self.num_refused == 1 else logger.debug
+        log("OpenAI gateway refused %s %s from %s: %s (%d refused so far)", request.method, request.path,
+            request.remote, problem, self.num_refused)
+        return _error_response(GatewayError(f"{problem}.", status=401, code="invalid_api_key"))
 
     @web.middleware
     async def _errors_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -613,16 +725,17 @@ class OpenAIGateway:
         return text[:cut]
 
 
-_SHARED: dict[int, tuple[asyncio.AbstractEventLoop, Any, asyncio.Future]] = {}
+_SHARED: dict[tuple[int, str, str | None], tuple[asyncio.AbstractEventLoop, Any, asyncio.Future]] = {}
 
 
 async def shared_gateway(server_manager: Any, tokenizer: Any, **kwargs: Any) -> OpenAIGateway:
-    """The one gateway of this event loop for ``server_manager``, started on first use (agent loops share it)."""
+    """The one gateway of this event loop for ``server_manager`` (and ``host``/``auth_token``), started on first use
+    (agent loops share it)."""
     loop = asyncio.get_running_loop()
     for key, (owner_loop, _, _) in list(_SHARED.items()):
         if owner_loop.is_closed():
             del _SHARED[key]
-    key = id(server_manager)
+    key = (id(server_manager), kwargs.get("host", "127.0.0.1"), kwargs.get("auth_token"))
     entry = _SHARED.get(key)
     if entry is None or entry[0] is not loop or entry[1] is not server_manager:
         gateway = OpenAIGateway(server_manager, tokenizer, **kwargs)
