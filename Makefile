@@ -1,16 +1,20 @@
-.PHONY: test test-all fast lint verl-suite bench bench-gpu
+.PHONY: test test-all fast multinode lint verl-suite bench bench-gpu
 
-# The default tier, as CI runs it (slow learning/resume runs left out).
+# The default tier, as CI runs it (slow learning/resume runs left out), in two processes taking whole files.
 test:
-	python -m pytest -q tests
+	python -m pytest -q -n 2 --dist loadfile tests
 
 # Every test, the slow tier included (the learning and resume runs of the slow tier add about 15 minutes on 2 cores).
 test-all:
-	python -m pytest -q tests -m ""
+	python -m pytest -q -n 2 --dist loadfile tests -m ""
 
 # Tests that start no Ray cluster and train nothing long: a quick check while editing.
 fast:
 	python -m pytest -q tests -m "not slow and not ray"
+
+# The multi-node tests alone: each module starts a local Ray cluster of 2-3 nodes (raylets) on this machine.
+multinode:
+	python -m pytest -q tests -m multinode
 
 lint:
 	ruff check .

@@ -52,12 +52,17 @@ class ActorPlace:
 
 
 def actors_of(class_fragment: str) -> dict[str, ActorPlace]:
-    """Actor id -> place of every actor (alive or dead) whose class name contains ``class_fragment``."""
-    from ray.util.state import list_actors
+    """Actor id -> place of every actor (alive or dead) whose class name contains ``class_fragment``, from the
+    cluster's actor table (no dashboard needed)."""
+    from ray._private import state
 
-    actors = list_actors(detail=True, limit=10_000, raise_on_missing_output=False)
-    return {actor.actor_id: ActorPlace(actor.name or "", actor.node_id, int(actor.pid or 0), actor.state == "ALIVE")
-            for actor in actors if class_fragment in (actor.class_name or "") and actor.node_id}
+    places = {}
+    for actor_id, record in state.actors().items():
+        node_id = (record.get("Address") or {}).get("NodeID")
+        if class_fragment in (record.get("ActorClassName") or "") and node_id:
+            places[actor_id] = ActorPlace(record.get("Name") or "", node_id, int(record.get("Pid") or 0),
+                                          record.get("State") == "ALIVE")
+    return places
 
 
 def new_actors(before: dict[str, ActorPlace], class_fragment: str) -> dict[str, ActorPlace]:

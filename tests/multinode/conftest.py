@@ -11,11 +11,17 @@ again afterwards for the modules that follow.
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+_NODE_TEMP_DIRS: list[str] = []  # removed with the cluster
 
 # Logical CPUs of every node: slots reserve a quarter core (VERL_CPUS_PER_PROCESS), so a node hosts eight processes.
 NODE_CPUS = 2
@@ -42,7 +48,7 @@ class LocalCluster:
         return [node_id for node_id in ordered if node_id in alive]
 
     def add_node(self, num_cpus: int = NODE_CPUS, **kwargs: Any) -> Any:
-        node = self.cluster.add_node(num_cpus=num_cpus, **kwargs)
+        node = _add_node(self.cluster, num_cpus, **kwargs)
         self.nodes.append(node)
         self.cluster.wait_for_nodes()
         return node
@@ -72,13 +78,51 @@ def start_local_cluster(worker_nodes: int, head_cpus: int = NODE_CPUS, **head_ar
 
     if ray.is_initialized():
         ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, **head_args})
+    previous = read_ray_address()
+    # a dashboard port of its own: another test process may run a cluster of its own at the same time
+    head_args = {"num_cpus": head_cpus, "dashboard_port": free_port(), **head_args}
+    cluster = Cluster(initialize_head=True, head_node_args=head_args)
     local = LocalCluster(cluster=cluster, head=cluster.head_node)
     for _ in range(worker_nodes):
-        local.nodes.append(cluster.add_node(num_cpus=NODE_CPUS))
+        local.nodes.append(_add_node(cluster, NODE_CPUS))
     cluster.wait_for_nodes()
+    # Starting a head makes it this machine's default cluster, which a plain ray.init() in any other process joins;
+    # tests of other processes (a recipe run as a subprocess) must keep starting their own.
+    restore_ray_address(previous)
     ray.init(address=cluster.address, runtime_env=test_runtime_env(), log_to_driver=True)
     return local
+
+
+def _add_node(cluster: Any, num_cpus: int, **kwargs: Any) -> Any:
+    """A worker node with a temp folder of its own, as a separate machine has its own disk: nodes sharing one folder
+    would unpack a job's working_dir into the same place and race (one deletes files another is importing)."""
+    if "temp_dir" not in kwargs:
+        kwargs["temp_dir"] = tempfile.mkdtemp(prefix="ray_node_")
+        _NODE_TEMP_DIRS.append(kwargs["temp_dir"])
+    return cluster.add_node(num_cpus=num_cpus, **kwargs)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def read_ray_address() -> str | None:
+    from ray._private.utils import get_ray_address_file
+
+    path = Path(get_ray_address_file(None))
+    return path.read_text() if path.is_file() else None
+
+
+def restore_ray_address(previous: str | None) -> None:
+    from ray._private.utils import get_ray_address_file
+
+    path = Path(get_ray_address_file(None))
+    if previous is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(previous)
 
 
 def stop_local_cluster(local: LocalCluster, restore_session: bool) -> None:
@@ -87,6 +131,8 @@ def stop_local_cluster(local: LocalCluster, restore_session: bool) -> None:
 
     ray.shutdown()
     local.cluster.shutdown()
+    while _NODE_TEMP_DIRS:
+        shutil.rmtree(_NODE_TEMP_DIRS.pop(), ignore_errors=True)
     if restore_session:
         start_session_ray()
 

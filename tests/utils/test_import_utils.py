@@ -101,3 +101,23 @@ def test_resolve_config_path(tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         import_utils.resolve_config_path("loop.yaml")
+
+
+def test_objects_of_a_file_module_pickle_by_value_for_other_processes(tmp_path):
+    """A Ray worker never loaded the file (it may not exist on its node): a class or function from it must
+    travel by value, not as a reference to the private module name."""
+    import subprocess
+    import sys
+
+    from ray import cloudpickle
+
+    from verl.utils.import_utils import load_extern_object
+
+    source = tmp_path / "my_loops.py"
+    source.write_text("class Loop:\n    kind = 'from a file'\n\ndef score(x):\n    return x + 1\n")
+    payload = cloudpickle.dumps((load_extern_object(str(source), "Loop"), load_extern_object(str(source), "score")))
+    source.unlink()  # the other process cannot read it either
+    check = "import pickle, sys; cls, fn = pickle.loads(sys.stdin.buffer.read()); print(cls.kind, fn(1))"
+    out = subprocess.run([sys.executable, "-c", check], input=payload, capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert out.stdout.decode().strip() == "from a file 2"

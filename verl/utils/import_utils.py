@@ -158,6 +158,7 @@ def load_extern_module(path: str, *, config_key: str = "path") -> ModuleType:
         except BaseException:
             del sys.modules[module_name]
             raise
+        _pickle_by_value(module)
         return module
     if _looks_like_file(path):
         raise FileNotFoundError(f"{config_key}: file {path!r} does not exist")
@@ -165,6 +166,16 @@ def load_extern_module(path: str, *, config_key: str = "path") -> ModuleType:
         return importlib.import_module(path)
     except ModuleNotFoundError as err:
         raise FileNotFoundError(f"{config_key}: {path!r} is neither an existing file nor an importable module") from err
+
+
+def _pickle_by_value(module: ModuleType) -> None:
+    """Objects of a module imported from a file travel to Ray workers by value: its private name is not importable
+    there (the worker never loaded the file, which may not even exist on the worker's node)."""
+    try:
+        from ray import cloudpickle
+    except ImportError:  # Ray is a dependency; without it nothing crosses processes
+        return
+    cloudpickle.register_pickle_by_value(module)
 
 
 def load_extern_object(path: str, name: str, *, config_key: str = "path", what: str = "object") -> Any:

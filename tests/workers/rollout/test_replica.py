@@ -9,6 +9,7 @@ import pytest
 import torch
 from _rollout_helpers import reference_greedy, rollout_config
 
+from verl.single_controller.ray.errors import WorkerDiedError
 from verl.utils.weight_checksum import weight_checksum
 from verl.workers.rollout import HybridReplica, StandaloneReplica
 
@@ -106,6 +107,7 @@ def test_standalone_replica_sends_requests_made_together_in_one_call(ray_cluster
     for prompt, output, alone in zip(prompts, outputs[:-1], singles, strict=True):
         assert output.token_ids == alone.token_ids == reference_greedy(tiny_causal_lm, prompt, 5)
     assert isinstance(outputs[-1], ValueError) and "prompt" in str(outputs[-1])
-    # a dead server fails every request of the call with Ray's error, none hangs
+    # a dead server fails every request of the call naming the replica (Ray's error as the cause), none hangs
     failed = asyncio.run(together(replica))
-    assert all(isinstance(f, ray.exceptions.RayActorError) for f in failed)
+    assert all(isinstance(f, WorkerDiedError) and "rollout rank 0 died during generate()" in str(f)
+               and isinstance(f.__cause__, ray.exceptions.RayActorError) for f in failed), failed

@@ -31,9 +31,8 @@ class HFReplica(StandaloneReplica):
 
     def __init__(self, replica_rank: int, config: Any, model_config: Any, gpus_per_node: int = 8,
                  is_reward_model: bool = False, is_teacher_model: bool = False, **kwargs: Any) -> None:
-        self.replica_rank = int(replica_rank)
         self.gpus_per_node = int(gpus_per_node)
         self.is_reward_model = bool(is_reward_model)
         self.is_teacher_model = bool(is_teacher_model)
         kwargs.setdefault("num_gpus", _default_gpus())
-        super().__init__(config, model_path_of(model_config), name="hf", **kwargs)
+        super().__init__(config, model_path_of(model_config), name="hf", replica_rank=int(replica_rank), **kwargs)
