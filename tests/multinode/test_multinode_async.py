@@ -61,11 +61,14 @@ def test_losing_the_rollout_node_names_it(multinode_cluster, tmp_path):
     node = next(node for node in multinode_cluster.nodes if node.node_id == server.node_id)
     start = time.monotonic()
     multinode_cluster.kill_node(node)
-    with pytest.raises(ray.exceptions.RayTaskError) as failure:
-        ray.get(pending, timeout=90)
-    detected_s = time.monotonic() - start
-    message = str(failure.value)
-    assert server.node_id in message and "rollout rank 0" in message, message
-    assert detected_s < 60, f"the run took {detected_s:.1f}s to report the dead rollout node"
-    print(f"dead rollout node {server.node_id[:12]} reported after {detected_s:.1f}s")
-    multinode_cluster.add_node()
+    try:
+        with pytest.raises(ray.exceptions.RayTaskError) as failure:
+            ray.get(pending, timeout=90)
+        detected_s = time.monotonic() - start
+        message = str(failure.value)
+        # named by the request path (rollout rank 0) or the weight sync (the replica), with the node either way
+        assert server.node_id in message and ("rollout rank 0" in message or "replica" in message), message
+        assert detected_s < 60, f"the run took {detected_s:.1f}s to report the dead rollout node"
+        print(f"dead rollout node {server.node_id[:12]} reported after {detected_s:.1f}s")
+    finally:
+        multinode_cluster.add_node()

@@ -89,6 +89,31 @@ def test_standalone_rollout_node_learns_with_verified_weights(multinode_cluster,
     assert rising(scores), f"reward over {LEARNING_STEPS} steps with a standalone rollout node: {scores}"
 
 
+def test_ray_job_submit_runs_the_demo_on_two_nodes(multinode_cluster, tmp_path):
+    """``ray job submit --working-dir .`` of ``main_ppo`` to the running cluster: the job's driver finds the cluster
+    through $RAY_ADDRESS (set by Ray's job supervisor) and its workers import the uploaded package."""
+    repo_root = Path(__file__).resolve().parents[2]
+    before = actors_of(TRAINER)
+    command = ["ray", "job", "submit", "--address", f"http://{multinode_cluster.cluster.webui_url}",
+               "--working-dir", str(repo_root), "--", "python", "-m", "verl.trainer.main_ppo", "--config-name", "demo",
+               "trainer.nnodes=2", "trainer.n_gpus_per_node=1", "trainer.total_training_steps=3",
+               "trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.logger=[console,file]",
+               f"trainer.default_local_dir={tmp_path}"]
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    for _ in range(6):
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=repo_root)
+        output = result.stdout + result.stderr
+        # the job server answers this while the head's dashboard agent (which runs job drivers) registers
+        if "No available agent to submit job" not in output:
+            break
+        time.sleep(5)
+    assert result.returncode == 0, output[-4000:]
+    assert "succeeded" in output and "_ray_pkg_" in output, output[-4000:]
+    assert [record["step"] for record in read_metrics(tmp_path)] == [1, 2, 3]
+    ranks = new_actors(before, TRAINER)
+    assert len(ranks) == 2 and len({place.node_id for place in ranks.values()}) == 2, ranks
+
+
 def test_a_dead_node_is_named_and_the_run_resumes_on_the_survivors(multinode_cluster, reference_run, tmp_path):
     config = demo_config(tmp_path, *TWO_NODES, "trainer.resume_mode=auto")
     before = actors_of(TRAINER)
@@ -105,12 +130,16 @@ def test_a_dead_node_is_named_and_the_run_resumes_on_the_survivors(multinode_clu
     assert rank1.node_id in message and "rank 1" in message and "actor" in message, message
     print(f"dead node {rank1.node_id[:12]} reported after {detected_s:.1f}s")
 
-    resumed_from = int((tmp_path / "latest_checkpointed_iteration.txt").read_text())
-    assert resumed_from >= saved and (tmp_path / f"global_step_{resumed_from}" / STATE_FILE).is_file()
-    run_ppo(config)  # two nodes are left: the head and the other worker node
-    _same_metrics(last_record_per_step(tmp_path), last_record_per_step(reference_run[0]),
-                  range(resumed_from + 1, LEARNING_STEPS + 1))
-    multinode_cluster.add_node()  # a replacement machine for the tests that follow
+    try:
+        resumed_from = int((tmp_path / "latest_checkpointed_iteration.txt").read_text())
+        assert resumed_from >= saved and (tmp_path / f"global_step_{resumed_from}" / STATE_FILE).is_file()
+        # the surviving cluster: once its health checks have given the node up (until then it counts as alive)
+        multinode_cluster.wait_until_dead(rank1.node_id, timeout_s=120)
+        run_ppo(config)  # two nodes are left: the head and the other worker node
+        _same_metrics(last_record_per_step(tmp_path), last_record_per_step(reference_run[0]),
+                      range(resumed_from + 1, LEARNING_STEPS + 1))
+    finally:
+        multinode_cluster.add_node()  # a replacement machine for the tests that follow
 
 
 def _kill_rank1(before: dict, after_step: int, run_dir) -> str:
@@ -141,22 +170,3 @@ def test_a_run_heals_itself_after_losing_a_training_rank_twice(multinode_cluster
     assert records[LEARNING_STEPS]["training/restarts"] == 2
     _same_metrics(records, last_record_per_step(reference_run[0]), range(1, LEARNING_STEPS + 1))
 
-
-def test_ray_job_submit_runs_the_demo_on_two_nodes(multinode_cluster, tmp_path):
-    """``ray job submit --working-dir .`` of ``main_ppo`` to the running cluster: the job's driver finds the cluster
-    through $RAY_ADDRESS (set by Ray's job supervisor) and its workers import the uploaded package."""
-    repo_root = Path(__file__).resolve().parents[2]
-    before = actors_of(TRAINER)
-    command = ["ray", "job", "submit", "--address", f"http://{multinode_cluster.cluster.webui_url}",
-               "--working-dir", str(repo_root), "--", "python", "-m", "verl.trainer.main_ppo", "--config-name", "demo",
-               "trainer.nnodes=2", "trainer.n_gpus_per_node=1", "trainer.total_training_steps=3",
-               "trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.logger=[console,file]",
-               f"trainer.default_local_dir={tmp_path}"]
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=repo_root)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-4000:]
-    assert "succeeded" in output and "_ray_pkg_" in output, output[-4000:]
-    assert [record["step"] for record in read_metrics(tmp_path)] == [1, 2, 3]
-    ranks = new_actors(before, TRAINER)
-    assert len(ranks) == 2 and len({place.node_id for place in ranks.values()}) == 2, ranks

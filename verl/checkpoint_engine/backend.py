@@ -87,7 +87,23 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(cause, BaseException):
         exc = cause
     text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return described + _dead_actor_node(exc)
+
+
+def _dead_actor_node(exc: BaseException) -> str:
+    """`` (replica process on node <id> ...)`` for a replica whose actor is gone: the node is the likely culprit."""
+    try:
+        from ray.exceptions import RayActorError
+    except ImportError:  # pragma: no cover - ray is a dependency
+        return ""
+    actor_id = getattr(exc, "actor_id", None) if isinstance(exc, RayActorError) else None
+    if not actor_id:
+        return ""
+    from verl.single_controller.ray.node_placement import describe_node, node_of_actor
+
+    node_id = node_of_actor(actor_id if isinstance(actor_id, str) else actor_id.hex())
+    return f" (replica process on {describe_node(node_id)})" if node_id else ""
 
 
 def combine_bucket_checksums(bucket_checksums: Iterable[str]) -> str:

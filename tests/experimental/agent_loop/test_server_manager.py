@@ -9,7 +9,7 @@ import pytest
 from _agent_loop_helpers import make_config
 
 from verl.experimental.agent_loop import AsyncLLMServerManager
-from verl.experimental.agent_loop.server_manager import ReplicaDiedError
+from verl.experimental.agent_loop.server_manager import AllReplicasDeadError, ReplicaDiedError
 
 LONG = {"temperature": 0.0, "ignore_eos": True, "max_tokens": 480}
 SHORT = {"temperature": 0.0, "ignore_eos": True, "max_tokens": 2}
@@ -116,8 +116,10 @@ def test_dead_replica_is_dropped_and_requests_retried(two_replicas):
 
 def test_all_replicas_dead_and_timeouts_raise_with_names():
     manager = AsyncLLMServerManager([_DeadReplica()])
-    with pytest.raises(RuntimeError, match="request r: every rollout replica has died"):
+    with pytest.raises(AllReplicasDeadError, match=r"request r: every rollout replica has died \(1 of 1\): replica 0"):
         asyncio.run(manager.generate("r", prompt_ids=[1], sampling_params={}))
+    with pytest.raises(AllReplicasDeadError, match="every rollout replica has died"):  # later requests too
+        asyncio.run(manager.generate("r2", prompt_ids=[1], sampling_params={}))
     slow = AsyncLLMServerManager([_HungReplica()], request_timeout_s=0.05)
     with pytest.raises(TimeoutError, match="request slow: rollout replica 0 gave no answer within 0.05s"):
         asyncio.run(slow.generate("slow", prompt_ids=[1], sampling_params={}))

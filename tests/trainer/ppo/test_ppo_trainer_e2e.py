@@ -32,6 +32,7 @@ def _config(tmp_path, *extra):
     return config
 
 
+@pytest.mark.slow  # 200 steps; reward rise in the default tier: tests/multinode (30 steps) and test_upstream_recipe
 def test_grpo_learns_target_digit_with_two_workers(ray_cluster, tmp_path):
     seed = int(os.environ.get("VERL_TEST_SEED", "1"))
     config = _config(tmp_path, f"trainer.total_training_steps={LEARNING_STEPS}", f"trainer.seed={seed}")

@@ -22,7 +22,14 @@ from typing import Any
 
 from verl.workers.rollout.base import TokenOutput
 
-__all__ = ["AsyncLLMServerManager", "ReplicaDiedError", "RoutingStats", "check_text_only_request", "is_replica_death"]
+__all__ = [
+    "AllReplicasDeadError",
+    "AsyncLLMServerManager",
+    "ReplicaDiedError",
+    "RoutingStats",
+    "check_text_only_request",
+    "is_replica_death",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +56,11 @@ def check_text_only_request(request_id: str, **extra: Any) -> None:
                 f"request {request_id}: {key} given, but the rollout replicas are text-only: this verl build has no "
                 "multimodal rollout (the engines take token ids only)"
             )
+
+
+class AllReplicasDeadError(RuntimeError):
+    """No rollout replica is left to route to; the message names each replica's death (rank and node when known).
+    Unlike one failed request, nothing can be retried: callers must stop, not drop the sample."""
 
 
 class ReplicaDiedError(RuntimeError):
@@ -102,6 +114,7 @@ class AsyncLLMServerManager:
         self._in_flight = [0] * len(self.replicas)
         self._routed = [0] * len(self.replicas)
         self._dead: set[int] = set()
+        self._deaths: dict[int, str] = {}  # replica index -> the first line of the error that showed its death
         self._sessions: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._sticky_hits = 0
         self._retries = 0
@@ -114,10 +127,7 @@ class AsyncLLMServerManager:
     def _choose(self, request_id: str) -> int:
         live = self._live()
         if not live:
-            raise RuntimeError(
-                f"request {request_id}: every rollout replica has died ({len(self.replicas)} of "
-                f"{len(self.replicas)}); nothing left to route to"
-            )
+            raise AllReplicasDeadError(f"request {request_id}: {self._all_dead()}")
         index = self._sessions.get(request_id)
         if index is not None and index not in self._dead:
             self._sessions.move_to_end(request_id)
@@ -135,6 +145,7 @@ class AsyncLLMServerManager:
             logger.warning("rollout replica %d died (seen by request %s): %r; routing around it", index,
                            request_id, exc)
         self._dead.add(index)
+        self._deaths.setdefault(index, str(exc).splitlines()[0] if str(exc) else repr(exc))
         for rid in [rid for rid, i in self._sessions.items() if i == index]:
             del self._sessions[rid]
 
@@ -175,12 +186,13 @@ class AsyncLLMServerManager:
                 self._mark_dead(index, request_id, exc)
                 self._retries += 1
                 if not self._live():
-                    raise RuntimeError(
-                        f"request {request_id}: every rollout replica has died; last error from replica {index}: "
-                        f"{exc!r}"
-                    ) from exc
+                    raise AllReplicasDeadError(f"request {request_id}: {self._all_dead()}") from exc
             finally:
                 self._in_flight[index] -= 1
+
+    def _all_dead(self) -> str:
+        deaths = "; ".join(f"replica {i}: {self._deaths.get(i, 'died')}" for i in sorted(self._dead))
+        return f"every rollout replica has died ({len(self._dead)} of {len(self.replicas)}): {deaths}"
 
     def stats(self) -> RoutingStats:
         return RoutingStats(

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from verl.experimental.agent_loop.server_manager import AllReplicasDeadError
 from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, CoalescingQueueWriter
 from verl.experimental.fully_async_policy.rollout_pool import build_agent_worker
 from verl.experimental.fully_async_policy.sample import RolloutSample, SampleVersions
@@ -302,6 +303,9 @@ class Rollouter:
         for result in results:
             if isinstance(result, BaseException):
                 if isinstance(result, asyncio.CancelledError):
+                    raise result
+                if isinstance(result, AllReplicasDeadError):  # nothing left to generate with: stop, naming them
+                    self._in_flight.pop(index, None)
                     raise result
                 self.stats["samples_failed"] += 1
                 logger.warning("rollout group %d: a sample failed: %r", index, result)

@@ -74,10 +74,11 @@ class WorkerDiedError(WorkerError):
     ``node_id`` the node it ran on (the culprit when that node died with it)."""
 
     def __init__(self, message: str, *, first_logged_error: str | None = None, node_id: str | None = None,
-                 **kwargs) -> None:
+                 actor_id: str | None = None, **kwargs) -> None:
         super().__init__(message, **kwargs)
         self.first_logged_error = first_logged_error
         self.node_id = node_id
+        self.actor_id = actor_id
 
 
 class WorkerTimeoutError(WorkerError, TimeoutError):
@@ -113,7 +114,7 @@ def translate_ray_error(err: Exception, *, role: str, rank: int, method: str, ac
         else:
             message += "\n(the worker logged no error before dying)"
         return WorkerDiedError(message, role=role, rank=rank, method=method, first_logged_error=first,
-                               worker_traceback=first, node_id=node_id)
+                               worker_traceback=first, node_id=node_id, actor_id=actor_id)
     return WorkerError(f"{who} failed in {method}(): {type(err).__name__}: {err}", role=role, rank=rank, method=method)
 
 
@@ -206,7 +207,7 @@ def died_error(*, role: str, rank: int, method: str, cause: Exception | None, ac
         where = f" on {describe_node(node_id)}" if node_id else ""
         death = str((actor_record(actor_id).get("DeathCause") if actor_id else None) or "its actor is dead")[:500]
         error = WorkerDiedError(f"{_who(role, rank, worker_names)} died during {method}(){where}: {death}",
-                                role=role, rank=rank, method=method, node_id=node_id)
+                                role=role, rank=rank, method=method, node_id=node_id, actor_id=actor_id)
     if seen_by and isinstance(error, WorkerDiedError):
         error.args = (f"{error.args[0]}\n(first seen as a lost connection by {seen_by})",)
     return error

@@ -11,31 +11,60 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from pathlib import Path
 
 from omegaconf import DictConfig, open_dict, read_write
 
-__all__ = ["RestartPolicy", "is_lost_process"]
+__all__ = ["RestartPolicy", "is_lost_process", "wait_until_confirmed_dead"]
 
 logger = logging.getLogger(__name__)
+
+# How long a restart waits for the cluster to confirm a death (Ray's node health checks take tens of seconds)
+CONFIRM_DEATH_TIMEOUT_S = 90.0
+
+
+def _chain(err: BaseException):
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
 
 
 def is_lost_process(err: BaseException) -> bool:
     """True when ``err`` (or an error it was raised from) says a worker process or its node is gone."""
     from ray.exceptions import NodeDiedError, RayActorError
 
+    from verl.experimental.agent_loop.server_manager import AllReplicasDeadError
     from verl.single_controller.ray.errors import WorkerDiedError
 
-    seen: set[int] = set()
-    current: BaseException | None = err
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in _chain(err):
         if isinstance(current, WorkerDiedError) and current.rank is not None:  # rank None: shut down on purpose
             return True
-        if isinstance(current, RayActorError | NodeDiedError):
+        if isinstance(current, RayActorError | NodeDiedError | AllReplicasDeadError):
             return True
-        current = current.__cause__ or current.__context__
     return False
+
+
+def wait_until_confirmed_dead(err: BaseException, timeout_s: float = CONFIRM_DEATH_TIMEOUT_S) -> None:
+    """Wait (bounded) until the cluster's actor table marks the dead worker of ``err`` dead.
+
+    A killed process is confirmed at once; a lost node only after the cluster's health checks give up on it, and
+    until then the node still counts as alive, so a rebuild would place workers on it and wait there in vain."""
+    from verl.single_controller.ray.errors import WorkerDiedError
+    from verl.single_controller.ray.node_placement import actor_record
+
+    actor_id = next((e.actor_id for e in _chain(err) if isinstance(e, WorkerDiedError) and e.actor_id), None)
+    if actor_id is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if actor_record(actor_id).get("State", "DEAD") == "DEAD":
+            return
+        time.sleep(0.5)
+    logger.warning("actor %s not yet marked dead after %.0fs; rebuilding anyway", actor_id, timeout_s)
 
 
 class RestartPolicy:
@@ -59,6 +88,7 @@ class RestartPolicy:
                              self.max_restarts)
             raise err
         self.restarts += 1
+        wait_until_confirmed_dead(err)
         cause = str(err).splitlines()[0] if str(err) else type(err).__name__
         self.causes.append(cause)
         resume_dir = self._resume_dir()
