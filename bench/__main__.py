@@ -50,8 +50,14 @@ def run_one(name: str, extra: list[str], timeout_s: float) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     start = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, str(script), *extra], cwd=REPO_ROOT, env=env, timeout=timeout_s,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, str(script), *extra],
+            cwd=REPO_ROOT,
+            env=env,
+            timeout=timeout_s,
+            capture_output=True,
+            text=True,
+        )
     except subprocess.TimeoutExpired:
         return {"name": name, "status": f"timed out after {timeout_s:.0f}s", "seconds": time.perf_counter() - start}
     seconds = time.perf_counter() - start

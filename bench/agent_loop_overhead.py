@@ -51,8 +51,9 @@ def make_batch(prompts: list[list[int]]):
 
 async def run_direct(replica, prompts, params) -> float:
     start = time.perf_counter()
-    outputs = await asyncio.gather(*(replica.generate(p, params, f"direct-{time.monotonic_ns()}-{i}")
-                                     for i, p in enumerate(prompts)))
+    outputs = await asyncio.gather(
+        *(replica.generate(p, params, f"direct-{time.monotonic_ns()}-{i}") for i, p in enumerate(prompts))
+    )
     elapsed = time.perf_counter() - start
     assert all(len(o.token_ids) == params["max_tokens"] for o in outputs)
     return elapsed
@@ -78,7 +79,7 @@ def markdown(result: dict) -> str:
         f"run: {result['load_average']}. \"layer\" is the agent loop's wall time minus the slowest sample's wait "
         "on the server: what the layer itself adds (dispatch, loops, padding, transfer back).",
         "",
-        "\"paired\" compares each agent-loop run with the direct run just before it (same machine load) and takes "
+        '"paired" compares each agent-loop run with the direct run just before it (same machine load) and takes '
         "the median ratio; it is the figure the target is checked on.",
         "",
         "| samples | tokens/sample | direct best (s) | agent loop best (s) | overhead best | direct median (s) | "
@@ -92,13 +93,20 @@ def markdown(result: dict) -> str:
             f"{row['agent_loop_median_s']:.3f} | {row['overhead_paired_median'] * 100:+.1f}% | "
             f"{row['layer_median_s']:.3f} | {row['layer_share_median'] * 100:.1f}% |"
         )
-    lines += ["", "Target: overhead under 10% at 256 single-turn samples (paired median): "
-                  + ", ".join(f"{k} tokens: {'met' if v else 'NOT met'}" for k, v in result["target_met"].items())
-                  + ". On best-of-runs times: "
-                  + ", ".join(f"{r['response_length']} tokens: {'met' if r['overhead_best'] < 0.10 else 'NOT met'}"
-                              for r in result["rows"] if r["samples"] == 256)
-                  + " (best times on this shared 2-core machine swing by tens of percent between runs; the layer's "
-                  "own share is the steadier figure).", ""]
+    lines += [
+        "",
+        "Target: overhead under 10% at 256 single-turn samples (paired median): "
+        + ", ".join(f"{k} tokens: {'met' if v else 'NOT met'}" for k, v in result["target_met"].items())
+        + ". On best-of-runs times: "
+        + ", ".join(
+            f"{r['response_length']} tokens: {'met' if r['overhead_best'] < 0.10 else 'NOT met'}"
+            for r in result["rows"]
+            if r["samples"] == 256
+        )
+        + " (best times on this shared 2-core machine swing by tens of percent between runs; the layer's "
+        "own share is the steadier figure).",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -119,8 +127,14 @@ async def main_async(args) -> dict:
     rows = []
     for response_length in args.response_lengths:
         rollout = RolloutConfig(
-            name="hf", prompt_length=16, response_length=response_length, max_num_seqs=max(args.samples),
-            temperature=0.0, do_sample=False, ignore_eos=True, dtype="float32",
+            name="hf",
+            prompt_length=16,
+            response_length=response_length,
+            max_num_seqs=max(args.samples),
+            temperature=0.0,
+            do_sample=False,
+            ignore_eos=True,
+            dtype="float32",
             agent=AgentLoopConfig(num_workers=args.num_workers),
         )
         # a DictConfig, as the trainer passes it (the typed groups are derived from it inside the workers)
@@ -140,33 +154,49 @@ async def main_async(args) -> dict:
                     wall, own = await run_agent_loop(manager, prompts, response_length)
                     agent.append(wall)
                     layer.append(own)
-                rows.append({
-                    "samples": samples, "response_length": response_length, "direct_s": direct,
-                    "agent_loop_s": agent, "layer_s": layer,
-                    "direct_best_s": min(direct), "agent_loop_best_s": min(agent),
-                    "direct_median_s": statistics.median(direct), "agent_loop_median_s": statistics.median(agent),
-                    "layer_median_s": statistics.median(layer),
-                    "overhead_best": min(agent) / min(direct) - 1,
-                    "overhead_median": statistics.median(agent) / statistics.median(direct) - 1,
-                    # each agent-loop run against the direct run just before it: both saw the same machine load
-                    "overhead_paired_median": statistics.median(a / d for a, d in zip(agent, direct)) - 1,
-                    "layer_share_median": statistics.median(own / d for own, d in zip(layer, direct)),
-                })
-                print(f"{samples} samples x {response_length} tokens: direct {min(direct):.3f}s, agent loop "
-                      f"{min(agent):.3f}s (paired {rows[-1]['overhead_paired_median'] * 100:+.1f}%), layer "
-                      f"{statistics.median(layer):.3f}s", flush=True)
+                rows.append(
+                    {
+                        "samples": samples,
+                        "response_length": response_length,
+                        "direct_s": direct,
+                        "agent_loop_s": agent,
+                        "layer_s": layer,
+                        "direct_best_s": min(direct),
+                        "agent_loop_best_s": min(agent),
+                        "direct_median_s": statistics.median(direct),
+                        "agent_loop_median_s": statistics.median(agent),
+                        "layer_median_s": statistics.median(layer),
+                        "overhead_best": min(agent) / min(direct) - 1,
+                        "overhead_median": statistics.median(agent) / statistics.median(direct) - 1,
+                        # each agent-loop run against the direct run just before it: both saw the same machine load
+                        "overhead_paired_median": statistics.median(a / d for a, d in zip(agent, direct)) - 1,
+                        "layer_share_median": statistics.median(own / d for own, d in zip(layer, direct)),
+                    }
+                )
+                print(
+                    f"{samples} samples x {response_length} tokens: direct {min(direct):.3f}s, agent loop "
+                    f"{min(agent):.3f}s (paired {rows[-1]['overhead_paired_median'] * 100:+.1f}%), layer "
+                    f"{statistics.median(layer):.3f}s",
+                    flush=True,
+                )
         finally:
             manager.shutdown()
             replica.kill()
     return {
         "benchmark": "agent_loop_overhead",
-        "num_workers": args.num_workers, "repeats": args.repeats,
+        "num_workers": args.num_workers,
+        "repeats": args.repeats,
         "load_average": [round(x, 1) for x in os.getloadavg()],
         "rows": rows,
-        "target_met": {str(r["response_length"]): bool(r["overhead_paired_median"] < 0.10) for r in rows
-                       if r["samples"] == 256},
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "torch": torch.__version__, "ray": ray.__version__},
+        "target_met": {
+            str(r["response_length"]): bool(r["overhead_paired_median"] < 0.10) for r in rows if r["samples"] == 256
+        },
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "ray": ray.__version__,
+        },
     }
 
 
@@ -181,8 +211,12 @@ def main() -> None:
 
     import ray
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}})
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}},
+    )
     try:
         result = asyncio.run(main_async(args))
     finally:

@@ -42,14 +42,30 @@ from bench.common import markdown_table, ratio, write_results  # noqa: E402
 def _overrides(run_dir: Path, args: argparse.Namespace, processes: int) -> list[str]:
     from verl.trainer.demo import demo_overrides
 
-    skip = ("trainer.total_training_steps", "trainer.default_local_dir", "trainer.logger", "trainer.test_freq",
-            "trainer.val_before_train", "trainer.n_gpus_per_node", "data.train_batch_size", "rollout.n",
-            "actor.ppo_mini_batch_size", "data.max_response_length")
+    skip = (
+        "trainer.total_training_steps",
+        "trainer.default_local_dir",
+        "trainer.logger",
+        "trainer.test_freq",
+        "trainer.val_before_train",
+        "trainer.n_gpus_per_node",
+        "data.train_batch_size",
+        "rollout.n",
+        "actor.ppo_mini_batch_size",
+        "data.max_response_length",
+    )
     return [o for o in demo_overrides() if not o.startswith(skip)] + [
-        f"trainer.default_local_dir={run_dir}", "trainer.logger=[file]", "trainer.test_freq=-1",
-        "trainer.val_before_train=false", f"trainer.n_gpus_per_node={processes}", "trainer.resume_mode=disable",
-        f"data.train_batch_size={args.prompts}", f"actor.ppo_mini_batch_size={args.prompts}", f"rollout.n={args.n}",
-        f"data.max_response_length={args.response_length}", f"trainer.seed={args.seed}",
+        f"trainer.default_local_dir={run_dir}",
+        "trainer.logger=[file]",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        f"trainer.n_gpus_per_node={processes}",
+        "trainer.resume_mode=disable",
+        f"data.train_batch_size={args.prompts}",
+        f"actor.ppo_mini_batch_size={args.prompts}",
+        f"rollout.n={args.n}",
+        f"data.max_response_length={args.response_length}",
+        f"trainer.seed={args.seed}",
     ]
 
 
@@ -63,10 +79,15 @@ def _loop_metrics(run_dir: Path) -> dict[str, float]:
     step = [r["timing_s/step"] for r in steady]
     gen = [r.get("timing_s/gen", 0.0) for r in steady]
     lengths = [r["response_length/mean"] for r in records]
-    return {"steps": len(steady), "wall_s": sum(step), "gen_s": sum(gen), "train_s": sum(step) - sum(gen),
-            "wall_all_steps_s": sum(r["timing_s/step"] for r in records),
-            "response_length_mean": statistics.fmean(lengths),
-            "response_length_max": max(r["response_length/max"] for r in records)}
+    return {
+        "steps": len(steady),
+        "wall_s": sum(step),
+        "gen_s": sum(gen),
+        "train_s": sum(step) - sum(gen),
+        "wall_all_steps_s": sum(r["timing_s/step"] for r in records),
+        "response_length_mean": statistics.fmean(lengths),
+        "response_length_max": max(r["response_length/max"] for r in records),
+    }
 
 
 def run_sync(args: argparse.Namespace, root: Path) -> dict[str, float]:
@@ -75,14 +96,16 @@ def run_sync(args: argparse.Namespace, root: Path) -> dict[str, float]:
     from verl.trainer.ppo.task_runner import run_ppo
 
     run_dir = root / "sync"
-    config, _ = resolve_config(compose_ppo_config(_overrides(run_dir, args, 2) +
-                                                  [f"trainer.total_training_steps={args.steps}"]))
+    config, _ = resolve_config(
+        compose_ppo_config(_overrides(run_dir, args, 2) + [f"trainer.total_training_steps={args.steps}"])
+    )
     run_ppo(config)
     return _loop_metrics(run_dir)
 
 
-def run_recipe(kind: str, args: argparse.Namespace, root: Path, staleness: float = 0.5,
-               name: str | None = None) -> dict[str, float]:
+def run_recipe(
+    kind: str, args: argparse.Namespace, root: Path, staleness: float = 0.5, name: str | None = None
+) -> dict[str, float]:
     from recipe._entry import compose_recipe_config
     from verl.experimental.fully_async_policy.main import run_async_training
 
@@ -91,9 +114,12 @@ def run_recipe(kind: str, args: argparse.Namespace, root: Path, staleness: float
     if kind == "fully_async":
         from recipe.fully_async_policy.fully_async_main import CONFIG_DIR, CONFIG_NAME
 
-        extra += [f"rollout.total_rollout_steps={args.steps * args.prompts}",
-                  f"async_training.staleness_threshold={staleness}", "async_training.partial_rollout=true",
-                  "algorithm.rollout_correction.rollout_is=token"]
+        extra += [
+            f"rollout.total_rollout_steps={args.steps * args.prompts}",
+            f"async_training.staleness_threshold={staleness}",
+            "async_training.partial_rollout=true",
+            "algorithm.rollout_correction.rollout_is=token",
+        ]
     else:
         from recipe.one_step_off_policy.main_ppo import CONFIG_DIR, CONFIG_NAME
 
@@ -119,19 +145,38 @@ def learning(args: argparse.Namespace) -> None:
             run_sync(args, root)
             run_recipe("fully_async", args, root)
             curves = {"sync": _scores(root / "sync"), "fully_async": _scores(root / "fully_async")}
-            summary = {name: {"first10": statistics.fmean(c[:10]), "last20": statistics.fmean(c[-20:]),
-                              "mean": statistics.fmean(c), "steps": len(c)} for name, c in curves.items()}
+            summary = {
+                name: {
+                    "first10": statistics.fmean(c[:10]),
+                    "last20": statistics.fmean(c[-20:]),
+                    "mean": statistics.fmean(c),
+                    "steps": len(c),
+                }
+                for name, c in curves.items()
+            }
             margin = summary["fully_async"]["last20"] - summary["sync"]["last20"]
             payload["seeds"][seed] = {"curves": curves, "summary": summary, "last20_margin": margin}
-            rows.append([seed, summary["sync"]["first10"], summary["sync"]["last20"], summary["fully_async"]["first10"],
-                         summary["fully_async"]["last20"], margin])
+            rows.append(
+                [
+                    seed,
+                    summary["sync"]["first10"],
+                    summary["sync"]["last20"],
+                    summary["fully_async"]["first10"],
+                    summary["fully_async"]["last20"],
+                    margin,
+                ]
+            )
             print(seed, summary, flush=True)
     samples_per_step = args.prompts * args.n
-    markdown = (f"# Learning per sample: sync vs fully async (staleness 0.5, partial rollout)\n\n"
-                f"Target-digit GRPO, tiny model from random init, {args.steps} steps x {samples_per_step} samples "
-                "for both; mean reward (`critic/score/mean`).\n\n"
-                + markdown_table(["seed", "sync first 10", "sync last 20", "async first 10", "async last 20",
-                                  "async - sync (last 20)"], rows) + "\n")
+    markdown = (
+        f"# Learning per sample: sync vs fully async (staleness 0.5, partial rollout)\n\n"
+        f"Target-digit GRPO, tiny model from random init, {args.steps} steps x {samples_per_step} samples "
+        "for both; mean reward (`critic/score/mean`).\n\n"
+        + markdown_table(
+            ["seed", "sync first 10", "sync last 20", "async first 10", "async last 20", "async - sync (last 20)"], rows
+        )
+        + "\n"
+    )
     write_results("async_speedup_learning", payload, markdown, seed=None)
     print(markdown)
 
@@ -161,10 +206,12 @@ def main() -> None:
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="verl_async_speedup_") as tmp:
         root = Path(tmp)
-        for name, run in (("sync", lambda: run_sync(args, root)),
-                          ("one_step_off", lambda: run_recipe("one_step_off", args, root)),
-                          ("fully_async", lambda: run_recipe("fully_async", args, root)),
-                          ("fully_async_s1", lambda: run_recipe("fully_async", args, root, 1.0, "fully_async_s1"))):
+        for name, run in (
+            ("sync", lambda: run_sync(args, root)),
+            ("one_step_off", lambda: run_recipe("one_step_off", args, root)),
+            ("fully_async", lambda: run_recipe("fully_async", args, root)),
+            ("fully_async_s1", lambda: run_recipe("fully_async", args, root, 1.0, "fully_async_s1")),
+        ):
             start = time.perf_counter()
             results[name] = run()
             results[name]["total_with_startup_s"] = time.perf_counter() - start
@@ -177,20 +224,56 @@ def main() -> None:
     for name, r in results.items():
         r["speedup_vs_sync"] = ratio(sync["wall_s"], r["wall_s"])
         r["pipeline_efficiency"] = ratio(ideal, r["wall_s"])
-        rows.append([name, r["steps"], r["wall_s"], r["gen_s"], r["train_s"], r["speedup_vs_sync"],
-                     r["pipeline_efficiency"], r["wall_all_steps_s"], r["response_length_mean"],
-                     r["response_length_max"]])
-    rows.append(["ideal pipelined max(gen, train) of sync", sync["steps"], ideal, sync["gen_s"], sync["train_s"],
-                 ratio(sync["wall_s"], ideal), 1.0, None, None, None])
+        rows.append(
+            [
+                name,
+                r["steps"],
+                r["wall_s"],
+                r["gen_s"],
+                r["train_s"],
+                r["speedup_vs_sync"],
+                r["pipeline_efficiency"],
+                r["wall_all_steps_s"],
+                r["response_length_mean"],
+                r["response_length_max"],
+            ]
+        )
+    rows.append(
+        [
+            "ideal pipelined max(gen, train) of sync",
+            sync["steps"],
+            ideal,
+            sync["gen_s"],
+            sync["train_s"],
+            ratio(sync["wall_s"], ideal),
+            1.0,
+            None,
+            None,
+            None,
+        ]
+    )
     samples = args.steps * args.prompts * args.n
     table = markdown_table(
-        ["variant", "steps timed", "loop wall s", "gen / wait s", "train s", "speed-up vs sync",
-         "efficiency (ideal/achieved)", "wall incl. step 1 s", "mean resp len", "max resp len"], rows)
-    markdown = (f"# Async training speed-up (CPU, tiny model, {samples} samples, 2 processes in total)\n\n"
-                "`python bench/async_speedup.py` - loop wall time of steps 2..N (step 1 carries one-time warm-ups "
-                "of every variant; start-up excluded); for the async variants the gen column is the time the "
-                "trainer waited for samples. Ideal = max(total gen, total train) of the sync run's stages.\n\n"
-                + table + "\n")
+        [
+            "variant",
+            "steps timed",
+            "loop wall s",
+            "gen / wait s",
+            "train s",
+            "speed-up vs sync",
+            "efficiency (ideal/achieved)",
+            "wall incl. step 1 s",
+            "mean resp len",
+            "max resp len",
+        ],
+        rows,
+    )
+    markdown = (
+        f"# Async training speed-up (CPU, tiny model, {samples} samples, 2 processes in total)\n\n"
+        "`python bench/async_speedup.py` - loop wall time of steps 2..N (step 1 carries one-time warm-ups "
+        "of every variant; start-up excluded); for the async variants the gen column is the time the "
+        "trainer waited for samples. Ideal = max(total gen, total train) of the sync run's stages.\n\n" + table + "\n"
+    )
     payload = {"args": vars(args), "samples": samples, "ideal_pipelined_s": ideal, "results": results}
     json_path, md_path = write_results("async_speedup", payload, markdown, seed=args.seed)
     print(markdown)

@@ -57,7 +57,10 @@ def git_commit(repo: Path = REPO_ROOT) -> str | None:
             ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True,
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
             timeout=10,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):

@@ -74,15 +74,47 @@ def main(argv: list[str] | None = None) -> dict:
         for function, fn in functions(labels).items():
             result = measure(fn, logits, args.repeats)
             eager, compiled = median(result["seconds"]["eager"]), median(result["seconds"]["compiled"])
-            results.append({"vocab": vocab, "function": function, "eager_median_s": eager,
-                            "compiled_median_s": compiled, "compiled_vs_eager": compiled / eager, **result})
-            table.append([f"{vocab:,}", function, eager * 1000, compiled * 1000, compiled / eager,
-                          result["first_compiled_call_s"] * 1000, result["max_abs_difference"]])
-    title = (f"{args.tokens} tokens' logits, forward and backward, CPU, {args.threads} torch thread(s), float32; "
-             f"median of {args.repeats} interleaved rounds.")
-    markdown = title + "\n\n" + markdown_table(
-        ["vocab", "function", "eager ms", "compiled ms", "compiled / eager", "first compiled call ms",
-         "max abs difference"], table)
+            results.append(
+                {
+                    "vocab": vocab,
+                    "function": function,
+                    "eager_median_s": eager,
+                    "compiled_median_s": compiled,
+                    "compiled_vs_eager": compiled / eager,
+                    **result,
+                }
+            )
+            table.append(
+                [
+                    f"{vocab:,}",
+                    function,
+                    eager * 1000,
+                    compiled * 1000,
+                    compiled / eager,
+                    result["first_compiled_call_s"] * 1000,
+                    result["max_abs_difference"],
+                ]
+            )
+    title = (
+        f"{args.tokens} tokens' logits, forward and backward, CPU, {args.threads} torch thread(s), float32; "
+        f"median of {args.repeats} interleaved rounds."
+    )
+    markdown = (
+        title
+        + "\n\n"
+        + markdown_table(
+            [
+                "vocab",
+                "function",
+                "eager ms",
+                "compiled ms",
+                "compiled / eager",
+                "first compiled call ms",
+                "max abs difference",
+            ],
+            table,
+        )
+    )
     print(markdown)
     payload = {"tokens": args.tokens, "threads": args.threads, "repeats": args.repeats, "results": results}
     write_results(NAME, payload, markdown, SEED)

@@ -128,7 +128,7 @@ def run_queue(samples: list[Any], in_flight: int, get_chunk: int, put_batch: int
         start = time.perf_counter()
         pending: list[Any] = []
         for first in range(0, len(samples), put_batch):
-            refs = by_reference_many(samples[first:first + put_batch])  # as CoalescingQueueWriter does
+            refs = by_reference_many(samples[first : first + put_batch])  # as CoalescingQueueWriter does
             pending.append(queue.put_many.remote(refs, 60.0))
             if len(pending) >= max(1, in_flight // put_batch):
                 ray.get(pending.pop(0))
@@ -152,8 +152,7 @@ def run_queue(samples: list[Any], in_flight: int, get_chunk: int, put_batch: int
         puts_many.append(put_batched(samples))
         gets_shared.append(get_all(len(samples)))
     ray.kill(queue)
-    return {"put_seconds": puts, "put_many_seconds": puts_many, "get_seconds": gets,
-            "get_shared_seconds": gets_shared}
+    return {"put_seconds": puts, "put_many_seconds": puts_many, "get_seconds": gets, "get_shared_seconds": gets_shared}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -170,11 +169,22 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queue-repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out-dir", type=Path, default=None)
-    parser.add_argument("--queue-only", action="store_true",
-                        help="measure only the queue; the dispatch row is copied from the committed results")
+    parser.add_argument(
+        "--queue-only",
+        action="store_true",
+        help="measure only the queue; the dispatch row is copied from the committed results",
+    )
     args = parser.parse_args(argv)
-    for name in ("samples", "workers", "queue_samples", "in_flight", "get_chunk", "put_batch", "repeats",
-                 "queue_repeats"):
+    for name in (
+        "samples",
+        "workers",
+        "queue_samples",
+        "in_flight",
+        "get_chunk",
+        "put_batch",
+        "repeats",
+        "queue_repeats",
+    ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
 
@@ -203,14 +213,17 @@ def main(argv: list[str] | None = None) -> dict:
     # Per-sample floor, timed on up to 1000 samples and scaled to the queue's count (tensor pickling is slow enough
     # per object that timing all of them would dominate the run).
     floor_subset = min(args.queue_samples, 1000)
-    row_floor = [sum(pickle_floor(item) for item in queue_items[:floor_subset]) * args.queue_samples / floor_subset
-                 for _ in range(args.queue_repeats)]
+    row_floor = [
+        sum(pickle_floor(item) for item in queue_items[:floor_subset]) * args.queue_samples / floor_subset
+        for _ in range(args.queue_repeats)
+    ]
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     ray.init(num_cpus=max(args.workers, 2), include_dashboard=False, log_to_driver=False)
     try:
-        dispatch = {"seconds": previous["raw"]["dispatch_s"]} if previous else run_dispatch(data, args.workers,
-                                                                                           args.repeats)
+        dispatch = (
+            {"seconds": previous["raw"]["dispatch_s"]} if previous else run_dispatch(data, args.workers, args.repeats)
+        )
         queue = run_queue(queue_items, args.in_flight, args.get_chunk, args.put_batch, args.queue_repeats)
     finally:
         ray.shutdown()
@@ -220,32 +233,66 @@ def main(argv: list[str] | None = None) -> dict:
     pm_med, gs_med = median(queue["put_many_seconds"]), median(queue["get_shared_seconds"])
     n, q = args.samples, args.queue_samples
     rows = [
-        [f"dispatch {n} samples to {args.workers} workers and back", d_med * 1e3, d_med / n * 1e6,
-         f_med / n * 1e6, f"{d_med / f_med:.1f}x"],
-        [f"MessageQueue put, {q} one-row samples ({args.in_flight} in flight)", p_med * 1e3, p_med / q * 1e6,
-         rf_med / q * 1e6, f"{p_med / rf_med:.1f}x"],
-        [f"MessageQueue put_many, {args.put_batch} samples per call", pm_med * 1e3, pm_med / q * 1e6,
-         rf_med / q * 1e6, f"{pm_med / rf_med:.1f}x"],
-        [f"MessageQueue get, chunks of {args.get_chunk}, one entry per sample", g_med * 1e3, g_med / q * 1e6,
-         rf_med / q * 1e6, f"{g_med / rf_med:.1f}x"],
-        [f"MessageQueue get, chunks of {args.get_chunk}, entries shared by {args.put_batch}", gs_med * 1e3,
-         gs_med / q * 1e6, rf_med / q * 1e6, f"{gs_med / rf_med:.1f}x"],
+        [
+            f"dispatch {n} samples to {args.workers} workers and back",
+            d_med * 1e3,
+            d_med / n * 1e6,
+            f_med / n * 1e6,
+            f"{d_med / f_med:.1f}x",
+        ],
+        [
+            f"MessageQueue put, {q} one-row samples ({args.in_flight} in flight)",
+            p_med * 1e3,
+            p_med / q * 1e6,
+            rf_med / q * 1e6,
+            f"{p_med / rf_med:.1f}x",
+        ],
+        [
+            f"MessageQueue put_many, {args.put_batch} samples per call",
+            pm_med * 1e3,
+            pm_med / q * 1e6,
+            rf_med / q * 1e6,
+            f"{pm_med / rf_med:.1f}x",
+        ],
+        [
+            f"MessageQueue get, chunks of {args.get_chunk}, one entry per sample",
+            g_med * 1e3,
+            g_med / q * 1e6,
+            rf_med / q * 1e6,
+            f"{g_med / rf_med:.1f}x",
+        ],
+        [
+            f"MessageQueue get, chunks of {args.get_chunk}, entries shared by {args.put_batch}",
+            gs_med * 1e3,
+            gs_med / q * 1e6,
+            rf_med / q * 1e6,
+            f"{gs_med / rf_med:.1f}x",
+        ],
     ]
     table = markdown_table(["operation", "total (ms)", "per sample (us)", "floor per sample (us)", "x floor"], rows)
-    header = (f"Batch: {n} samples x {args.prompt_len + args.response_len} tokens, {nbytes / 2**20:.1f} MiB of "
-              f"tensors ({nbytes / n / 1024:.1f} KiB per sample); floor = one pickle dumps+loads of the same "
-              f"tensor bytes (as numpy arrays) in process; median of {args.repeats} (dispatch) / "
-              f"{args.queue_repeats} (queue) runs." + (" Dispatch row from the previous full run." if previous else ""))
+    header = (
+        f"Batch: {n} samples x {args.prompt_len + args.response_len} tokens, {nbytes / 2**20:.1f} MiB of "
+        f"tensors ({nbytes / n / 1024:.1f} KiB per sample); floor = one pickle dumps+loads of the same "
+        f"tensor bytes (as numpy arrays) in process; median of {args.repeats} (dispatch) / "
+        f"{args.queue_repeats} (queue) runs." + (" Dispatch row from the previous full run." if previous else "")
+    )
     markdown = header + "\n\n" + table
     print(markdown)
     payload = {
         "config": vars(args) | {"out_dir": str(args.out_dir) if args.out_dir else None},
         "tensor_bytes": nbytes,
-        "raw": {"dispatch_s": dispatch["seconds"], "dispatch_floor_s": floor, "queue_put_s": queue["put_seconds"],
-                "queue_put_many_s": queue["put_many_seconds"], "queue_get_shared_s": queue["get_shared_seconds"],
-                "queue_get_s": queue["get_seconds"], "queue_floor_s": row_floor},
-        "rows": [dict(zip(["operation", "total_ms", "per_sample_us", "floor_per_sample_us", "x_floor"], r))
-                 for r in rows],
+        "raw": {
+            "dispatch_s": dispatch["seconds"],
+            "dispatch_floor_s": floor,
+            "queue_put_s": queue["put_seconds"],
+            "queue_put_many_s": queue["put_many_seconds"],
+            "queue_get_shared_s": queue["get_shared_seconds"],
+            "queue_get_s": queue["get_seconds"],
+            "queue_floor_s": row_floor,
+        },
+        "rows": [
+            dict(zip(["operation", "total_ms", "per_sample_us", "floor_per_sample_us", "x_floor"], r)) for r in rows
+        ],
     }
     paths = write_results(NAME, payload, markdown, seed=args.seed, out_dir=args.out_dir)
     print(f"\nwrote {paths[0]} and {paths[1]}")

@@ -41,8 +41,9 @@ TARGET_RATIO = 1.15
 RAY_DEFAULT_NICENESS = 15  # Ray starts worker processes at this niceness unless RAY_worker_niceness says otherwise
 
 
-def overrides(data_file: str, prompts: int, n: int, response_length: int, steps: int, run_dir: str,
-              workers: int, seed: int) -> list[str]:
+def overrides(
+    data_file: str, prompts: int, n: int, response_length: int, steps: int, run_dir: str, workers: int, seed: int
+) -> list[str]:
     """The ``main_ppo`` overrides of the measured run; the bare loop reads the same composed config."""
     samples = prompts * n
     return [
@@ -110,16 +111,23 @@ class BareLoop:
         view = ConfigView(actor_cfg, use_remove_padding=bool(model_cfg.use_remove_padding), **sizes)
         self.actor = DataParallelPPOActor(view, self.model, optimizer)
         self.log_prob_micro = int(actor_cfg.log_prob_micro_batch_size_per_gpu)
-        self.on_policy = (bool(actor_cfg.skip_on_policy_log_prob) and int(actor_cfg.ppo_epochs) == 1
-                          and int(actor_cfg.ppo_mini_batch_size) >= int(config.data.train_batch_size))
+        self.on_policy = (
+            bool(actor_cfg.skip_on_policy_log_prob)
+            and int(actor_cfg.ppo_epochs) == 1
+            and int(actor_cfg.ppo_mini_batch_size) >= int(config.data.train_batch_size)
+        )
         # The engine serves the actor's own module: a single-process loop needs no weight sync.
         self.engine = HFRolloutServer(self.rollout_cfg, model=self.model, seed=seed)
         self.loop = asyncio.new_event_loop()
         dataset = create_rl_dataset(config.data.train_files, config.data, self.tokenizer, None, is_train=True)
         generator = torch.Generator().manual_seed(seed)
         self.loader = torch.utils.data.DataLoader(
-            dataset, batch_size=int(config.data.train_batch_size), shuffle=True, generator=generator,
-            collate_fn=collate_fn, drop_last=True,
+            dataset,
+            batch_size=int(config.data.train_batch_size),
+            shuffle=True,
+            generator=generator,
+            collate_fn=collate_fn,
+            drop_last=True,
         )
 
     def close(self) -> None:
@@ -141,13 +149,20 @@ class BareLoop:
         position_ids = batch.batch["position_ids"].repeat_interleave(self.n, dim=0)
         rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask)]
         cfg = self.rollout_cfg
-        params = {"temperature": float(cfg.temperature), "top_p": float(cfg.top_p), "top_k": int(cfg.top_k),
-                  "do_sample": True, "max_tokens": int(cfg.response_length), "logprobs": False,
-                  "ignore_eos": bool(cfg.ignore_eos)}
+        params = {
+            "temperature": float(cfg.temperature),
+            "top_p": float(cfg.top_p),
+            "top_k": int(cfg.top_k),
+            "do_sample": True,
+            "max_tokens": int(cfg.response_length),
+            "logprobs": False,
+            "ignore_eos": bool(cfg.ignore_eos),
+        }
 
         async def all_rows():
-            return await asyncio.gather(*(self.engine.generate(r, params, f"b{time.monotonic_ns()}-{i}")
-                                          for i, r in enumerate(rows)))
+            return await asyncio.gather(
+                *(self.engine.generate(r, params, f"b{time.monotonic_ns()}-{i}") for i, r in enumerate(rows))
+            )
 
         outputs = self.loop.run_until_complete(all_rows())
         width = int(cfg.response_length)
@@ -166,8 +181,7 @@ class BareLoop:
             "attention_mask": torch.cat([attention_mask, response_mask], dim=-1),
             "position_ids": torch.cat([position_ids, position_ids[:, -1:] + steps], dim=-1),
         }
-        non_tensors = {key: np.repeat(batch.non_tensor_batch[key], self.n)
-                       for key in ("data_source", "reward_model")}
+        non_tensors = {key: np.repeat(batch.non_tensor_batch[key], self.n) for key in ("data_source", "reward_model")}
         non_tensors["uid"] = np.repeat(np.arange(len(batch)).astype(str).astype(object), self.n)
         return DataProto.from_dict(tensors, non_tensors, {"temperature": float(cfg.temperature)})
 
@@ -211,8 +225,15 @@ class BareLoop:
         t = mark("old_log_prob", t)
         data.batch["token_level_rewards"] = data.batch["token_level_scores"]
         algo = self.config.algorithm
-        data = core_algos.compute_advantage(data, adv_estimator=algo.adv_estimator, gamma=algo.gamma, lam=algo.lam,
-                                            num_repeat=self.n, norm_adv_by_std_in_grpo=True, config=algo)
+        data = core_algos.compute_advantage(
+            data,
+            adv_estimator=algo.adv_estimator,
+            gamma=algo.gamma,
+            lam=algo.lam,
+            num_repeat=self.n,
+            norm_adv_by_std_in_grpo=True,
+            config=algo,
+        )
         t = mark("adv", t)
         self.actor.update_policy(data)
         self.scheduler.step()
@@ -256,10 +277,25 @@ class BareChild:
     """The bare loop in its own process (no Ray, one thread), stepped in lockstep with the framework."""
 
     def __init__(self, cli: list[str], seed: int) -> None:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--role", "bare", "--seed", str(seed),
-               "--overrides-json", json.dumps(cli)]
-        self.proc = subprocess.Popen(cmd, env=_child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, cwd=REPO_ROOT)
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--role",
+            "bare",
+            "--seed",
+            str(seed),
+            "--overrides-json",
+            json.dumps(cli),
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            env=_child_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=REPO_ROOT,
+        )
         hello = self._read()
         self.torch_threads = hello["torch_threads"]
 
@@ -307,11 +343,17 @@ def build_trainer(cli: list[str]) -> Any:
         ray.init(**_ray_init_kwargs(config))
     tokenizer = load_tokenizer(config.model, resolve_model_path(config.model))
     mapping, pools, pool_spec = build_role_worker_mapping(config)
-    pool_manager = ResourcePoolManager(resource_pool_spec=pool_spec, mapping=pools,
-                                       device=str(config.trainer.get("device", "auto")))
-    trainer = RayPPOTrainer(config=config, tokenizer=tokenizer, role_worker_mapping=mapping,
-                            resource_pool_manager=pool_manager, reward_fn=load_reward_manager(config, tokenizer),
-                            val_reward_fn=None)
+    pool_manager = ResourcePoolManager(
+        resource_pool_spec=pool_spec, mapping=pools, device=str(config.trainer.get("device", "auto"))
+    )
+    trainer = RayPPOTrainer(
+        config=config,
+        tokenizer=tokenizer,
+        role_worker_mapping=mapping,
+        resource_pool_manager=pool_manager,
+        reward_fn=load_reward_manager(config, tokenizer),
+        val_reward_fn=None,
+    )
     trainer.init_workers()
     return trainer
 
@@ -323,8 +365,9 @@ def framework_step_record(metrics: dict, wall: float, index: int) -> dict:
     timing["wall"] = wall
     timing["step_index"] = index
     # The agent-loop layer's own timings (present when the trainer generates through AgentLoopManager).
-    timing["agent_loop"] = {k: float(v) for k, v in metrics.items()
-                            if "agent_loop/" in k and isinstance(v, int | float)}
+    timing["agent_loop"] = {
+        k: float(v) for k, v in metrics.items() if "agent_loop/" in k and isinstance(v, int | float)
+    }
     return timing
 
 
@@ -353,8 +396,11 @@ def run_lockstep(cli: list[str], steps: int, seed: int) -> tuple[list[dict], lis
         import ray
 
         ray.shutdown()
-    return fw_records, bare_records, {"framework_setup_s": framework_ready, "bare_setup_s": bare_ready,
-                                      "bare_torch_threads": bare.torch_threads}
+    return (
+        fw_records,
+        bare_records,
+        {"framework_setup_s": framework_ready, "bare_setup_s": bare_ready, "bare_torch_threads": bare.torch_threads},
+    )
 
 
 def run_cli(cli: list[str]) -> dict:
@@ -375,6 +421,7 @@ def summarize(bare_steps: list[dict], fw_steps: list[dict], warmup: int) -> dict
         raise ValueError(f"no measured steps after --warmup {warmup}; raise --steps")
     rows = []
     for stage in (*STAGES, "other", "step", "wall"):
+
         def value(step: dict, stage: str = stage) -> float:
             if stage == "other":
                 return step["step"] - sum(step[s] for s in STAGES)
@@ -384,8 +431,16 @@ def summarize(bare_steps: list[dict], fw_steps: list[dict], warmup: int) -> dict
         fw_med = median([value(s) for s in fw_steps])
         # Per-step ratios (each framework step against the bare step right after it) resist load drift.
         paired = [ratio(value(f), value(b)) for f, b in zip(fw_steps, bare_steps) if value(b) > 0]
-        rows.append({"stage": stage, "bare_s": bare_med, "framework_s": fw_med, "ratio": ratio(fw_med, bare_med),
-                     "paired_ratio_median": median(paired) if paired else None, "extra_s": fw_med - bare_med})
+        rows.append(
+            {
+                "stage": stage,
+                "bare_s": bare_med,
+                "framework_s": fw_med,
+                "ratio": ratio(fw_med, bare_med),
+                "paired_ratio_median": median(paired) if paired else None,
+                "extra_s": fw_med - bare_med,
+            }
+        )
     return {"rows": rows, "steps_measured": len(fw_steps)}
 
 
@@ -409,8 +464,17 @@ def _fmt_ratio(value: float | None) -> str:
 def render(summary: dict, setup: dict, extra: dict) -> str:
     table = markdown_table(
         ["stage", "bare loop (s)", "main_ppo (s)", "main_ppo / bare", "paired median", "extra (ms)"],
-        [[_STAGE_LABELS[r["stage"]], r["bare_s"], r["framework_s"], _fmt_ratio(r["ratio"]),
-          _fmt_ratio(r["paired_ratio_median"]), f"{r['extra_s'] * 1e3:.1f}"] for r in summary["rows"]],
+        [
+            [
+                _STAGE_LABELS[r["stage"]],
+                r["bare_s"],
+                r["framework_s"],
+                _fmt_ratio(r["ratio"]),
+                _fmt_ratio(r["paired_ratio_median"]),
+                f"{r['extra_s'] * 1e3:.1f}",
+            ]
+            for r in summary["rows"]
+        ],
     )
     wall = summary["rows"][-1]
     headline = wall["paired_ratio_median"]
@@ -431,8 +495,10 @@ def render(summary: dict, setup: dict, extra: dict) -> str:
         f"(Ray, worker group, model loads), bare loop {extra['bare_setup_s']:.1f} s.",
     ]
     if extra.get("cli_wall_s") is not None:
-        lines.append(f"`python -m verl.trainer.main_ppo` for the same {setup['steps']} steps, whole process: "
-                     f"{extra['cli_wall_s']:.1f} s.")
+        lines.append(
+            f"`python -m verl.trainer.main_ppo` for the same {setup['steps']} steps, whole process: "
+            f"{extra['cli_wall_s']:.1f} s."
+        )
     return "\n".join(lines)
 
 
@@ -444,14 +510,26 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--workers", type=int, default=1, help="main_ppo worker processes (trainer.n_gpus_per_node)")
-    parser.add_argument("--ray-worker-niceness", type=int, default=None,
-                        help="RAY_worker_niceness for this run (default: what main_ppo sets); 15 is Ray's own default")
-    parser.add_argument("--also-ray-default-niceness", action="store_true",
-                        help="run a second time with Ray's default worker niceness (15) for comparison")
+    parser.add_argument(
+        "--ray-worker-niceness",
+        type=int,
+        default=None,
+        help="RAY_worker_niceness for this run (default: what main_ppo sets); 15 is Ray's own default",
+    )
+    parser.add_argument(
+        "--also-ray-default-niceness",
+        action="store_true",
+        help="run a second time with Ray's default worker niceness (15) for comparison",
+    )
     parser.add_argument("--cli", action="store_true", help="also time the real main_ppo CLI end to end (slow)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra main_ppo override, appended after the benchmark's own (repeatable)")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra main_ppo override, appended after the benchmark's own (repeatable)",
+    )
     parser.add_argument("--out-dir", type=Path, default=None)
     parser.add_argument("--role", choices=("orchestrate", "bare"), default="orchestrate", help=argparse.SUPPRESS)
     parser.add_argument("--overrides-json", help=argparse.SUPPRESS)
@@ -473,20 +551,36 @@ def main(argv: list[str] | None = None) -> dict | None:
     for niceness in variants:
         if niceness is not None:
             os.environ["RAY_worker_niceness"] = str(niceness)
-        setup = {"prompts": args.prompts, "n": args.n, "samples": args.prompts * args.n,
-                 "response_length": args.response_length, "steps": args.steps, "warmup": args.warmup,
-                 "workers": args.workers, "data": data_file, "model": "verl:tiny-demo"}
+        setup = {
+            "prompts": args.prompts,
+            "n": args.n,
+            "samples": args.prompts * args.n,
+            "response_length": args.response_length,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "workers": args.workers,
+            "data": data_file,
+            "model": "verl:tiny-demo",
+        }
         with tempfile.TemporaryDirectory(prefix="bench_fo_") as tmp:
-            cli = overrides(data_file, args.prompts, args.n, args.response_length, args.steps, tmp, args.workers,
-                            args.seed) + list(args.override)
+            cli = overrides(
+                data_file, args.prompts, args.n, args.response_length, args.steps, tmp, args.workers, args.seed
+            ) + list(args.override)
             fw_steps, bare_steps, extra = run_lockstep(cli, args.steps, args.seed)
             extra["cli_wall_s"] = run_cli(cli)["wall_s"] if args.cli else None
         # main_ppo's Ray start-up sets RAY_worker_niceness=0 unless the user set it (verl.trainer.ppo.task_runner).
         setup["ray_worker_niceness"] = os.environ.get("RAY_worker_niceness", f"{RAY_DEFAULT_NICENESS} (Ray default)")
         summary = summarize(bare_steps, fw_steps, args.warmup)
         tables.append(render(summary, setup, extra))
-        runs.append({"setup": setup, "summary": summary, "setup_times": extra, "main_ppo_overrides": cli,
-                     "raw": {"bare": bare_steps, "framework": fw_steps}})
+        runs.append(
+            {
+                "setup": setup,
+                "summary": summary,
+                "setup_times": extra,
+                "main_ppo_overrides": cli,
+                "raw": {"bare": bare_steps, "framework": fw_steps},
+            }
+        )
     table = "\n\n".join(tables)
     print(table)
     payload = {"target_ratio": TARGET_RATIO, "runs": runs}

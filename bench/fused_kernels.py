@@ -86,10 +86,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     model = build_model(args.vocab, args.hidden, args.layers)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: both variants keep scoring the same weights
-    config = FSDPActorConfig(ppo_mini_batch_size=args.rows, ppo_micro_batch_size_per_gpu=args.rows,
-                             entropy_coeff=0.01, shuffle=False)
-    actors = {name: DataParallelPPOActor(ConfigView(config, use_fused_kernels=name == FUSED), model, optimizer)
-              for name in (LOGITS, FUSED)}
+    config = FSDPActorConfig(
+        ppo_mini_batch_size=args.rows, ppo_micro_batch_size_per_gpu=args.rows, entropy_coeff=0.01, shuffle=False
+    )
+    actors = {
+        name: DataParallelPPOActor(ConfigView(config, use_fused_kernels=name == FUSED), model, optimizer)
+        for name in (LOGITS, FUSED)
+    }
     data = build_batch(args.rows, args.prompt, args.response, args.vocab)
     with torch.no_grad():
         data.batch["old_log_probs"] = actors[LOGITS].compute_log_prob(data)[0]
@@ -117,19 +120,43 @@ def main(argv: list[str] | None = None) -> dict:
         for name in actors:
             value, peak = median(seconds[(call, name)]), _median_or_none(peaks[(call, name)])
             peak_ratio = peak / base_peak if peak is not None and base_peak else None
-            results.append({"call": call, "variant": name, "median_s": value, "vs_logits": value / base_s,
-                            "peak_mib": peak, "peak_vs_logits": peak_ratio, "seconds": seconds[(call, name)],
-                            "peaks_mib": peaks[(call, name)]})
-            table.append([call, name, value, value / base_s, "-" if peak is None else round(peak),
-                          "-" if peak_ratio is None else peak_ratio])
+            results.append(
+                {
+                    "call": call,
+                    "variant": name,
+                    "median_s": value,
+                    "vs_logits": value / base_s,
+                    "peak_mib": peak,
+                    "peak_vs_logits": peak_ratio,
+                    "seconds": seconds[(call, name)],
+                    "peaks_mib": peaks[(call, name)],
+                }
+            )
+            table.append(
+                [
+                    call,
+                    name,
+                    value,
+                    value / base_s,
+                    "-" if peak is None else round(peak),
+                    "-" if peak_ratio is None else peak_ratio,
+                ]
+            )
     tokens = args.rows * args.response
-    title = (f"Scoring {args.rows} responses of {args.response} tokens ({tokens} slots, one micro-batch) after "
-             f"{args.prompt}-token prompts; Llama, hidden {args.hidden}, {args.layers} layers, vocabulary "
-             f"{args.vocab:,}, float32, CPU, {args.threads} torch thread(s); median of {args.repeats} alternating "
-             f"calls. Whole float32 logits of the micro-batch: {tokens * args.vocab * 4 / 2**20:.0f} MiB. Largest "
-             f"difference between the variants' log-probs and entropies: {difference:.1e}.")
-    markdown = title + "\n\n" + markdown_table(
-        ["call", "variant", "median s", "x logits", "peak memory above resident (MiB)", "peak x logits"], table)
+    title = (
+        f"Scoring {args.rows} responses of {args.response} tokens ({tokens} slots, one micro-batch) after "
+        f"{args.prompt}-token prompts; Llama, hidden {args.hidden}, {args.layers} layers, vocabulary "
+        f"{args.vocab:,}, float32, CPU, {args.threads} torch thread(s); median of {args.repeats} alternating "
+        f"calls. Whole float32 logits of the micro-batch: {tokens * args.vocab * 4 / 2**20:.0f} MiB. Largest "
+        f"difference between the variants' log-probs and entropies: {difference:.1e}."
+    )
+    markdown = (
+        title
+        + "\n\n"
+        + markdown_table(
+            ["call", "variant", "median s", "x logits", "peak memory above resident (MiB)", "peak x logits"], table
+        )
+    )
     print(markdown)
     payload = {"args": vars(args), "max_abs_difference": difference, "results": results}
     write_results(NAME, payload, markdown, SEED)

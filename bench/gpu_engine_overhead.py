@@ -32,8 +32,15 @@ from bench.common import markdown_table  # noqa: E402
 
 NAME = "gpu_engine_overhead"
 PROFILED_STEPS = 32
-COUNTED_EVENTS = ("cudaLaunchKernel", "cudaStreamSynchronize", "cudaMemcpyAsync", "cudaDeviceSynchronize",
-                  "cudaMemsetAsync", "aten::item", "aten::_local_scalar_dense")
+COUNTED_EVENTS = (
+    "cudaLaunchKernel",
+    "cudaStreamSynchronize",
+    "cudaMemcpyAsync",
+    "cudaDeviceSynchronize",
+    "cudaMemsetAsync",
+    "aten::item",
+    "aten::_local_scalar_dense",
+)
 
 
 def with_temperature_read_back(sampler: Callable) -> Callable:
@@ -52,8 +59,15 @@ def multinomial_sampler(logits: Any, state: Any, generator: Any = None) -> Any:
     return torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=generator).squeeze(1), None
 
 
-def decode_loop(model: Any, prompts: list[list[int]], response_len: int, batch: int, device: Any,
-                batch_class: type | None = None, sampler: Callable | None = None) -> float:
+def decode_loop(
+    model: Any,
+    prompts: list[list[int]],
+    response_len: int,
+    batch: int,
+    device: Any,
+    batch_class: type | None = None,
+    sampler: Callable | None = None,
+) -> float:
     """The engine's batch and sampler in static waves on the calling thread; wall seconds."""
     import torch
 
@@ -81,8 +95,9 @@ def decode_loop(model: Any, prompts: list[list[int]], response_len: int, batch: 
     return time.perf_counter() - start
 
 
-def engine(model: Any, prompts: list[list[int]], response_len: int, batch: int,
-           sampler: Callable | None = None) -> float:
+def engine(
+    model: Any, prompts: list[list[int]], response_len: int, batch: int, sampler: Callable | None = None
+) -> float:
     from verl.workers.rollout.hf import server
 
     original = server.sample_next_tokens
@@ -100,8 +115,9 @@ def event_counts(run: Callable[[], Any], cuda: bool) -> dict[str, float]:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
         run()
-    return {event.key: event.count / PROFILED_STEPS for event in prof.key_averages()
-            if event.key.startswith(COUNTED_EVENTS)}
+    return {
+        event.key: event.count / PROFILED_STEPS for event in prof.key_averages() if event.key.startswith(COUNTED_EVENTS)
+    }
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -124,8 +140,10 @@ def main(argv: list[str] | None = None) -> dict | None:
         shape, device = gpu_suite.SMOKE, torch.device("cpu")
         args.requests, args.response_length, args.batch, args.repeats = 16, 8, 8, 1
     elif not torch.cuda.is_available():
-        print("skipped: gpu_engine_overhead needs a CUDA device (none visible); nothing written. "
-              "Use --smoke to check the code.")
+        print(
+            "skipped: gpu_engine_overhead needs a CUDA device (none visible); nothing written. "
+            "Use --smoke to check the code."
+        )
         return None
     else:
         shape, device = gpu_suite.QWEN25_05B, torch.device("cuda")
@@ -136,15 +154,19 @@ def main(argv: list[str] | None = None) -> dict | None:
     variants: dict[str, Callable[[list[list[int]], int], float]] = {
         "model.generate": lambda p, r: gpu_suite.time_generate(model, p, r, batch),
         "engine, former temperature read-back": lambda p, r: engine(
-            model, p, r, batch, with_temperature_read_back(sample_next_tokens)),
+            model, p, r, batch, with_temperature_read_back(sample_next_tokens)
+        ),
         "engine": lambda p, r: engine(model, p, r, batch),
         "decode loop, our sampler": lambda p, r: decode_loop(model, p, r, batch, device),
         "decode loop, former temperature read-back": lambda p, r: decode_loop(
-            model, p, r, batch, device, sampler=with_temperature_read_back(sample_next_tokens)),
+            model, p, r, batch, device, sampler=with_temperature_read_back(sample_next_tokens)
+        ),
         "decode loop, torch.multinomial": lambda p, r: decode_loop(
-            model, p, r, batch, device, sampler=multinomial_sampler),
+            model, p, r, batch, device, sampler=multinomial_sampler
+        ),
         "decode loop, cache grown by torch.cat": lambda p, r: decode_loop(
-            model, p, r, batch, device, batch_class=ConcatRunningBatch),
+            model, p, r, batch, device, batch_class=ConcatRunningBatch
+        ),
     }
     steps = -(-args.requests // batch) * length
     seconds: dict[str, list[float]] = {}
@@ -152,27 +174,37 @@ def main(argv: list[str] | None = None) -> dict | None:
         run(prompts[:batch], min(8, length))  # warm-up: one short wave
         seconds[name] = [run(prompts, length) for _ in range(args.repeats)]
         gpu_suite.progress(f"{name}: {min(seconds[name]):.3f} s")
-    counts = {name: event_counts(lambda n=name: variants[n](prompts[:batch], PROFILED_STEPS), device.type == "cuda")
-              for name in ("model.generate", "engine", "decode loop, our sampler")}
+    counts = {
+        name: event_counts(lambda n=name: variants[n](prompts[:batch], PROFILED_STEPS), device.type == "cuda")
+        for name in ("model.generate", "engine", "decode loop, our sampler")
+    }
 
     rows = [[name, min(times), min(times) / steps * 1e3] for name, times in seconds.items()]
     count_rows = [[name, *(counts[name].get(event, 0.0) for event in COUNTED_EVENTS)] for name in counts]
     device_name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu (smoke)"
-    markdown = "\n".join([
-        f"{device_name}; Qwen2.5-0.5B shape{' (smoke: tiny shape)' if args.smoke else ''}, random weights, "
-        f"{'float32' if args.smoke else 'bf16'}; "
-        f"{args.requests} requests in waves of {batch}, exactly {length} response tokens each ({steps} decode "
-        f"steps); best of {args.repeats}.",
-        "",
-        markdown_table(["variant", "seconds", "ms per decode step"], rows),
-        "",
-        f"Per decode step, from the profiler ({PROFILED_STEPS} steps of one wave):",
-        "",
-        markdown_table(["variant", *COUNTED_EVENTS], count_rows),
-    ])
+    markdown = "\n".join(
+        [
+            f"{device_name}; Qwen2.5-0.5B shape{' (smoke: tiny shape)' if args.smoke else ''}, random weights, "
+            f"{'float32' if args.smoke else 'bf16'}; "
+            f"{args.requests} requests in waves of {batch}, exactly {length} response tokens each ({steps} decode "
+            f"steps); best of {args.repeats}.",
+            "",
+            markdown_table(["variant", "seconds", "ms per decode step"], rows),
+            "",
+            f"Per decode step, from the profiler ({PROFILED_STEPS} steps of one wave):",
+            "",
+            markdown_table(["variant", *COUNTED_EVENTS], count_rows),
+        ]
+    )
     print(markdown)
-    payload = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-               "device": device_name, "shape": shape, "decode_steps": steps, "raw": seconds, "per_step_events": counts}
+    payload = {
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "device": device_name,
+        "shape": shape,
+        "decode_steps": steps,
+        "raw": seconds,
+        "per_step_events": counts,
+    }
     return gpu_suite.write_unless_smoke(NAME, payload, markdown, args)
 
 

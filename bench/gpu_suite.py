@@ -92,13 +92,15 @@ def random_prompts(num: int, vocab: int, seed: int) -> list[list[int]]:
 def make_server(model: Any, response_len: int, max_num_seqs: int) -> Any:
     from verl.workers.rollout.hf.server import HFRolloutServer
 
-    config = SimpleNamespace(prompt_length=256, response_length=response_len, max_num_seqs=max_num_seqs,
-                             calculate_log_probs=False)
+    config = SimpleNamespace(
+        prompt_length=256, response_length=response_len, max_num_seqs=max_num_seqs, calculate_log_probs=False
+    )
     return HFRolloutServer(config, model=model, seed=0)
 
 
-def time_engine(model: Any, prompts: list[list[int]], response_len: int, max_num_seqs: int,
-                server: Any = None) -> float:
+def time_engine(
+    model: Any, prompts: list[list[int]], response_len: int, max_num_seqs: int, server: Any = None
+) -> float:
     """Generated-token wall time of ``prompts`` through ``server`` (a new one when None: a new engine thread)."""
     server = server or make_server(model, response_len, max_num_seqs)
     params = {"temperature": 1.0, "max_tokens": response_len, "ignore_eos": True}
@@ -120,8 +122,16 @@ def time_generate(model: Any, prompts: list[list[int]], response_len: int, batch
     from transformers import GenerationConfig
 
     device = next(model.parameters()).device
-    config = GenerationConfig(max_new_tokens=response_len, min_new_tokens=response_len, do_sample=True,
-                              temperature=1.0, top_k=0, top_p=1.0, eos_token_id=None, pad_token_id=0)
+    config = GenerationConfig(
+        max_new_tokens=response_len,
+        min_new_tokens=response_len,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     start = time.perf_counter()
     for begin in range(0, len(prompts), batch):
         chunk = prompts[begin : begin + batch]
@@ -202,12 +212,19 @@ def time_update(shape: dict, device: Any, args: argparse.Namespace, fused: bool 
     model = apply_fsdp2(model, mesh, param_dtype=torch.bfloat16 if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
     micro = args.update_micro_batch
-    config = ConfigView(FSDPActorConfig(), ppo_mini_batch_size=args.update_samples, ppo_micro_batch_size_per_gpu=micro,
-                        ppo_micro_batch_size=None, ppo_epochs=1, use_remove_padding=False,
-                        use_fused_kernels=fused)
+    config = ConfigView(
+        FSDPActorConfig(),
+        ppo_mini_batch_size=args.update_samples,
+        ppo_micro_batch_size_per_gpu=micro,
+        ppo_micro_batch_size=None,
+        ppo_epochs=1,
+        use_remove_padding=False,
+        use_fused_kernels=fused,
+    )
     actor = DataParallelPPOActor(config, model, optimizer)
-    data = make_update_batch(args.update_samples, args.update_prompt_len, args.update_response_len,
-                             shape["vocab_size"], args.seed).to(device)
+    data = make_update_batch(
+        args.update_samples, args.update_prompt_len, args.update_response_len, shape["vocab_size"], args.seed
+    ).to(device)
     data.meta_info.update({"micro_batch_size": micro, "use_dynamic_bsz": False})
     tokens = args.update_samples * (args.update_prompt_len + args.update_response_len)
 
@@ -231,8 +248,13 @@ def time_update(shape: dict, device: Any, args: argparse.Namespace, fused: bool 
 
     update_s = timed(update_policy)
     logprob_s = timed(compute_log_prob)
-    return {"params": params, "tokens": tokens, "update_s": update_s, "log_prob_s": logprob_s,
-            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None}
+    return {
+        "params": params,
+        "tokens": tokens,
+        "update_s": update_s,
+        "log_prob_s": logprob_s,
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -293,42 +315,66 @@ def main(argv: list[str] | None = None) -> dict | None:
     gen_tokens = args.requests * args.response_length
     rollout_rows = [
         ["hf engine (continuous batching), a new server per run", gen_tokens / median(engine_s), median(engine_s)],
-        ["hf engine (continuous batching), one server kept across runs", gen_tokens / median(engine_kept_s),
-         median(engine_kept_s)],
-        [f"model.generate, static batches of {args.max_num_seqs}", gen_tokens / median(generate_s),
-         median(generate_s)],
+        [
+            "hf engine (continuous batching), one server kept across runs",
+            gen_tokens / median(engine_kept_s),
+            median(engine_kept_s),
+        ],
+        [f"model.generate, static batches of {args.max_num_seqs}", gen_tokens / median(generate_s), median(generate_s)],
     ]
     update_rows = []
     for variant, result in (("logits", update), ("fused head", fused)):
-        for stage, key, factor in (("update_policy (fwd + bwd + AdamW)", "update_s", 6),
-                                   ("compute_log_prob (fwd)", "log_prob_s", 2)):
+        for stage, key, factor in (
+            ("update_policy (fwd + bwd + AdamW)", "update_s", 6),
+            ("compute_log_prob (fwd)", "log_prob_s", 2),
+        ):
             seconds = median(result[key])
             flops = factor * result["params"] * result["tokens"] / seconds
-            update_rows.append([stage, variant, result["tokens"] / seconds, flops / 1e12,
-                                None if peak is None else f"{flops / peak * 100:.1f}%", seconds,
-                                result["peak_memory_gib"]])
-    markdown = "\n".join([
-        f"{device_name}; model: Qwen2.5-0.5B shape{' (smoke: tiny shape)' if args.smoke else ''}, "
-        f"{update['params'] / 1e6:.0f}M parameters, random weights; medians of {args.repeats}.",
-        "",
-        f"Rollout: {args.requests} requests, prompts 32-128 tokens, exactly {args.response_length} response tokens "
-        f"each, {args.max_num_seqs} sequences at a time.",
-        "",
-        markdown_table(["variant", "generated tokens/s", "seconds"], rollout_rows),
-        "",
-        f"Update: {args.update_samples} samples x {args.update_prompt_len + args.update_response_len} tokens, "
-        f"micro-batch {args.update_micro_batch}, FSDP2 on one GPU, bf16 compute; peak "
-        f"{'unknown' if peak is None else f'{peak / 1e12:.0f} TFLOP/s'}; \"fused head\" is "
-        "model.use_fused_kernels=true; peak memory is per variant (both stages).",
-        "",
-        markdown_table(["stage", "variant", "tokens/s", "model TFLOP/s", "MFU", "seconds", "peak memory GiB"],
-                       update_rows),
-    ])
+            update_rows.append(
+                [
+                    stage,
+                    variant,
+                    result["tokens"] / seconds,
+                    flops / 1e12,
+                    None if peak is None else f"{flops / peak * 100:.1f}%",
+                    seconds,
+                    result["peak_memory_gib"],
+                ]
+            )
+    markdown = "\n".join(
+        [
+            f"{device_name}; model: Qwen2.5-0.5B shape{' (smoke: tiny shape)' if args.smoke else ''}, "
+            f"{update['params'] / 1e6:.0f}M parameters, random weights; medians of {args.repeats}.",
+            "",
+            f"Rollout: {args.requests} requests, prompts 32-128 tokens, exactly {args.response_length} response tokens "
+            f"each, {args.max_num_seqs} sequences at a time.",
+            "",
+            markdown_table(["variant", "generated tokens/s", "seconds"], rollout_rows),
+            "",
+            f"Update: {args.update_samples} samples x {args.update_prompt_len + args.update_response_len} tokens, "
+            f"micro-batch {args.update_micro_batch}, FSDP2 on one GPU, bf16 compute; peak "
+            f'{"unknown" if peak is None else f"{peak / 1e12:.0f} TFLOP/s"}; "fused head" is '
+            "model.use_fused_kernels=true; peak memory is per variant (both stages).",
+            "",
+            markdown_table(
+                ["stage", "variant", "tokens/s", "model TFLOP/s", "MFU", "seconds", "peak memory GiB"], update_rows
+            ),
+        ]
+    )
     print(markdown)
-    payload = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-               "device": device_name, "shape": shape, "peak_flops": peak,
-               "raw": {"engine_s": engine_s, "engine_kept_s": engine_kept_s, "generate_s": generate_s, **update,
-                       "fused": fused}}
+    payload = {
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "device": device_name,
+        "shape": shape,
+        "peak_flops": peak,
+        "raw": {
+            "engine_s": engine_s,
+            "engine_kept_s": engine_kept_s,
+            "generate_s": generate_s,
+            **update,
+            "fused": fused,
+        },
+    }
     return write_unless_smoke(NAME, payload, markdown, args)
 
 

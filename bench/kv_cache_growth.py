@@ -47,8 +47,10 @@ class ConcatLayer(HeadroomLayer):
 
     def keep_rows(self, rows: Sequence[int], drop_columns: int = 0) -> None:
         index = torch.as_tensor(list(rows), dtype=torch.long)
-        self.assign(self.keys.index_select(0, index)[:, :, drop_columns:],
-                    self.values.index_select(0, index)[:, :, drop_columns:])
+        self.assign(
+            self.keys.index_select(0, index)[:, :, drop_columns:],
+            self.values.index_select(0, index)[:, :, drop_columns:],
+        )
 
     def append_rows(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         length = max(self.length, int(keys.shape[2]))
@@ -56,8 +58,9 @@ class ConcatLayer(HeadroomLayer):
         def left_pad(t: torch.Tensor) -> torch.Tensor:
             return torch.cat([t.new_zeros(t.shape[0], t.shape[1], length - t.shape[2], t.shape[3]), t], dim=2)
 
-        self.assign(torch.cat([left_pad(self.keys), left_pad(keys)]),
-                    torch.cat([left_pad(self.values), left_pad(values)]))
+        self.assign(
+            torch.cat([left_pad(self.keys), left_pad(keys)]), torch.cat([left_pad(self.values), left_pad(values)])
+        )
 
 
 class ConcatRunningBatch(RunningBatch):
@@ -80,8 +83,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     longest = max(s[2] for s in SCENARIOS)
     with tempfile.TemporaryDirectory() as tmp:
-        path = build_tiny_model(tmp, hidden_size=args.hidden_size, num_hidden_layers=args.num_layers,
-                                intermediate_size=2 * args.hidden_size, max_position_embeddings=longest + 64)
+        path = build_tiny_model(
+            tmp,
+            hidden_size=args.hidden_size,
+            num_hidden_layers=args.num_layers,
+            intermediate_size=2 * args.hidden_size,
+            max_position_embeddings=longest + 64,
+        )
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     vocab = model.get_input_embeddings().num_embeddings
     variants = {HEADROOM: RunningBatch, CONCAT: ConcatRunningBatch}
@@ -96,26 +104,60 @@ def main(argv: list[str] | None = None) -> dict:
         seconds: dict[str, list[float]] = {v: [] for v in variants}
         for _ in range(args.repeats):
             for variant, batch_class in variants.items():
-                seconds[variant].append(run_engine(model, prompts, lengths, args.max_num_seqs, max_len,
-                                                  batch_class=batch_class))
+                seconds[variant].append(
+                    run_engine(model, prompts, lengths, args.max_num_seqs, max_len, batch_class=batch_class)
+                )
         baseline = median(seconds[CONCAT])
         for variant, samples in seconds.items():
             value = median(samples)
             tokens_per_s = sum(lengths) / value
-            results.append({"scenario": name, "requests": requests, "response_len_max": max(lengths),
-                            "response_len_mean": sum(lengths) / len(lengths), "variant": variant,
-                            "median_s": value, "tokens_per_s": tokens_per_s, "time_vs_concat": value / baseline,
-                            "seconds": samples})
-            table.append([name, f"{min(lengths)}/{sum(lengths) / len(lengths):.1f}/{max(lengths)}", requests,
-                          variant, value, round(tokens_per_s), value / baseline])
-    title = (f"hf engine, {args.max_num_seqs} rows at most, tiny model (hidden {args.hidden_size}, {args.num_layers} "
-             f"layers), CPU, {args.threads} torch thread(s); median of {args.repeats} alternating runs.")
-    headers = ["scenario", "response len min/mean/max", "requests", "KV cache", "median s", "tokens/s",
-               "time x torch.cat"]
+            results.append(
+                {
+                    "scenario": name,
+                    "requests": requests,
+                    "response_len_max": max(lengths),
+                    "response_len_mean": sum(lengths) / len(lengths),
+                    "variant": variant,
+                    "median_s": value,
+                    "tokens_per_s": tokens_per_s,
+                    "time_vs_concat": value / baseline,
+                    "seconds": samples,
+                }
+            )
+            table.append(
+                [
+                    name,
+                    f"{min(lengths)}/{sum(lengths) / len(lengths):.1f}/{max(lengths)}",
+                    requests,
+                    variant,
+                    value,
+                    round(tokens_per_s),
+                    value / baseline,
+                ]
+            )
+    title = (
+        f"hf engine, {args.max_num_seqs} rows at most, tiny model (hidden {args.hidden_size}, {args.num_layers} "
+        f"layers), CPU, {args.threads} torch thread(s); median of {args.repeats} alternating runs."
+    )
+    headers = [
+        "scenario",
+        "response len min/mean/max",
+        "requests",
+        "KV cache",
+        "median s",
+        "tokens/s",
+        "time x torch.cat",
+    ]
     markdown = title + "\n\n" + markdown_table(headers, table)
     print(markdown)
-    payload = {"max_num_seqs": args.max_num_seqs, "hidden_size": args.hidden_size, "num_layers": args.num_layers,
-               "threads": args.threads, "repeats": args.repeats, "results": results}
+    payload = {
+        "max_num_seqs": args.max_num_seqs,
+        "hidden_size": args.hidden_size,
+        "num_layers": args.num_layers,
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "results": results,
+    }
     write_results(NAME, payload, markdown, SEED)
     return payload
 

@@ -45,17 +45,25 @@ class EveryPositionForward(torch.nn.Module):
         self.inner = inner
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False):
-        return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          use_cache=use_cache)
+        return self.inner(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=use_cache
+        )
 
 
 def build_model(vocab: int, hidden: int, layers: int) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(SEED)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
-                         num_key_value_heads=2, intermediate_size=hidden * 4, max_position_embeddings=4096,
-                         attn_implementation="sdpa")
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=hidden * 4,
+        max_position_embeddings=4096,
+        attn_implementation="sdpa",
+    )
     return LlamaForCausalLM(config).float()
 
 
@@ -89,8 +97,15 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
 
     model = build_model(args.vocab, args.hidden, args.layers)
-    config = SimpleNamespace(ppo_mini_batch_size=args.rows, ppo_micro_batch_size_per_gpu=args.rows, ppo_epochs=1,
-                             grad_clip=1.0, loss_agg_mode="token-mean", clip_ratio=0.2, shuffle=False)
+    config = SimpleNamespace(
+        ppo_mini_batch_size=args.rows,
+        ppo_micro_batch_size_per_gpu=args.rows,
+        ppo_epochs=1,
+        grad_clip=1.0,
+        loss_agg_mode="token-mean",
+        clip_ratio=0.2,
+        shuffle=False,
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: both variants keep scoring the same weights
     actors = {
         KEPT: DataParallelPPOActor(config, model, optimizer),
@@ -117,14 +132,27 @@ def main(argv: list[str] | None = None) -> dict:
         for name in actors:
             value = median(seconds[(call, name)])
             logits_mib = args.rows * positions[name] * args.vocab * 4 / 2**20
-            results.append({"call": call, "variant": name, "median_s": value, "vs_every_position": value / baseline,
-                            "logits_mib": logits_mib, "seconds": seconds[(call, name)]})
+            results.append(
+                {
+                    "call": call,
+                    "variant": name,
+                    "median_s": value,
+                    "vs_every_position": value / baseline,
+                    "logits_mib": logits_mib,
+                    "seconds": seconds[(call, name)],
+                }
+            )
             table.append([call, name, value, value / baseline, logits_mib])
-    title = (f"Scoring {args.rows} responses of {args.response} tokens after {args.prompt}-token prompts; Llama, "
-             f"hidden {args.hidden}, {args.layers} layers, vocabulary {args.vocab:,}, float32, CPU, {args.threads} "
-             f"torch thread(s); median of {args.repeats} alternating calls.")
-    markdown = title + "\n\n" + markdown_table(
-        ["call", "output head on", "median s", "x every position", "float32 logits (MiB)"], table)
+    title = (
+        f"Scoring {args.rows} responses of {args.response} tokens after {args.prompt}-token prompts; Llama, "
+        f"hidden {args.hidden}, {args.layers} layers, vocabulary {args.vocab:,}, float32, CPU, {args.threads} "
+        f"torch thread(s); median of {args.repeats} alternating calls."
+    )
+    markdown = (
+        title
+        + "\n\n"
+        + markdown_table(["call", "output head on", "median s", "x every position", "float32 logits (MiB)"], table)
+    )
     print(markdown)
     payload = {"args": vars(args), "results": results}
     write_results(NAME, payload, markdown, SEED)

@@ -48,8 +48,9 @@ def make_workload(num_requests: int, vocab_size: int, lengths: str, max_len: int
     return prompts, response_lens
 
 
-def run_engine(model, prompts, response_lens, max_num_seqs: int, max_len: int, min_admit_chunk=None,
-               batch_class=None) -> float:
+def run_engine(
+    model, prompts, response_lens, max_num_seqs: int, max_len: int, min_admit_chunk=None, batch_class=None
+) -> float:
     """Wall time of the engine on every request at once; ``batch_class`` swaps the running batch (kv_cache_growth)."""
     from verl.workers.rollout.hf.server import HFRolloutServer
 
@@ -126,8 +127,9 @@ def main(argv=None) -> dict:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (0 = leave as is); 1 keeps a shared CPU quiet"
     )
-    parser.add_argument("--out-dir", type=Path, default=None,
-                        help="where rollout_throughput.{json,md} go (default bench/results)")
+    parser.add_argument(
+        "--out-dir", type=Path, default=None, help="where rollout_throughput.{json,md} go (default bench/results)"
+    )
     parser.add_argument(
         "--sweep-admit", type=str, default="", help="comma list of min_admit_chunk values to time on 'mixed' (extra)"
     )

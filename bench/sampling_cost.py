@@ -90,11 +90,20 @@ def main(argv: list[str] | None = None) -> dict:
         baseline = median(seconds[BASELINE])
         for name, samples in seconds.items():
             value = median(samples)
-            results.append({"vocab": vocab, "variant": name, "median_ms": value * 1000,
-                            "vs_multinomial": value / baseline, "seconds": samples})
+            results.append(
+                {
+                    "vocab": vocab,
+                    "variant": name,
+                    "median_ms": value * 1000,
+                    "vs_multinomial": value / baseline,
+                    "seconds": samples,
+                }
+            )
             table.append([f"{vocab:,}", name, value * 1000, value / baseline])
-    title = (f"Next-token sampling of {args.rows} rows per decode step, CPU, {args.threads} torch thread(s); "
-             f"median of {args.repeats} interleaved rounds.")
+    title = (
+        f"Next-token sampling of {args.rows} rows per decode step, CPU, {args.threads} torch thread(s); "
+        f"median of {args.repeats} interleaved rounds."
+    )
     markdown = title + "\n\n" + markdown_table(["vocab", "variant", "median ms", "x torch.multinomial"], table)
     print(markdown)
     payload = {"rows": args.rows, "threads": args.threads, "repeats": args.repeats, "results": results}

@@ -52,20 +52,43 @@ def _sandbox_variants() -> dict[str, SandboxLimits]:
     return {
         FULL: SandboxLimits(**weak),
         "sandbox, namespaces only (minimal root, netns, user)": SandboxLimits(
-            landlock=False, seccomp=False, python_guards=False, **weak),
+            landlock=False, seccomp=False, python_guards=False, **weak
+        ),
         "sandbox, Landlock + seccomp only (no namespaces)": SandboxLimits(
-            minimal_root=False, network_namespace=False, unprivileged_user=False, **weak),
+            minimal_root=False, network_namespace=False, unprivileged_user=False, **weak
+        ),
         "sandbox, rlimits only": SandboxLimits(
-            minimal_root=False, network_namespace=False, unprivileged_user=False, drop_capabilities=False,
-            landlock=False, seccomp=False, python_guards=False),
+            minimal_root=False,
+            network_namespace=False,
+            unprivileged_user=False,
+            drop_capabilities=False,
+            landlock=False,
+            seccomp=False,
+            python_guards=False,
+        ),
     }
 
 
 def _bwrap_argv(bwrap: str, workdir: str) -> list[str]:
     """bubblewrap building the plan's minimal root (same binds, hidden site-packages, own folder at /sandbox)."""
     plan = root_plan()
-    argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
-            "--setenv", "HOME", SANDBOX_DIR, "--setenv", "LANG", "C.UTF-8", "--dev", "/dev"]
+    argv = [
+        bwrap,
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--clearenv",
+        "--setenv",
+        "HOME",
+        SANDBOX_DIR,
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--dev",
+        "/dev",
+    ]
     if os.geteuid() == 0:
         argv += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
     for source, destination, _ in plan.binds:
@@ -75,20 +98,37 @@ def _bwrap_argv(bwrap: str, workdir: str) -> list[str]:
         argv += ["--symlink", target, path]
     for folder in plan.hide:
         argv += ["--tmpfs", folder, "--remount-ro", folder]
-    return argv + ["--bind", workdir, SANDBOX_DIR, "--chdir", SANDBOX_DIR, "--",
-                   sys.executable, "-I", "-S", "-c", "pass"]
+    return argv + [
+        "--bind",
+        workdir,
+        SANDBOX_DIR,
+        "--chdir",
+        SANDBOX_DIR,
+        "--",
+        sys.executable,
+        "-I",
+        "-S",
+        "-c",
+        "pass",
+    ]
 
 
 def _previous_sandbox(rev: str, into: Path):
     """The sandbox package as of git ``rev``, importable under another name (its own imports rewritten)."""
-    files = subprocess.run(["git", "ls-tree", "--name-only", rev, "verl/tools/sandbox/"], cwd=REPO_ROOT,
-                           capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-tree", "--name-only", rev, "verl/tools/sandbox/"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     package = into / "previous_sandbox"
     package.mkdir()
     for path in files:
         if path.endswith(".py"):
-            text = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO_ROOT, capture_output=True, text=True,
-                                  check=True).stdout
+            text = subprocess.run(
+                ["git", "show", f"{rev}:{path}"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+            ).stdout
             (package / Path(path).name).write_text(text.replace("verl.tools.sandbox", "previous_sandbox"))
     sys.path.insert(0, str(into))
     return importlib.import_module("previous_sandbox")
@@ -102,10 +142,12 @@ def measure(repeats: int, bwrap: str | None, previous_rev: str | None) -> tuple[
         "python -I -c pass (with site)": lambda: subprocess.run([sys.executable, "-I", "-c", "pass"], check=True),
     }
     for name, limits in _sandbox_variants().items():
+
         def call(limits=limits, name=name):
             result = loop.run_until_complete(run_python("pass", limits))
             assert result.status == "ok", result
             extra["layers"][name] = result.layers
+
         fns[name] = call
     scratch = Path(tempfile.mkdtemp(prefix="bench-sandbox-"))
     if bwrap:
@@ -128,6 +170,7 @@ def measure(repeats: int, bwrap: str | None, previous_rev: str | None) -> tuple[
             def call_previous():
                 result = loop.run_until_complete(previous.run_python("pass"))
                 assert result.status == "ok", result
+
             fns[f"previous sandbox (git {previous_rev})"] = call_previous
     try:
         seconds: dict[str, list[float]] = {name: [] for name in fns}
@@ -154,8 +197,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--bwrap", default=shutil.which("bwrap"), help="bubblewrap binary (default: on PATH)")
-    parser.add_argument("--previous-rev", default=PREVIOUS_REV,
-                        help="git revision of the previous sandbox to compare ('' to skip)")
+    parser.add_argument(
+        "--previous-rev", default=PREVIOUS_REV, help="git revision of the previous sandbox to compare ('' to skip)"
+    )
     args = parser.parse_args(argv)
 
     probe_s = time_probe()
@@ -165,19 +209,29 @@ def main(argv: list[str] | None = None) -> dict:
     results, table = [], []
     for name, samples in seconds.items():
         value = median(samples)
-        results.append({"variant": name, "median_ms": value * 1000, "min_ms": min(samples) * 1000,
-                        "added_ms": (value - floor) * 1000, "seconds": samples})
-        table.append([name, value * 1000, min(samples) * 1000, (value - floor) * 1000,
-                      f"{100 * value / wall_limit:.2f}%"])
-    title = (f"Start-up of one sandboxed call running `pass`, median of {args.repeats} interleaved rounds (first "
-             f"dropped); \"added\" is over the interpreter alone. Default wall limit of a call: {wall_limit:g} s. "
-             f"The one-off start-up probe took {probe_s * 1000:.0f} ms. Layers of the default run: "
-             f"{', '.join(extra['layers'].get(FULL, []))}.")
-    markdown = title + "\n\n" + markdown_table(["variant", "median ms", "min ms", "added ms", "of the wall limit"],
-                                               table)
+        results.append(
+            {
+                "variant": name,
+                "median_ms": value * 1000,
+                "min_ms": min(samples) * 1000,
+                "added_ms": (value - floor) * 1000,
+                "seconds": samples,
+            }
+        )
+        table.append(
+            [name, value * 1000, min(samples) * 1000, (value - floor) * 1000, f"{100 * value / wall_limit:.2f}%"]
+        )
+    title = (
+        f"Start-up of one sandboxed call running `pass`, median of {args.repeats} interleaved rounds (first "
+        f'dropped); "added" is over the interpreter alone. Default wall limit of a call: {wall_limit:g} s. '
+        f"The one-off start-up probe took {probe_s * 1000:.0f} ms. Layers of the default run: "
+        f"{', '.join(extra['layers'].get(FULL, []))}."
+    )
+    markdown = (
+        title + "\n\n" + markdown_table(["variant", "median ms", "min ms", "added ms", "of the wall limit"], table)
+    )
     print(markdown)
-    payload = {"repeats": args.repeats, "probe_s": probe_s, "wall_timeout_s": wall_limit, "results": results,
-               **extra}
+    payload = {"repeats": args.repeats, "probe_s": probe_s, "wall_timeout_s": wall_limit, "results": results, **extra}
     write_results(NAME, payload, markdown, None)
     return payload
 

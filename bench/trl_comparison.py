@@ -92,8 +92,9 @@ def ensure_trl(spec: str) -> str:
         install = subprocess.run([str(python), "-m", "pip", "install", "-q", spec], capture_output=True, text=True)
         if install.returncode != 0:
             raise RuntimeError(f"pip install {spec} into {VENV} failed:\n{install.stderr[-3000:]}")
-        probe = subprocess.run([str(python), "-c", "import trl; print(trl.__version__)"], capture_output=True,
-                               text=True, check=True)
+        probe = subprocess.run(
+            [str(python), "-c", "import trl; print(trl.__version__)"], capture_output=True, text=True, check=True
+        )
     return probe.stdout.strip()
 
 
@@ -182,21 +183,31 @@ def run_trl(args: argparse.Namespace, out: Path) -> None:
             disable_tqdm=True,
         )
         clock = StepClock()
-        trainer = GRPOTrainer(model=args.model_dir, reward_funcs=trl_reward, args=config, train_dataset=dataset,
-                              processing_class=tokenizer, callbacks=[clock])
+        trainer = GRPOTrainer(
+            model=args.model_dir,
+            reward_funcs=trl_reward,
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[clock],
+        )
         setup_s = time.perf_counter() - start
         trainer.train()
     if rank != 0:
         return
     history = [h for h in trainer.state.log_history if "reward" in h]
-    out.write_text(json.dumps({
-        "step_seconds": clock.seconds,
-        "reward": [h["reward"] for h in history],
-        "response_length": [h.get("completions/mean_length") for h in history],
-        "setup_s": setup_s,
-        "torch_threads": torch.get_num_threads(),
-        "world_size": world_size,
-    }))
+    out.write_text(
+        json.dumps(
+            {
+                "step_seconds": clock.seconds,
+                "reward": [h["reward"] for h in history],
+                "response_length": [h.get("completions/mean_length") for h in history],
+                "setup_s": setup_s,
+                "torch_threads": torch.get_num_threads(),
+                "world_size": world_size,
+            }
+        )
+    )
 
 
 CHILD_ENV = "VERL_BENCH_TRL_CHILD"  # the TRL child's arguments, as JSON (torchrun would parse command-line ones)
@@ -205,9 +216,17 @@ CHILD_ENV = "VERL_BENCH_TRL_CHILD"  # the TRL child's arguments, as JSON (torchr
 def run_trl_child(args: argparse.Namespace, variant: Variant, seed: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_trl_out_") as tmp:
         out = Path(tmp) / "trl.json"
-        child = {"child_out": str(out), "data": args.data, "model_dir": args.model_dir, "steps": args.steps,
-                 "prompts": args.prompts, "n": args.n, "response_length": args.response_length, "seed": seed,
-                 "threads": variant.threads}
+        child = {
+            "child_out": str(out),
+            "data": args.data,
+            "model_dir": args.model_dir,
+            "steps": args.steps,
+            "prompts": args.prompts,
+            "n": args.n,
+            "response_length": args.response_length,
+            "seed": seed,
+            "threads": variant.threads,
+        }
         if variant.processes > 1:
             launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={variant.processes}"]
         else:
@@ -279,8 +298,9 @@ def run_ours(args: argparse.Namespace, variant: Variant, seed: int) -> dict:
         proc = subprocess.run(cmd, env=_env(variant.threads), capture_output=True, text=True, cwd=REPO_ROOT)
         wall = time.perf_counter() - start
         if proc.returncode != 0:
-            raise RuntimeError(f"{ENTRY_POINTS[variant.mode]} {variant.key} failed (rc={proc.returncode}):\n"
-                               f"{proc.stderr[-4000:]}")
+            raise RuntimeError(
+                f"{ENTRY_POINTS[variant.mode]} {variant.key} failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}"
+            )
         records = list(read_metrics(run_dir))
     return {
         "step_seconds": [r["timing_s/step"] for r in records],
@@ -319,9 +339,14 @@ def _fastest(summary: dict[str, dict], trainer: str, max_cores: int) -> Variant:
 
 def compare(summary: dict[str, dict], cores: int) -> dict[str, Any]:
     ours, theirs = _fastest(summary, "verl", cores), _fastest(summary, "trl", cores)
-    return {"cores": cores, "verl": ours.key, "trl": theirs.key,
-            "speedup": summary[ours.key]["samples_per_s"] / summary[theirs.key]["samples_per_s"],
-            "reward_verl": summary[ours.key]["reward_last"], "reward_trl": summary[theirs.key]["reward_last"]}
+    return {
+        "cores": cores,
+        "verl": ours.key,
+        "trl": theirs.key,
+        "speedup": summary[ours.key]["samples_per_s"] / summary[theirs.key]["samples_per_s"],
+        "reward_verl": summary[ours.key]["reward_last"],
+        "reward_trl": summary[theirs.key]["reward_last"],
+    }
 
 
 def render(args: argparse.Namespace, summary: dict[str, dict], comparisons: list[dict], trl_version: str) -> str:
@@ -331,11 +356,31 @@ def render(args: argparse.Namespace, summary: dict[str, dict], comparisons: list
         if v.key not in summary:
             continue
         s = summary[v.key]
-        rows.append([labels[v.key], v.cores, s["samples_per_s"], s["tokens_per_s"], s["median_step_s"],
-                     s["reward_first"], s["reward_last"], s["wall_s"]])
-    table = markdown_table(["trainer", "cores", "samples/s", "generated tokens/s", "median step (s)",
-                            f"reward, first {args.reward_window} steps", f"reward, last {args.reward_window} steps",
-                            f"whole run, {args.steps} steps (s)"], rows)
+        rows.append(
+            [
+                labels[v.key],
+                v.cores,
+                s["samples_per_s"],
+                s["tokens_per_s"],
+                s["median_step_s"],
+                s["reward_first"],
+                s["reward_last"],
+                s["wall_s"],
+            ]
+        )
+    table = markdown_table(
+        [
+            "trainer",
+            "cores",
+            "samples/s",
+            "generated tokens/s",
+            "median step (s)",
+            f"reward, first {args.reward_window} steps",
+            f"reward, last {args.reward_window} steps",
+            f"whole run, {args.steps} steps (s)",
+        ],
+        rows,
+    )
     lines = [
         f"GRPO on the target-digit task, tiny model, CPU; {args.prompts} prompts x {args.n} samples per step, up to "
         f"{args.response_length} response tokens, {args.steps} updates, seeds {', '.join(map(str, args.seeds))} "
@@ -392,9 +437,11 @@ def main(argv: list[str] | None = None) -> dict | None:
             run = run_trl_child(args, variant, seed) if variant.trainer == "trl" else run_ours(args, variant, seed)
             run["seed"] = seed
             raw[variant.key].append(run)
-            print(f"seed {seed} {variant.key}: median step {median(run['step_seconds'][args.warmup:]):.3f} s, "
-                  f"last-{args.reward_window} reward {statistics.mean(run['reward'][-args.reward_window:]):.3f}",
-                  flush=True)
+            print(
+                f"seed {seed} {variant.key}: median step {median(run['step_seconds'][args.warmup :]):.3f} s, "
+                f"last-{args.reward_window} reward {statistics.mean(run['reward'][-args.reward_window :]):.3f}",
+                flush=True,
+            )
     samples = args.prompts * args.n
     summary = {key: summarize(runs, samples, args.warmup, args.reward_window) for key, runs in raw.items()}
     comparisons = []
@@ -409,8 +456,9 @@ def main(argv: list[str] | None = None) -> dict | None:
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "trl_version": trl_version,
         "target_speedup": TARGET_SPEEDUP,
-        "variants": {v.key: {"label": v.label, "processes": v.processes, "threads": v.threads, "mode": v.mode}
-                     for v in variants},
+        "variants": {
+            v.key: {"label": v.label, "processes": v.processes, "threads": v.threads, "mode": v.mode} for v in variants
+        },
         "comparisons": comparisons,
         "summary": summary,
         "raw": raw,

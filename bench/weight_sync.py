@@ -40,8 +40,12 @@ _VERSIONS = itertools.count(1)
 class BenchTrainer:
     """Trainer rank 0 holding the model; the body of a Ray actor for ray/collective, a local object for naive."""
 
-    def __init__(self, model_path: str | None = None, model: torch.nn.Module | None = None,
-                 local_replicas: list[Any] | None = None):
+    def __init__(
+        self,
+        model_path: str | None = None,
+        model: torch.nn.Module | None = None,
+        local_replicas: list[Any] | None = None,
+    ):
         if model is None:
             from transformers import AutoModelForCausalLM
 
@@ -65,9 +69,20 @@ class BenchTrainer:
 def rollout_config():
     from types import SimpleNamespace
 
-    return SimpleNamespace(name="hf", prompt_length=16, response_length=16, max_num_seqs=4, dtype="float32",
-                           calculate_log_probs=False, temperature=1.0, top_p=1.0, top_k=-1, do_sample=False,
-                           ignore_eos=True, max_model_len=None)
+    return SimpleNamespace(
+        name="hf",
+        prompt_length=16,
+        response_length=16,
+        max_num_seqs=4,
+        dtype="float32",
+        calculate_log_probs=False,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=-1,
+        do_sample=False,
+        ignore_eos=True,
+        max_model_len=None,
+    )
 
 
 def build_models(root: Path, skip_100m: bool) -> dict[str, Path]:
@@ -76,8 +91,14 @@ def build_models(root: Path, skip_100m: bool) -> dict[str, Path]:
     models = {"tiny": build_tiny_model(root / "tiny")}
     if not skip_100m:
         # Llama, hidden 768, 14 layers, full-head attention, MLP 2048: 99M parameters (float32: 0.4 GB)
-        models["100M"] = build_tiny_model(root / "m100", hidden_size=768, num_hidden_layers=14, num_attention_heads=12,
-                                          num_key_value_heads=12, intermediate_size=2048)
+        models["100M"] = build_tiny_model(
+            root / "m100",
+            hidden_size=768,
+            num_hidden_layers=14,
+            num_attention_heads=12,
+            num_key_value_heads=12,
+            intermediate_size=2048,
+        )
     return models
 
 
@@ -102,8 +123,16 @@ def bench_model(label: str, path: Path, args: argparse.Namespace) -> list[dict[s
     trainer_local = BenchTrainer(str(path))
     params = trainer_local.ready()
     nbytes = sum(t.numel() * t.element_size() for t in trainer_local.model.state_dict().values())
-    rows = [{"model": label, "params": params, "bytes": nbytes, "variant": "floor: local copy", "buckets": None,
-             "seconds": time_floor(trainer_local.model, args.repeats)}]
+    rows = [
+        {
+            "model": label,
+            "params": params,
+            "bytes": nbytes,
+            "variant": "floor: local copy",
+            "buckets": None,
+            "seconds": time_floor(trainer_local.model, args.repeats),
+        }
+    ]
 
     def timed(manager: CheckpointEngineManager) -> tuple[list[float], int]:
         last = {}
@@ -119,8 +148,16 @@ def bench_model(label: str, path: Path, args: argparse.Namespace) -> list[dict[s
         trainer_local.local_replicas = [HybridReplica.create(rollout_config(), model=engine_model)]
         manager = CheckpointEngineManager("naive", trainer_local, bucket_megabytes=args.bucket_mb)
         seconds, buckets = timed(manager)
-        rows.append({"model": label, "params": params, "bytes": nbytes, "variant": "naive", "buckets": buckets,
-                     "seconds": seconds})
+        rows.append(
+            {
+                "model": label,
+                "params": params,
+                "bytes": nbytes,
+                "variant": "naive",
+                "buckets": buckets,
+                "seconds": seconds,
+            }
+        )
         trainer_local.local_replicas = None
         del engine_model
     del trainer_local
@@ -128,14 +165,24 @@ def bench_model(label: str, path: Path, args: argparse.Namespace) -> list[dict[s
     remote = [b for b in ("ray", "collective") if b in args.backends]
     if remote:
         trainer = ray.remote(BenchTrainer).options(num_cpus=0).remote(str(path))
-        replicas = [StandaloneReplica(rollout_config(), str(path), num_cpus=0, server_kwargs={"device": "cpu"})
-                    for _ in range(args.replicas)]
+        replicas = [
+            StandaloneReplica(rollout_config(), str(path), num_cpus=0, server_kwargs={"device": "cpu"})
+            for _ in range(args.replicas)
+        ]
         ray.get([trainer.ready.remote()] + [r.actor.get_version.remote() for r in replicas], timeout=600)
         for backend in remote:
             manager = CheckpointEngineManager(backend, trainer, replicas, bucket_megabytes=args.bucket_mb)
             seconds, buckets = timed(manager)
-            rows.append({"model": label, "params": params, "bytes": nbytes, "variant": backend, "buckets": buckets,
-                         "seconds": seconds})
+            rows.append(
+                {
+                    "model": label,
+                    "params": params,
+                    "bytes": nbytes,
+                    "variant": backend,
+                    "buckets": buckets,
+                    "seconds": seconds,
+                }
+            )
         for replica in replicas:
             replica.kill()
         ray.kill(trainer)
@@ -155,8 +202,12 @@ def main() -> None:
     import ray
 
     torch.manual_seed(0)
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT), "TOKENIZERS_PARALLELISM": "false"}})
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT), "TOKENIZERS_PARALLELISM": "false"}},
+    )
     start = time.perf_counter()
     rows: list[dict[str, Any]] = []
     try:
@@ -174,9 +225,19 @@ def main() -> None:
         row["best_s"] = min(row["seconds"])
         row["x_floor"] = ratio(row["median_s"], median(floor["seconds"]))
         row["gib_per_s"] = ratio(row["bytes"] / 2**30, row["median_s"])
-        table_rows.append([row["model"], f"{row['params'] / 1e6:.2f}M", row["bytes"] / 2**20, row["variant"],
-                           row["buckets"], row["median_s"] * 1e3, row["best_s"] * 1e3, row["x_floor"],
-                           row["gib_per_s"]])
+        table_rows.append(
+            [
+                row["model"],
+                f"{row['params'] / 1e6:.2f}M",
+                row["bytes"] / 2**20,
+                row["variant"],
+                row["buckets"],
+                row["median_s"] * 1e3,
+                row["best_s"] * 1e3,
+                row["x_floor"],
+                row["gib_per_s"],
+            ]
+        )
     headers = ["model", "params", "MiB", "variant", "buckets", "median ms", "best ms", "x floor", "GiB/s"]
     markdown = (
         f"Weight sync: update_weights per backend vs a local copy of the same bytes; median of {args.repeats} "
@@ -186,8 +247,11 @@ def main() -> None:
         + "\n\nEvery update includes bucketing, per-bucket checksums on trainer and replica, and the "
         "check. Run: `python bench/weight_sync.py` (add `--skip-100m` for the tiny model only).\n"
     )
-    payload = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "rows": rows,
-               "total_seconds": time.perf_counter() - start}
+    payload = {
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "rows": rows,
+        "total_seconds": time.perf_counter() - start,
+    }
     json_path, md_path = write_results("weight_sync", payload, markdown, seed=0, out_dir=args.out_dir)
     print(markdown)
     print(f"wrote {json_path} and {md_path}")

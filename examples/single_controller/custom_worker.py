@@ -80,10 +80,15 @@ def main() -> None:
     print(scorer.normalise({"a": 4.0, "b": 8.0}))
 
     # Both roles in one process per rank; spawn gives one handle per role.
-    both = RayWorkerGroup(pool, create_colocated_worker_cls({
-        "scorer": RayClassWithInitArgs(ScorerWorker, weight=3.0),
-        "stats": RayClassWithInitArgs(StatsWorker),
-    }))
+    both = RayWorkerGroup(
+        pool,
+        create_colocated_worker_cls(
+            {
+                "scorer": RayClassWithInitArgs(ScorerWorker, weight=3.0),
+                "stats": RayClassWithInitArgs(StatsWorker),
+            }
+        ),
+    )
     roles = both.spawn(prefix_set=["scorer", "stats"])
     print(roles["scorer"].where(), roles["stats"].mean(batch))
     ray.shutdown()

@@ -18,8 +18,14 @@ needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the
 
 def test_gpu_suite_smoke_times_every_rollout_and_update_variant(tmp_path):
     # its own process: the update stage opens a torch.distributed process group, which must not outlive the script
-    subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_suite.py"), "--smoke", "--out-dir", str(tmp_path)],
-                   check=True, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [sys.executable, str(REPO_ROOT / "bench" / "gpu_suite.py"), "--smoke", "--out-dir", str(tmp_path)],
+        check=True,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     payload = json.loads((tmp_path / "gpu_suite.json").read_text())
     raw = payload["raw"]
     for key in ("engine_s", "engine_kept_s", "generate_s"):
@@ -34,8 +40,12 @@ def test_gpu_suite_smoke_times_every_rollout_and_update_variant(tmp_path):
 def test_gpu_engine_overhead_smoke_times_every_variant_and_counts_events(tmp_path):
     payload = gpu_engine_overhead.main(["--smoke", "--out-dir", str(tmp_path)])
     assert set(payload["raw"]) == {
-        "model.generate", "engine, former temperature read-back", "engine", "decode loop, our sampler",
-        "decode loop, former temperature read-back", "decode loop, torch.multinomial",
+        "model.generate",
+        "engine, former temperature read-back",
+        "engine",
+        "decode loop, our sampler",
+        "decode loop, former temperature read-back",
+        "decode loop, torch.multinomial",
         "decode loop, cache grown by torch.cat",
     }
     assert all(len(times) == 1 and times[0] > 0 for times in payload["raw"].values())

@@ -11,9 +11,20 @@ from verl.checkpoint_engine import send_weights
 
 
 def rollout_config(**overrides: Any) -> SimpleNamespace:
-    values = dict(name="hf", prompt_length=16, response_length=16, max_num_seqs=4, calculate_log_probs=False,
-                  dtype="float32", temperature=1.0, top_p=1.0, top_k=-1, do_sample=False, ignore_eos=True,
-                  max_model_len=None)
+    values = dict(
+        name="hf",
+        prompt_length=16,
+        response_length=16,
+        max_num_seqs=4,
+        calculate_log_probs=False,
+        dtype="float32",
+        temperature=1.0,
+        top_p=1.0,
+        top_k=-1,
+        do_sample=False,
+        ignore_eos=True,
+        max_model_len=None,
+    )
     values.update(overrides)
     return SimpleNamespace(**values)
 
@@ -31,7 +42,7 @@ def reference_greedy(model: torch.nn.Module, prompt: list[int], max_tokens: int)
     ids = list(prompt)
     for _ in range(max_tokens):
         ids.append(int(torch.argmax(model(torch.tensor([ids])).logits[0, -1])))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 class LocalTrainer:

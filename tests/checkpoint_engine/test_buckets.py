@@ -65,10 +65,14 @@ def test_bucket_megabytes_must_be_positive():
         ("model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.up_proj.weight"),
         ("_orig_mod.model.norm.weight", "model.norm.weight"),
         ("module.model.norm.weight", "model.norm.weight"),
-        ("model._fsdp_wrapped_module.layers.0._checkpoint_wrapped_module.mlp.up_proj.weight",
-         "model.layers.0.mlp.up_proj.weight"),
-        ("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight",
-         "model.layers.0.self_attn.q_proj.weight"),
+        (
+            "model._fsdp_wrapped_module.layers.0._checkpoint_wrapped_module.mlp.up_proj.weight",
+            "model.layers.0.mlp.up_proj.weight",
+        ),
+        (
+            "base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight",
+            "model.layers.0.self_attn.q_proj.weight",
+        ),
         ("base_model.model.lm_head.modules_to_save.default.weight", "lm_head.weight"),
         ("model.submodule.norm.weight", "model.submodule.norm.weight"),
     ],
@@ -127,8 +131,11 @@ def test_out_of_band_bucket_ships_tensor_bytes_outside_the_pickle_and_unpickles_
 
     from verl.checkpoint_engine.buckets import OutOfBandBucket
 
-    bucket = [("a.weight", torch.randn(64, 64)), ("b.bias", torch.randn(64).to(torch.bfloat16)),
-              ("c.weight", torch.randn(8, 16).t())]  # bfloat16 and a non-contiguous view
+    bucket = [
+        ("a.weight", torch.randn(64, 64)),
+        ("b.bias", torch.randn(64).to(torch.bfloat16)),
+        ("c.weight", torch.randn(8, 16).t()),
+    ]  # bfloat16 and a non-contiguous view
     buffers: list[pickle.PickleBuffer] = []
     payload = pickle.dumps(OutOfBandBucket(bucket), protocol=5, buffer_callback=buffers.append)
     assert len(payload) < 4096  # names, dtypes and shapes only: the 16 KiB of weights went out of band

@@ -32,8 +32,10 @@ def _worker(rank: int, world_size: int, model_dir: str, init_file: str, out_dir:
         ids = torch.arange(1, 9).unsqueeze(0)
         model(input_ids=ids, labels=ids).loss.backward()
         stepped = all(p.grad is not None for p in model.parameters())
-        torch.save({"sharded": sharded, "buckets": buckets, "resharded": resharded, "stepped": stepped},
-                   os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.save(
+            {"sharded": sharded, "buckets": buckets, "resharded": resharded, "stepped": stepped},
+            os.path.join(out_dir, f"rank{rank}.pt"),
+        )
     finally:
         dist.destroy_process_group()
 

@@ -32,8 +32,12 @@ def actors(ray_cluster, tiny_model_dir, tmp_path_factory):
 
     wide_dir = str(build_tiny_model(tmp_path_factory.mktemp("wide"), hidden_size=96))
     trainer = ray.remote(TrainerActor).options(num_cpus=0).remote(str(tiny_model_dir))
-    specs = {"alpha": (rollout_config(), tiny_model_dir), "beta": (rollout_config(), tiny_model_dir),
-             "odd": (rollout_config(), wide_dir), "half": (rollout_config(dtype="bfloat16"), tiny_model_dir)}
+    specs = {
+        "alpha": (rollout_config(), tiny_model_dir),
+        "beta": (rollout_config(), tiny_model_dir),
+        "odd": (rollout_config(), wide_dir),
+        "half": (rollout_config(dtype="bfloat16"), tiny_model_dir),
+    }
     replicas = {
         name: StandaloneReplica(config, str(path), num_cpus=0, server_kwargs={"device": "cpu"}, call_timeout_s=120)
         for name, (config, path) in specs.items()
@@ -95,8 +99,9 @@ def _load(tiny_lm, state):
 @pytest.mark.parametrize(("backend", "version"), [("ray", 7), ("collective", 8)])
 def test_a_replica_of_another_model_is_named(actors, backend, version):
     trainer, replicas = actors
-    manager = CheckpointEngineManager(backend, trainer, {name: replicas[name] for name in ("alpha", "odd")},
-                                      bucket_megabytes=BUCKET_MB, timeout_s=60)
+    manager = CheckpointEngineManager(
+        backend, trainer, {name: replicas[name] for name in ("alpha", "odd")}, bucket_megabytes=BUCKET_MB, timeout_s=60
+    )
     expected = r"(?s)replica 'odd' failed: ValueError: update_weights: .*has shape"
     with pytest.raises(WeightSyncError, match=expected) as info:
         manager.update_weights(version)

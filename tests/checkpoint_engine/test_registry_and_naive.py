@@ -87,15 +87,15 @@ def test_naive_backend_loads_the_trainer_weights_into_the_local_engine(tiny_lm):
 
 
 def test_naive_reports_a_local_engine_that_loads_other_bytes(tiny_lm):
-    replica = HybridReplica.create(rollout_config(dtype="bfloat16"),
-                                   model=copy.deepcopy(tiny_lm).to(torch.bfloat16))
+    replica = HybridReplica.create(rollout_config(dtype="bfloat16"), model=copy.deepcopy(tiny_lm).to(torch.bfloat16))
     manager = CheckpointEngineManager("naive", LocalTrainer(copy.deepcopy(tiny_lm), [replica]), bucket_megabytes=1)
     with pytest.raises(WeightSyncError, match=r"version 2: replica 'rank0/local0' checksum \w+ differs") as info:
         manager.update_weights(2)
     assert list(info.value.failures) == ["rank0/local0"]
     # telling the engine the rollout dtype makes the same update succeed
-    manager = CheckpointEngineManager("naive", LocalTrainer(copy.deepcopy(tiny_lm), [replica]), bucket_megabytes=1,
-                                      dtype="bfloat16")
+    manager = CheckpointEngineManager(
+        "naive", LocalTrainer(copy.deepcopy(tiny_lm), [replica]), bucket_megabytes=1, dtype="bfloat16"
+    )
     assert manager.update_weights(3)["replicas"]["rank0/local0"]["version"] == 3
 
 
@@ -125,8 +125,10 @@ def test_manager_rejects_bad_arguments(tiny_lm):
 def test_manager_reads_the_rollout_config(tiny_lm):
     from types import SimpleNamespace
 
-    config = SimpleNamespace(update_weights_bucket_megabytes=8,
-                             checkpoint_engine=SimpleNamespace(backend="ray", bucket_megabytes=None, timeout_s=30.0))
+    config = SimpleNamespace(
+        update_weights_bucket_megabytes=8,
+        checkpoint_engine=SimpleNamespace(backend="ray", bucket_megabytes=None, timeout_s=30.0),
+    )
     manager = CheckpointEngineManager.from_config(config, LocalTrainer(tiny_lm), replicas=[object()])
     assert manager.backend == "ray" and manager.engine.bucket_bytes == 8 << 20 and manager.engine.timeout_s == 30.0
     assert list(manager.replicas) == ["replica0"]

@@ -22,8 +22,11 @@ from verl.workers.engine_workers import ActorRolloutRefWorker
 
 
 def _weights():
-    return [("a", torch.arange(6, dtype=torch.float32).reshape(2, 3)), ("b", torch.ones(40, dtype=torch.int64)),
-            ("c", torch.zeros(0))]
+    return [
+        ("a", torch.arange(6, dtype=torch.float32).reshape(2, 3)),
+        ("b", torch.ones(40, dtype=torch.int64)),
+        ("c", torch.zeros(0)),
+    ]
 
 
 def test_registry_knows_naive_and_lists_what_it_has():

@@ -74,8 +74,14 @@ def run_one(python: str, number: int, args: list[str], timeout: float) -> Result
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
     with tempfile.TemporaryDirectory(prefix="verl_example_") as cwd:
         try:
-            proc = subprocess.run([python, "-m", "verl.trainer.main_ppo", "--cfg", "job", *args], cwd=cwd, env=env,
-                                  capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(
+                [python, "-m", "verl.trainer.main_ppo", "--cfg", "job", *args],
+                cwd=cwd,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             return Result(number, False, None, False, f"timed out after {timeout:.0f}s", time.monotonic() - start)
     seconds = time.monotonic() - start
@@ -96,9 +102,13 @@ def summarize(name: str, results: list[Result]) -> str:
     total = len(results)
     accepted = sum(r.accepted for r in results)
     backend = [r for r in results if not r.accepted and r.backend]
-    lines = [f"## {name}", "",
-             f"accepted: {accepted}/{total} ({100.0 * accepted / max(total, 1):.0f}%); refused naming a backend this "
-             f"build lacks: {len(backend)}; other refusals: {total - accepted - len(backend)}", ""]
+    lines = [
+        f"## {name}",
+        "",
+        f"accepted: {accepted}/{total} ({100.0 * accepted / max(total, 1):.0f}%); refused naming a backend this "
+        f"build lacks: {len(backend)}; other refusals: {total - accepted - len(backend)}",
+        "",
+    ]
     keys = collections.Counter(r.refused_key or "(no key named)" for r in results if not r.accepted and not r.backend)
     if keys:
         lines += ["| refused key | lines |", "|---|---|"]

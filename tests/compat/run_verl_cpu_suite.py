@@ -38,8 +38,21 @@ def download_wheel(version: str, cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     found = sorted(cache.glob(f"verl-{version}-*.whl"))
     if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", f"verl=={version}", "--no-deps", "--quiet",
-                        "--disable-pip-version-check", "-d", str(cache)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                f"verl=={version}",
+                "--no-deps",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-d",
+                str(cache),
+            ],
+            check=True,
+        )
         found = sorted(cache.glob(f"verl-{version}-*.whl"))
     if not found:
         raise FileNotFoundError(f"pip download verl=={version} left no wheel in {cache}")
@@ -73,11 +86,14 @@ def read_skips(path: Path = SKIP_FILE) -> dict[str, str]:
 def check_our_package(workdir: Path) -> str:
     """Where ``import verl`` resolves from ``workdir``; refuses a verl that is not this repository's."""
     probe = "import verl, os; print(os.path.realpath(verl.__file__))"
-    location = subprocess.run([sys.executable, "-c", probe], cwd=workdir, check=True, capture_output=True,
-                              text=True).stdout.strip()
+    location = subprocess.run(
+        [sys.executable, "-c", probe], cwd=workdir, check=True, capture_output=True, text=True
+    ).stdout.strip()
     if not location.startswith(str(REPO_ROOT)):
-        raise RuntimeError(f"`import verl` resolves to {location}, not to this repository ({REPO_ROOT}): install it "
-                           "with `pip install -e .` and make sure no other verl is on the path")
+        raise RuntimeError(
+            f"`import verl` resolves to {location}, not to this repository ({REPO_ROOT}): install it "
+            "with `pip install -e .` and make sure no other verl is on the path"
+        )
     return location
 
 
@@ -118,18 +134,36 @@ def main(argv: list[str] | None = None) -> int:
         selected = [f for f in files if f not in skips]
         deselect = [arg for node in skips if "::" in node for arg in ("--deselect", node)]
         junit = workdir / "report.xml"
-        print(f"verl {args.version} CPU suite: {len(files)} files ({len(files) - len(selected)} left out whole) "
-              f"against {location}", flush=True)
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                   "--continue-on-collection-errors",
-                   f"--junitxml={junit}", *deselect, *args.pytest_args, *selected]
+        print(
+            f"verl {args.version} CPU suite: {len(files)} files ({len(files) - len(selected)} left out whole) "
+            f"against {location}",
+            flush=True,
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            "--continue-on-collection-errors",
+            f"--junitxml={junit}",
+            *deselect,
+            *args.pytest_args,
+            *selected,
+        ]
         status = subprocess.run(command, cwd=workdir).returncode
         summary = summarise(junit) if junit.exists() else {"passed": 0, "failed": 0, "skipped": 0, "failing": []}
     left_out = {node: reason for node, reason in skips.items()}
     summary.update({"version": args.version, "left_out": left_out, "exit_status": status})
-    print(f"verl {args.version} CPU suite against this package: {summary['passed']} passed, {summary['failed']} "
-          f"failed, {summary['skipped']} skipped, {len(left_out)} entries left out "
-          f"(see {SKIP_FILE.relative_to(REPO_ROOT)})", flush=True)
+    print(
+        f"verl {args.version} CPU suite against this package: {summary['passed']} passed, {summary['failed']} "
+        f"failed, {summary['skipped']} skipped, {len(left_out)} entries left out "
+        f"(see {SKIP_FILE.relative_to(REPO_ROOT)})",
+        flush=True,
+    )
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2) + "\n")
     return status

@@ -61,8 +61,14 @@ def _verl_command_line(run_dir: Path, seed: int) -> list[str]:
 def _run_recipe(run_dir: Path, seed: int) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(RECIPE_ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("RAY_ADDRESS", None)  # the recipe starts its own local cluster, as `python -m` on a laptop would
-    return subprocess.run([sys.executable, "-m", "digit_recipe.main_digit", *_verl_command_line(run_dir, seed)],
-                          cwd=RECIPE_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "digit_recipe.main_digit", *_verl_command_line(run_dir, seed)],
+        cwd=RECIPE_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def test_recipe_trains_with_its_own_trainer_agent_loop_and_reward(tmp_path):
@@ -90,8 +96,18 @@ def test_recipe_trains_with_its_own_trainer_agent_loop_and_reward(tmp_path):
 def test_recipe_refuses_an_unknown_verl_key_naming_it(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(RECIPE_ROOT)}
     result = subprocess.run(
-        [sys.executable, "-m", "digit_recipe.main_digit", *_verl_command_line(tmp_path, 1),
-         "actor_rollout_ref.rollout.not_a_verl_key=3"],
-        cwd=RECIPE_ROOT, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "digit_recipe.main_digit",
+            *_verl_command_line(tmp_path, 1),
+            "actor_rollout_ref.rollout.not_a_verl_key=3",
+        ],
+        cwd=RECIPE_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode != 0
     assert "actor_rollout_ref.rollout.not_a_verl_key" in result.stderr

@@ -28,8 +28,9 @@ def actor_checkpoint(tiny_model_dir, tmp_path):
     torch.manual_seed(0)
     model = _changed_model(tiny_model_dir)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    manager = FSDPCheckpointManager(model, optimizer, processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
-                                    hf_config=export_config(model))
+    manager = FSDPCheckpointManager(
+        model, optimizer, processing_class=AutoTokenizer.from_pretrained(tiny_model_dir), hf_config=export_config(model)
+    )
     folder = tmp_path / "global_step_1" / "actor"
     manager.save_checkpoint(str(folder), global_step=1)
     return folder, model
@@ -68,14 +69,26 @@ def test_lora_sft_checkpoint_gives_base_weights_and_an_adapter(tiny_model_dir, t
     from verl.utils.synthetic_tasks import make_rows, write_rows
 
     train = write_rows(make_rows("arith_seq", 32), tmp_path / "train.parquet")
-    cfg = build_sft_config({
-        "data": {"train_files": str(train), "max_length": 32, "train_batch_size": 16, "micro_batch_size_per_gpu": 16},
-        "model": {"path": str(tiny_model_dir), "lora_rank": 4, "lora_alpha": 8},
-        "optim": {"lr": 1e-2},
-        "checkpoint": {"save_contents": ["model"]},
-        "trainer": {"default_local_dir": str(tmp_path / "sft"), "logger": [], "total_training_steps": 2,
-                    "final_export": False, "device": "cpu"},
-    })
+    cfg = build_sft_config(
+        {
+            "data": {
+                "train_files": str(train),
+                "max_length": 32,
+                "train_batch_size": 16,
+                "micro_batch_size_per_gpu": 16,
+            },
+            "model": {"path": str(tiny_model_dir), "lora_rank": 4, "lora_alpha": 8},
+            "optim": {"lr": 1e-2},
+            "checkpoint": {"save_contents": ["model"]},
+            "trainer": {
+                "default_local_dir": str(tmp_path / "sft"),
+                "logger": [],
+                "total_training_steps": 2,
+                "final_export": False,
+                "device": "cpu",
+            },
+        }
+    )
     trainer = SFTTrainer(cfg)
     step_dir = trainer.fit()
     assert json.loads((step_dir / "lora_train_meta.json").read_text())["lora_alpha"] == 8
@@ -111,11 +124,13 @@ def test_bad_checkpoints_fail_naming_the_flag(actor_checkpoint, tmp_path, capsys
     optimizer = torch.optim.AdamW(source.parameters(), lr=1e-3)
     source(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
     optimizer.step()
-    optim_only = FSDPCheckpointManager(source, optimizer, hf_config=source.config,
-                                       checkpoint_config=SimpleNamespace(save_contents=["optimizer"]))
+    optim_only = FSDPCheckpointManager(
+        source, optimizer, hf_config=source.config, checkpoint_config=SimpleNamespace(save_contents=["optimizer"])
+    )
     optim_only.save_checkpoint(str(tmp_path / "optim_only"))
-    err = error("merge", "--backend", "fsdp", "--local_dir", str(tmp_path / "optim_only"), "--target_dir",
-                str(tmp_path / "y"))
+    err = error(
+        "merge", "--backend", "fsdp", "--local_dir", str(tmp_path / "optim_only"), "--target_dir", str(tmp_path / "y")
+    )
     assert "the checkpoint holds no model weights (it was saved with save_contents=['optimizer'])" in err
     (tmp_path / "bare" / "huggingface").mkdir(parents=True)
     source.config.save_pretrained(tmp_path / "bare" / "huggingface")

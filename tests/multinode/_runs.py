@@ -22,11 +22,23 @@ LEARNING_RATE = "3e-3"
 def demo_overrides_for(run_dir, *extra: str) -> list[str]:
     """The demo's overrides for a run in ``run_dir``: metrics to metrics.jsonl, no validation, the tests' learning
     rate, then ``extra``."""
-    skip = ("trainer.total_training_steps", "trainer.default_local_dir", "trainer.logger", "trainer.test_freq",
-            "trainer.val_before_train", "trainer.n_gpus_per_node")
+    skip = (
+        "trainer.total_training_steps",
+        "trainer.default_local_dir",
+        "trainer.logger",
+        "trainer.test_freq",
+        "trainer.val_before_train",
+        "trainer.n_gpus_per_node",
+    )
     overrides = [o for o in demo_overrides() if not o.startswith(skip)]
-    return overrides + [f"trainer.default_local_dir={run_dir}", "trainer.logger=[file]", "trainer.test_freq=-1",
-                        "trainer.val_before_train=false", f"actor.optim.lr={LEARNING_RATE}", *extra]
+    return overrides + [
+        f"trainer.default_local_dir={run_dir}",
+        "trainer.logger=[file]",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        f"actor.optim.lr={LEARNING_RATE}",
+        *extra,
+    ]
 
 
 def demo_config(run_dir, *extra: str):
@@ -60,8 +72,9 @@ def actors_of(class_fragment: str) -> dict[str, ActorPlace]:
     for actor_id, record in state.actors().items():
         node_id = (record.get("Address") or {}).get("NodeID")
         if class_fragment in (record.get("ActorClassName") or "") and node_id:
-            places[actor_id] = ActorPlace(record.get("Name") or "", node_id, int(record.get("Pid") or 0),
-                                          record.get("State") == "ALIVE")
+            places[actor_id] = ActorPlace(
+                record.get("Name") or "", node_id, int(record.get("Pid") or 0), record.get("State") == "ALIVE"
+            )
     return places
 
 

@@ -39,16 +39,30 @@ class GatewayHost:
         from verl.workers.rollout.hf.server import HFRolloutServer
 
         torch.set_num_threads(1)
-        config = RolloutConfig(name="hf", prompt_length=40, response_length=16, max_num_seqs=4, dtype="float32",
-                               calculate_log_probs=True, free_cache_engine=False,
-                               val_kwargs=SamplingConfig(temperature=0.0, do_sample=False))
+        config = RolloutConfig(
+            name="hf",
+            prompt_length=40,
+            response_length=16,
+            max_num_seqs=4,
+            dtype="float32",
+            calculate_log_probs=True,
+            free_cache_engine=False,
+            val_kwargs=SamplingConfig(temperature=0.0, do_sample=False),
+        )
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         replica = HybridReplica(HFRolloutServer(config, model=model))
-        self.gateway = OpenAIGateway(AsyncLLMServerManager([replica]), AutoTokenizer.from_pretrained(model_dir),
-                                     host=host, default_sampling_params=GREEDY)
+        self.gateway = OpenAIGateway(
+            AsyncLLMServerManager([replica]),
+            AutoTokenizer.from_pretrained(model_dir),
+            host=host,
+            default_sampling_params=GREEDY,
+        )
         await self.gateway.start()
-        return {"base_url": self.gateway.session_base_url("remote-agent"), "token": self.gateway.auth_token,
-                "node_id": ray.get_runtime_context().get_node_id()}
+        return {
+            "base_url": self.gateway.session_base_url("remote-agent"),
+            "token": self.gateway.auth_token,
+            "node_id": ray.get_runtime_context().get_node_id(),
+        }
 
     async def recorded(self) -> tuple[list[list[int]], int]:
         return [call.response_ids for call in self.gateway.calls("remote-agent")], self.gateway.num_refused
@@ -70,8 +84,13 @@ def remote_agent(base_url: str, token: str) -> dict:
 
     client = openai.OpenAI(base_url=base_url, api_key=token, max_retries=0, timeout=60)
     reply = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=4)
-    return {"node_id": ray.get_runtime_context().get_node_id(), "token_ids": reply.choices[0].token_ids,
-            "text": reply.choices[0].message.content, "no_token": refused(None), "wrong_token": refused("wrong")}
+    return {
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "token_ids": reply.choices[0].token_ids,
+        "text": reply.choices[0].message.content,
+        "no_token": refused(None),
+        "wrong_token": refused("wrong"),
+    }
 
 
 def test_an_agent_on_another_node_needs_the_token(multinode_cluster, tiny_model_dir):
@@ -84,8 +103,10 @@ def test_an_agent_on_another_node_needs_the_token(multinode_cluster, tiny_model_
         served = ray.get(host.start.remote(str(tiny_model_dir), ip), timeout=120)
         assert served["node_id"] == worker and served["base_url"].startswith(f"http://{ip}:")
         assert served["token"]  # off loopback a token is always set
-        result = ray.get(remote_agent.options(scheduling_strategy=pinned(head)).remote(served["base_url"],
-                                                                                      served["token"]), timeout=120)
+        result = ray.get(
+            remote_agent.options(scheduling_strategy=pinned(head)).remote(served["base_url"], served["token"]),
+            timeout=120,
+        )
         responses, num_refused = ray.get(host.recorded.remote(), timeout=30)
     finally:
         ray.kill(host)

@@ -20,9 +20,15 @@ MULTINODE_WORKER_NODES = 1
 pytestmark = [pytest.mark.ray, pytest.mark.multinode]
 
 GROUPS = 16  # data.train_batch_size of the demo: prompts per training step
-LAYOUT = ("trainer.nnodes=1", "trainer.n_gpus_per_node=1", "rollout.nnodes=1", "rollout.n_gpus_per_node=1",
-          "async_training.staleness_threshold=0.5", "async_training.trigger_parameter_sync_step=1",
-          "async_training.partial_rollout=true")
+LAYOUT = (
+    "trainer.nnodes=1",
+    "trainer.n_gpus_per_node=1",
+    "rollout.nnodes=1",
+    "rollout.n_gpus_per_node=1",
+    "async_training.staleness_threshold=0.5",
+    "async_training.trigger_parameter_sync_step=1",
+    "async_training.partial_rollout=true",
+)
 
 
 def _config(run_dir, steps: int, *extra: str):
@@ -36,7 +42,9 @@ def test_rollout_and_trainer_on_different_nodes_learn(multinode_cluster, tmp_pat
     trainer_nodes = {place.node_id for place in new_actors(before_trainer, "Colocated").values()}
     server_nodes = {place.node_id for place in new_actors(before_servers, "RolloutServerActor").values()}
     assert len(trainer_nodes) == 1 and len(server_nodes) == 1 and trainer_nodes != server_nodes, (
-        trainer_nodes, server_nodes)
+        trainer_nodes,
+        server_nodes,
+    )
 
     consumed = summary["consumed_indices"]
     assert len(consumed) == len(set(consumed)) == LEARNING_STEPS * GROUPS, "a group was lost or consumed twice"

@@ -30,8 +30,12 @@ MULTINODE_WORKER_NODES = 2
 pytestmark = [pytest.mark.ray, pytest.mark.multinode]
 
 TRAINER = "Colocated_actor"  # class name of the colocated training workers
-TWO_NODES = ("trainer.nnodes=2", "trainer.n_gpus_per_node=1", "trainer.save_freq=5",
-             f"trainer.total_training_steps={LEARNING_STEPS}")
+TWO_NODES = (
+    "trainer.nnodes=2",
+    "trainer.n_gpus_per_node=1",
+    "trainer.save_freq=5",
+    f"trainer.total_training_steps={LEARNING_STEPS}",
+)
 _COMPARED = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean", "response_length/mean")
 
 
@@ -74,8 +78,16 @@ def test_two_training_nodes_learn_and_match_one_node(multinode_cluster, referenc
 
 def test_standalone_rollout_node_learns_with_verified_weights(multinode_cluster, tmp_path):
     before_trainers, before_servers = actors_of(TRAINER), actors_of("RolloutServerActor")
-    run_ppo(demo_config(tmp_path, "trainer.nnodes=1", "trainer.n_gpus_per_node=2", "rollout.nnodes=1",
-                        "rollout.n_gpus_per_node=2", f"trainer.total_training_steps={LEARNING_STEPS}"))
+    run_ppo(
+        demo_config(
+            tmp_path,
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=2",
+            "rollout.nnodes=1",
+            "rollout.n_gpus_per_node=2",
+            f"trainer.total_training_steps={LEARNING_STEPS}",
+        )
+    )
     trainers = {place.node_id for place in new_actors(before_trainers, TRAINER).values()}
     servers = new_actors(before_servers, "RolloutServerActor")
     assert len(trainers) == 1 and len(servers) == 2, (trainers, servers)
@@ -94,11 +106,28 @@ def test_ray_job_submit_runs_the_demo_on_two_nodes(multinode_cluster, tmp_path):
     through $RAY_ADDRESS (set by Ray's job supervisor) and its workers import the uploaded package."""
     repo_root = Path(__file__).resolve().parents[2]
     before = actors_of(TRAINER)
-    command = ["ray", "job", "submit", "--address", f"http://{multinode_cluster.cluster.webui_url}",
-               "--working-dir", str(repo_root), "--", "python", "-m", "verl.trainer.main_ppo", "--config-name", "demo",
-               "trainer.nnodes=2", "trainer.n_gpus_per_node=1", "trainer.total_training_steps=3",
-               "trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.logger=[console,file]",
-               f"trainer.default_local_dir={tmp_path}"]
+    command = [
+        "ray",
+        "job",
+        "submit",
+        "--address",
+        f"http://{multinode_cluster.cluster.webui_url}",
+        "--working-dir",
+        str(repo_root),
+        "--",
+        "python",
+        "-m",
+        "verl.trainer.main_ppo",
+        "--config-name",
+        "demo",
+        "trainer.nnodes=2",
+        "trainer.n_gpus_per_node=1",
+        "trainer.total_training_steps=3",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.logger=[console,file]",
+        f"trainer.default_local_dir={tmp_path}",
+    ]
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
     for _ in range(6):
         result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=repo_root)
@@ -136,8 +165,11 @@ def test_a_dead_node_is_named_and_the_run_resumes_on_the_survivors(multinode_clu
         # the surviving cluster: once its health checks have given the node up (until then it counts as alive)
         multinode_cluster.wait_until_dead(rank1.node_id, timeout_s=120)
         run_ppo(config)  # two nodes are left: the head and the other worker node
-        _same_metrics(last_record_per_step(tmp_path), last_record_per_step(reference_run[0]),
-                      range(resumed_from + 1, LEARNING_STEPS + 1))
+        _same_metrics(
+            last_record_per_step(tmp_path),
+            last_record_per_step(reference_run[0]),
+            range(resumed_from + 1, LEARNING_STEPS + 1),
+        )
     finally:
         multinode_cluster.add_node()  # a replacement machine for the tests that follow
 
@@ -147,8 +179,9 @@ def _kill_rank1(before: dict, after_step: int, run_dir) -> str:
     wait_for_checkpoint(run_dir, after_step)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        live = [key for key, place in new_actors(before, TRAINER).items()
-                if place.alive and place.name.endswith("_rank1")]
+        live = [
+            key for key, place in new_actors(before, TRAINER).items() if place.alive and place.name.endswith("_rank1")
+        ]
         if live:
             os.kill(actors_of(TRAINER)[live[0]].pid, signal.SIGKILL)
             return live[0]
@@ -169,4 +202,3 @@ def test_a_run_heals_itself_after_losing_a_training_rank_twice(multinode_cluster
     assert sorted(records) == list(range(1, LEARNING_STEPS + 1))
     assert records[LEARNING_STEPS]["training/restarts"] == 2
     _same_metrics(records, last_record_per_step(reference_run[0]), range(1, LEARNING_STEPS + 1))
-

@@ -65,8 +65,16 @@ def test_unregistered_function_has_no_attrs():
 
 
 def test_every_issue_mode_exists_with_functions():
-    names = ["ONE_TO_ALL", "ALL_TO_ALL", "DP_COMPUTE", "DP_COMPUTE_PROTO", "DP_COMPUTE_PROTO_WITH_FUNC",
-             "DP_COMPUTE_METRIC", "RANK_ZERO", "DIRECT_ROLLOUT_METHOD"]
+    names = [
+        "ONE_TO_ALL",
+        "ALL_TO_ALL",
+        "DP_COMPUTE",
+        "DP_COMPUTE_PROTO",
+        "DP_COMPUTE_PROTO_WITH_FUNC",
+        "DP_COMPUTE_METRIC",
+        "RANK_ZERO",
+        "DIRECT_ROLLOUT_METHOD",
+    ]
     for name in names:
         fns = get_predefined_dispatch_fn(getattr(Dispatch, name))
         assert callable(fns["dispatch_fn"]) and callable(fns["collect_fn"])

@@ -50,11 +50,18 @@ def test_a_one_node_cluster_plans_nothing():
 
 
 def test_worker_errors_survive_pickling_with_their_fields():
-    died = WorkerDiedError("actor rank 1 died", role="actor", rank=1, method="update_actor", node_id="abc",
-                           first_logged_error="OOM")
+    died = WorkerDiedError(
+        "actor rank 1 died", role="actor", rank=1, method="update_actor", node_id="abc", first_logged_error="OOM"
+    )
     again = pickle.loads(pickle.dumps(died))
     assert (type(again), str(again), again.rank, again.node_id, again.first_logged_error) == (
-        WorkerDiedError, "actor rank 1 died", 1, "abc", "OOM")
-    late = pickle.loads(pickle.dumps(WorkerTimeoutError("late", role="critic", rank=0, method="m",
-                                                        pending_ranks=[0, 3])))
+        WorkerDiedError,
+        "actor rank 1 died",
+        1,
+        "abc",
+        "OOM",
+    )
+    late = pickle.loads(
+        pickle.dumps(WorkerTimeoutError("late", role="critic", rank=0, method="m", pending_ranks=[0, 3]))
+    )
     assert isinstance(late, TimeoutError) and late.pending_ranks == [0, 3] and late.role == "critic"

@@ -18,8 +18,16 @@ from verl.single_controller.ray import (
 
 pytestmark = pytest.mark.ray
 
-ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RAY_LOCAL_WORLD_SIZE", "MASTER_ADDR",
-            "MASTER_PORT", "TAG")
+ENV_KEYS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "RAY_LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TAG",
+)
 
 
 class EnvWorker(Worker):
@@ -48,7 +56,12 @@ def test_slices_of_one_pool_are_separate_groups_on_its_bundles(pool):
     try:
         (env,) = alone.env()
         assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["RAY_LOCAL_WORLD_SIZE"], env["TAG"]) == (
-            "0", "1", "0", "1", "alone")
+            "0",
+            "1",
+            "0",
+            "1",
+            "alone",
+        )
         envs = trio.env()
         assert [e["RANK"] for e in envs] == ["0", "1", "2"] and {e["WORLD_SIZE"] for e in envs} == {"3"}
         assert [e["LOCAL_RANK"] for e in envs] == ["0", "1", "2"] and {e["LOCAL_WORLD_SIZE"] for e in envs} == {"3"}
@@ -85,8 +98,9 @@ def test_merged_pools_and_an_explicit_master_address(ray_cluster):
 
 
 def test_fuse_exposes_each_role_as_a_group_attribute(pool):
-    fused = create_colocated_worker_cls_fused({"left": RayClassWithInitArgs(EnvWorker),
-                                               "right": RayClassWithInitArgs(EnvWorker)})
+    fused = create_colocated_worker_cls_fused(
+        {"left": RayClassWithInitArgs(EnvWorker), "right": RayClassWithInitArgs(EnvWorker)}
+    )
     group = RayWorkerGroup(pool, fused)
     try:
         group.fuse(["left", "right"])

@@ -162,8 +162,9 @@ class ActorRole(Worker):
 
         import torch.distributed as dist
 
-        dist.init_process_group("gloo", rank=self.rank, world_size=self.world_size,
-                                timeout=datetime.timedelta(seconds=60))
+        dist.init_process_group(
+            "gloo", rank=self.rank, world_size=self.world_size, timeout=datetime.timedelta(seconds=60)
+        )
         return dist.get_world_size()
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE)
@@ -233,8 +234,9 @@ class SlowStartWorker(Worker):
 
 @pytest.fixture(scope="module")
 def pools(ray_cluster):
-    manager = ResourcePoolManager({"main": [3], "side": [2]}, {Role.ActorRollout: "main", Role.Critic: "side"},
-                                  device="cpu")
+    manager = ResourcePoolManager(
+        {"main": [3], "side": [2]}, {Role.ActorRollout: "main", Role.Critic: "side"}, device="cpu"
+    )
     manager.create_resource_pool()
     yield manager
     for pool in manager.resource_pool_dict.values():
@@ -243,19 +245,24 @@ def pools(ray_cluster):
 
 @pytest.fixture(scope="module")
 def demo(pools):
-    wg = RayWorkerGroup(pools.get_resource_pool(Role.ActorRollout), RayClassWithInitArgs(DemoWorker, scale=10),
-                        call_timeout_s=CALL_TIMEOUT_S)
+    wg = RayWorkerGroup(
+        pools.get_resource_pool(Role.ActorRollout),
+        RayClassWithInitArgs(DemoWorker, scale=10),
+        call_timeout_s=CALL_TIMEOUT_S,
+    )
     yield wg
     wg.shutdown()
 
 
 @pytest.fixture(scope="module")
 def colocated(pools):
-    cls = create_colocated_worker_cls({
-        "actor": RayClassWithInitArgs(ActorRole, lr=0.5),
-        "critic": RayClassWithInitArgs(CriticRole, value_scale=2.0),
-        "victim": RayClassWithInitArgs(DyingWorker),
-    })
+    cls = create_colocated_worker_cls(
+        {
+            "actor": RayClassWithInitArgs(ActorRole, lr=0.5),
+            "critic": RayClassWithInitArgs(CriticRole, value_scale=2.0),
+            "victim": RayClassWithInitArgs(DyingWorker),
+        }
+    )
     wg = RayWorkerGroup(pools.get_resource_pool(Role.Critic), cls, call_timeout_s=CALL_TIMEOUT_S)
     yield wg
     wg.shutdown()
@@ -406,8 +413,12 @@ def startup_pool(ray_cluster):
 def test_constructor_slower_than_the_startup_limit_fails_naming_the_key(startup_pool):
     start = time.monotonic()
     with pytest.raises(WorkerTimeoutError) as info:
-        RayWorkerGroup(startup_pool, RayClassWithInitArgs(SlowStartWorker, seconds=60, slow_ranks=[0, 1]),
-                       startup_timeout_s=1, call_timeout_s=CALL_TIMEOUT_S)
+        RayWorkerGroup(
+            startup_pool,
+            RayClassWithInitArgs(SlowStartWorker, seconds=60, slow_ranks=[0, 1]),
+            startup_timeout_s=1,
+            call_timeout_s=CALL_TIMEOUT_S,
+        )
     assert time.monotonic() - start < 10, "the driver gave up after the limit, not after the constructors"
     message = str(info.value)
     assert "trainer.ray_wait_register_center_timeout" in message and "SlowStartWorker worker group" in message
@@ -417,14 +428,25 @@ def test_constructor_slower_than_the_startup_limit_fails_naming_the_key(startup_
 
 def test_startup_error_counts_the_workers_that_answered_and_frees_the_pool(startup_pool):
     # 20 s lets rank 0 start on a busy machine (another test process beside it); rank 1 needs 120 s
-    with pytest.raises(WorkerTimeoutError, match=r"1 of 2 workers started within 20s \(trainer\."
-                                                 r"ray_wait_register_center_timeout\); rank\(s\) \[1\]") as info:
-        RayWorkerGroup(startup_pool, RayClassWithInitArgs(SlowStartWorker, seconds=120, slow_ranks=[1]),
-                       startup_timeout_s=20, call_timeout_s=CALL_TIMEOUT_S)
+    with pytest.raises(
+        WorkerTimeoutError,
+        match=r"1 of 2 workers started within 20s \(trainer\."
+        r"ray_wait_register_center_timeout\); rank\(s\) \[1\]",
+    ) as info:
+        RayWorkerGroup(
+            startup_pool,
+            RayClassWithInitArgs(SlowStartWorker, seconds=120, slow_ranks=[1]),
+            startup_timeout_s=20,
+            call_timeout_s=CALL_TIMEOUT_S,
+        )
     assert info.value.pending_ranks == [1]
     # the failed group's actors were killed: a normal start on the same slots works (and returns once all are up)
-    group = RayWorkerGroup(startup_pool, RayClassWithInitArgs(SlowStartWorker, seconds=0, slow_ranks=[]),
-                           startup_timeout_s=60, call_timeout_s=CALL_TIMEOUT_S)
+    group = RayWorkerGroup(
+        startup_pool,
+        RayClassWithInitArgs(SlowStartWorker, seconds=0, slow_ranks=[]),
+        startup_timeout_s=60,
+        call_timeout_s=CALL_TIMEOUT_S,
+    )
     try:
         assert group.startup_timeout_s == 60.0
         assert group.whoami() == [0, 1]
@@ -433,14 +455,25 @@ def test_startup_error_counts_the_workers_that_answered_and_frees_the_pool(start
 
 
 def test_constructor_that_raises_is_reported_at_startup_by_rank(startup_pool):
-    with pytest.raises(WorkerError, match=r"(?s)SlowStartWorker rank 1 .*__init__\(\).*ValueError: cannot start "
-                                          r"rank 1"):
-        RayWorkerGroup(startup_pool, RayClassWithInitArgs(SlowStartWorker, seconds=0, slow_ranks=[1], fail=True),
-                       startup_timeout_s=60, call_timeout_s=CALL_TIMEOUT_S)
-    with pytest.raises(ValueError, match=r"startup_timeout_s \(trainer.ray_wait_register_center_timeout\) must be "
-                                         r"> 0 seconds, got 0"):
-        RayWorkerGroup(startup_pool, RayClassWithInitArgs(SlowStartWorker, seconds=0, slow_ranks=[]),
-                       startup_timeout_s=0)
+    with pytest.raises(
+        WorkerError,
+        match=r"(?s)SlowStartWorker rank 1 .*__init__\(\).*ValueError: cannot start "
+        r"rank 1",
+    ):
+        RayWorkerGroup(
+            startup_pool,
+            RayClassWithInitArgs(SlowStartWorker, seconds=0, slow_ranks=[1], fail=True),
+            startup_timeout_s=60,
+            call_timeout_s=CALL_TIMEOUT_S,
+        )
+    with pytest.raises(
+        ValueError,
+        match=r"startup_timeout_s \(trainer.ray_wait_register_center_timeout\) must be "
+        r"> 0 seconds, got 0",
+    ):
+        RayWorkerGroup(
+            startup_pool, RayClassWithInitArgs(SlowStartWorker, seconds=0, slow_ranks=[]), startup_timeout_s=0
+        )
 
 
 def test_unsatisfiable_pool_fails_with_a_named_error(ray_cluster):

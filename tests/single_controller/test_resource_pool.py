@@ -74,7 +74,14 @@ def test_role_names():
     assert str(Role.ActorRolloutRef) == "actor_rollout_ref" and str(Role.RefPolicy) == "ref"
     assert Role.from_string("actor_rollout") is Role.ActorRollout
     assert Role.from_string("Critic") is Role.Critic
-    assert {r.name for r in Role} >= {"Actor", "Rollout", "ActorRollout", "Critic", "RefPolicy", "RewardModel",
-                                      "ActorRolloutRef"}
+    assert {r.name for r in Role} >= {
+        "Actor",
+        "Rollout",
+        "ActorRollout",
+        "Critic",
+        "RefPolicy",
+        "RewardModel",
+        "ActorRolloutRef",
+    }
     with pytest.raises(ValueError, match="unknown role 'judge'"):
         Role.from_string("judge")

@@ -65,10 +65,12 @@ def test_wrapped_is_the_undecorated_method_with_a_ray_friendly_signature():
 
 
 def test_raw_colocated_class_builds_every_role_in_one_process():
-    raw = create_colocated_worker_raw_cls({
-        "actor": RayClassWithInitArgs(Adder, offset=10),
-        "critic": RayClassWithInitArgs(Scaler, factor=3),
-    })
+    raw = create_colocated_worker_raw_cls(
+        {
+            "actor": RayClassWithInitArgs(Adder, offset=10),
+            "critic": RayClassWithInitArgs(Scaler, factor=3),
+        }
+    )
 
     class Hybrid(raw):
         @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -143,7 +145,16 @@ def test_dp_compute_proto_splits_and_unpads_tensordicts():
 def test_ray_base_namespace_holds_verl_names():
     from verl.single_controller.ray import base
 
-    for name in ("RayClassWithInitArgs", "RayResourcePool", "RayWorkerGroup", "ResourcePoolManager",
-                 "SubRayResourcePool", "create_colocated_worker_cls", "create_colocated_worker_cls_fused",
-                 "create_colocated_worker_raw_cls", "merge_resource_pool", "split_resource_pool"):
+    for name in (
+        "RayClassWithInitArgs",
+        "RayResourcePool",
+        "RayWorkerGroup",
+        "ResourcePoolManager",
+        "SubRayResourcePool",
+        "create_colocated_worker_cls",
+        "create_colocated_worker_cls_fused",
+        "create_colocated_worker_raw_cls",
+        "merge_resource_pool",
+        "split_resource_pool",
+    ):
         assert hasattr(base, name), name

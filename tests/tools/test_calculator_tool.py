@@ -5,32 +5,47 @@ import pytest
 from verl.tools.calculator_tool import CalculatorError, CalculatorTool, format_number, safe_eval
 
 
-@pytest.mark.parametrize("expression, value", [
-    ("23*17", 391), ("2 + 3 * (4 - 1)", 11), ("-5 + +2", -3), ("7 // 2", 3), ("7 % 4", 3), ("2 ** 10", 1024),
-    ("1 / 4", 0.25), ("(((1)))", 1), ("2 ** -1", 0.5), ("-(3 - 5)", 2), ("1.5 * 2", 3.0),
-])
+@pytest.mark.parametrize(
+    "expression, value",
+    [
+        ("23*17", 391),
+        ("2 + 3 * (4 - 1)", 11),
+        ("-5 + +2", -3),
+        ("7 // 2", 3),
+        ("7 % 4", 3),
+        ("2 ** 10", 1024),
+        ("1 / 4", 0.25),
+        ("(((1)))", 1),
+        ("2 ** -1", 0.5),
+        ("-(3 - 5)", 2),
+        ("1.5 * 2", 3.0),
+    ],
+)
 def test_safe_eval_computes_arithmetic(expression, value):
     assert safe_eval(expression) == value
 
 
-@pytest.mark.parametrize("expression, message", [
-    ("__import__('os').system('ls')", "unsupported syntax Call"),
-    ("x + 1", "unsupported syntax Name"),
-    ("[1, 2]", "unsupported syntax List"),
-    ("'a' * 3", "unsupported literal 'a'"),
-    ("True + 1", "unsupported literal True"),
-    ("1 << 2", "unsupported syntax LShift"),
-    ("1 / 0", "division by zero"),
-    ("5 % 0", "division by zero"),
-    ("0 ** -1", "division by zero"),
-    ("9 ** 9 ** 9", "exponent 387420489 is larger than 128"),
-    ("10 ** 120", "more than 100 digits"),
-    ("(10 ** 60) * (10 ** 60)", "more than 100 digits"),
-    ("(-8) ** 0.5", "not a real number"),
-    ("1 +", "invalid expression"),
-    ("", "expression is empty"),
-    ("1+" * 200 + "1", "longer than 256 characters"),
-])
+@pytest.mark.parametrize(
+    "expression, message",
+    [
+        ("__import__('os').system('ls')", "unsupported syntax Call"),
+        ("x + 1", "unsupported syntax Name"),
+        ("[1, 2]", "unsupported syntax List"),
+        ("'a' * 3", "unsupported literal 'a'"),
+        ("True + 1", "unsupported literal True"),
+        ("1 << 2", "unsupported syntax LShift"),
+        ("1 / 0", "division by zero"),
+        ("5 % 0", "division by zero"),
+        ("0 ** -1", "division by zero"),
+        ("9 ** 9 ** 9", "exponent 387420489 is larger than 128"),
+        ("10 ** 120", "more than 100 digits"),
+        ("(10 ** 60) * (10 ** 60)", "more than 100 digits"),
+        ("(-8) ** 0.5", "not a real number"),
+        ("1 +", "invalid expression"),
+        ("", "expression is empty"),
+        ("1+" * 200 + "1", "longer than 256 characters"),
+    ],
+)
 def test_safe_eval_refuses_with_a_reason(expression, message):
     with pytest.raises(CalculatorError, match=message.replace("(", r"\(").replace("*", r"\*")):
         safe_eval(expression)

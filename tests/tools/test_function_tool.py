@@ -39,22 +39,28 @@ def test_derived_schema_keeps_array_item_types():
 
     schema = FUNCTION_TOOL_REGISTRY["total"].tool_schema.to_dict()
     assert schema["function"]["parameters"]["properties"]["values"] == {
-        "type": "array", "items": {"type": "integer"}, "description": "the numbers."}
+        "type": "array",
+        "items": {"type": "integer"},
+        "description": "the numbers.",
+    }
     assert asyncio.run(FUNCTION_TOOL_REGISTRY["total"].call({"values": [1, 2]})) == 3
 
 
 def test_an_explicit_schema_must_carry_the_tool_name():
     schema = {"type": "function", "function": {"name": "other", "description": "d"}}
     with pytest.raises(ValueError, match=r"'mine' .* schema= names the function 'other'"):
+
         @function_tool("mine", schema=schema)
         def mine() -> str:
             return ""
+
     assert "mine" not in FUNCTION_TOOL_REGISTRY
 
 
 def test_a_file_that_fails_half_way_leaves_no_tools_and_names_itself(tmp_path):
     path = tmp_path / "broken.py"
-    path.write_text(textwrap.dedent('''
+    path.write_text(
+        textwrap.dedent('''
         from verl.tools.function_tool import function_tool
 
         @function_tool
@@ -67,7 +73,8 @@ def test_a_file_that_fails_half_way_leaves_no_tools_and_names_itself(tmp_path):
             return x
 
         raise RuntimeError("configuration missing")
-    '''))
+    ''')
+    )
     with pytest.raises(RuntimeError, match="configuration missing") as info:
         load_function_tools_from_path(path)
     assert any(str(path) in note for note in info.value.__notes__)
@@ -80,9 +87,16 @@ class SchemaMethodTool(BaseTool):
     """verl's way to give a tool its schema: override get_openai_tool_schema."""
 
     def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
-        return OpenAIFunctionToolSchema(**{"type": "function", "function": {
-            "name": "lookup", "description": "Look up.",
-            "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}})
+        return OpenAIFunctionToolSchema(
+            **{
+                "type": "function",
+                "function": {
+                    "name": "lookup",
+                    "description": "Look up.",
+                    "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+                },
+            }
+        )
 
     async def execute(self, instance_id, parameters, **kwargs):
         state = self.instance_state(instance_id)
@@ -93,7 +107,8 @@ def test_verl_style_tools_and_function_tools_load_together(tmp_path):
     yaml_path = tmp_path / "tools.yaml"
     yaml_path.write_text(f"tools:\n  - class_name: {__name__}.SchemaMethodTool\n    config: {{type: native}}\n")
     functions = tmp_path / "functions.py"
-    functions.write_text(textwrap.dedent('''
+    functions.write_text(
+        textwrap.dedent('''
         from verl.tools.function_tool import function_tool
 
         @function_tool
@@ -104,7 +119,8 @@ def test_verl_style_tools_and_function_tools_load_together(tmp_path):
                 text: the text.
             """
             return text.upper()
-    '''))
+    ''')
+    )
     tools = {tool.name: tool for tool in load_all_tools(yaml_path, functions)}
     assert set(tools) == {"lookup", "shout"}
 

@@ -9,8 +9,13 @@ from verl.tools.python_tool import PythonTool
 
 @register_tool("echo_for_registry_test")
 class EchoTool(BaseTool):
-    default_schema = {"type": "function", "function": {"name": "echo", "parameters": {
-        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}
+    default_schema = {
+        "type": "function",
+        "function": {
+            "name": "echo",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        },
+    }
 
     async def execute(self, instance_id, parameters, **kwargs):
         return ToolResponse(text=parameters["text"]), 0.0, {}
@@ -23,7 +28,9 @@ def _write(tmp_path, text):
 
 
 def test_yaml_config_builds_tools_in_order(tmp_path):
-    path = _write(tmp_path, """
+    path = _write(
+        tmp_path,
+        """
         tools:
           - class_name: verl.tools.calculator_tool.CalculatorTool
             config: {timeout_s: 3}
@@ -36,7 +43,8 @@ def test_yaml_config_builds_tools_in_order(tmp_path):
                 description: run code
                 parameters: {type: object, properties: {code: {type: string}}, required: [code]}
           - class_name: echo_for_registry_test
-        """)
+        """,
+    )
     tools = initialize_tools_from_config(path)
     assert [type(t) for t in tools] == [CalculatorTool, PythonTool, EchoTool]
     assert [t.name for t in tools] == ["calculator", "run_python", "echo"]
@@ -46,7 +54,8 @@ def test_yaml_config_builds_tools_in_order(tmp_path):
 
 def test_file_path_class_name(tmp_path):
     module = tmp_path / "my_tools.py"
-    module.write_text(textwrap.dedent("""
+    module.write_text(
+        textwrap.dedent("""
         from verl.tools import BaseTool, ToolResponse
 
         class Shout(BaseTool):
@@ -54,24 +63,38 @@ def test_file_path_class_name(tmp_path):
 
             async def execute(self, instance_id, parameters, **kwargs):
                 return ToolResponse(text="HI"), 0.0, {}
-        """))
+        """)
+    )
     path = _write(tmp_path, f"tools:\n  - class_name: {module}:Shout\n")
     (tool,) = initialize_tools_from_config(path)
     assert tool.name == "shout"
 
 
-@pytest.mark.parametrize("text, error, message", [
-    ("tools: 3\n", ValueError, "must be a mapping with a 'tools' list"),
-    ("tools:\n  - config: {}\n", ValueError, r"tools\[0\]: every entry needs 'class_name'"),
-    ("tools:\n  - {class_name: calculator, cfg: {}}\n", ValueError, r"tools\[0\]: unknown keys \['cfg'\]"),
-    ("tools:\n  - {class_name: no.such.module.Tool}\n", ImportError, r"tools\[0\]: class_name 'no.such.module.Tool'"),
-    ("tools:\n  - {class_name: collections.OrderedDict}\n", TypeError, "not a BaseTool subclass"),
-    ("tools:\n  - {class_name: calculator}\n  - {class_name: calculator}\n", ValueError,
-     "two tools are named 'calculator'"),
-    ("tools:\n  - {class_name: calculator, config: {timeout_s: -1}}\n", ValueError,
-     r"tools\[0\]: tool CalculatorTool config.timeout_s: must be a positive number"),
-    ("tools:\n  - {class_name: python, config: {memory_mb: 0}}\n", ValueError, "SandboxLimits.memory_mb"),
-])
+@pytest.mark.parametrize(
+    "text, error, message",
+    [
+        ("tools: 3\n", ValueError, "must be a mapping with a 'tools' list"),
+        ("tools:\n  - config: {}\n", ValueError, r"tools\[0\]: every entry needs 'class_name'"),
+        ("tools:\n  - {class_name: calculator, cfg: {}}\n", ValueError, r"tools\[0\]: unknown keys \['cfg'\]"),
+        (
+            "tools:\n  - {class_name: no.such.module.Tool}\n",
+            ImportError,
+            r"tools\[0\]: class_name 'no.such.module.Tool'",
+        ),
+        ("tools:\n  - {class_name: collections.OrderedDict}\n", TypeError, "not a BaseTool subclass"),
+        (
+            "tools:\n  - {class_name: calculator}\n  - {class_name: calculator}\n",
+            ValueError,
+            "two tools are named 'calculator'",
+        ),
+        (
+            "tools:\n  - {class_name: calculator, config: {timeout_s: -1}}\n",
+            ValueError,
+            r"tools\[0\]: tool CalculatorTool config.timeout_s: must be a positive number",
+        ),
+        ("tools:\n  - {class_name: python, config: {memory_mb: 0}}\n", ValueError, "SandboxLimits.memory_mb"),
+    ],
+)
 def test_bad_config_names_the_entry(tmp_path, text, error, message):
     path = _write(tmp_path, text)
     with pytest.raises(error, match=message):

@@ -7,8 +7,11 @@ SCHEMA = {
     "function": {
         "name": "lookup",
         "description": "find a thing",
-        "parameters": {"type": "object", "properties": {"key": {"type": "string"}, "n": {"type": "integer"}},
-                       "required": ["key"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"key": {"type": "string"}, "n": {"type": "integer"}},
+            "required": ["key"],
+        },
     },
 }
 
@@ -19,14 +22,17 @@ def test_round_trip():
     assert schema.to_dict() == SCHEMA
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda s: s.update(type="retrieval"), r"tool_schema.type: only 'function'"),
-    (lambda s: s.pop("function"), r"tool_schema.function: must be a mapping"),
-    (lambda s: s["function"].update(name="bad name!"), r"tool_schema.function.name: must be an identifier"),
-    (lambda s: s["function"].update(extra=1), r"tool_schema.function: unknown keys \['extra'\]"),
-    (lambda s: s["function"]["parameters"].update(type="array"), r"parameters.type: must be 'object'"),
-    (lambda s: s["function"]["parameters"].update(required=["missing"]), r"\['missing'\] are not in properties"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda s: s.update(type="retrieval"), r"tool_schema.type: only 'function'"),
+        (lambda s: s.pop("function"), r"tool_schema.function: must be a mapping"),
+        (lambda s: s["function"].update(name="bad name!"), r"tool_schema.function.name: must be an identifier"),
+        (lambda s: s["function"].update(extra=1), r"tool_schema.function: unknown keys \['extra'\]"),
+        (lambda s: s["function"]["parameters"].update(type="array"), r"parameters.type: must be 'object'"),
+        (lambda s: s["function"]["parameters"].update(required=["missing"]), r"\['missing'\] are not in properties"),
+    ],
+)
 def test_bad_schemas_name_the_key(mutate, message):
     import copy
 

@@ -28,14 +28,21 @@ def generated(tmp_path):
 
 def test_builtin_scorer_averages_rows_then_sources(generated, tmp_path):
     scorer = tmp_path / "score.py"
-    scorer.write_text("from verl.utils.reward_score import default_compute_score\n"
-                      "def score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):\n"
-                      "    if data_source == 'mine':\n"
-                      "        return {'score': 0.25 + bonus}\n"
-                      "    return default_compute_score(data_source, solution_str, ground_truth)\n")
-    metrics = main_eval.run_eval(_config(generated, f"custom_reward_function.path={scorer}",
-                                         "custom_reward_function.name=score",
-                                         "+custom_reward_function.reward_kwargs.bonus=0.5"))
+    scorer.write_text(
+        "from verl.utils.reward_score import default_compute_score\n"
+        "def score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):\n"
+        "    if data_source == 'mine':\n"
+        "        return {'score': 0.25 + bonus}\n"
+        "    return default_compute_score(data_source, solution_str, ground_truth)\n"
+    )
+    metrics = main_eval.run_eval(
+        _config(
+            generated,
+            f"custom_reward_function.path={scorer}",
+            "custom_reward_function.name=score",
+            "+custom_reward_function.reward_kwargs.bonus=0.5",
+        )
+    )
     source = make_rows("arith_seq", 1)[0]["data_source"]
     assert metrics == {f"test_score/{source}": pytest.approx(0.75), "test_score/mine": pytest.approx(0.75)}
 

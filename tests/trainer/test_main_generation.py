@@ -24,14 +24,22 @@ def _legacy(overrides):
 
 
 def _args(prompts_file, model_dir, out, *extra):
-    return [f"data.path={prompts_file}", f"data.output_path={out}", f"model.path={model_dir}", "rollout.dtype=float32",
-            "rollout.prompt_length=32", "rollout.response_length=8", *extra]
+    return [
+        f"data.path={prompts_file}",
+        f"data.output_path={out}",
+        f"model.path={model_dir}",
+        "rollout.dtype=float32",
+        "rollout.prompt_length=32",
+        "rollout.response_length=8",
+        *extra,
+    ]
 
 
 def test_samples_n_responses_per_row(prompts_file, tiny_model_dir, tmp_path):
     out = tmp_path / "nested" / "gen.parquet"
-    main_generation.run_generation(_legacy(_args(prompts_file, tiny_model_dir, out, "data.n_samples=3",
-                                                 "data.batch_size=3")))
+    main_generation.run_generation(
+        _legacy(_args(prompts_file, tiny_model_dir, out, "data.n_samples=3", "data.batch_size=3"))
+    )
     result = pd.read_parquet(out)
     source = pd.read_parquet(prompts_file)
     assert list(result.columns) == [*source.columns, "responses"] and len(result) == 4
@@ -40,16 +48,18 @@ def test_samples_n_responses_per_row(prompts_file, tiny_model_dir, tmp_path):
 
 def test_greedy_matches_model_generate(prompts_file, tiny_model_dir, tmp_path):
     out = tmp_path / "greedy.parquet"
-    main_generation.run_generation(_legacy(_args(prompts_file, tiny_model_dir, out, "data.n_samples=1",
-                                                 "rollout.temperature=0")))
+    main_generation.run_generation(
+        _legacy(_args(prompts_file, tiny_model_dir, out, "data.n_samples=1", "rollout.temperature=0"))
+    )
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     for row in pd.read_parquet(out).itertuples():
-        ids = tokenizer.apply_chat_template(list(row.prompt), add_generation_prompt=True, return_tensors="pt",
-                                            return_dict=True)
+        ids = tokenizer.apply_chat_template(
+            list(row.prompt), add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
         with torch.no_grad():
             full = model.generate(**ids, max_new_tokens=8, do_sample=False)
-        want = tokenizer.decode(full[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+        want = tokenizer.decode(full[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
         assert list(row.responses) == [want]
 
 
@@ -70,8 +80,15 @@ def test_bad_settings_name_the_key(prompts_file, tiny_model_dir, tmp_path, extra
 
 def test_cli_exits_with_the_error(prompts_file, tiny_model_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["main_generation", "hydra.run.dir=.",
-                                      *_args(tmp_path / "missing.parquet", tiny_model_dir, tmp_path / "o.parquet")])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "main_generation",
+            "hydra.run.dir=.",
+            *_args(tmp_path / "missing.parquet", tiny_model_dir, tmp_path / "o.parquet"),
+        ],
+    )
     with pytest.raises(SystemExit) as info:
         main_generation.main()
     assert info.value.code == 2 and "error: data.path: parquet file" in capsys.readouterr().err
@@ -80,18 +97,26 @@ def test_cli_exits_with_the_error(prompts_file, tiny_model_dir, tmp_path, monkey
 @pytest.mark.parametrize("output_key", ["data.output_path", "+data.output_path"])
 def test_server_variant_reads_actor_rollout_ref_keys(prompts_file, tiny_model_dir, tmp_path, output_key):
     out = tmp_path / "server.parquet"
-    main_generation_server.main([
-        f"data.train_files={prompts_file}", "data.prompt_key=prompt", f"{output_key}={out}",
-        f"actor_rollout_ref.model.path={tiny_model_dir}", "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.rollout.response_length=8", "actor_rollout_ref.rollout.prompt_length=32",
-        "actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.rollout.top_p=0.9",
-    ])
+    main_generation_server.main(
+        [
+            f"data.train_files={prompts_file}",
+            "data.prompt_key=prompt",
+            f"{output_key}={out}",
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.rollout.response_length=8",
+            "actor_rollout_ref.rollout.prompt_length=32",
+            "actor_rollout_ref.rollout.temperature=1.0",
+            "actor_rollout_ref.rollout.top_p=0.9",
+        ]
+    )
     result = pd.read_parquet(out)
     assert len(result) == 4 and all(len(r) == 2 for r in result["responses"])
 
 
 def test_server_variant_needs_an_output_path(prompts_file, tiny_model_dir, capsys):
     with pytest.raises(SystemExit) as info:
-        main_generation_server.main([f"data.train_files={prompts_file}",
-                                     f"actor_rollout_ref.model.path={tiny_model_dir}"])
+        main_generation_server.main(
+            [f"data.train_files={prompts_file}", f"actor_rollout_ref.model.path={tiny_model_dir}"]
+        )
     assert info.value.code == 2 and "data.output_path is required" in capsys.readouterr().err

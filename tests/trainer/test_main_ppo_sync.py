@@ -51,11 +51,23 @@ def test_task_runner_trains_with_the_config_built_trainer(ray_cluster, tmp_path)
     from verl.trainer.ppo.task_runner import run_ppo
     from verl.utils.tracking import read_metrics
 
-    config, _ = resolve_config(_demo(f"trainer.default_local_dir={tmp_path}", "trainer.total_training_steps=1",
-                                     "trainer.n_gpus_per_node=1", "trainer.logger=[file]", "trainer.test_freq=-1",
-                                     "trainer.val_before_train=false",
-                                     drop=("trainer.total_training_steps", "trainer.n_gpus_per_node",
-                                           "trainer.logger", "trainer.test_freq", "trainer.val_before_train")))
+    config, _ = resolve_config(
+        _demo(
+            f"trainer.default_local_dir={tmp_path}",
+            "trainer.total_training_steps=1",
+            "trainer.n_gpus_per_node=1",
+            "trainer.logger=[file]",
+            "trainer.test_freq=-1",
+            "trainer.val_before_train=false",
+            drop=(
+                "trainer.total_training_steps",
+                "trainer.n_gpus_per_node",
+                "trainer.logger",
+                "trainer.test_freq",
+                "trainer.val_before_train",
+            ),
+        )
+    )
     assert TaskRunner.trainer_class is PPOTrainer
     run_ppo(config, task_runner_class=TaskRunner)
     records = read_metrics(tmp_path)

@@ -14,8 +14,11 @@ def _config(**ray_init):
 
 def test_ray_init_address_and_resources_are_passed_as_given(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    kwargs = _config(address="10.0.0.5:6379", num_cpus=None,
-                     runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "true", "MY_FLAG": "1"}})
+    kwargs = _config(
+        address="10.0.0.5:6379",
+        num_cpus=None,
+        runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "true", "MY_FLAG": "1"}},
+    )
     kwargs = _ray_init_kwargs(kwargs)
     assert kwargs["address"] == "10.0.0.5:6379"
     assert "num_cpus" not in kwargs  # null keys are left to Ray

@@ -29,27 +29,33 @@ def test_activation_offloading_keeps_results_and_rejects_other_strategies():
         enable_activation_offloading(plain, "megatron")
 
 
-@pytest.mark.parametrize(("module", "name"), [
-    ("verl.utils.megatron_utils", "get_model"),
-    ("verl.utils.megatron_utils", "get_dist_checkpoint_path"),
-    ("verl.utils.megatron_utils", "offload_megatron_model_to_cpu"),
-    ("verl.utils.megatron.dist_checkpointing", "load_dist_checkpointing"),
-    ("verl.utils.megatron.optimizer", "get_megatron_optimizer"),
-    ("verl.utils.megatron.tensor_parallel", "vocab_parallel_log_probs_from_logits"),
-    ("verl.utils.megatron.pipeline_parallel", "make_batch_generator"),
-    ("verl.utils.megatron.sequence_parallel", "pad_to_sequence_parallel"),
-])
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("verl.utils.megatron_utils", "get_model"),
+        ("verl.utils.megatron_utils", "get_dist_checkpoint_path"),
+        ("verl.utils.megatron_utils", "offload_megatron_model_to_cpu"),
+        ("verl.utils.megatron.dist_checkpointing", "load_dist_checkpointing"),
+        ("verl.utils.megatron.optimizer", "get_megatron_optimizer"),
+        ("verl.utils.megatron.tensor_parallel", "vocab_parallel_log_probs_from_logits"),
+        ("verl.utils.megatron.pipeline_parallel", "make_batch_generator"),
+        ("verl.utils.megatron.sequence_parallel", "pad_to_sequence_parallel"),
+    ],
+)
 def test_megatron_functions_import_and_name_the_extra(module, name):
     function = getattr(importlib.import_module(module), name)
     with pytest.raises(MissingExtraError, match=rf"{module}\.{name}.*verl\[megatron\]"):
         function("ckpt")
 
 
-@pytest.mark.parametrize(("module", "name"), [
-    ("verl.utils.checkpoint.megatron_checkpoint_manager", "MegatronCheckpointManager"),
-    ("verl.utils.megatron_utils", "McoreModuleWrapperConfig"),
-    ("verl.utils.megatron.memory", "MemoryBuffer"),
-])
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("verl.utils.checkpoint.megatron_checkpoint_manager", "MegatronCheckpointManager"),
+        ("verl.utils.megatron_utils", "McoreModuleWrapperConfig"),
+        ("verl.utils.megatron.memory", "MemoryBuffer"),
+    ],
+)
 def test_megatron_classes_import_and_refuse_instantiation(module, name):
     cls = getattr(importlib.import_module(module), name)
     with pytest.raises(MissingExtraError, match=r"verl\[megatron\]"):

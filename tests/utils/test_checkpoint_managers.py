@@ -63,8 +63,13 @@ def test_per_rank_layout_round_trips_training_state(tmp_path):
     manager.save_checkpoint(str(tmp_path), global_step=5)
     expected_draws = (random.random(), np.random.rand(), torch.rand(1).item())
     names = sorted(os.listdir(tmp_path))
-    assert {"model_world_size_1_rank_0.pt", "optim_world_size_1_rank_0.pt", "extra_state_world_size_1_rank_0.pt",
-            "fsdp_config.json", "huggingface"} <= set(names)
+    assert {
+        "model_world_size_1_rank_0.pt",
+        "optim_world_size_1_rank_0.pt",
+        "extra_state_world_size_1_rank_0.pt",
+        "fsdp_config.json",
+        "huggingface",
+    } <= set(names)
     assert json.loads((tmp_path / "fsdp_config.json").read_text()) == {"FSDP_version": 0, "world_size": 1}
 
     fresh, fresh_optimizer, fresh_scheduler = _trained(seed=1)
@@ -78,7 +83,8 @@ def test_per_rank_layout_round_trips_training_state(tmp_path):
 def test_loading_files_of_another_world_size_names_what_is_there(tmp_path):
     model, optimizer, _ = _trained()
     FSDPCheckpointManager(model, optimizer, checkpoint_config={"save_contents": ["model"]}).save_checkpoint(
-        str(tmp_path))
+        str(tmp_path)
+    )
     os.rename(tmp_path / "model_world_size_1_rank_0.pt", tmp_path / "model_world_size_4_rank_0.pt")
     with pytest.raises(FileNotFoundError, match=r"it holds model files of world size \[4\]"):
         FSDPCheckpointManager(model, checkpoint_config={"load_contents": ["model"]}).load_checkpoint(str(tmp_path))

@@ -24,8 +24,9 @@ def test_device_names_follow_cuda_availability():
     assert device.is_device_available() is cuda
 
 
-@pytest.mark.parametrize(("configured", "expected"), [("npu", "cuda"), ("cpu", "cpu"), ("cuda", "cuda"),
-                                                      ("auto", "auto")])
+@pytest.mark.parametrize(
+    ("configured", "expected"), [("npu", "cuda"), ("cpu", "cpu"), ("cuda", "cuda"), ("auto", "auto")]
+)
 def test_auto_set_device_on_a_cuda_machine(monkeypatch, configured, expected):
     monkeypatch.setattr(device, "get_device_name", lambda: "cuda")
     config = SimpleNamespace(trainer=SimpleNamespace(device=configured))
@@ -60,14 +61,23 @@ def test_manual_seed_seeds_the_generator_in_use():
 
 
 def _run(script: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR",
-                                                              "MASTER_PORT", "DIST_INIT_METHOD")}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env={**clean, **env},
-                          capture_output=True, text=True, timeout=300)
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DIST_INIT_METHOD")
+    }
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_ray_style_group_of_one_needs_no_rendezvous_env():
-    done = _run("""
+    done = _run(
+        """
         import torch.distributed as dist
         from verl.utils.distributed import destroy_global_process_group, initialize_global_process_group_ray
         initialize_global_process_group_ray(timeout_second=60)
@@ -75,23 +85,30 @@ def test_ray_style_group_of_one_needs_no_rendezvous_env():
         print(dist.get_world_size(), dist.get_rank(), dist.get_backend())
         destroy_global_process_group()
         print(dist.is_initialized())
-    """, {})
+    """,
+        {},
+    )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["1", "0", "gloo" if not torch.cuda.is_available() else "cpu:gloo,cuda:nccl",
-                                   "False"]
+    assert done.stdout.split() == ["1", "0", "gloo" if not torch.cuda.is_available() else "cpu:gloo,cuda:nccl", "False"]
 
 
 def test_torchrun_style_group_reads_and_names_its_environment():
-    done = _run("""
+    done = _run(
+        """
         from verl.utils.distributed import initialize_global_process_group
         print(initialize_global_process_group(timeout_second=60))
-    """, {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"})
+    """,
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "(0, 0, 1)"
-    missing = _run("""
+    missing = _run(
+        """
         from verl.utils.distributed import initialize_global_process_group
         initialize_global_process_group()
-    """, {"RANK": "0", "WORLD_SIZE": "1"})
+    """,
+        {"RANK": "0", "WORLD_SIZE": "1"},
+    )
     assert missing.returncode != 0 and "LOCAL_RANK is not set" in missing.stderr
 
 

@@ -11,8 +11,14 @@ from verl.utils.flops_counter import FlopsCounter, get_device_flops
 
 
 def test_dense_estimate_is_six_flops_per_parameter_per_token_plus_attention():
-    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=100)
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+    )
     head_dim = 16
     per_layer = 64 * head_dim * (2 * 4 + 2 * 2) + 3 * 64 * 128
     params = 2 * per_layer + 2 * 100 * 64
@@ -24,9 +30,18 @@ def test_dense_estimate_is_six_flops_per_parameter_per_token_plus_attention():
 
 
 def test_moe_counts_routed_and_shared_experts_only():
-    config = Qwen2MoeConfig(hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_experts=8,
-                            num_experts_per_tok=2, shared_expert_intermediate_size=24, num_hidden_layers=1,
-                            num_attention_heads=4, num_key_value_heads=4, vocab_size=50)
+    config = Qwen2MoeConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        num_experts=8,
+        num_experts_per_tok=2,
+        shared_expert_intermediate_size=24,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        vocab_size=50,
+    )
     head_dim = 8
     mlp = 32 * 8 + 3 * 32 * 16 * 2 + 3 * 32 * 24
     params = 32 * head_dim * (8 + 8) + mlp + 2 * 50 * 32

@@ -38,14 +38,17 @@ def test_fsdp_version_of_plain_module():
     assert fsdp_utils.fsdp_version(_fsdp1_object()) == 1
 
 
-@pytest.mark.parametrize("call", [
-    lambda m: fsdp_utils.offload_fsdp_model_to_cpu(m),
-    lambda m: fsdp_utils.load_fsdp_model_to_gpu(m),
-    lambda m: fsdp_utils.get_fsdp_full_state_dict(m),
-    lambda m: fsdp_utils.get_fsdp_state_ctx(m, None, None, None),
-    lambda m: fsdp_utils.collect_lora_params(m, False, True),
-    lambda m: fsdp_utils.offload_fsdp_grad(m),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: fsdp_utils.offload_fsdp_model_to_cpu(m),
+        lambda m: fsdp_utils.load_fsdp_model_to_gpu(m),
+        lambda m: fsdp_utils.get_fsdp_full_state_dict(m),
+        lambda m: fsdp_utils.get_fsdp_state_ctx(m, None, None, None),
+        lambda m: fsdp_utils.collect_lora_params(m, False, True),
+        lambda m: fsdp_utils.offload_fsdp_grad(m),
+    ],
+)
 def test_fsdp1_modules_are_refused_by_name(call):
     with pytest.raises(TypeError, match="FSDP1 FullyShardedDataParallel.*FSDP2 only"):
         call(_fsdp1_object())
@@ -120,20 +123,28 @@ def test_detached_gradients_are_reattached_and_added_to_new_ones():
 
 def test_replace_lora_wrapper_and_normalized_names():
     config = LoraConfig(target_modules=["q_proj", "dense"], exclude_modules=["model.layers.1.self_attn.q_proj"])
-    assert fsdp_utils.replace_lora_wrapper("model.layers.0.mlp.dense.weight", config) == \
-        "model.layers.0.mlp.dense.base_layer.weight"
-    assert fsdp_utils.replace_lora_wrapper("model.layers.0.self_attn.k_proj.bias", config) == \
-        "model.layers.0.self_attn.k_proj.base_layer.bias"  # a stacked projection
-    assert fsdp_utils.replace_lora_wrapper("model.layers.1.self_attn.q_proj.weight", config) == \
-        "model.layers.1.self_attn.q_proj.weight"  # excluded
+    assert (
+        fsdp_utils.replace_lora_wrapper("model.layers.0.mlp.dense.weight", config)
+        == "model.layers.0.mlp.dense.base_layer.weight"
+    )
+    assert (
+        fsdp_utils.replace_lora_wrapper("model.layers.0.self_attn.k_proj.bias", config)
+        == "model.layers.0.self_attn.k_proj.base_layer.bias"
+    )  # a stacked projection
+    assert (
+        fsdp_utils.replace_lora_wrapper("model.layers.1.self_attn.q_proj.weight", config)
+        == "model.layers.1.self_attn.q_proj.weight"
+    )  # excluded
     assert fsdp_utils.replace_lora_wrapper("model.norm.weight", config) == "model.norm.weight"
     params = {
         "base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight": 1,
         "base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight": 2,
         "base_model.model.lm_head.weight": 3,
     }
-    assert fsdp_utils.normalize_peft_param_name(params) == {"model.layers.0.self_attn.q_proj.weight": 1,
-                                                            "lm_head.weight": 3}
+    assert fsdp_utils.normalize_peft_param_name(params) == {
+        "model.layers.0.self_attn.q_proj.weight": 1,
+        "lm_head.weight": 3,
+    }
 
 
 def test_init_context_on_a_single_process_builds_real_weights():

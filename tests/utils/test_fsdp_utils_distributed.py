@@ -53,7 +53,8 @@ def _sharding_case(rank: int, model_dir: str, mesh) -> dict:
     everywhere = get_fsdp_full_state_dict(model, offload_to_cpu=True, rank0_only=False)
     out["rank0_only_keys"] = sorted(rank0_only)
     out["everywhere_equal"] = sorted(everywhere) == sorted(expected) and all(
-        torch.equal(everywhere[k], v) for k, v in expected.items())
+        torch.equal(everywhere[k], v) for k, v in expected.items()
+    )
     out["buffers_equal"] = all(torch.equal(b, dict(reference.named_buffers())[n]) for n, b in model.named_buffers())
 
     ids = torch.arange(3, 15).remainder(reference.config.vocab_size).unsqueeze(0)
@@ -66,8 +67,9 @@ def _sharding_case(rank: int, model_dir: str, mesh) -> dict:
     ref_total = torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm=1e-3)
     out["norms"] = (float(total), float(ref_total))
     ref_grads = dict(reference.named_parameters())
-    out["max_grad_diff"] = max(float((p.grad.full_tensor() - ref_grads[n].grad).abs().max())
-                               for n, p in model.named_parameters())
+    out["max_grad_diff"] = max(
+        float((p.grad.full_tensor() - ref_grads[n].grad).abs().max()) for n, p in model.named_parameters()
+    )
     return out
 
 
@@ -78,8 +80,11 @@ def _lora_case(model_dir: str, mesh) -> dict:
 
     reference = _lora_model(model_dir)
     adapters = {k: v.detach().clone() for k, v in get_peft_model_state_dict(reference).items()}
-    base = {k.replace(".base_layer", ""): v.detach().clone()
-            for k, v in reference.base_model.model.state_dict().items() if "lora_" not in k}
+    base = {
+        k.replace(".base_layer", ""): v.detach().clone()
+        for k, v in reference.base_model.model.state_dict().items()
+        if "lora_" not in k
+    }
     sharded = copy.deepcopy(reference)
     apply_fsdp2(sharded, {"mesh": mesh}, {})
 

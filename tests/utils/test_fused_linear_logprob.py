@@ -48,10 +48,13 @@ def test_values_and_gradients_equal_the_explicit_softmax(chunk_size, bias):
     hidden, weight, b, labels = inputs(bias=bias)
     params = [t for t in (hidden, weight, b) if t is not None]
     gen = torch.Generator().manual_seed(1)
-    g_logp, g_entropy = torch.randn(N, generator=gen, dtype=torch.float64), torch.randn(N, generator=gen,
-                                                                                          dtype=torch.float64)
-    log_probs, entropy = linear_logprobs_and_entropy(hidden, weight, labels, bias=b, temperature=0.7,
-                                                     chunk_size=chunk_size)
+    g_logp, g_entropy = (
+        torch.randn(N, generator=gen, dtype=torch.float64),
+        torch.randn(N, generator=gen, dtype=torch.float64),
+    )
+    log_probs, entropy = linear_logprobs_and_entropy(
+        hidden, weight, labels, bias=b, temperature=0.7, chunk_size=chunk_size
+    )
     want_logp, want_entropy = explicit(hidden, weight, b, labels, 0.7)
     torch.testing.assert_close(log_probs, want_logp)
     torch.testing.assert_close(entropy, want_entropy)
@@ -64,8 +67,9 @@ def test_values_and_gradients_equal_the_explicit_softmax(chunk_size, bias):
 @pytest.mark.parametrize("output", ["log_probs", "entropy"])
 def test_one_output_alone_has_its_own_gradient(output):
     hidden, weight, b, labels = inputs()
-    got = dict(zip(["log_probs", "entropy"], linear_logprobs_and_entropy(hidden, weight, labels, bias=b,
-                                                                        chunk_size=4)))[output]
+    got = dict(
+        zip(["log_probs", "entropy"], linear_logprobs_and_entropy(hidden, weight, labels, bias=b, chunk_size=4))
+    )[output]
     want = dict(zip(["log_probs", "entropy"], explicit(hidden, weight, b, labels, 1.0)))[output]
     grads = torch.autograd.grad(got.sum(), (hidden, weight, b))
     for got_grad, expected in zip(grads, torch.autograd.grad(want.sum(), (hidden, weight, b))):
@@ -76,14 +80,16 @@ def test_gradcheck_over_batched_leading_dims():
     hidden, weight, _, _ = inputs(bias=False)
     hidden = hidden.detach()[:12].reshape(3, 4, H).requires_grad_()
     labels = torch.randint(0, V, (3, 4), generator=torch.Generator().manual_seed(2))
-    assert torch.autograd.gradcheck(lambda h, w: linear_logprobs_and_entropy(h, w, labels, chunk_size=5),
-                                    (hidden, weight))
+    assert torch.autograd.gradcheck(
+        lambda h, w: linear_logprobs_and_entropy(h, w, labels, chunk_size=5), (hidden, weight)
+    )
 
 
 def test_half_precision_inputs_give_float32_results_close_to_float32():
     hidden, weight, b, labels = inputs(dtype=torch.float32)
-    log_probs, entropy = linear_logprobs_and_entropy(hidden.bfloat16(), weight.bfloat16(), labels,
-                                                     bias=b.bfloat16(), chunk_size=7)
+    log_probs, entropy = linear_logprobs_and_entropy(
+        hidden.bfloat16(), weight.bfloat16(), labels, bias=b.bfloat16(), chunk_size=7
+    )
     want_logp, want_entropy = linear_logprobs_and_entropy(hidden, weight, labels, bias=b)
     assert log_probs.dtype == entropy.dtype == torch.float32
     torch.testing.assert_close(log_probs, want_logp, atol=0.3, rtol=0.05)

@@ -82,9 +82,14 @@ def test_import_external_libs_and_availability_checks():
     import_utils.import_external_libs(["json", "verl.utils.padding"])
     with pytest.raises(ImportError, match="'no_such_lib_xyz' cannot be imported"):
         import_utils.import_external_libs(["no_such_lib_xyz"])
-    for check in (import_utils.is_megatron_core_available, import_utils.is_vllm_available,
-                  import_utils.is_sglang_available, import_utils.is_nvtx_available, import_utils.is_trl_available,
-                  import_utils.is_msprobe_available):
+    for check in (
+        import_utils.is_megatron_core_available,
+        import_utils.is_vllm_available,
+        import_utils.is_sglang_available,
+        import_utils.is_nvtx_available,
+        import_utils.is_trl_available,
+        import_utils.is_msprobe_available,
+    ):
         assert isinstance(check(), bool)
     assert import_utils.is_msprobe_available() is False
 

@@ -44,9 +44,14 @@ def test_configure_verl_logging_isolates_the_verl_logger(monkeypatch):
 
 
 def _batch(rollout, actor, mask):
-    return DataProto.from_dict(tensors={"rollout_log_probs": rollout, "old_log_probs": actor,
-                                        "responses": torch.zeros_like(rollout, dtype=torch.long),
-                                        "response_mask": mask})
+    return DataProto.from_dict(
+        tensors={
+            "rollout_log_probs": rollout,
+            "old_log_probs": actor,
+            "responses": torch.zeros_like(rollout, dtype=torch.long),
+            "response_mask": mask,
+        }
+    )
 
 
 def test_debug_metrics_compare_rollout_and_actor_probabilities():
@@ -58,7 +63,8 @@ def test_debug_metrics_compare_rollout_and_actor_probabilities():
     assert metrics["training/rollout_probs_diff_max"] == pytest.approx(0.2)
     assert metrics["training/rollout_probs_diff_mean"] == pytest.approx(0.1)  # masked tokens ignored
     assert metrics["training/rollout_actor_probs_pearson_corr"] == pytest.approx(
-        torch.corrcoef(torch.tensor([[0.5, 0.5, 0.2, 0.4], [0.5, 0.7, 0.2, 0.6]]))[0, 1].item(), abs=1e-5)
+        torch.corrcoef(torch.tensor([[0.5, 0.5, 0.2, 0.4], [0.5, 0.7, 0.2, 0.6]]))[0, 1].item(), abs=1e-5
+    )
     empty = calculate_debug_metrics(_batch(rollout, actor, torch.zeros_like(mask)))
     assert empty["training/rollout_probs_diff_valid"] == 0 and math.isnan(empty["training/rollout_probs_diff_max"])
 

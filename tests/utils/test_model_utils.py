@@ -47,8 +47,9 @@ def test_actor_and_critic_built_from_the_architecture(tiny_model_dir):
 def test_random_mask_respects_the_ratios():
     np.random.seed(0)
     ids = torch.zeros(64, 20, dtype=torch.long)
-    mask = model_utils.create_random_mask(ids, max_ratio_of_valid_token=0.5, max_ratio_of_left_padding=0.25,
-                                          min_ratio_of_valid_token=0.2)
+    mask = model_utils.create_random_mask(
+        ids, max_ratio_of_valid_token=0.5, max_ratio_of_left_padding=0.25, min_ratio_of_valid_token=0.2
+    )
     valid = mask.sum(-1)
     assert valid.min() >= 4 and valid.max() <= 10
     left = (mask.cumsum(-1) == 0).sum(-1)
@@ -63,8 +64,11 @@ def test_convert_weight_keys_reverses_the_loading_conversion():
     mapping = {"^visual": "model.visual", "^model(?!\\.visual)": "model.language_model"}
     model = SimpleNamespace(_checkpoint_conversion_mapping=mapping)
     state = {"model.visual.patch.weight": 1, "model.language_model.layers.0.weight": 2, "lm_head.weight": 3}
-    assert model_utils.convert_weight_keys(state, model) == {"visual.patch.weight": 1, "model.layers.0.weight": 2,
-                                                             "lm_head.weight": 3}
+    assert model_utils.convert_weight_keys(state, model) == {
+        "visual.patch.weight": 1,
+        "model.layers.0.weight": 2,
+        "lm_head.weight": 3,
+    }
     assert model_utils.convert_weight_keys(state, object()) is state
 
 
@@ -81,20 +85,29 @@ def test_lora_target_and_exclude_matching():
 
 
 def test_auto_model_class_by_architecture():
-    assert model_utils.get_hf_auto_model_class(LlamaConfig(architectures=["LlamaForCausalLM"])) is \
-        transformers.AutoModelForCausalLM
-    assert model_utils.get_hf_auto_model_class(Qwen2VLConfig(architectures=["Qwen2VLForConditionalGeneration"])) is \
-        transformers.AutoModelForImageTextToText
-    assert model_utils.get_hf_auto_model_class(LlamaConfig(architectures=["LlamaForSequenceClassification"])) is \
-        transformers.AutoModelForSequenceClassification
+    assert (
+        model_utils.get_hf_auto_model_class(LlamaConfig(architectures=["LlamaForCausalLM"]))
+        is transformers.AutoModelForCausalLM
+    )
+    assert (
+        model_utils.get_hf_auto_model_class(Qwen2VLConfig(architectures=["Qwen2VLForConditionalGeneration"]))
+        is transformers.AutoModelForImageTextToText
+    )
+    assert (
+        model_utils.get_hf_auto_model_class(LlamaConfig(architectures=["LlamaForSequenceClassification"]))
+        is transformers.AutoModelForSequenceClassification
+    )
     remote = LlamaConfig(architectures=["MyForCausalLM"], auto_map={"AutoModelForCausalLM": "my.MyForCausalLM"})
     assert model_utils.get_hf_auto_model_class(remote) is transformers.AutoModelForCausalLM
     assert model_utils.get_hf_auto_model_class(LlamaConfig(architectures=["LlamaModel"])) is transformers.AutoModel
 
 
 def test_multi_modal_inputs_are_merged_per_key():
-    rows = [{"pixel_values": torch.ones(2, 3), "input_features": torch.ones(1, 2, 3)}, None,
-            NonTensorData({"pixel_values": torch.zeros(1, 3), "input_features": torch.ones(1, 2, 5)})]
+    rows = [
+        {"pixel_values": torch.ones(2, 3), "input_features": torch.ones(1, 2, 3)},
+        None,
+        NonTensorData({"pixel_values": torch.zeros(1, 3), "input_features": torch.ones(1, 2, 5)}),
+    ]
     merged = model_utils.extract_multi_modal_inputs(rows)
     assert merged["pixel_values"].shape == (3, 3)
     assert merged["input_features"].shape == (2, 2, 5) and merged["input_features"][0, :, 3:].abs().sum() == 0

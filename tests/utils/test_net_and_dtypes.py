@@ -31,9 +31,17 @@ def test_free_port_closed_or_held():
         net_utils.get_free_port("203.0.113.255")  # not an address of this machine
 
 
-@pytest.mark.parametrize(("spelling", "dtype"), [(16, torch.float16), ("fp16", torch.float16), ("32", torch.float32),
-                                                 (torch.float32, torch.float32), ("bf16", torch.bfloat16),
-                                                 ("bfloat16", torch.bfloat16)])
+@pytest.mark.parametrize(
+    ("spelling", "dtype"),
+    [
+        (16, torch.float16),
+        ("fp16", torch.float16),
+        ("32", torch.float32),
+        (torch.float32, torch.float32),
+        ("bf16", torch.bfloat16),
+        ("bfloat16", torch.bfloat16),
+    ],
+)
 def test_precision_spellings(spelling, dtype):
     assert PrecisionType.to_dtype(spelling) is dtype
     assert PrecisionType.is_fp16(spelling) == (dtype is torch.float16)

@@ -113,8 +113,12 @@ def test_schedule_saves_the_active_window(tmp_path):
 
 def test_finish_hook_runs_once_with_the_run_context(tmp_path):
     out = tmp_path / "hook.txt"
-    config = ProfilerConfig(tool="torch", enable=True, save_path=str(tmp_path / "traces"),
-                            finish_hook_cmd=f'echo "$VERL_PROFILE_RANK $VERL_PROFILE_ROLE $VERL_PROFILE_TOOL" >> {out}')
+    config = ProfilerConfig(
+        tool="torch",
+        enable=True,
+        save_path=str(tmp_path / "traces"),
+        finish_hook_cmd=f'echo "$VERL_PROFILE_RANK $VERL_PROFILE_ROLE $VERL_PROFILE_TOOL" >> {out}',
+    )
     worker = _Worker(config, CPU_ONLY)
     worker.profiler.start()
     worker.profiler.stop(run_command=False)

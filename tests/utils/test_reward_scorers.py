@@ -85,7 +85,9 @@ def test_geo3k_and_batched_math():
     assert geo3k.compute_score("\\boxed{30}", "30") == pytest.approx(0.9)
     assert geo3k.compute_score("<think>x</think> \\boxed{31}", "30") == pytest.approx(0.1)
     assert math_batch.compute_score_batched(["m", "m"], ["\\boxed{1}", "\\boxed{2}"], ["1", "1"], [None, None]) == [
-        1.0, 0.0]
+        1.0,
+        0.0,
+    ]
 
 
 ADD = {"inputs": ["1 2\n", "3 4\n", "10 -5\n"], "outputs": ["3\n", "7\n", "5\n"]}
@@ -110,8 +112,12 @@ def test_prime_code_runs_in_the_local_sandbox():
     assert score is False and metadata[0]["status"] == "wrong_answer" and len(metadata) == 1  # stops early
     assert prime_code.compute_score(WRONG, ADD, continuous=True)[0] == 0.0
     calls = {"fn_name": "add", "inputs": [[1, 2], [5, 6]], "outputs": [[3], [11]]}
-    assert prime_code.compute_score("```python\nclass Solution:\n    def add(self, a, b):\n        return a + b\n```",
-                                    calls)[0] is True
+    assert (
+        prime_code.compute_score(
+            "```python\nclass Solution:\n    def add(self, a, b):\n        return a + b\n```", calls
+        )[0]
+        is True
+    )
     crash = prime_code.compute_score("```python\nprint(1/0)\n```", ADD, continuous=True)
     assert crash[0] == 0.0 and crash[1][0]["status"] == "runtime_error"
     assert prime_code.compute_score(GOOD, {"inputs": ["1"]})[1][0]["error"].startswith("test cases must")
@@ -124,11 +130,15 @@ class _FakeSandboxFusion(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         code = body["code"].strip()
         if code.startswith("print(") and code[6:-1].isdigit():
-            answer = {"status": "Success", "run_result": {"status": "Finished", "stdout": code[6:-1] + "\n",
-                                                          "return_code": 0}}
+            answer = {
+                "status": "Success",
+                "run_result": {"status": "Finished", "stdout": code[6:-1] + "\n", "return_code": 0},
+            }
         else:
-            answer = {"status": "Failed", "run_result": {"status": "Finished", "stdout": "", "stderr": "boom",
-                                                         "return_code": 1}}
+            answer = {
+                "status": "Failed",
+                "run_result": {"status": "Finished", "stdout": "", "stderr": "boom", "return_code": 1},
+            }
         data = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
@@ -150,14 +160,16 @@ def sandbox_url():
 
 def test_sandbox_fusion_client(sandbox_url):
     cases = {"inputs": ["", ""], "outputs": ["7", "8"]}
-    score, metadata = sandbox_fusion.compute_score(sandbox_url, threading.Semaphore(2), 256, "```python\nprint(7)\n```",
-                                                   cases)
+    score, metadata = sandbox_fusion.compute_score(
+        sandbox_url, threading.Semaphore(2), 256, "```python\nprint(7)\n```", cases
+    )
     assert score == 0.5 and [m["status"] for m in metadata] == ["success", "wrong_answer"]
-    score, metadata = sandbox_fusion.compute_score(sandbox_url, None, 256, "```python\nraise SystemExit(1)\n```",
-                                                   cases)
+    score, metadata = sandbox_fusion.compute_score(sandbox_url, None, 256, "```python\nraise SystemExit(1)\n```", cases)
     assert score == 0.0 and metadata[0]["status"] == "runtime_error"
     assert sandbox_fusion.compute_score(sandbox_url, None, 256, "print(7)", cases) == (
-        0.0, [{"error": "the completion has no fenced code block"}])
+        0.0,
+        [{"error": "the completion has no fenced code block"}],
+    )
     dead = sandbox_fusion.compute_score("http://127.0.0.1:9/run_code", None, 256, "```python\nprint(7)\n```", cases)
     assert dead[0] == 0.0 and dead[1][0]["status"] == "api_error"
 
@@ -166,6 +178,10 @@ def test_dispatcher_routes_verl_data_sources(sandbox_url):
     assert default_compute_score("numina_olympiads", "\\boxed{1/2}", "\\frac{1}{2}") == 1.0
     assert default_compute_score("hiyouga/geometry3k", "<think>x</think>\\boxed{3}", "3") == pytest.approx(1.0)
     assert default_compute_score("searchR1_nq", "<answer>Paris</answer>", {"target": ["paris"]}) == 1.0
-    assert default_compute_score("apps", "```python\nprint(7)\n```", {"inputs": [""], "outputs": ["7"]},
-                                 sandbox_fusion_url=sandbox_url) == 1.0
+    assert (
+        default_compute_score(
+            "apps", "```python\nprint(7)\n```", {"inputs": [""], "outputs": ["7"]}, sandbox_fusion_url=sandbox_url
+        )
+        == 1.0
+    )
     assert default_compute_score("taco", GOOD, ADD) == 1.0  # local sandbox without a URL

@@ -63,8 +63,13 @@ def test_calls_are_recorded_with_inputs_output_and_trajectory(weave):
     (call,) = weave.calls
     assert call["op"] == "_Loop.generate"
     assert call["inputs"] == {"prompt_ids": [1, 2], "temperature": 1.0}
-    assert call["attributes"] == {"sample_index": 5, "step": 2, "rollout_n": 1, "validate": False,
-                                  "experiment_name": "exp"}
+    assert call["attributes"] == {
+        "sample_index": 5,
+        "step": 2,
+        "rollout_n": 1,
+        "validate": False,
+        "experiment_name": "exp",
+    }
     assert call["output"] == {"token_ids": [3, 4]}
 
 

@@ -14,13 +14,17 @@ from verl.utils.skip import AsyncRolloutSkip, RolloutSkipConfig, SkipManager
 
 
 def _config(dump_dir, steps=(1, 2), action="cache"):
-    return OmegaConf.create({
-        "trainer": {"experiment_name": "e", "project_name": "p"},
-        "data": {"train_batch_size": 2, "max_prompt_length": 4, "max_response_length": 8},
-        "rollout": {"n": 1},
-        "skip": {"_target_": "verl.utils.skip.SkipManagerConfig",
-                 "rollout": {"enable": True, "dump_dir": str(dump_dir), "steps": list(steps), "action": action}},
-    })
+    return OmegaConf.create(
+        {
+            "trainer": {"experiment_name": "e", "project_name": "p"},
+            "data": {"train_batch_size": 2, "max_prompt_length": 4, "max_response_length": 8},
+            "rollout": {"n": 1},
+            "skip": {
+                "_target_": "verl.utils.skip.SkipManagerConfig",
+                "rollout": {"enable": True, "dump_dir": str(dump_dir), "steps": list(steps), "action": action},
+            },
+        }
+    )
 
 
 class _Rollout:
@@ -34,8 +38,9 @@ class _Rollout:
 
 
 def _prompts(validate=False):
-    return DataProto.from_dict(tensors={"input_ids": torch.zeros(2, 4, dtype=torch.long)},
-                               meta_info={"validate": validate})
+    return DataProto.from_dict(
+        tensors={"input_ids": torch.zeros(2, 4, dtype=torch.long)}, meta_info={"validate": validate}
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -94,8 +99,13 @@ def test_config_checks_and_unported_variants():
 
 
 def test_legacy_rollout_skip_patches_the_worker_group(tmp_path):
-    config = OmegaConf.create({"trainer": {"experiment_name": "e", "project_name": "p"},
-                               "data": {"train_batch_size": 2}, "rollout": {"n": 1, "skip_dump_dir": str(tmp_path)}})
+    config = OmegaConf.create(
+        {
+            "trainer": {"experiment_name": "e", "project_name": "p"},
+            "data": {"train_batch_size": 2},
+            "rollout": {"n": 1, "skip_dump_dir": str(tmp_path)},
+        }
+    )
 
     class _WorkerGroup:
         def __init__(self):

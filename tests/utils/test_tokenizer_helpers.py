@@ -70,8 +70,9 @@ def test_get_processor_token_id():
 
 
 def test_build_multimodal_processor_inputs_splits_video_metadata_and_sets_audio_rate():
-    out = build_multimodal_processor_inputs(_Proc(), text=["t"], videos=[("frames", {"fps": 2})], audio=["wave"],
-                                            mm_processor_kwargs={"max_pixels": 9})
+    out = build_multimodal_processor_inputs(
+        _Proc(), text=["t"], videos=[("frames", {"fps": 2})], audio=["wave"], mm_processor_kwargs={"max_pixels": 9}
+    )
     assert out["videos"] == ["frames"] and out["video_metadata"] == [{"fps": 2}]
     assert out["do_sample_frames"] is False and out["sampling_rate"] == 16000
     assert out["max_pixels"] == 9 and out["return_tensors"] == "pt" and out["audio"] == ["wave"]
@@ -119,8 +120,9 @@ def test_chat_template_probes_on_the_tiny_model(tiny_model_dir):
 class _NeedsUser:
     """Refuses conversations without a user message, like Qwen3.5's template."""
 
-    def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=True, tools=None,
-                            return_dict=False, **kwargs):
+    def apply_chat_template(
+        self, messages, tokenize=True, add_generation_prompt=True, tools=None, return_dict=False, **kwargs
+    ):
         if not any(m["role"] == "user" for m in messages):
             raise ValueError("no user message")
         text = "".join(f"<{m['role']}>" for m in messages) + ("<gen>" if add_generation_prompt else "")

@@ -401,8 +401,9 @@ def test_cuda_peak_memory_stays_below_a_full_vocab_float32_copy():
 
 def test_wsd_schedule_warms_up_holds_then_decays():
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    schedule = vF.get_wsd_schedule_with_warmup(optimizer, num_warmup_steps=2, num_training_steps=12,
-                                               min_lr_ratio=0.1, stable_ratio=0.5)
+    schedule = vF.get_wsd_schedule_with_warmup(
+        optimizer, num_warmup_steps=2, num_training_steps=12, min_lr_ratio=0.1, stable_ratio=0.5
+    )
     factors = [schedule.lr_lambdas[0](step) for step in range(14)]
     assert factors[:2] == [0.0, 0.5]
     assert factors[2:7] == [1.0] * 5  # half of the 10 post-warm-up steps are stable
@@ -425,8 +426,9 @@ def test_response_log_probs_padded_and_packed_agree():
     packed = vF.log_probs_from_logits_response_rmpad(ids, mask, packed_logits, response_length=3)
     assert torch.allclose(packed, padded, atol=1e-6)
     indices = torch.nonzero(keep).flatten()
-    packed_all = vF.log_probs_from_logits_all_rmpad(ids.flatten()[keep].unsqueeze(0), packed_logits, indices,
-                                                    batch_size=2, seqlen=6, response_length=3)
+    packed_all = vF.log_probs_from_logits_all_rmpad(
+        ids.flatten()[keep].unsqueeze(0), packed_logits, indices, batch_size=2, seqlen=6, response_length=3
+    )
     assert torch.allclose(packed_all, padded, atol=1e-6)
 
 

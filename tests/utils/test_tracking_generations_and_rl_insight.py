@@ -36,8 +36,9 @@ def test_validation_generations_refuse_unknown_loggers_and_bad_samples(tmp_path)
 
 def test_validation_generations_need_an_active_wandb_run(monkeypatch):
     logged = []
-    fake = types.SimpleNamespace(run=None, Table=lambda columns, data: (columns, data),
-                                 log=lambda data, step: logged.append((data, step)))
+    fake = types.SimpleNamespace(
+        run=None, Table=lambda columns, data: (columns, data), log=lambda data, step: logged.append((data, step))
+    )
     monkeypatch.setitem(sys.modules, "wandb", fake)
     logger = ValidationGenerationsLogger("p", "e")
     logger.log("wandb", [("q", "a", 0.5)], step=1)

@@ -35,8 +35,13 @@ def test_tqbridge_is_a_pass_through_for_sync_and_async_functions():
 
 
 def test_transfer_queue_names_raise_clearly():
-    for call in (lambda: tq.init(), lambda: tq.get_client(), lambda: create_transferqueue_client("c", None),
-                 lambda: BatchMeta(), lambda: PPOTrainerSync({})):
+    for call in (
+        lambda: tq.init(),
+        lambda: tq.get_client(),
+        lambda: create_transferqueue_client("c", None),
+        lambda: BatchMeta(),
+        lambda: PPOTrainerSync({}),
+    ):
         with pytest.raises(MissingExtraError, match="TransferQueue.*not part of this build"):
             call()
     assert get_transferqueue_client() is None

@@ -33,8 +33,14 @@ def test_unpack_visual_output_forms():
 
 
 def test_tied_alias_keys_are_dropped():
-    config = transformers.LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                                      num_attention_heads=2, tie_word_embeddings=True)
+    config = transformers.LlamaConfig(
+        vocab_size=16,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        tie_word_embeddings=True,
+    )
     model = transformers.LlamaForCausalLM(config)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])

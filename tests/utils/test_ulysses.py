@@ -44,11 +44,14 @@ def test_misspelt_old_name_still_works_with_a_warning():
         assert ulysses.gather_outpus_and_unpad(x, gather_dim=0) is x
 
 
-@pytest.mark.parametrize("call", [
-    lambda: ulysses.ulysses_pad(torch.ones(1, 5, dtype=torch.long), sp_size=2),
-    lambda: ulysses.ulysses_pad_and_slice_inputs(torch.ones(1, 5, dtype=torch.long), sp_size=4),
-    lambda: ulysses.validate_ulysses_config(num_heads=8, ulysses_sequence_size=2),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: ulysses.ulysses_pad(torch.ones(1, 5, dtype=torch.long), sp_size=2),
+        lambda: ulysses.ulysses_pad_and_slice_inputs(torch.ones(1, 5, dtype=torch.long), sp_size=4),
+        lambda: ulysses.validate_ulysses_config(num_heads=8, ulysses_sequence_size=2),
+    ],
+)
 def test_larger_sizes_are_refused(call):
     with pytest.raises(ulysses.SequenceParallelNotSupportedError, match="not implemented in this build"):
         call()

@@ -45,8 +45,11 @@ class ToyEngine(BaseEngine):
 
     def forward_backward_batch(self, data, loss_function, forward_only=False):
         pred = self.module(data["x"].unsqueeze(-1)).squeeze(-1)
-        loss, metrics = (loss_function(model_output={"pred": pred}, data=data, dp_group=None)
-                         if loss_function is not None else (torch.zeros(()), {}))
+        loss, metrics = (
+            loss_function(model_output={"pred": pred}, data=data, dp_group=None)
+            if loss_function is not None
+            else (torch.zeros(()), {})
+        )
         if not forward_only:
             loss.backward()
         return {"model_output": {"pred": pred.detach()}, "loss": [float(loss)], "metrics": metrics}
@@ -76,9 +79,13 @@ def batch(n=4, **meta):
 
 @pytest.fixture
 def worker():
-    config = SimpleNamespace(model_type="toy_regression", model_config=SimpleNamespace(),
-                             engine_config=SimpleNamespace(strategy="toy", micro_batch_size_per_gpu=4),
-                             optimizer_config=None, checkpoint_config=None)
+    config = SimpleNamespace(
+        model_type="toy_regression",
+        model_config=SimpleNamespace(),
+        engine_config=SimpleNamespace(strategy="toy", micro_batch_size_per_gpu=4),
+        optimizer_config=None,
+        checkpoint_config=None,
+    )
     worker = TrainingWorker(config)
     worker.reset()
     return worker

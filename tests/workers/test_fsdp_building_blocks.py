@@ -122,7 +122,10 @@ def test_optimizer_takes_only_trainable_parameters():
 def test_per_rank_sizes_count_samples():
     cfg = FSDPActorConfig(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=8)
     assert per_rank_update_sizes(cfg, "actor", rollout_n=2, dp_size=2) == {
-        "ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 4, "ppo_micro_batch_size": None}
+        "ppo_mini_batch_size": 4,
+        "ppo_micro_batch_size_per_gpu": 4,
+        "ppo_micro_batch_size": None,
+    }
     legacy = FSDPActorConfig(ppo_mini_batch_size=4, ppo_micro_batch_size=4, ppo_micro_batch_size_per_gpu=None)
     assert per_rank_update_sizes(legacy, "actor", 2, 2)["ppo_micro_batch_size_per_gpu"] == 2
 
@@ -171,8 +174,12 @@ def test_lora_merge_matches_peft_merge_and_unload(tiny_model_dir):
 
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     plain_names = list(base.state_dict())
-    model = apply_lora(base, SimpleNamespace(lora_rank=4, lora_alpha=8, target_modules="all-linear",
-                                             exclude_modules=None, lora_adapter_path=None))
+    model = apply_lora(
+        base,
+        SimpleNamespace(
+            lora_rank=4, lora_alpha=8, target_modules="all-linear", exclude_modules=None, lora_adapter_path=None
+        ),
+    )
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -231,11 +238,13 @@ def test_hybrid_rollout_repeats_rows_for_n_and_is_greedy_when_validating(tiny_mo
     try:
         ids = torch.tensor([[0, 0, 7, 8, 9, 10], [3, 4, 5, 6, 7, 8]])
         mask = (ids != 0).long()
-        prompts = DataProto.from_dict({"input_ids": ids, "attention_mask": mask,
-                                       "position_ids": compute_position_id_with_mask(mask)},
-                                      non_tensors={"uid": ["a", "b"]})
-        out = rollout.generate_sequences(DataProto.from_dict(prompts.batch.to_dict(),
-                                                             non_tensors={"uid": ["a", "b"]}, meta_info={"n": 2}))
+        prompts = DataProto.from_dict(
+            {"input_ids": ids, "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask)},
+            non_tensors={"uid": ["a", "b"]},
+        )
+        out = rollout.generate_sequences(
+            DataProto.from_dict(prompts.batch.to_dict(), non_tensors={"uid": ["a", "b"]}, meta_info={"n": 2})
+        )
         assert len(out) == 4 and list(out.non_tensor_batch["uid"]) == ["a", "a", "b", "b"]
         assert torch.equal(out.batch["prompts"][1], ids[0]) and torch.equal(out.batch["prompts"][2], ids[1])
         rollout.sleep()  # a batch call on a sleeping engine wakes it for the batch and puts it back to sleep
@@ -272,7 +281,11 @@ def test_one_rank_without_casting_is_left_unwrapped(tiny_model_dir):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", _ONE_RANK_WRAP.format(path=str(tiny_model_dir))],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _ONE_RANK_WRAP.format(path=str(tiny_model_dir))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-2:] == ["False", "True"]

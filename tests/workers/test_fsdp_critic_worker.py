@@ -23,14 +23,19 @@ from verl.workers.fsdp_workers import CriticWorker
 pytestmark = pytest.mark.ray
 
 
-
 def critic_config(model_path) -> OmegaConf:
-    return OmegaConf.create({
-        "model": {"path": str(model_path)},
-        "ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 2, "forward_micro_batch_size_per_gpu": 2,
-        "ppo_epochs": 2, "cliprange_value": 0.5, "optim": {"lr": 1e-2},
-        "checkpoint": {"save_contents": ["model", "optimizer", "extra", "hf_model"]},
-    })
+    return OmegaConf.create(
+        {
+            "model": {"path": str(model_path)},
+            "ppo_mini_batch_size": 4,
+            "ppo_micro_batch_size_per_gpu": 2,
+            "forward_micro_batch_size_per_gpu": 2,
+            "ppo_epochs": 2,
+            "cliprange_value": 0.5,
+            "optim": {"lr": 1e-2},
+            "checkpoint": {"save_contents": ["model", "optimizer", "extra", "hf_model"]},
+        }
+    )
 
 
 def make_batch() -> DataProto:
@@ -41,11 +46,16 @@ def make_batch() -> DataProto:
     attention[1, :2] = 0
     response_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]])
     attention[:, prompt_len:] = response_mask
-    return DataProto.from_dict({
-        "input_ids": ids * attention, "attention_mask": attention,
-        "position_ids": compute_position_id_with_mask(attention), "responses": ids[:, prompt_len:] * response_mask,
-        "response_mask": response_mask, "returns": torch.randn(4, resp_len, generator=gen),
-    })
+    return DataProto.from_dict(
+        {
+            "input_ids": ids * attention,
+            "attention_mask": attention,
+            "position_ids": compute_position_id_with_mask(attention),
+            "responses": ids[:, prompt_len:] * response_mask,
+            "response_mask": response_mask,
+            "returns": torch.randn(4, resp_len, generator=gen),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +72,13 @@ def critic_group(ray_cluster, tiny_model_dir):
 @pytest.fixture(scope="module")
 def reference(tiny_model_dir):
     """The same critic in this process, unsharded (the worker seeds torch with trainer.seed=1 before loading)."""
-    cfg = FSDPCriticConfig(**{k: v for k, v in OmegaConf.to_container(critic_config(tiny_model_dir)).items()
-                              if k not in ("model", "optim")})
+    cfg = FSDPCriticConfig(
+        **{
+            k: v
+            for k, v in OmegaConf.to_container(critic_config(tiny_model_dir)).items()
+            if k not in ("model", "optim")
+        }
+    )
     torch.manual_seed(1)
     model = load_critic_model(OmegaConf.create({"path": str(tiny_model_dir)}), str(tiny_model_dir), torch.float32)
     optimizer = build_optimizer(model.parameters(), OmegaConf.create({"lr": 1e-2}), key="critic.optim")
@@ -85,8 +100,11 @@ def test_values_update_and_resume_match_unsharded_critic(critic_group, reference
     critic_group.save_checkpoint(path, global_step=4)
     exported = AutoModelForTokenClassification.from_pretrained(os.path.join(path, "huggingface")).eval()
     with torch.no_grad():
-        head = exported(input_ids=batch.batch["input_ids"], attention_mask=batch.batch["attention_mask"],
-                        position_ids=batch.batch["position_ids"]).logits[:, -5:-1, 0]
+        head = exported(
+            input_ids=batch.batch["input_ids"],
+            attention_mask=batch.batch["attention_mask"],
+            position_ids=batch.batch["position_ids"],
+        ).logits[:, -5:-1, 0]
     torch.testing.assert_close(head * batch.batch["response_mask"], values, atol=1e-5, rtol=1e-5)
     metrics = critic_group.update_critic(train).meta_info["metrics"]
     ref_metrics = reference.update_critic(train)

@@ -45,19 +45,30 @@ class ProbeActorWorker(ActorRolloutRefWorker):
 
 
 def make_config(model_path: str, **overrides) -> OmegaConf:
-    cfg = OmegaConf.create({
-        "model": {"path": str(model_path), "lora_rank": 0},
-        "actor": {
-            "ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 2, "ppo_epochs": 2, "shuffle": True,
-            "log_prob_micro_batch_size_per_gpu": 2, "rollout_n": 1,
-            "optim": {"lr": 5e-3},
-            "checkpoint": {"save_contents": ["model", "optimizer", "extra", "hf_model"]},
-        },
-        "ref": {"log_prob_micro_batch_size_per_gpu": 2},
-        "rollout": {"prompt_length": PROMPT_LEN, "response_length": RESPONSE_LEN, "calculate_log_probs": True,
-                    "n": 1, "temperature": 1.0},
-        "trainer": {"device": "cpu", "seed": 7},
-    })
+    cfg = OmegaConf.create(
+        {
+            "model": {"path": str(model_path), "lora_rank": 0},
+            "actor": {
+                "ppo_mini_batch_size": 4,
+                "ppo_micro_batch_size_per_gpu": 2,
+                "ppo_epochs": 2,
+                "shuffle": True,
+                "log_prob_micro_batch_size_per_gpu": 2,
+                "rollout_n": 1,
+                "optim": {"lr": 5e-3},
+                "checkpoint": {"save_contents": ["model", "optimizer", "extra", "hf_model"]},
+            },
+            "ref": {"log_prob_micro_batch_size_per_gpu": 2},
+            "rollout": {
+                "prompt_length": PROMPT_LEN,
+                "response_length": RESPONSE_LEN,
+                "calculate_log_probs": True,
+                "n": 1,
+                "temperature": 1.0,
+            },
+            "trainer": {"device": "cpu", "seed": 7},
+        }
+    )
     return OmegaConf.merge(cfg, OmegaConf.create(overrides))
 
 
@@ -74,8 +85,9 @@ def make_prompts(batch_size: int = 4, seed: int = 0) -> DataProto:
     for i in range(batch_size):
         mask[i, : i % 3] = 0  # left padding of 0, 1 or 2 tokens
     ids[mask == 0] = 0
-    return DataProto.from_dict({"input_ids": ids, "attention_mask": mask,
-                                "position_ids": compute_position_id_with_mask(mask)})
+    return DataProto.from_dict(
+        {"input_ids": ids, "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask)}
+    )
 
 
 def make_batch(seed: int = 1) -> DataProto:
@@ -131,8 +143,7 @@ def test_log_probs_two_ranks_equal_one_rank(groups):
     lp1, lp2 = one.compute_log_prob(batch), two.compute_log_prob(batch)
     mask = batch.batch["response_mask"].bool()
     assert lp1.batch["old_log_probs"].shape == (4, RESPONSE_LEN)
-    torch.testing.assert_close(lp2.batch["old_log_probs"][mask], lp1.batch["old_log_probs"][mask], atol=1e-5,
-                               rtol=1e-5)
+    torch.testing.assert_close(lp2.batch["old_log_probs"][mask], lp1.batch["old_log_probs"][mask], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(lp2.batch["entropys"][mask], lp1.batch["entropys"][mask], atol=1e-5, rtol=1e-5)
     ref = two.compute_ref_log_prob(batch)  # the reference starts equal to the policy
     torch.testing.assert_close(ref.batch["ref_log_prob"][mask], lp2.batch["old_log_probs"][mask], atol=1e-6, rtol=0)
@@ -170,8 +181,9 @@ def test_fused_kernels_reach_actor_and_reference_with_the_same_log_probs(groups,
         scored = fused.compute_log_prob(batch).batch
         torch.testing.assert_close(scored["old_log_probs"][mask], unfused_ref[mask], atol=1e-5, rtol=1e-5)
         assert scored["entropys"][mask].min() > 0
-        torch.testing.assert_close(fused.compute_ref_log_prob(batch).batch["ref_log_prob"][mask], unfused_ref[mask],
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            fused.compute_ref_log_prob(batch).batch["ref_log_prob"][mask], unfused_ref[mask], atol=1e-5, rtol=1e-5
+        )
     finally:
         fused.shutdown()
         fused.resource_pool.release()
@@ -196,8 +208,9 @@ def test_checkpoint_resume_gives_identical_next_update(groups, tmp_path):
 
 
 def test_async_checkpoint_holds_the_state_of_its_step_while_training_goes_on(ray_cluster, tiny_model_dir, tmp_path):
-    config = make_config(tiny_model_dir, actor={"checkpoint": {"save_contents": ["model", "optimizer", "extra"],
-                                                               "async_save": True}})
+    config = make_config(
+        tiny_model_dir, actor={"checkpoint": {"save_contents": ["model", "optimizer", "extra"], "async_save": True}}
+    )
     group = make_group(config, 2)
     try:
         group.init_model()
@@ -233,8 +246,11 @@ def test_hf_export_loads_with_from_pretrained_and_gives_same_logits(groups, tmp_
     assert AutoTokenizer.from_pretrained(hf_dir).pad_token == "<pad>"
     batch = make_batch(seed=4)
     with torch.no_grad():
-        logits = model(input_ids=batch.batch["input_ids"], attention_mask=batch.batch["attention_mask"],
-                       position_ids=batch.batch["position_ids"]).logits
+        logits = model(
+            input_ids=batch.batch["input_ids"],
+            attention_mask=batch.batch["attention_mask"],
+            position_ids=batch.batch["position_ids"],
+        ).logits
     expected = logprobs_from_logits(logits[:, -RESPONSE_LEN - 1 : -1].float(), batch.batch["responses"])
     got = two.compute_log_prob(batch).batch["old_log_probs"]
     mask = batch.batch["response_mask"].bool()
@@ -251,8 +267,9 @@ def test_generate_sequences_layout(groups):
     assert torch.equal(b["prompts"], prompts.batch["input_ids"])
     assert torch.equal(b["input_ids"], torch.cat([b["prompts"], b["responses"]], dim=-1))
     assert torch.equal(b["attention_mask"][:, PROMPT_LEN:], b["response_mask"])
-    assert torch.equal(b["position_ids"][:, PROMPT_LEN:],
-                       prompts.batch["position_ids"][:, -1:] + torch.arange(1, RESPONSE_LEN + 1))
+    assert torch.equal(
+        b["position_ids"][:, PROMPT_LEN:], prompts.batch["position_ids"][:, -1:] + torch.arange(1, RESPONSE_LEN + 1)
+    )
     lengths = b["response_mask"].sum(-1)
     assert (lengths >= 1).all()
     for i, n in enumerate(lengths.tolist()):  # right padded: ones then zeros

@@ -66,8 +66,12 @@ def _worker(rank: int, model_dir: str, init_file: str, out_dir: str) -> None:
         for case, policy in POLICIES.items():
             result["sharded"][case] = _sharded_names(apply_fsdp2(load(), mesh, wrap_policy=policy))
         try:
-            apply_fsdp2(load(), mesh, wrap_policy={"transformer_layer_cls_to_wrap": ["LlamaDecoderLayr"]},
-                        key="actor.fsdp_config")
+            apply_fsdp2(
+                load(),
+                mesh,
+                wrap_policy={"transformer_layer_cls_to_wrap": ["LlamaDecoderLayr"]},
+                key="actor.fsdp_config",
+            )
         except ValueError as exc:
             result["error"] = str(exc)
         plain = apply_fsdp2(load(), mesh, forward_prefetch=False)
@@ -93,8 +97,7 @@ def test_wrap_policy_picks_the_sharded_modules(results):
         sharded = result["sharded"]
         assert sharded["default"] == ["", *layers]
         assert sharded["by_class_and_size"] == ["", "model.layers.0.mlp", "model.layers.1.mlp"]
-        assert sharded["nested"] == ["", "model.layers.0", "model.layers.0.mlp", "model.layers.1",
-                                     "model.layers.1.mlp"]
+        assert sharded["nested"] == ["", "model.layers.0", "model.layers.0.mlp", "model.layers.1", "model.layers.1.mlp"]
         assert sharded["none_big_enough"] == [""]
 
 

@@ -23,8 +23,15 @@ def _micro_batch(vocab_size: int, rank: int):
     attention_mask = torch.ones_like(ids)
     attention_mask[0, :2] = 0
     attention_mask[1, -1:] = 0
-    return TensorDict({"responses": ids[:, PROMPT_LEN:], "input_ids": ids, "attention_mask": attention_mask,
-                       "position_ids": compute_position_id_with_mask(attention_mask)}, batch_size=[ROWS])
+    return TensorDict(
+        {
+            "responses": ids[:, PROMPT_LEN:],
+            "input_ids": ids,
+            "attention_mask": attention_mask,
+            "position_ids": compute_position_id_with_mask(attention_mask),
+        },
+        batch_size=[ROWS],
+    )
 
 
 def _run(model_dir: str, mesh, rank: int, fused: bool) -> dict:
@@ -35,14 +42,19 @@ def _run(model_dir: str, mesh, rank: int, fused: bool) -> dict:
 
     torch.manual_seed(0)
     model = apply_fsdp2(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), mesh)
-    config = ConfigView(FSDPActorConfig(ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=ROWS),
-                        use_fused_kernels=fused)
+    config = ConfigView(
+        FSDPActorConfig(ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=ROWS), use_fused_kernels=fused
+    )
     actor = DataParallelPPOActor(config, model)
-    log_probs, entropy = actor._forward_micro_batch(_micro_batch(model.config.vocab_size, rank), temperature=0.9,
-                                                    calculate_entropy=True, entropy_grad=True)
+    log_probs, entropy = actor._forward_micro_batch(
+        _micro_batch(model.config.vocab_size, rank), temperature=0.9, calculate_entropy=True, entropy_grad=True
+    )
     (log_probs.sum() - 0.1 * entropy.sum()).backward()
-    return {"log_probs": log_probs.detach(), "entropy": entropy.detach(),
-            "grads": {name: p.grad.full_tensor() for name, p in model.named_parameters()}}
+    return {
+        "log_probs": log_probs.detach(),
+        "entropy": entropy.detach(),
+        "grads": {name: p.grad.full_tensor() for name, p in model.named_parameters()},
+    }
 
 
 def _worker(rank: int, model_dir: str, init_file: str, out_dir: str) -> None:

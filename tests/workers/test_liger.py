@@ -31,8 +31,9 @@ def test_cpu_is_refused_by_name(tiny_model_dir):
 @pytest.mark.skipif(not HAS_LIGER, reason="needs liger-kernel")
 def test_liger_model_gives_the_same_logits_and_log_probs(tiny_model_dir):
     plain = load_causal_lm(HFModelConfig(path=str(tiny_model_dir)), str(tiny_model_dir), torch.float32).cuda()
-    liger = load_causal_lm(HFModelConfig(path=str(tiny_model_dir), use_liger=True), str(tiny_model_dir),
-                           torch.float32).cuda()
+    liger = load_causal_lm(
+        HFModelConfig(path=str(tiny_model_dir), use_liger=True), str(tiny_model_dir), torch.float32
+    ).cuda()
     # Liger rebinds the forward of the modules it patches (norms, MLPs) to its own
     assert any(getattr(m.forward, "__module__", "").startswith("liger_kernel") for m in liger.modules())
     ids = torch.randint(3, plain.config.vocab_size, (2, 16), device="cuda")

@@ -31,16 +31,26 @@ SAME_OBJECT = [
     ("verl.workers.actor.dp_actor:prepare_dynamic_batch", "verl.utils.seqlen_balancing:prepare_dynamic_batch"),
     ("verl.workers.roles.utils.padding:no_padding_2_padding", "verl.workers.utils.padding:no_padding_2_padding"),
     ("verl.workers.roles.utils.losses:ppo_loss", "verl.workers.utils.losses:ppo_loss"),
-    ("verl.workers.rollout.async_server:AsyncLLMServerManager",
-     "verl.experimental.agent_loop.server_manager:AsyncLLMServerManager"),
-    ("verl.workers.rollout.llm_server:LLMServerClient",
-     "verl.experimental.agent_loop.server_manager:AsyncLLMServerManager"),
-    ("verl.workers.rollout.llm_server:FullyAsyncLLMServerClient",
-     "verl.experimental.fully_async_policy.server_manager:PartialRolloutServerManager"),
-    ("verl.workers.rollout.vllm_rollout.vllm_async_server:AsyncvLLMServer",
-     "verl.workers.rollout.vllm.server:VLLMRolloutServer"),
-    ("verl.workers.rollout.sglang_rollout.async_sglang_server:AsyncSGLangServer",
-     "verl.workers.rollout.sglang.server:SGLangRolloutServer"),
+    (
+        "verl.workers.rollout.async_server:AsyncLLMServerManager",
+        "verl.experimental.agent_loop.server_manager:AsyncLLMServerManager",
+    ),
+    (
+        "verl.workers.rollout.llm_server:LLMServerClient",
+        "verl.experimental.agent_loop.server_manager:AsyncLLMServerManager",
+    ),
+    (
+        "verl.workers.rollout.llm_server:FullyAsyncLLMServerClient",
+        "verl.experimental.fully_async_policy.server_manager:PartialRolloutServerManager",
+    ),
+    (
+        "verl.workers.rollout.vllm_rollout.vllm_async_server:AsyncvLLMServer",
+        "verl.workers.rollout.vllm.server:VLLMRolloutServer",
+    ),
+    (
+        "verl.workers.rollout.sglang_rollout.async_sglang_server:AsyncSGLangServer",
+        "verl.workers.rollout.sglang.server:SGLangRolloutServer",
+    ),
     ("verl.workers.rollout.vllm_rollout:vLLMAsyncRollout", "verl.workers.rollout.vllm_rollout:vLLMRollout"),
     ("verl.workers.engine.base:EngineRegistry", "verl.workers.engine:EngineRegistry"),
 ]
@@ -96,8 +106,7 @@ UNAVAILABLE = [
     ("verl.workers.engine.megatron.transformer_impl:MegatronEngineWithLMHead", "verl.workers.engine:BaseEngine"),
     ("verl.workers.engine.torchtitan.transformer_impl:TorchTitanEngineWithLMHead", "verl.workers.engine:BaseEngine"),
     ("verl.workers.engine.mindspeed.transformer_impl:MindspeedEngineWithLMHead", "verl.workers.engine:BaseEngine"),
-    ("verl.workers.sharding_manager:FSDPVLLMShardingManager",
-     "verl.workers.sharding_manager.base:BaseShardingManager"),
+    ("verl.workers.sharding_manager:FSDPVLLMShardingManager", "verl.workers.sharding_manager.base:BaseShardingManager"),
     ("verl.workers.reward_model.sglang_reward_model:SGLangRewardModel", "builtins:object"),
     ("verl.workers.rollout.async_server:ChatCompletionScheduler", "builtins:object"),
     ("verl.workers.rollout.vllm_rollout:FIREvLLMRollout", "verl.workers.rollout.vllm_rollout:vLLMRollout"),
@@ -116,11 +125,14 @@ def test_unavailable_classes_import_and_refuse_construction(path, base):
         cls()
 
 
-@pytest.mark.parametrize("path", [
-    "verl.workers.engine.mindspeed.transformer_impl:repatch",
-    "verl.third_party.sglang.parallel_state:initialize_parallel_state",
-    "verl.third_party.sglang.parallel_state:get_tensor_model_parallel_rank",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "verl.workers.engine.mindspeed.transformer_impl:repatch",
+        "verl.third_party.sglang.parallel_state:initialize_parallel_state",
+        "verl.third_party.sglang.parallel_state:get_tensor_model_parallel_rank",
+    ],
+)
 def test_unavailable_functions_refuse_calls(path):
     with pytest.raises(MissingExtraError, match="not part of this build"):
         resolve(path)()

@@ -161,8 +161,9 @@ class WeightSyncBackend(abc.ABC):
 
     name: str = "?"
 
-    def __init__(self, bucket_bytes: int, dtype: str | torch.dtype | None = None, timeout_s: float = 600.0,
-                 **options: Any) -> None:
+    def __init__(
+        self, bucket_bytes: int, dtype: str | torch.dtype | None = None, timeout_s: float = 600.0, **options: Any
+    ) -> None:
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
             raise ValueError(
                 f"checkpoint engine {self.name!r}: bucket_bytes must be a positive int, got {bucket_bytes!r}"
@@ -177,12 +178,14 @@ class WeightSyncBackend(abc.ABC):
         self.options = options
 
     def make_request(self, version: int, targets: Any = None) -> WeightSyncRequest:
-        return WeightSyncRequest(self.name, int(version), self.bucket_bytes, self.dtype, self.timeout_s, targets,
-                                 dict(self.options))
+        return WeightSyncRequest(
+            self.name, int(version), self.bucket_bytes, self.dtype, self.timeout_s, targets, dict(self.options)
+        )
 
     @abc.abstractmethod
-    def sync(self, call_trainer: Callable[[WeightSyncRequest], list[Any]], replicas: dict[str, Any],
-             version: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    def sync(
+        self, call_trainer: Callable[[WeightSyncRequest], list[Any]], replicas: dict[str, Any], version: int
+    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         """Driver side: push ``version`` and return ``(trainer_report, {replica name: replica_report})``.
 
         ``call_trainer(request)`` runs ``send_weights`` on every trainer rank and returns the per-rank results.
@@ -192,8 +195,14 @@ class WeightSyncBackend(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def send(cls, module: nn.Module, request: WeightSyncRequest, rank: int, local_replicas: list[Any] | None,
-             loop: asyncio.AbstractEventLoop | None) -> dict[str, Any] | None:
+    def send(
+        cls,
+        module: nn.Module,
+        request: WeightSyncRequest,
+        rank: int,
+        local_replicas: list[Any] | None,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> dict[str, Any] | None:
         """Trainer side, on every rank: walk the buckets and ship them; rank 0 returns its report."""
 
 

@@ -54,7 +54,7 @@ def normalize_weight_name(name: str) -> str:
     """
     for prefix in _LEADING_PREFIXES:
         if name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
     name = _MODULES_TO_SAVE.sub("", name)
     return ".".join(part for part in name.split(".") if part not in _WRAPPER_COMPONENTS)
 
@@ -232,8 +232,12 @@ class BucketPacker:
 
     def _fusion_key(self, name: str) -> tuple[str, int, int] | None:
         """``(prefix, group index, group size)`` when ``name`` ends with a suffix of one fusion group."""
-        matches = [(index, suffix, len(group)) for index, group in enumerate(self.fusion_groups)
-                   for suffix in group if name.endswith(suffix)]
+        matches = [
+            (index, suffix, len(group))
+            for index, group in enumerate(self.fusion_groups)
+            for suffix in group
+            if name.endswith(suffix)
+        ]
         if len(matches) > 1:
             raise ValueError(f"{name!r} matches several fusion group suffixes: {[m[1] for m in matches]}")
         if not matches:

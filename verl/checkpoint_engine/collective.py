@@ -125,8 +125,9 @@ class ScratchBuffer:
         return self.tensor[:nbytes]
 
 
-def broadcast_bucket(group: Any, bucket: list[tuple[str, torch.Tensor]] | None, device: str,
-                     scratch: ScratchBuffer | None = None) -> None:
+def broadcast_bucket(
+    group: Any, bucket: list[tuple[str, torch.Tensor]] | None, device: str, scratch: ScratchBuffer | None = None
+) -> None:
     """Rank 0: send one bucket (or, with ``None``, the end-of-version marker), packed in ``scratch`` if given."""
     if bucket is None:
         _broadcast(group, torch.zeros(1, dtype=torch.int64, device=device))
@@ -138,15 +139,16 @@ def broadcast_bucket(group: Any, bucket: list[tuple[str, torch.Tensor]] | None, 
         offset = _pad(offset + nbytes)
     flat = (scratch or ScratchBuffer(device)).take(max(offset, 1))
     for (_, tensor), (_, _, _, start, nbytes) in zip(bucket, layout):
-        flat[start:start + nbytes].copy_(tensor.contiguous().reshape(-1).view(torch.uint8))
+        flat[start : start + nbytes].copy_(tensor.contiguous().reshape(-1).view(torch.uint8))
     meta = torch.frombuffer(bytearray(pickle.dumps((layout, flat.numel()))), dtype=torch.uint8).to(device)
     _broadcast(group, torch.tensor([meta.numel()], dtype=torch.int64, device=device))
     _broadcast(group, meta)
     _broadcast(group, flat)
 
 
-def receive_bucket(group: Any, device: str,
-                   scratch: ScratchBuffer | None = None) -> list[tuple[str, torch.Tensor]] | None:
+def receive_bucket(
+    group: Any, device: str, scratch: ScratchBuffer | None = None
+) -> list[tuple[str, torch.Tensor]] | None:
     """Ranks > 0: receive one bucket as CPU tensors, or None at the end of the version.
 
     The tensors are views of one flat buffer (``scratch`` if given: they are valid until the next call with it).
@@ -163,13 +165,12 @@ def receive_bucket(group: Any, device: str,
     _broadcast(group, flat)
     flat = flat.cpu()
     return [
-        (name, flat[start:start + nbytes].view(getattr(torch, dtype)).reshape(shape))
+        (name, flat[start : start + nbytes].view(getattr(torch, dtype)).reshape(shape))
         for name, dtype, shape, start, nbytes in layout
     ]
 
 
-def _receive_loop(handle: Any, groups: dict[str, Any], spec: dict[str, Any], rank: int,
-                  version: int) -> dict[str, Any]:
+def _receive_loop(handle: Any, groups: dict[str, Any], spec: dict[str, Any], rank: int, version: int) -> dict[str, Any]:
     """Receive every bucket of one version and load each through the replica actor's own ``update_weights``."""
     group = joined_group(groups, spec, rank)
     log, error = BucketLog(), None
@@ -306,20 +307,29 @@ class CollectiveCheckpointEngine(WeightSyncBackend):
 
         if self._store is None:
             host = ray.util.get_node_ip_address()
-            self._store = TCPStore(host, 0, is_master=True, wait_for_workers=False,
-                                   timeout=datetime.timedelta(seconds=self.timeout_s))
+            self._store = TCPStore(
+                host, 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=self.timeout_s)
+            )
             self._host = host
         return self._host, int(self._store.port)
 
-    def sync(self, call_trainer: Callable[[WeightSyncRequest], list[Any]], replicas: dict[str, Any],
-             version: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    def sync(
+        self, call_trainer: Callable[[WeightSyncRequest], list[Any]], replicas: dict[str, Any], version: int
+    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         if not replicas:
             raise ValueError("checkpoint engine 'collective': no replicas to update")
         actors = {name: replica_actor(name, replica) for name, replica in replicas.items()}
         host, port = self._rendezvous()
         name, fresh = self._group_name(actors)
-        spec = {"host": host, "port": port, "group": name, "fresh": fresh,
-                "world_size": 1 + len(actors), "device": self.options["device"], "timeout_s": self.timeout_s}
+        spec = {
+            "host": host,
+            "port": port,
+            "group": name,
+            "fresh": fresh,
+            "world_size": 1 + len(actors),
+            "device": self.options["device"],
+            "timeout_s": self.timeout_s,
+        }
         job = f"{spec['group']}/{version}"
         healthy = False
         try:
@@ -330,13 +340,20 @@ class CollectiveCheckpointEngine(WeightSyncBackend):
             if not healthy:  # whatever went wrong, the next version builds a fresh group
                 self._group = None
 
-    def _sync_in_group(self, call_trainer: Callable[[WeightSyncRequest], list[Any]], actors: dict[str, Any],
-                       spec: dict[str, Any], job: str, version: int
-                       ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    def _sync_in_group(
+        self,
+        call_trainer: Callable[[WeightSyncRequest], list[Any]],
+        actors: dict[str, Any],
+        spec: dict[str, Any],
+        job: str,
+        version: int,
+    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         import ray
 
-        started = {name: actor.__ray_call__.remote(_start_receiver, spec, i + 1, int(version), job)
-                   for i, (name, actor) in enumerate(actors.items())}
+        started = {
+            name: actor.__ray_call__.remote(_start_receiver, spec, i + 1, int(version), job)
+            for i, (name, actor) in enumerate(actors.items())
+        }
         found: dict[str, dict[str, Any]] = {}
         for name, ref in started.items():
             try:
@@ -345,9 +362,7 @@ class CollectiveCheckpointEngine(WeightSyncBackend):
                 found[name] = {"error": describe_error(exc)}
         if found:
             detail = "; ".join(f"replica {name!r}: {r['error']}" for name, r in found.items())
-            raise RuntimeError(
-                f"checkpoint engine 'collective', version {version}: cannot start receiving on {detail}"
-            )
+            raise RuntimeError(f"checkpoint engine 'collective', version {version}: cannot start receiving on {detail}")
         reports = call_trainer(self.make_request(version, spec))
         trainer = next((r for r in reports if r is not None), None)
         if trainer is None:
@@ -381,8 +396,14 @@ class CollectiveCheckpointEngine(WeightSyncBackend):
         return found
 
     @classmethod
-    def send(cls, module: nn.Module, request: WeightSyncRequest, rank: int, local_replicas: list[Any] | None,
-             loop: asyncio.AbstractEventLoop | None) -> dict[str, Any] | None:
+    def send(
+        cls,
+        module: nn.Module,
+        request: WeightSyncRequest,
+        rank: int,
+        local_replicas: list[Any] | None,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> dict[str, Any] | None:
         if rank != 0:
             for _ in request.buckets(module):  # take part in the gathers; rank 0 broadcasts
                 pass

@@ -73,21 +73,33 @@ class CheckpointEngineManager:
         **options: backend options (``max_inflight_buckets`` for ray, ``device`` for collective).
     """
 
-    def __init__(self, backend: Any = None, trainer: Any = None,
-                 replicas: Sequence[Any] | Mapping[str, Any] | None = None, bucket_megabytes: float | None = None,
-                 dtype: str | torch.dtype | None = None, timeout_s: float | None = None, *, config: Any = None,
-                 actor_wg: Any = None, **options: Any) -> None:
+    def __init__(
+        self,
+        backend: Any = None,
+        trainer: Any = None,
+        replicas: Sequence[Any] | Mapping[str, Any] | None = None,
+        bucket_megabytes: float | None = None,
+        dtype: str | torch.dtype | None = None,
+        timeout_s: float | None = None,
+        *,
+        config: Any = None,
+        actor_wg: Any = None,
+        **options: Any,
+    ) -> None:
         config = config if config is not None else (None if isinstance(backend, str) else backend)
         if config is not None:
             backend = _config_value(config, "backend") or "naive"
             if bucket_megabytes is None:
                 bucket_megabytes = _config_value(config, "bucket_megabytes") or _config_value(
-                    config, "update_weights_bucket_megabytes")
+                    config, "update_weights_bucket_megabytes"
+                )
             if timeout_s is None:
                 timeout_s = _config_value(config, "timeout_s")
         if not isinstance(backend, str):
-            raise TypeError(f"CheckpointEngineManager: backend must be a backend name or the checkpoint_engine "
-                            f"config, got {type(backend).__name__}")
+            raise TypeError(
+                f"CheckpointEngineManager: backend must be a backend name or the checkpoint_engine "
+                f"config, got {type(backend).__name__}"
+            )
         if trainer is None:
             trainer = actor_wg
         if trainer is None:
@@ -101,8 +113,12 @@ class CheckpointEngineManager:
             self.replicas = dict(replicas)
         elif replicas is not None:
             self.add_replicas(list(replicas))
-        self.engine = engine_cls(megabytes_to_bytes(512 if bucket_megabytes is None else bucket_megabytes),
-                                 dtype=dtype, timeout_s=600.0 if timeout_s is None else timeout_s, **options)
+        self.engine = engine_cls(
+            megabytes_to_bytes(512 if bucket_megabytes is None else bucket_megabytes),
+            dtype=dtype,
+            timeout_s=600.0 if timeout_s is None else timeout_s,
+            **options,
+        )
         self.last_metrics: dict[str, float] = {}
 
     @property
@@ -142,8 +158,10 @@ class CheckpointEngineManager:
     async def abort_replicas(self, reject_request: bool = False) -> None:
         """Abort in-flight requests on every replica (they are resumed by ``resume_generation_replicas``)."""
         if reject_request:
-            raise ValueError("abort_replicas(reject_request=True): the rollout servers park requests arriving while "
-                             "paused; they cannot reject them")
+            raise ValueError(
+                "abort_replicas(reject_request=True): the rollout servers park requests arriving while "
+                "paused; they cannot reject them"
+            )
         await self._on_replicas("abort_all")
 
     @auto_await
@@ -151,15 +169,21 @@ class CheckpointEngineManager:
         await self._on_replicas("resume")
 
     @classmethod
-    def from_config(cls, rollout_config: Any, trainer: Any, replicas: Sequence[Any] | Mapping[str, Any] | None = None,
-                    **overrides: Any) -> CheckpointEngineManager:
+    def from_config(
+        cls,
+        rollout_config: Any,
+        trainer: Any,
+        replicas: Sequence[Any] | Mapping[str, Any] | None = None,
+        **overrides: Any,
+    ) -> CheckpointEngineManager:
         """Build from ``rollout`` config: ``checkpoint_engine.backend``, ``checkpoint_engine.timeout_s`` and
         ``update_weights_bucket_megabytes`` (``checkpoint_engine.bucket_megabytes`` when set)."""
         engine_cfg = getattr(rollout_config, "checkpoint_engine", None)
         kwargs: dict[str, Any] = {
             "backend": getattr(engine_cfg, "backend", None) or "naive",
             "bucket_megabytes": getattr(engine_cfg, "bucket_megabytes", None)
-            or getattr(rollout_config, "update_weights_bucket_megabytes", None) or 512,
+            or getattr(rollout_config, "update_weights_bucket_megabytes", None)
+            or 512,
             "timeout_s": getattr(engine_cfg, "timeout_s", None) or 600.0,
         }
         kwargs.update(overrides)

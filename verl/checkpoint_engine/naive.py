@@ -62,8 +62,9 @@ class LoopRunner:
 class NaiveCheckpointEngine(WeightSyncBackend):
     """Same-process transfer: the trainer worker loads its buckets straight into its local rollout engine."""
 
-    def sync(self, call_trainer: Callable[[WeightSyncRequest], list[Any]], replicas: dict[str, Any],
-             version: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    def sync(
+        self, call_trainer: Callable[[WeightSyncRequest], list[Any]], replicas: dict[str, Any], version: int
+    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         if replicas:
             raise ValueError(
                 f"checkpoint engine 'naive' loads the engines inside the trainer workers; it cannot reach the separate "
@@ -79,8 +80,14 @@ class NaiveCheckpointEngine(WeightSyncBackend):
         return trainer, found
 
     @classmethod
-    def send(cls, module: nn.Module, request: WeightSyncRequest, rank: int, local_replicas: list[Any] | None,
-             loop: asyncio.AbstractEventLoop | None) -> dict[str, Any] | None:
+    def send(
+        cls,
+        module: nn.Module,
+        request: WeightSyncRequest,
+        rank: int,
+        local_replicas: list[Any] | None,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> dict[str, Any] | None:
         if not local_replicas:
             raise ValueError(
                 f"checkpoint engine 'naive': trainer rank {rank} hosts no rollout engine (local_replicas is empty); "
@@ -108,5 +115,10 @@ class NaiveCheckpointEngine(WeightSyncBackend):
             name: {"error": errors[name]} if name in errors else {"version": request.version, "checksum": log.checksum}
             for name, log in logs.items()
         }
-        return {"rank": rank, "checksum": sent.checksum, "num_buckets": len(sent.checksums), "bytes": sent.nbytes,
-                "replicas": replicas}
+        return {
+            "rank": rank,
+            "checksum": sent.checksum,
+            "num_buckets": len(sent.checksums),
+            "bytes": sent.nbytes,
+            "replicas": replicas,
+        }

@@ -49,8 +49,9 @@ def replica_actor(name: str, replica: Any) -> Any:
 class RayCheckpointEngine(WeightSyncBackend):
     """Object-store transfer; options: ``max_inflight_buckets`` (default 2)."""
 
-    def sync(self, call_trainer: Callable[[WeightSyncRequest], list[Any]], replicas: dict[str, Any],
-             version: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    def sync(
+        self, call_trainer: Callable[[WeightSyncRequest], list[Any]], replicas: dict[str, Any], version: int
+    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         if not replicas:
             raise ValueError("checkpoint engine 'ray': no replicas to update")
         targets = {name: replica_actor(name, replica) for name, replica in replicas.items()}
@@ -61,8 +62,14 @@ class RayCheckpointEngine(WeightSyncBackend):
         return trainer, trainer["replicas"]
 
     @classmethod
-    def send(cls, module: nn.Module, request: WeightSyncRequest, rank: int, local_replicas: list[Any] | None,
-             loop: asyncio.AbstractEventLoop | None) -> dict[str, Any] | None:
+    def send(
+        cls,
+        module: nn.Module,
+        request: WeightSyncRequest,
+        rank: int,
+        local_replicas: list[Any] | None,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> dict[str, Any] | None:
         if rank != 0:
             for _ in request.buckets(module):  # take part in the gathers; rank 0 ships
                 pass
@@ -93,8 +100,13 @@ class RayCheckpointEngine(WeightSyncBackend):
             while len(inflight) >= max_inflight:
                 settle_oldest()
             ref = ray.put(OutOfBandBucket(bucket))
-            inflight.append([(name, actor.update_weights.remote(ref, request.version))
-                             for name, actor in targets.items() if name not in errors])
+            inflight.append(
+                [
+                    (name, actor.update_weights.remote(ref, request.version))
+                    for name, actor in targets.items()
+                    if name not in errors
+                ]
+            )
             del ref
         while inflight:
             settle_oldest()
@@ -102,5 +114,10 @@ class RayCheckpointEngine(WeightSyncBackend):
             name: {"error": errors[name]} if name in errors else {"version": request.version, "checksum": log.checksum}
             for name, log in logs.items()
         }
-        return {"rank": rank, "checksum": sent.checksum, "num_buckets": len(sent.checksums), "bytes": sent.nbytes,
-                "replicas": replicas}
+        return {
+            "rank": rank,
+            "checksum": sent.checksum,
+            "num_buckets": len(sent.checksums),
+            "bytes": sent.nbytes,
+            "replicas": replicas,
+        }

@@ -74,8 +74,10 @@ class CheckpointEngineRegistry:
     @classmethod
     def get(cls, backend: str) -> type[CheckpointEngine]:
         if backend not in cls._registry:
-            message = (f"checkpoint engine {backend!r} is not registered; registered: {sorted(cls._registry)} "
-                       "(the trainers' own weight-sync backends are driven by CheckpointEngineManager)")
+            message = (
+                f"checkpoint engine {backend!r} is not registered; registered: {sorted(cls._registry)} "
+                "(the trainers' own weight-sync backends are driven by CheckpointEngineManager)"
+            )
             if cls._import_errors:
                 failed = ", ".join(f"{module}: {error}" for module, error in sorted(cls._import_errors.items()))
                 message += f"; engine modules that failed to import: {failed}"
@@ -106,8 +108,9 @@ class CheckpointEngine(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def build_topology(cls, actor_wg_world_size: int, rollout_world_size: int,
-                       metadata: list[dict]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    def build_topology(
+        cls, actor_wg_world_size: int, rollout_world_size: int, metadata: list[dict]
+    ) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
         """From every process's ``prepare`` output (trainer ranks first), the ``init_process_group`` keyword
         arguments of each side: ``{kwarg: [value for each rank]}`` for the trainer group, then for the receivers."""
 
@@ -151,8 +154,9 @@ class ColocatedCheckpointEngine(CheckpointEngine):
         return {}
 
     @classmethod
-    def build_topology(cls, actor_wg_world_size: int, rollout_world_size: int,
-                       metadata: list[dict]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    def build_topology(
+        cls, actor_wg_world_size: int, rollout_world_size: int, metadata: list[dict]
+    ) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
         return {}, {}
 
     def init_process_group(self, **kwargs: Any) -> None:
@@ -182,8 +186,9 @@ async def ensure_async_iterator(source: Any) -> AsyncIterator[Any]:
             yield item
 
 
-async def split_weight_chunks(weights: Any, bucket_size: int,
-                              meta_only: bool = False) -> AsyncIterator[tuple[TensorMeta, torch.Tensor | None]]:
+async def split_weight_chunks(
+    weights: Any, bucket_size: int, meta_only: bool = False
+) -> AsyncIterator[tuple[TensorMeta, torch.Tensor | None]]:
     """Cut each tensor of a weight stream into byte chunks of at most ``bucket_size``.
 
     Yields ``(TensorMeta, uint8 view of the chunk)`` (``None`` instead of the view with ``meta_only``).
@@ -194,8 +199,9 @@ async def split_weight_chunks(weights: Any, bucket_size: int,
         raw = weight.contiguous().view(-1).view(torch.uint8)
         for start in range(0, max(weight.nbytes, 1), bucket_size):
             size = min(bucket_size, weight.nbytes - start)
-            meta = TensorMeta(name=name, shape=weight.shape, dtype=weight.dtype, chunk_offset=start, chunk_size=size,
-                              offset=None)
+            meta = TensorMeta(
+                name=name, shape=weight.shape, dtype=weight.dtype, chunk_offset=start, chunk_size=size, offset=None
+            )
             yield meta, None if meta_only else raw[start : start + size]
 
 
@@ -218,8 +224,10 @@ async def merge_weight_chunks(chunks: Any, bucket_size: int) -> AsyncIterator[tu
             pending = (meta.name, tensor, tensor.view(-1).view(torch.uint8), 0)
         name, tensor, raw, filled = pending
         if meta.name != name or meta.chunk_offset != filled:
-            raise ValueError(f"merge_weight_chunks: expected {name!r} at byte {filled}, got {meta.name!r} at byte "
-                             f"{meta.chunk_offset}")
+            raise ValueError(
+                f"merge_weight_chunks: expected {name!r} at byte {filled}, got {meta.name!r} at byte "
+                f"{meta.chunk_offset}"
+            )
         raw[meta.chunk_offset : meta.chunk_offset + meta.chunk_size] = chunk
         filled += meta.chunk_size
         pending = (name, tensor, raw, filled)

@@ -48,12 +48,15 @@ class RolloutServerWeightAdapter:
         self.replica_rank = replica_rank
         self.is_leader_rank = is_leader_rank
 
-    async def update_weights(self, weights: Any, global_steps: int | None = None,
-                             wire_format: str = "named_tensors", **kwargs: Any) -> list[dict[str, Any]]:
+    async def update_weights(
+        self, weights: Any, global_steps: int | None = None, wire_format: str = "named_tensors", **kwargs: Any
+    ) -> list[dict[str, Any]]:
         """Load the stream; returns each bucket's load report (version and checksum)."""
         if wire_format != "named_tensors":
-            raise ValueError(f"rollout server {type(self.server).__name__} loads full (name, tensor) pairs; the "
-                             f"checkpoint engine sends {wire_format!r}")
+            raise ValueError(
+                f"rollout server {type(self.server).__name__} loads full (name, tensor) pairs; the "
+                f"checkpoint engine sends {wire_format!r}"
+            )
         version = int(global_steps or 0)
         packer = BucketPacker(self.bucket_bytes)
         reports = []
@@ -76,8 +79,9 @@ class CheckpointEngineWorker(Worker):
         *args, **kwargs: passed to the rollout server built when ``server_adapter`` is None.
     """
 
-    def __init__(self, rollout_config: Any, model_config: Any, server_adapter: Any = None, *args: Any,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, rollout_config: Any, model_config: Any, server_adapter: Any = None, *args: Any, **kwargs: Any
+    ) -> None:
         super().__init__()
         self.rollout_config = rollout_config
         self.model_config = model_config
@@ -85,8 +89,11 @@ class CheckpointEngineWorker(Worker):
         if engine_config is None:
             raise ValueError("CheckpointEngineWorker: rollout_config has no checkpoint_engine group")
         self.checkpoint_engine: CheckpointEngine = build_checkpoint_engine(engine_config)
-        self.server_adapter = server_adapter if server_adapter is not None else self._host_server(
-            engine_bucket_bytes(engine_config), *args, **kwargs)
+        self.server_adapter = (
+            server_adapter
+            if server_adapter is not None
+            else self._host_server(engine_bucket_bytes(engine_config), *args, **kwargs)
+        )
 
     def _host_server(self, bucket_bytes: int, *args: Any, **kwargs: Any) -> RolloutServerWeightAdapter:
         from verl.workers.fsdp.model_loader import resolve_model_path
@@ -94,16 +101,19 @@ class CheckpointEngineWorker(Worker):
 
         replica_rank = int(kwargs.pop("replica_rank", 0))
         server = build_server(self.rollout_config, resolve_model_path(self.model_config), *args, **kwargs)
-        return RolloutServerWeightAdapter(server, bucket_bytes, replica_rank=replica_rank,
-                                          is_leader_rank=self.rank == 0)
+        return RolloutServerWeightAdapter(
+            server, bucket_bytes, replica_rank=replica_rank, is_leader_rank=self.rank == 0
+        )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     async def update_weights(self, global_steps: int | None = None) -> Any:
         """Receive one transfer and load it into the server."""
         weights = self.checkpoint_engine.receive_weights(global_steps=global_steps)
         return await self.server_adapter.update_weights(
-            weights, global_steps=global_steps, wire_format=getattr(self.checkpoint_engine, "wire_format",
-                                                                    "named_tensors"))
+            weights,
+            global_steps=global_steps,
+            wire_format=getattr(self.checkpoint_engine, "wire_format", "named_tensors"),
+        )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE, blocking=False)
     def execute_checkpoint_engine(self, method: str, *args: Any, **kwargs: Any) -> Any:

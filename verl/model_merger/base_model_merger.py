@@ -32,8 +32,10 @@ _PEFT_PREFIX = "base_model.model."
 
 def build_parser() -> argparse.ArgumentParser:
     """verl's ``merge`` / ``test`` sub-commands and their flags."""
-    parser = argparse.ArgumentParser(prog="python -m verl.model_merger",
-                                     description="Turn a verl training checkpoint into a Hugging Face model folder.")
+    parser = argparse.ArgumentParser(
+        prog="python -m verl.model_merger",
+        description="Turn a verl training checkpoint into a Hugging Face model folder.",
+    )
     ops = parser.add_subparsers(dest="operation", required=True, help="merge: write a folder; test: compare")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--backend", required=True, choices=BACKENDS, help="the engine that wrote the checkpoint")
@@ -85,15 +87,28 @@ def generate_config_from_args(args: argparse.Namespace) -> ModelMergerConfig:
     if not args.local_dir:
         raise ValueError("--local_dir is required: the checkpoint folder (e.g. .../global_step_10/actor)")
     local_dir = os.path.expanduser(args.local_dir)
-    hf_dir = os.path.join(local_dir, "model", "huggingface") if args.backend == "megatron" else os.path.join(
-        local_dir, "huggingface")
-    common = {"operation": args.operation, "backend": args.backend, "tie_word_embedding": args.tie_word_embedding,
-              "trust_remote_code": args.trust_remote_code, "is_value_model": args.is_value_model,
-              "local_dir": local_dir, "hf_model_config_path": hf_dir,
-              "use_cpu_initialization": args.use_cpu_initialization}
+    hf_dir = (
+        os.path.join(local_dir, "model", "huggingface")
+        if args.backend == "megatron"
+        else os.path.join(local_dir, "huggingface")
+    )
+    common = {
+        "operation": args.operation,
+        "backend": args.backend,
+        "tie_word_embedding": args.tie_word_embedding,
+        "trust_remote_code": args.trust_remote_code,
+        "is_value_model": args.is_value_model,
+        "local_dir": local_dir,
+        "hf_model_config_path": hf_dir,
+        "use_cpu_initialization": args.use_cpu_initialization,
+    }
     if args.operation == "merge":
-        config = ModelMergerConfig(**common, target_dir=os.path.expanduser(args.target_dir),
-                                   hf_upload_path=args.hf_upload_path, private=args.private)
+        config = ModelMergerConfig(
+            **common,
+            target_dir=os.path.expanduser(args.target_dir),
+            hf_upload_path=args.hf_upload_path,
+            private=args.private,
+        )
         os.makedirs(config.target_dir, exist_ok=True)
         return config
     if args.operation == "test":
@@ -131,8 +146,9 @@ class BaseModelMerger(ABC):
                 f"--local_dir {config.local_dir}: no Hugging Face config at {self.hf_model_config_path}/config.json; "
                 "point --local_dir at a checkpoint folder such as .../global_step_10/actor"
             )
-        self.model_config = AutoConfig.from_pretrained(self.hf_model_config_path,
-                                                       trust_remote_code=config.trust_remote_code)
+        self.model_config = AutoConfig.from_pretrained(
+            self.hf_model_config_path, trust_remote_code=config.trust_remote_code
+        )
 
     # ------------------------------------------------------------------ model class and dtype
     def get_transformers_auto_model_class(self) -> Any:
@@ -147,13 +163,17 @@ class BaseModelMerger(ABC):
                 if hasattr(transformers, name):
                     return getattr(transformers, name)
                 raise NotImplementedError(f"{self.hf_model_config_path}: unknown auto class {auto_name!r}")
-        for suffix, name in (("ForTokenClassification", "AutoModelForTokenClassification"),
-                             ("ForCausalLM", "AutoModelForCausalLM"),
-                             ("ForConditionalGeneration", "AutoModelForImageTextToText")):
+        for suffix, name in (
+            ("ForTokenClassification", "AutoModelForTokenClassification"),
+            ("ForCausalLM", "AutoModelForCausalLM"),
+            ("ForConditionalGeneration", "AutoModelForImageTextToText"),
+        ):
             if arch.endswith(suffix):
                 return getattr(transformers, name)
-        raise NotImplementedError(f"{self.hf_model_config_path}/config.json: unsupported architectures "
-                                  f"{getattr(self.model_config, 'architectures', None)}")
+        raise NotImplementedError(
+            f"{self.hf_model_config_path}/config.json: unsupported architectures "
+            f"{getattr(self.model_config, 'architectures', None)}"
+        )
 
     def target_dtype(self) -> torch.dtype | None:
         """The dtype config.json declares (the checkpoint's original one); None keeps the trained dtype."""
@@ -174,8 +194,10 @@ class BaseModelMerger(ABC):
 
         if not os.path.isfile(os.path.join(self.hf_model_config_path, "generation_config.json")):
             if warn_if_missing:
-                logger.warning("%s has no generation_config.json; the merged model gets one derived from its config",
-                               self.hf_model_config_path)
+                logger.warning(
+                    "%s has no generation_config.json; the merged model gets one derived from its config",
+                    self.hf_model_config_path,
+                )
             return None
         return GenerationConfig.from_pretrained(self.hf_model_config_path)
 
@@ -220,13 +242,23 @@ class BaseModelMerger(ABC):
         alpha = meta.get("lora_alpha")
         if alpha is None:
             alpha = 0
-            logger.warning("no LoRA alpha saved with %s (lora_train_meta.json); lora_adapter/adapter_config.json gets "
-                           "lora_alpha=0, which disables the adapter until you set the training value there",
-                           self.config.local_dir)
+            logger.warning(
+                "no LoRA alpha saved with %s (lora_train_meta.json); lora_adapter/adapter_config.json gets "
+                "lora_alpha=0, which disables the adapter until you set the training value there",
+                self.config.local_dir,
+            )
         targets = sorted({key.rsplit(".", 3)[1] for key in adapter})  # "<path>.q_proj.lora_A.weight"
-        peft_config = {"peft_type": "LORA", "r": rank, "lora_alpha": alpha, "target_modules": targets,
-                       "task_type": meta.get("task_type") or "CAUSAL_LM", "bias": "none", "lora_dropout": 0.0,
-                       "base_model_name_or_path": None, "inference_mode": True}
+        peft_config = {
+            "peft_type": "LORA",
+            "r": rank,
+            "lora_alpha": alpha,
+            "target_modules": targets,
+            "task_type": meta.get("task_type") or "CAUSAL_LM",
+            "bias": "none",
+            "lora_dropout": 0.0,
+            "base_model_name_or_path": None,
+            "inference_mode": True,
+        }
         out = Path(self.config.target_dir) / "lora_adapter"
         out.mkdir(parents=True, exist_ok=True)
         (out / "adapter_config.json").write_text(json.dumps(peft_config, indent=2) + "\n", encoding="utf-8")
@@ -248,8 +280,9 @@ class BaseModelMerger(ABC):
         expected = set(model.state_dict())
         missing = sorted(expected - set(state_dict) - _tied_keys(model))
         if missing:
-            raise ValueError(f"--local_dir {self.config.local_dir}: the checkpoint lacks weights the model needs, "
-                             f"e.g. {missing[:5]}")
+            raise ValueError(
+                f"--local_dir {self.config.local_dir}: the checkpoint lacks weights the model needs, e.g. {missing[:5]}"
+            )
         print(f"Saving model to {self.config.target_dir}")
         model.save_pretrained(self.config.target_dir, state_dict=state_dict)
         self.save_generation_config(self.config.target_dir)
@@ -262,12 +295,14 @@ class BaseModelMerger(ABC):
         trust = self.config.trust_remote_code
         try:
             AutoTokenizer.from_pretrained(self.hf_model_config_path, trust_remote_code=trust).save_pretrained(
-                target_dir)
+                target_dir
+            )
         except (OSError, ValueError) as exc:
             logger.warning("no tokenizer saved: %s has none readable (%s)", self.hf_model_config_path, exc)
         if (Path(self.hf_model_config_path) / "preprocessor_config.json").is_file():
             AutoProcessor.from_pretrained(self.hf_model_config_path, trust_remote_code=trust).save_pretrained(
-                target_dir)
+                target_dir
+            )
 
     def upload_to_huggingface(self) -> None:
         """Create ``--hf_upload_path`` on the Hub (``--private``) and upload ``target_dir`` into it."""
@@ -276,11 +311,11 @@ class BaseModelMerger(ABC):
         api = HfApi()
         try:
             api.create_repo(repo_id=self.config.hf_upload_path, private=self.config.private, exist_ok=True)
-            api.upload_folder(folder_path=self.config.target_dir, repo_id=self.config.hf_upload_path,
-                              repo_type="model")
+            api.upload_folder(folder_path=self.config.target_dir, repo_id=self.config.hf_upload_path, repo_type="model")
         except Exception as exc:
-            raise RuntimeError(f"--hf_upload_path {self.config.hf_upload_path}: upload failed: "
-                               f"{type(exc).__name__}: {exc}") from exc
+            raise RuntimeError(
+                f"--hf_upload_path {self.config.hf_upload_path}: upload failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
     @abstractmethod
     def merge_and_save(self) -> None:

@@ -40,24 +40,32 @@ def load_dcp_model_state(local_dir: str | Path) -> dict[str, torch.Tensor]:
     shard_dir = local_dir / "dcp"
     if not shard_dir.is_dir():
         if any(local_dir.glob("model_world_size_*_rank_*.pt")):
-            raise ValueError(f"--local_dir {local_dir} holds upstream verl's per-rank model_world_size_*.pt files; "
-                             "this merger reads checkpoints written by this package (a dcp/ folder)")
+            raise ValueError(
+                f"--local_dir {local_dir} holds upstream verl's per-rank model_world_size_*.pt files; "
+                "this merger reads checkpoints written by this package (a dcp/ folder)"
+            )
         if any((local_dir / "huggingface").glob("*.safetensors")):
-            raise FileNotFoundError(f"--local_dir {local_dir}: no dcp/ folder of model shards, but "
-                                    f"{local_dir / 'huggingface'} already is a full Hugging Face model: use it as is")
-        raise FileNotFoundError(f"--local_dir {local_dir}: no dcp/ folder of model shards; expected a checkpoint "
-                                "folder such as .../global_step_10/actor (PPO) or .../global_step_10 (SFT)")
+            raise FileNotFoundError(
+                f"--local_dir {local_dir}: no dcp/ folder of model shards, but "
+                f"{local_dir / 'huggingface'} already is a full Hugging Face model: use it as is"
+            )
+        raise FileNotFoundError(
+            f"--local_dir {local_dir}: no dcp/ folder of model shards; expected a checkpoint "
+            "folder such as .../global_step_10/actor (PPO) or .../global_step_10 (SFT)"
+        )
     reader = FileSystemReader(str(shard_dir))
     metadata = reader.read_metadata()
     state = {
-        key[len(_MODEL_PREFIX):]: torch.empty(meta.size, dtype=meta.properties.dtype)
+        key[len(_MODEL_PREFIX) :]: torch.empty(meta.size, dtype=meta.properties.dtype)
         for key, meta in metadata.state_dict_metadata.items()
         if key.startswith(_MODEL_PREFIX) and isinstance(meta, TensorStorageMetadata)
     }
     if not state:
         contents = _describe_contents(local_dir)
-        raise ValueError(f"--local_dir {local_dir}: the checkpoint holds no model weights{contents}; save with "
-                         "'model' in checkpoint.save_contents")
+        raise ValueError(
+            f"--local_dir {local_dir}: the checkpoint holds no model weights{contents}; save with "
+            "'model' in checkpoint.save_contents"
+        )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*torch\.distributed is disabled.*")
         dcp.load({"model": state}, storage_reader=reader)
@@ -85,12 +93,15 @@ class FSDPModelMerger(BaseModelMerger):
         """Raise ValueError naming the first difference between the merged weights and the reference model's."""
         base, _ = split_lora(state)
         auto_class = self.get_transformers_auto_model_class()
-        reference = auto_class.from_pretrained(self.config.test_hf_dir, dtype="auto",
-                                               trust_remote_code=self.config.trust_remote_code).state_dict()
+        reference = auto_class.from_pretrained(
+            self.config.test_hf_dir, dtype="auto", trust_remote_code=self.config.trust_remote_code
+        ).state_dict()
         missing, extra = sorted(set(reference) - set(base)), sorted(set(base) - set(reference))
         if missing or extra:
-            raise ValueError(f"merged weights differ in names from {self.config.test_hf_dir}: missing {missing[:5]}, "
-                             f"extra {extra[:5]}")
+            raise ValueError(
+                f"merged weights differ in names from {self.config.test_hf_dir}: missing {missing[:5]}, "
+                f"extra {extra[:5]}"
+            )
         for key, want in reference.items():
             got = base[key].to(want.dtype)
             if got.shape != want.shape:

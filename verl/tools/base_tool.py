@@ -47,8 +47,9 @@ class BaseTool(abc.ABC):
 
     default_schema: ClassVar[dict[str, Any] | None] = None
 
-    def __init__(self, config: dict[str, Any] | None = None,
-                 tool_schema: OpenAIFunctionToolSchema | dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, config: dict[str, Any] | None = None, tool_schema: OpenAIFunctionToolSchema | dict[str, Any] | None = None
+    ) -> None:
         self.config = dict(config or {})
         where = f"tool {type(self).__qualname__}"
         if tool_schema is None:
@@ -56,8 +57,9 @@ class BaseTool(abc.ABC):
         if isinstance(tool_schema, dict):
             tool_schema = OpenAIFunctionToolSchema.from_dict(tool_schema, where=f"{where} tool_schema")
         if not isinstance(tool_schema, OpenAIFunctionToolSchema):
-            raise TypeError(f"{where}: tool_schema must be a dict or OpenAIFunctionToolSchema, got "
-                            f"{type(tool_schema).__name__}")
+            raise TypeError(
+                f"{where}: tool_schema must be a dict or OpenAIFunctionToolSchema, got {type(tool_schema).__name__}"
+            )
         self.tool_schema = tool_schema
         self.name = tool_schema.name
         timeout = self.config.get("timeout_s", DEFAULT_TOOL_TIMEOUT_S)
@@ -74,8 +76,10 @@ class BaseTool(abc.ABC):
             if schema is not None:
                 return schema
         if self.default_schema is None:
-            raise ValueError(f"{where}: no tool_schema given, and the class has neither a default_schema nor its own "
-                             "get_openai_tool_schema()")
+            raise ValueError(
+                f"{where}: no tool_schema given, and the class has neither a default_schema nor its own "
+                "get_openai_tool_schema()"
+            )
         return self.default_schema
 
     def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
@@ -92,8 +96,9 @@ class BaseTool(abc.ABC):
         return instance_id, ToolResponse()
 
     @abc.abstractmethod
-    async def execute(self, instance_id: str, parameters: dict[str, Any],
-                      **kwargs: Any) -> tuple[ToolResponse, float, dict[str, Any]]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict[str, Any]]:
         """Run one call; returns (response for the model, step reward, metrics)."""
 
     async def calc_reward(self, instance_id: str, **kwargs: Any) -> float:

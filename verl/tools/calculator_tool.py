@@ -22,8 +22,13 @@ MAX_EXPONENT = 128
 MAX_RESULT_DIGITS = 100
 
 _BINARY = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
 }
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 
@@ -126,8 +131,9 @@ class CalculatorTool(BaseTool):
         },
     }
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any],
-                      **kwargs: Any) -> tuple[ToolResponse, float, dict[str, Any]]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict[str, Any]]:
         state = self._instances.setdefault(instance_id, {"create_kwargs": {}})
         try:
             value = format_number(safe_eval(parameters.get("expression")))

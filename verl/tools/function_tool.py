@@ -84,8 +84,11 @@ def _qualified(fn: Callable[..., Any]) -> str:
 
 def _schema_from_function(fn: Callable[..., Any], tool_name: str) -> OpenAIFunctionToolSchema:
     """The tool schema of ``fn``'s signature and docstring, renamed to ``tool_name``."""
-    variadic = [name for name, param in inspect.signature(fn).parameters.items()
-                if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    variadic = [
+        name
+        for name, param in inspect.signature(fn).parameters.items()
+        if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    ]
     if variadic:
         raise ValueError(
             f"@function_tool {tool_name!r} ({_qualified(fn)}) has variadic parameter(s) {variadic}: a tool schema "
@@ -98,8 +101,9 @@ def _schema_from_function(fn: Callable[..., Any], tool_name: str) -> OpenAIFunct
     return OpenAIFunctionToolSchema.model_validate(raw)
 
 
-def _explicit_schema(schema: OpenAIFunctionToolSchema | dict[str, Any], tool_name: str,
-                     fn: Callable[..., Any]) -> OpenAIFunctionToolSchema:
+def _explicit_schema(
+    schema: OpenAIFunctionToolSchema | dict[str, Any], tool_name: str, fn: Callable[..., Any]
+) -> OpenAIFunctionToolSchema:
     built = schema if isinstance(schema, OpenAIFunctionToolSchema) else OpenAIFunctionToolSchema.model_validate(schema)
     if built.function.name != tool_name:
         raise ValueError(
@@ -109,8 +113,9 @@ def _explicit_schema(schema: OpenAIFunctionToolSchema | dict[str, Any], tool_nam
     return built
 
 
-def _register(fn: Callable[..., Any], tool_name: str | None,
-              schema: OpenAIFunctionToolSchema | dict[str, Any] | None) -> Callable[..., Any]:
+def _register(
+    fn: Callable[..., Any], tool_name: str | None, schema: OpenAIFunctionToolSchema | dict[str, Any] | None
+) -> Callable[..., Any]:
     if not callable(fn):
         raise TypeError(f"@function_tool decorates functions, got {fn!r}")
     name = tool_name or fn.__name__
@@ -121,14 +126,16 @@ def _register(fn: Callable[..., Any], tool_name: str | None,
             "take its name (rename one of them)"
         )
     tool_schema = _schema_from_function(fn, name) if schema is None else _explicit_schema(schema, name, fn)
-    FUNCTION_TOOL_REGISTRY[name] = FunctionTool(name=name, fn=fn, tool_schema=tool_schema,
-                                                is_async=inspect.iscoroutinefunction(fn))
+    FUNCTION_TOOL_REGISTRY[name] = FunctionTool(
+        name=name, fn=fn, tool_schema=tool_schema, is_async=inspect.iscoroutinefunction(fn)
+    )
     logger.info("registered function tool %r (%s)", name, _qualified(fn))
     return fn
 
 
-def function_tool(name: str | Callable[..., Any] | None = None, *,
-                  schema: OpenAIFunctionToolSchema | dict[str, Any] | None = None) -> Any:
+def function_tool(
+    name: str | Callable[..., Any] | None = None, *, schema: OpenAIFunctionToolSchema | dict[str, Any] | None = None
+) -> Any:
     """Register a function as a tool; returns the function unchanged.
 
     Forms: ``@function_tool``, ``@function_tool()``, ``@function_tool("tool_name")``,
@@ -155,8 +162,10 @@ def get_function_tool(name: str) -> FunctionTool:
         return FUNCTION_TOOL_REGISTRY[name]
     except KeyError:
         known = ", ".join(sorted(FUNCTION_TOOL_REGISTRY)) or "none"
-        raise KeyError(f"no function tool named {name!r} (registered: {known}); is the file defining it "
-                       "rollout.multi_turn.function_tool_path?") from None
+        raise KeyError(
+            f"no function tool named {name!r} (registered: {known}); is the file defining it "
+            "rollout.multi_turn.function_tool_path?"
+        ) from None
 
 
 def _module_name(abs_path: str) -> str:

@@ -39,16 +39,18 @@ class PythonTool(BaseTool):
         },
     }
 
-    def __init__(self, config: dict[str, Any] | None = None,
-                 tool_schema: OpenAIFunctionToolSchema | dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, config: dict[str, Any] | None = None, tool_schema: OpenAIFunctionToolSchema | dict[str, Any] | None = None
+    ) -> None:
         config = dict(config or {})
         self.limits = SandboxLimits.from_config(config, where=f"tool {type(self).__qualname__} config")
         config.setdefault("timeout_s", float(self.limits.wall_timeout_s) + 5.0)
         super().__init__(config, tool_schema)
         concurrency = config.get("max_concurrency", 4)
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ValueError(f"tool {type(self).__qualname__} config.max_concurrency: must be an int >= 1, "
-                             f"got {concurrency!r}")
+            raise ValueError(
+                f"tool {type(self).__qualname__} config.max_concurrency: must be an int >= 1, got {concurrency!r}"
+            )
         self.max_concurrency = concurrency
         self.layers = check_layers(self.limits, where=f"tool {self.name!r} ({type(self).__qualname__})")
         self._semaphores: dict[int, asyncio.Semaphore] = {}
@@ -61,13 +63,18 @@ class PythonTool(BaseTool):
             self._semaphores[key] = asyncio.Semaphore(self.max_concurrency)
         return self._semaphores[key]
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any],
-                      **kwargs: Any) -> tuple[ToolResponse, float, dict[str, Any]]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict[str, Any]]:
         code = parameters.get("code")
         if not isinstance(code, str) or not code.strip():
             return ToolResponse(text="Error: 'code' must be a non-empty string"), 0.0, {"sandbox_status": "error"}
         async with self._semaphore():
             result = await run_python(code, self.limits)
-        metrics = {"sandbox_status": result.status, "sandbox_duration_s": result.duration_s,
-                   "sandbox_error_type": result.error_type, "sandbox_timeout_kind": result.timeout_kind}
+        metrics = {
+            "sandbox_status": result.status,
+            "sandbox_duration_s": result.duration_s,
+            "sandbox_error_type": result.error_type,
+            "sandbox_timeout_kind": result.timeout_kind,
+        }
         return ToolResponse(text=result.to_text()), 0.0, metrics

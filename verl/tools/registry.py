@@ -65,8 +65,10 @@ def _import(target: str, where: str) -> Any:
     else:
         module_name, _, attr = target.rpartition(".")
     if not module_name or not attr:
-        raise ValueError(f"{where}: class_name {target!r} must be a short name ({', '.join(list_tool_classes())}), "
-                         "'package.module.Class' or 'path/to/file.py:Class'")
+        raise ValueError(
+            f"{where}: class_name {target!r} must be a short name ({', '.join(list_tool_classes())}), "
+            "'package.module.Class' or 'path/to/file.py:Class'"
+        )
     if module_name.endswith(".py"):
         spec = importlib.util.spec_from_file_location(Path(module_name).stem, module_name)
         if spec is None or not Path(module_name).is_file():
@@ -120,8 +122,14 @@ def load_tool_config(path: str | Path) -> list[dict[str, Any]]:
         kind = (entry.get("config") or {}).get("type", "native")
         if kind != "native":
             raise ValueError(f"{where}.config.type: only 'native' tools are supported, got {kind!r}")
-        entries.append({"class_name": entry["class_name"], "config": dict(entry.get("config") or {}),
-                        "tool_schema": entry.get("tool_schema"), "where": where})
+        entries.append(
+            {
+                "class_name": entry["class_name"],
+                "config": dict(entry.get("config") or {}),
+                "tool_schema": entry.get("tool_schema"),
+                "where": where,
+            }
+        )
     return entries
 
 

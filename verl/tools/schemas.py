@@ -96,8 +96,9 @@ class OpenAIFunctionToolSchema(BaseModel):
             raise ValueError(f"{where}.function: unknown keys {sorted(unknown)}")
         name = function.get("name")
         if not isinstance(name, str) or not _NAME.match(name):
-            raise ValueError(f"{where}.function.name: must be an identifier-like string (letters, digits, _ . -), "
-                             f"got {name!r}")
+            raise ValueError(
+                f"{where}.function.name: must be an identifier-like string (letters, digits, _ . -), got {name!r}"
+            )
         description = function.get("description", "")
         if not isinstance(description, str):
             raise ValueError(f"{where}.function.description: must be a string, got {type(description).__name__}")
@@ -111,8 +112,9 @@ class OpenAIFunctionToolSchema(BaseModel):
             raise ValueError(f"{where}.function.parameters.properties: must be a mapping, got {properties!r}")
         for key, prop in properties.items():
             if not isinstance(prop, dict):
-                raise ValueError(f"{where}.function.parameters.properties.{key}: must be a JSON schema mapping, "
-                                 f"got {prop!r}")
+                raise ValueError(
+                    f"{where}.function.parameters.properties.{key}: must be a JSON schema mapping, got {prop!r}"
+                )
         required = list(params.get("required") or [])
         missing = [r for r in required if r not in properties]
         if missing:
@@ -150,8 +152,13 @@ class OpenAIFunctionToolSchema(BaseModel):
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,),
-    "object": (dict,), "null": (type(None),),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+    "null": (type(None),),
 }
 
 
@@ -215,8 +222,10 @@ class ToolResponse(BaseModel):
         if isinstance(values, dict):
             for key in ("image", "video"):
                 if key in values and values[key] is not None and not isinstance(values[key], list):
-                    raise ValueError(f"ToolResponse.{key} must be a list (wrap a single {key} as [{key}]), got "
-                                     f"{type(values[key]).__name__}")
+                    raise ValueError(
+                        f"ToolResponse.{key} must be a list (wrap a single {key} as [{key}]), got "
+                        f"{type(values[key]).__name__}"
+                    )
         return values
 
     def is_empty(self) -> bool:

@@ -23,8 +23,9 @@ class ToolType(Enum):
     NATIVE = "native"
 
 
-def load_all_tools(tool_config_path: str | os.PathLike | None,
-                   function_tool_path: str | os.PathLike | None) -> list[BaseTool | FunctionTool]:
+def load_all_tools(
+    tool_config_path: str | os.PathLike | None, function_tool_path: str | os.PathLike | None
+) -> list[BaseTool | FunctionTool]:
     """The YAML tools (built fresh on each call), then the function tools (one set per file and process).
 
     A tool name must be unique across both sources; every clash is reported at once.

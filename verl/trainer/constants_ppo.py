@@ -80,7 +80,9 @@ def get_ppo_ray_runtime_env(config: Any = None) -> dict[str, Any]:
         logger.warning(
             "global_profiler.tool=torch: workers get %s=%s (was %s) so the torch profiler records GPU kernels; "
             "set %s=1 to keep the inherited value",
-            NVTX_INJECTION_ENV, _NVTX_INJECTION_DISABLED, os.environ.get(NVTX_INJECTION_ENV) or "unset",
+            NVTX_INJECTION_ENV,
+            _NVTX_INJECTION_DISABLED,
+            os.environ.get(NVTX_INJECTION_ENV) or "unset",
             _KEEP_NVTX_INJECTION_ENV,
         )
     return {"env_vars": env_vars}

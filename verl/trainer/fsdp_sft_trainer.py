@@ -57,8 +57,9 @@ def create_sft_dataset(
     if _read(custom, "path"):
         from verl.utils.import_utils import load_extern_object
 
-        cls = load_extern_object(_read(custom, "path"), _read(custom, "name"), config_key="data.custom_cls.path",
-                                 what="dataset class")
+        cls = load_extern_object(
+            _read(custom, "path"), _read(custom, "name"), config_key="data.custom_cls.path", what="dataset class"
+        )
     elif _read(_read(data_config, "multiturn", {}) or {}, "enable", False):
         cls = MultiTurnSFTDataset
     else:
@@ -90,8 +91,7 @@ def collate_sft_batch(batch: Sequence[dict[str, torch.Tensor]], pad_token_id: in
             continue
         width = max(int(v.shape[-1]) for v in values)
         fill = pad_token_id if key == "input_ids" else 0
-        out[key] = torch.stack([torch.nn.functional.pad(v, (0, width - int(v.shape[-1])), value=fill)
-                                for v in values])
+        out[key] = torch.stack([torch.nn.functional.pad(v, (0, width - int(v.shape[-1])), value=fill) for v in values])
     if "attention_mask" not in out:
         width = out[keys[0]].shape[-1]
         out["attention_mask"] = (torch.arange(width).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).long()
@@ -129,19 +129,24 @@ class FSDPSFTTrainer:
         tree = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         if device_mesh is not None and int(device_mesh.size()) != world_size:
-            raise ValueError(f"FSDPSFTTrainer: device_mesh has {device_mesh.size()} devices but {world_size} "
-                             "process(es) run (WORLD_SIZE); this trainer shards the model over all of them")
+            raise ValueError(
+                f"FSDPSFTTrainer: device_mesh has {device_mesh.size()} devices but {world_size} "
+                "process(es) run (WORLD_SIZE); this trainer shards the model over all of them"
+            )
         sp_size = _sp_size(ulysses_device_mesh)
         if sp_size != 1:
-            raise ValueError(f"FSDPSFTTrainer: ulysses_device_mesh has sp size {sp_size}; sequence parallelism is "
-                             "not implemented here (ulysses_sequence_parallel_size must be 1)")
+            raise ValueError(
+                f"FSDPSFTTrainer: ulysses_device_mesh has sp size {sp_size}; sequence parallelism is "
+                "not implemented here (ulysses_sequence_parallel_size must be 1)"
+            )
         self.config = config
         self.device_mesh = device_mesh
         self.ulysses_device_mesh = ulysses_device_mesh
         self.tokenizer = tokenizer
         self.sft_config = legacy_tree_to_sft_config(tree)
-        self.trainer = SFTTrainer(self.sft_config, tokenizer=tokenizer, train_dataset=train_dataset,
-                                  val_dataset=val_dataset)
+        self.trainer = SFTTrainer(
+            self.sft_config, tokenizer=tokenizer, train_dataset=train_dataset, val_dataset=val_dataset
+        )
         self.train_dataset, self.val_dataset = train_dataset, val_dataset
 
     @property

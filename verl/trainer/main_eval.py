@@ -46,8 +46,13 @@ def _as_score(value: Any, where: str) -> float:
 
 
 def score_rows(
-    responses: list[Any], data_sources: list[str], reward_data: list[Any], score_fn: Callable[..., Any],
-    *, path: str = "<data>", reward_model_key: str = "reward_model",
+    responses: list[Any],
+    data_sources: list[str],
+    reward_data: list[Any],
+    score_fn: Callable[..., Any],
+    *,
+    path: str = "<data>",
+    reward_model_key: str = "reward_model",
 ) -> dict[str, float]:
     """``{"test_score/<source>": mean over its rows of the row's mean response score}``."""
     per_source: dict[str, list[float]] = defaultdict(list)
@@ -58,8 +63,10 @@ def score_rows(
         if not texts:
             raise ValueError(f"row {row} of {path} has no responses")
         if not isinstance(reward, dict) or "ground_truth" not in reward:
-            raise ValueError(f"data.reward_model_key={reward_model_key!r}: row {row} of {path} holds {reward!r:.80}; "
-                             "expected a struct with a 'ground_truth' field")
+            raise ValueError(
+                f"data.reward_model_key={reward_model_key!r}: row {row} of {path} holds {reward!r:.80}; "
+                "expected a struct with a 'ground_truth' field"
+            )
         truth = reward["ground_truth"]
         scores = [_as_score(score_fn(source, text, truth), f"row {row} of {path}") for text in texts]
         per_source[str(source)].append(sum(scores) / len(scores))
@@ -78,11 +85,15 @@ def run_eval(config: DictConfig) -> dict[str, float]:
     for key in ("response_key", "data_source_key", "reward_model_key"):
         column = data[key]
         if column not in dataset.columns:
-            raise ValueError(f"data.{key}={column!r}: {path} has no such column; its columns are "
-                             f"{list(dataset.columns)}")
+            raise ValueError(
+                f"data.{key}={column!r}: {path} has no such column; its columns are {list(dataset.columns)}"
+            )
     metrics = score_rows(
-        dataset[data.response_key].tolist(), dataset[data.data_source_key].tolist(),
-        dataset[data.reward_model_key].tolist(), load_score_fn(config), path=path,
+        dataset[data.response_key].tolist(),
+        dataset[data.data_source_key].tolist(),
+        dataset[data.reward_model_key].tolist(),
+        load_score_fn(config),
+        path=path,
         reward_model_key=str(data.reward_model_key),
     )
     print(metrics, flush=True)

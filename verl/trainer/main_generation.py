@@ -62,21 +62,37 @@ class GenerationSettings:
         if self.n_samples < 1:
             raise ValueError(f"{keys['n_samples']}={self.n_samples}: must be >= 1")
         if (self.temperature == 0.0 or not self.do_sample) and self.n_samples > 1:
-            raise ValueError(f"{keys['n_samples']}={self.n_samples} with greedy decoding ({keys['temperature']}="
-                             f"{self.temperature}): every sample would be the same; use n_samples=1")
+            raise ValueError(
+                f"{keys['n_samples']}={self.n_samples} with greedy decoding ({keys['temperature']}="
+                f"{self.temperature}): every sample would be the same; use n_samples=1"
+            )
         if self.batch_size < 1:
             raise ValueError(f"{keys['batch_size']}={self.batch_size}: must be >= 1")
 
     def sampling_params(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                "max_tokens": self.response_length, "do_sample": self.do_sample, "ignore_eos": self.ignore_eos}
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "max_tokens": self.response_length,
+            "do_sample": self.do_sample,
+            "ignore_eos": self.ignore_eos,
+        }
 
     def engine_config(self) -> SimpleNamespace:
         return SimpleNamespace(
-            prompt_length=self.prompt_length, response_length=self.response_length, dtype=self.dtype,
-            max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
-            max_model_len=self.max_model_len, calculate_log_probs=False, temperature=self.temperature,
-            top_p=self.top_p, top_k=self.top_k, do_sample=self.do_sample, ignore_eos=self.ignore_eos,
+            prompt_length=self.prompt_length,
+            response_length=self.response_length,
+            dtype=self.dtype,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_model_len=self.max_model_len,
+            calculate_log_probs=False,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            do_sample=self.do_sample,
+            ignore_eos=self.ignore_eos,
             prompt_truncation=self.prompt_truncation,
         )
 
@@ -88,8 +104,10 @@ def _as_messages(value: Any, row: int, key: str, path: str) -> list[dict[str, An
         value = value.tolist()
     if isinstance(value, list | tuple) and value and all(isinstance(m, dict) and "role" in m for m in value):
         return [{k: v for k, v in m.items() if v is not None} for m in value]
-    raise ValueError(f"{key}: row {row} of {path} holds {type(value).__name__} {value!r:.80}; expected chat "
-                     "messages ([{'role': ..., 'content': ...}]) or a string")
+    raise ValueError(
+        f"{key}: row {row} of {path} holds {type(value).__name__} {value!r:.80}; expected chat "
+        "messages ([{'role': ..., 'content': ...}]) or a string"
+    )
 
 
 def read_prompts(files: str | Sequence[str], prompt_key: str, files_key: str = "data.path") -> tuple[Any, list]:
@@ -106,40 +124,52 @@ def read_prompts(files: str | Sequence[str], prompt_key: str, files_key: str = "
             raise FileNotFoundError(f"{files_key}: parquet file {path} does not exist")
         frame = pd.read_parquet(path)
         if prompt_key not in frame.columns:
-            raise ValueError(f"data.prompt_key={prompt_key!r}: {path} has no such column; its columns are "
-                             f"{list(frame.columns)}")
+            raise ValueError(
+                f"data.prompt_key={prompt_key!r}: {path} has no such column; its columns are {list(frame.columns)}"
+            )
         frames.append(frame)
     dataset = pd.concat(frames, ignore_index=True)
-    chats = [_as_messages(value, row, "data.prompt_key", ", ".join(paths))
-             for row, value in enumerate(dataset[prompt_key].tolist())]
+    chats = [
+        _as_messages(value, row, "data.prompt_key", ", ".join(paths))
+        for row, value in enumerate(dataset[prompt_key].tolist())
+    ]
     return dataset, chats
 
 
 def generate_responses(
-    chats: list[list[dict[str, Any]]], model_path: str, tokenizer: Any, settings: GenerationSettings,
-    *, log: bool = True,
+    chats: list[list[dict[str, Any]]],
+    model_path: str,
+    tokenizer: Any,
+    settings: GenerationSettings,
+    *,
+    log: bool = True,
 ) -> list[list[str]]:
     """``settings.n_samples`` decoded responses per chat, sampled on one ``hf`` engine in rounds of
     ``settings.batch_size`` chats (special tokens removed)."""
     from verl.workers.rollout.hf.server import HFRolloutServer
 
-    prompts = [list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False))
-               for chat in chats]
+    prompts = [
+        list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False))
+        for chat in chats
+    ]
     server = HFRolloutServer(settings.engine_config(), model_path, seed=settings.seed)
     params = settings.sampling_params()
 
     async def run_round(start: int, rows: list[list[int]]) -> list[list[str]]:
-        outputs = await asyncio.gather(*[
-            server.generate(ids, params, f"row{start + i}-sample{j}")
-            for i, ids in enumerate(rows) for j in range(settings.n_samples)
-        ])
+        outputs = await asyncio.gather(
+            *[
+                server.generate(ids, params, f"row{start + i}-sample{j}")
+                for i, ids in enumerate(rows)
+                for j in range(settings.n_samples)
+            ]
+        )
         texts = [tokenizer.decode(out.token_ids, skip_special_tokens=True) for out in outputs]
-        return [texts[i * settings.n_samples:(i + 1) * settings.n_samples] for i in range(len(rows))]
+        return [texts[i * settings.n_samples : (i + 1) * settings.n_samples] for i in range(len(rows))]
 
     async def run_all() -> list[list[str]]:
         results: list[list[str]] = []
         for start in range(0, len(prompts), settings.batch_size):
-            results += await run_round(start, prompts[start:start + settings.batch_size])
+            results += await run_round(start, prompts[start : start + settings.batch_size])
             if log:
                 print(f"[generation] {len(results)}/{len(prompts)} prompts x {settings.n_samples} samples", flush=True)
         return results
@@ -174,8 +204,10 @@ def load_model_and_tokenizer(model_cfg: Any, key: str) -> tuple[str, Any]:
 
 def check_engine(name: str, key: str) -> None:
     if name not in ENGINES:
-        raise ValueError(f"{key}={name!r}: offline generation runs on the built-in hf engine here; set {key}=hf "
-                         "(vLLM/SGLang serve main_ppo's rollouts: pip install verl[vllm] / verl[sglang])")
+        raise ValueError(
+            f"{key}={name!r}: offline generation runs on the built-in hf engine here; set {key}=hf "
+            "(vLLM/SGLang serve main_ppo's rollouts: pip install verl[vllm] / verl[sglang])"
+        )
 
 
 def run_generation(config: DictConfig) -> str:
@@ -183,16 +215,25 @@ def run_generation(config: DictConfig) -> str:
     rollout, data = config.rollout, config.data
     check_engine(str(rollout.name), "rollout.name")
     settings = GenerationSettings(
-        n_samples=int(data.n_samples), temperature=float(rollout.temperature), top_p=float(rollout.top_p),
-        top_k=int(rollout.top_k), do_sample=bool(rollout.do_sample), ignore_eos=bool(rollout.ignore_eos),
-        prompt_length=int(rollout.prompt_length), response_length=int(rollout.response_length),
-        dtype=str(rollout.dtype), max_num_seqs=int(rollout.max_num_seqs),
-        max_num_batched_tokens=rollout.max_num_batched_tokens, max_model_len=rollout.max_model_len,
+        n_samples=int(data.n_samples),
+        temperature=float(rollout.temperature),
+        top_p=float(rollout.top_p),
+        top_k=int(rollout.top_k),
+        do_sample=bool(rollout.do_sample),
+        ignore_eos=bool(rollout.ignore_eos),
+        prompt_length=int(rollout.prompt_length),
+        response_length=int(rollout.response_length),
+        dtype=str(rollout.dtype),
+        max_num_seqs=int(rollout.max_num_seqs),
+        max_num_batched_tokens=rollout.max_num_batched_tokens,
+        max_model_len=rollout.max_model_len,
         prompt_truncation=str(rollout.prompt_truncation),
-        batch_size=int(data.batch_size), seed=rollout.get("seed", 0),
+        batch_size=int(data.batch_size),
+        seed=rollout.get("seed", 0),
     )
-    settings.check({"n_samples": "data.n_samples", "temperature": "rollout.temperature",
-                    "batch_size": "data.batch_size"})
+    settings.check(
+        {"n_samples": "data.n_samples", "temperature": "rollout.temperature", "batch_size": "data.batch_size"}
+    )
     if not data.output_path:
         raise ValueError("data.output_path is required: where to write the parquet with the responses")
     dataset, chats = read_prompts(data.path, str(data.prompt_key))

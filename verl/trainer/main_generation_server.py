@@ -60,17 +60,29 @@ def run_generation_server(config: DictConfig) -> str:
 
     check_engine(str(value("name", "hf")), "actor_rollout_ref.rollout.name")
     settings = GenerationSettings(
-        n_samples=int(value("n", 1)), temperature=float(value("temperature", 1.0)), top_p=float(value("top_p", 1.0)),
-        top_k=int(value("top_k", -1)), do_sample=bool(value("do_sample", True)),
-        ignore_eos=bool(value("ignore_eos", False)), prompt_length=int(value("prompt_length", 1024)),
-        response_length=int(value("response_length", 512)), dtype=str(value("dtype", "auto")),
-        max_num_seqs=int(value("max_num_seqs", 256)), max_num_batched_tokens=value("max_num_batched_tokens"),
-        max_model_len=value("max_model_len"), prompt_truncation=str(value("prompt_truncation", "error")),
+        n_samples=int(value("n", 1)),
+        temperature=float(value("temperature", 1.0)),
+        top_p=float(value("top_p", 1.0)),
+        top_k=int(value("top_k", -1)),
+        do_sample=bool(value("do_sample", True)),
+        ignore_eos=bool(value("ignore_eos", False)),
+        prompt_length=int(value("prompt_length", 1024)),
+        response_length=int(value("response_length", 512)),
+        dtype=str(value("dtype", "auto")),
+        max_num_seqs=int(value("max_num_seqs", 256)),
+        max_num_batched_tokens=value("max_num_batched_tokens"),
+        max_model_len=value("max_model_len"),
+        prompt_truncation=str(value("prompt_truncation", "error")),
         batch_size=max(1, int(OmegaConf.select(config, "data.gen_batch_size", default=None) or 1024)),
         seed=int(OmegaConf.select(config, "trainer.seed", default=None) or 0),
     )
-    settings.check({"n_samples": "actor_rollout_ref.rollout.n", "temperature": "actor_rollout_ref.rollout.temperature",
-                    "batch_size": "data.gen_batch_size"})
+    settings.check(
+        {
+            "n_samples": "actor_rollout_ref.rollout.n",
+            "temperature": "actor_rollout_ref.rollout.temperature",
+            "batch_size": "data.gen_batch_size",
+        }
+    )
     output_path = OmegaConf.select(config, "data.output_path", default=None)
     if not output_path:
         raise ValueError("data.output_path is required: where to write the parquet with the responses")

@@ -43,8 +43,16 @@ if TYPE_CHECKING:
     from verl.utils.dataset.sampler import create_rl_sampler
     from verl.utils.device import auto_set_device
 
-__all__ = ["TaskRunner", "auto_set_device", "create_rl_dataset", "create_rl_sampler", "main",
-           "migrate_legacy_reward_impl", "resolve_config", "run_ppo"]
+__all__ = [
+    "TaskRunner",
+    "auto_set_device",
+    "create_rl_dataset",
+    "create_rl_sampler",
+    "main",
+    "migrate_legacy_reward_impl",
+    "resolve_config",
+    "run_ppo",
+]
 
 # What verl's recipes import from this module, loaded on first use (they pull in Ray and torch, which `--cfg job`
 # does not need): name -> defining module.
@@ -64,9 +72,23 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(_LAZY_EXPORTS[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 # Hydra flags that take a value (the next token unless given as --flag=value).
-_VALUE_FLAGS = {"-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-c", "--cfg",
-                "-p", "--package", "--experimental-rerun", "-i", "--info"}
+_VALUE_FLAGS = {
+    "-cp",
+    "--config-path",
+    "-cn",
+    "--config-name",
+    "-cd",
+    "--config-dir",
+    "-c",
+    "--cfg",
+    "-p",
+    "--package",
+    "--experimental-rerun",
+    "-i",
+    "--info",
+}
 _INFO_TOPICS = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
 # verl's trainer configs for engines this build does not include.
 _OTHER_ENGINE_CONFIGS = {
@@ -93,8 +115,9 @@ def run_ppo(config: DictConfig, task_runner_class: Any = None) -> str | None:
     return task_runner.run_ppo(config, task_runner_class=task_runner_class)
 
 
-def resolve_config(config: DictConfig, explicit_keys: Sequence[str] = (),
-                   derived: set[str] | None = None) -> tuple[DictConfig, PPOConfig]:
+def resolve_config(
+    config: DictConfig, explicit_keys: Sequence[str] = (), derived: set[str] | None = None
+) -> tuple[DictConfig, PPOConfig]:
     """Translate legacy blocks, resolve interpolations and validate; returns the DictConfig and its typed twin.
 
     ``derived``: when given, filled with the keys whose values were interpolations (for :func:`check_inert_keys`).
@@ -129,7 +152,9 @@ def check_data_files(config: Any) -> None:
             raise ConfigError(
                 f"file not found: {path}. Point data.train_files / data.val_files at your parquet files (see "
                 f"examples/data_preprocess/), or run the built-in demo: python -m verl.trainer.main_ppo "
-                f"--config-name {DEMO_CONFIG_NAME} [key=value ...]", key=f"data.{key}")
+                f"--config-name {DEMO_CONFIG_NAME} [key=value ...]",
+                key=f"data.{key}",
+            )
 
 
 @hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)
@@ -194,7 +219,9 @@ def _check_config_name(config_name: str) -> None:
     if engine is not None:
         raise ConfigError(
             f"{config_name} is the trainer config of {engine}, which this build does not include; use "
-            "ppo_trainer (the default; FSDP/FSDP2 training, actor.strategy=fsdp|fsdp2)", key="--config-name")
+            "ppo_trainer (the default; FSDP/FSDP2 training, actor.strategy=fsdp|fsdp2)",
+            key="--config-name",
+        )
 
 
 def _print_job_config(values: dict[str, str], overrides: list[str]) -> int:
@@ -206,8 +233,9 @@ def _print_job_config(values: dict[str, str], overrides: list[str]) -> int:
     config_name = (_flag(values, "--config-name", "-cn") or "ppo_trainer").removesuffix(".yaml")
     extra = [values["--config-dir"]] if "--config-dir" in values else ([values["-cd"]] if "-cd" in values else [])
     try:
-        config = compose_ppo_config(overrides, config_name=config_name, config_dir=_config_dir(values),
-                                    extra_search_dirs=extra)
+        config = compose_ppo_config(
+            overrides, config_name=config_name, config_dir=_config_dir(values), extra_search_dirs=extra
+        )
         build_ppo_config(config)  # fail on wrong types and inconsistent sizes here too
     except (HydraException, ConfigError) as exc:
         print(f"config error: {exc}", file=sys.stderr)
@@ -240,8 +268,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         argv = ["--config-name", DEMO_CONFIG_NAME]
-        print("no arguments: running the built-in demo (GRPO on the target-digit task, tiny model, CPU); "
-              f"add overrides with --config-name {DEMO_CONFIG_NAME} key=value ...", flush=True)
+        print(
+            "no arguments: running the built-in demo (GRPO on the target-digit task, tiny model, CPU); "
+            f"add overrides with --config-name {DEMO_CONFIG_NAME} key=value ...",
+            flush=True,
+        )
     flags, overrides, values = _split_argv(argv)
     config_name = (_flag(values, "--config-name", "-cn") or "ppo_trainer").removesuffix(".yaml")
     try:

@@ -31,7 +31,8 @@ def _is_legacy_view(config: DictConfig) -> bool:
     rather than settings of its own."""
     node = config.get(LEGACY_VIEW_KEY)
     return isinstance(node, DictConfig) and all(
-        OmegaConf.is_interpolation(node, key) for key in node if key != "hybrid_engine")
+        OmegaConf.is_interpolation(node, key) for key in node if key != "hybrid_engine"
+    )
 
 
 def _flattened(config: Any) -> DictConfig:
@@ -62,15 +63,28 @@ class PPOTrainer(RayPPOTrainer):
             ``data.val_files``.
     """
 
-    def __init__(self, config: Any, role_worker_mapping: dict[Role, WorkerType], resource_pool_manager: Any,
-                 tokenizer: Any = None, processor: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        config: Any,
+        role_worker_mapping: dict[Role, WorkerType],
+        resource_pool_manager: Any,
+        tokenizer: Any = None,
+        processor: Any = None,
+        **kwargs: Any,
+    ) -> None:
         config = _flattened(config)
         if tokenizer is None:
             from verl.workers.fsdp.model_loader import load_tokenizer, resolve_model_path
 
             tokenizer = load_tokenizer(config.model, resolve_model_path(config.model))
-        super().__init__(config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
-                         resource_pool_manager=resource_pool_manager, processor=processor, **kwargs)
+        super().__init__(
+            config=config,
+            tokenizer=tokenizer,
+            role_worker_mapping=role_worker_mapping,
+            resource_pool_manager=resource_pool_manager,
+            processor=processor,
+            **kwargs,
+        )
 
 
 class TaskRunner(_BaseTaskRunner):
@@ -84,8 +98,12 @@ class TaskRunner(_BaseTaskRunner):
 
     def build_trainer(self, config: DictConfig, resource_pool_manager: Any, worker_group_cls: type) -> PPOTrainer:
         """``PPOTrainer(config, role_worker_mapping, resource_pool_manager)``: it loads tokenizer, data and rewards."""
-        return self.trainer_class(config=config, role_worker_mapping=self.role_worker_mapping,
-                                  resource_pool_manager=resource_pool_manager, ray_worker_group_cls=worker_group_cls)
+        return self.trainer_class(
+            config=config,
+            role_worker_mapping=self.role_worker_mapping,
+            resource_pool_manager=resource_pool_manager,
+            ray_worker_group_cls=worker_group_cls,
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

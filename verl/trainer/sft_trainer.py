@@ -59,15 +59,20 @@ def create_sft_dataset(
     if custom.get("path"):
         from verl.utils.import_utils import load_extern_object
 
-        cls = load_extern_object(custom["path"], custom.get("name"), config_key="data.custom_cls.path",
-                                 what="dataset class")
+        cls = load_extern_object(
+            custom["path"], custom.get("name"), config_key="data.custom_cls.path", what="dataset class"
+        )
         return cls(parquet_files=data_paths, tokenizer=tokenizer, config=data_config, max_samples=max_samples)
     thinking = get("enable_thinking_default", None)
     config = SFTDataConfig(
-        train_files=data_paths, max_length=get("max_length", 1024), truncation=get("truncation", "error"),
+        train_files=data_paths,
+        max_length=get("max_length", 1024),
+        truncation=get("truncation", "error"),
         apply_chat_template_kwargs=dict(get("apply_chat_template_kwargs", {})),
         multiturn=SFTMultiturnConfig(
-            enable=True, messages_key=get("messages_key", "messages"), tools_key=get("tools_key", "tools"),
+            enable=True,
+            messages_key=get("messages_key", "messages"),
+            tools_key=get("tools_key", "tools"),
             enable_thinking_key=get("enable_thinking_key", "enable_thinking"),
             enable_thinking_default=None if thinking in (None, "none") else bool(thinking),
         ),

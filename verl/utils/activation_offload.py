@@ -25,6 +25,8 @@ def enable_activation_offloading(model: nn.Module, strategy: str, enable_ckpt: b
     ``enable_ckpt`` says whether gradient checkpointing is on (accepted for verl's signature: both combine as is).
     """
     if strategy not in _STRATEGIES:
-        raise ValueError(f"enable_activation_offloading: strategy={strategy!r} is not supported; activation "
-                         f"offload works with {list(_STRATEGIES)}")
+        raise ValueError(
+            f"enable_activation_offloading: strategy={strategy!r} is not supported; activation "
+            f"offload works with {list(_STRATEGIES)}"
+        )
     enable_activation_offload(model)

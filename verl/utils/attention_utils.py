@@ -22,8 +22,9 @@ from verl.utils import padding
 __all__ = ["index_first_axis", "pad_input", "rearrange", "unpad_input"]
 
 
-def _unpad_input(hidden_states: torch.Tensor, attention_mask: torch.Tensor, unused_mask: torch.Tensor | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor]:
+def _unpad_input(
+    hidden_states: torch.Tensor, attention_mask: torch.Tensor, unused_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor]:
     """Keep the tokens of ``attention_mask`` (and of ``unused_mask``, tokens kept but not counted as used).
 
     Returns ``(tokens [T, ...], indices [T], cu_seqlens [B+1] int32, max_seqlen, used_seqlens [B] int32)``.
@@ -115,11 +116,18 @@ def _functions() -> Mapping[str, Callable[..., Any]]:
     if importlib.util.find_spec("flash_attn") is not None:
         from flash_attn import bert_padding
 
-        return {"index_first_axis": bert_padding.index_first_axis, "pad_input": bert_padding.pad_input,
-                "unpad_input": bert_padding.unpad_input, "rearrange": bert_padding.rearrange}
-    chosen: dict[str, Callable[..., Any]] = {"index_first_axis": padding.index_first_axis,
-                                             "pad_input": padding.pad_input, "unpad_input": _unpad_input,
-                                             "rearrange": _torch_rearrange}
+        return {
+            "index_first_axis": bert_padding.index_first_axis,
+            "pad_input": bert_padding.pad_input,
+            "unpad_input": bert_padding.unpad_input,
+            "rearrange": bert_padding.rearrange,
+        }
+    chosen: dict[str, Callable[..., Any]] = {
+        "index_first_axis": padding.index_first_axis,
+        "pad_input": padding.pad_input,
+        "unpad_input": _unpad_input,
+        "rearrange": _torch_rearrange,
+    }
     if importlib.util.find_spec("einops") is not None:
         import einops
 
@@ -137,8 +145,9 @@ def pad_input(hidden_states: torch.Tensor, indices: torch.Tensor, batch: int, se
     return _functions()["pad_input"](hidden_states, indices, batch, seqlen)
 
 
-def unpad_input(hidden_states: torch.Tensor, attention_mask: torch.Tensor, unused_mask: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor]:
+def unpad_input(
+    hidden_states: torch.Tensor, attention_mask: torch.Tensor, unused_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor]:
     """Pack ``[B, S, ...]`` to the real tokens: ``(tokens, indices, cu_seqlens, max_seqlen, used_seqlens)``."""
     return _functions()["unpad_input"](hidden_states, attention_mask, unused_mask)
 

@@ -105,9 +105,7 @@ def _pick_class(data: dict, requested: type | None, path: str) -> type:
         return requested
     cls = _import_target(target, path)
     if requested is not None and not (isinstance(cls, type) and issubclass(cls, requested)):
-        raise ConfigError(
-            f"{_join(path, '_target_')}: {target} is not a subclass of the expected {requested.__name__}"
-        )
+        raise ConfigError(f"{_join(path, '_target_')}: {target} is not a subclass of the expected {requested.__name__}")
     return cls
 
 

@@ -38,10 +38,7 @@ def _tensors_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _both_nan(a: Any, b: Any) -> bool:
     return (
-        isinstance(a, (float, np.floating))
-        and isinstance(b, (float, np.floating))
-        and math.isnan(a)
-        and math.isnan(b)
+        isinstance(a, (float, np.floating)) and isinstance(b, (float, np.floating)) and math.isnan(a) and math.isnan(b)
     )
 
 

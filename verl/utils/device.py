@@ -106,8 +106,9 @@ def auto_set_device(config: Any) -> None:
     detected = get_device_name()
     if detected == "cpu" or current in (detected, "auto", "cpu"):
         return
-    logger.warning("trainer.device=%s but this machine has %s devices; using trainer.device=%s",
-                   current, detected, detected)
+    logger.warning(
+        "trainer.device=%s but this machine has %s devices; using trainer.device=%s", current, detected, detected
+    )
     config.trainer.device = detected
 
 

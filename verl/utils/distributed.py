@@ -38,8 +38,10 @@ def _env_int(name: str, default: int | None = None) -> int:
     value = os.environ.get(name)
     if value is None:
         if default is None:
-            raise RuntimeError(f"environment variable {name} is not set; start the script with torchrun (or set "
-                               "RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT yourself)")
+            raise RuntimeError(
+                f"environment variable {name} is not set; start the script with torchrun (or set "
+                "RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT yourself)"
+            )
         return default
     try:
         return int(value)
@@ -51,8 +53,10 @@ def _init(backend: str, rank: int, world_size: int, timeout_second: float | None
     init_method = os.environ.get("DIST_INIT_METHOD") or None
     if init_method is None and not (os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT")):
         if world_size > 1:
-            raise RuntimeError(f"rank {rank} of {world_size}: MASTER_ADDR/MASTER_PORT (or DIST_INIT_METHOD) are not "
-                               "set, so the ranks cannot find each other")
+            raise RuntimeError(
+                f"rank {rank} of {world_size}: MASTER_ADDR/MASTER_PORT (or DIST_INIT_METHOD) are not "
+                "set, so the ranks cannot find each other"
+            )
         from verl.utils.net_utils import get_free_port
 
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -125,8 +129,9 @@ def set_numa_affinity() -> None:
     try:
         cpus = _cpus_near_gpu(device_index)
         if cpus is None:
-            logger.warning("set_numa_affinity: the NUMA node of cuda:%d is unknown; leaving CPU affinity unchanged",
-                           device_index)
+            logger.warning(
+                "set_numa_affinity: the NUMA node of cuda:%d is unknown; leaving CPU affinity unchanged", device_index
+            )
             return
         allowed = cpus & os.sched_getaffinity(0)
         if allowed:

@@ -36,8 +36,9 @@ def is_package_available(package: str) -> bool:
         return False
 
 
-def missing_message(what: str, feature: str, *, package: str | None = None, extra: str | None = None,
-                    reason: str | None = None) -> str:
+def missing_message(
+    what: str, feature: str, *, package: str | None = None, extra: str | None = None, reason: str | None = None
+) -> str:
     """The error text for ``what`` (a qualified name) needing ``feature``.
 
     With ``reason`` the feature is not in this build at all and ``reason`` says why (an extra named alongside
@@ -66,8 +67,15 @@ def _raiser(message: str) -> Callable[..., NoReturn]:
     return fail
 
 
-def unavailable_function(name: str, module: str, feature: str, *, package: str | None = None,
-                         extra: str | None = None, reason: str | None = None) -> Callable[..., NoReturn]:
+def unavailable_function(
+    name: str,
+    module: str,
+    feature: str,
+    *,
+    package: str | None = None,
+    extra: str | None = None,
+    reason: str | None = None,
+) -> Callable[..., NoReturn]:
     """A function ``module.name`` whose every call raises :class:`MissingExtraError` (see :func:`missing_message`).
 
     With ``package`` and no ``reason``, a call when ``package`` *is* installed still raises: this build has no
@@ -77,20 +85,34 @@ def unavailable_function(name: str, module: str, feature: str, *, package: str |
 
     def function(*args: Any, **kwargs: Any) -> NoReturn:
         if reason is None and package is not None and is_package_available(package):
-            raise MissingExtraError(missing_message(what, feature, extra=extra,
-                                                    reason=f"{package} is installed, but this package has no "
-                                                           f"implementation of {name}"))
+            raise MissingExtraError(
+                missing_message(
+                    what,
+                    feature,
+                    extra=extra,
+                    reason=f"{package} is installed, but this package has no implementation of {name}",
+                )
+            )
         raise MissingExtraError(missing_message(what, feature, package=package, extra=extra, reason=reason))
 
     function.__name__ = function.__qualname__ = name
     function.__module__ = module
-    function.__doc__ = "Not available here: " + missing_message(what, feature, package=package, extra=extra,
-                                                                reason=reason)
+    function.__doc__ = "Not available here: " + missing_message(
+        what, feature, package=package, extra=extra, reason=reason
+    )
     return function
 
 
-def unavailable_class(name: str, module: str, feature: str, *, package: str | None = None,
-                      extra: str | None = None, reason: str | None = None, base: type = object) -> type:
+def unavailable_class(
+    name: str,
+    module: str,
+    feature: str,
+    *,
+    package: str | None = None,
+    extra: str | None = None,
+    reason: str | None = None,
+    base: type = object,
+) -> type:
     """A class ``module.name`` (subclass of ``base``) that can be imported and subclassed but not instantiated.
 
     Instantiating it, or any subclass, raises :class:`MissingExtraError`; ``base`` keeps ``isinstance`` /
@@ -104,7 +126,14 @@ def unavailable_class(name: str, module: str, feature: str, *, package: str | No
         fail()
 
     def fill(namespace: dict[str, Any]) -> None:
-        namespace.update({"__new__": __new__, "__module__": module, "__qualname__": name,
-                          "__doc__": f"Not available here: {message}", "_verl_unavailable": message})
+        namespace.update(
+            {
+                "__new__": __new__,
+                "__module__": module,
+                "__qualname__": name,
+                "__doc__": f"Not available here: {message}",
+                "_verl_unavailable": message,
+            }
+        )
 
     return types.new_class(name, (base,), exec_body=fill)

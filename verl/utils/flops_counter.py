@@ -42,10 +42,24 @@ _PEAK_FLOPS: dict[str, float] = {
 _UNITS = {"B": 1e9, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 
 # Decoder families whose layers are plain (grouped-query) attention plus a gated MLP.
-DENSE_MODEL_TYPES = frozenset({
-    "llama", "qwen2", "qwen3", "mistral", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "minicpmv", "minicpmo", "seed_oss",
-    "glm4v", "mimo", "phi3", "granite",
-})
+DENSE_MODEL_TYPES = frozenset(
+    {
+        "llama",
+        "qwen2",
+        "qwen3",
+        "mistral",
+        "qwen2_vl",
+        "qwen2_5_vl",
+        "qwen3_vl",
+        "minicpmv",
+        "minicpmo",
+        "seed_oss",
+        "glm4v",
+        "mimo",
+        "phi3",
+        "granite",
+    }
+)
 # The same with mixture-of-experts MLPs.
 MOE_MODEL_TYPES = frozenset({"qwen2_moe", "qwen3_moe", "qwen3_vl_moe", "mixtral", "olmoe"})
 
@@ -116,8 +130,11 @@ class FlopsCounter:
         self._moe = model_type in MOE_MODEL_TYPES
         self._supported = model_type in DENSE_MODEL_TYPES or self._moe
         if not self._supported:
-            logger.warning("FlopsCounter: no FLOPs estimate for model_type=%r (estimated for %s); MFU will read 0",
-                           model_type, sorted(DENSE_MODEL_TYPES | MOE_MODEL_TYPES))
+            logger.warning(
+                "FlopsCounter: no FLOPs estimate for model_type=%r (estimated for %s); MFU will read 0",
+                model_type,
+                sorted(DENSE_MODEL_TYPES | MOE_MODEL_TYPES),
+            )
 
     def estimate_flops(self, batch_seqlens: Sequence[int], delta_time: float, **kwargs: Any) -> tuple[float, float]:
         """``(achieved TFLOP/s, device peak TFLOP/s)`` for one step over ``batch_seqlens`` tokens in ``delta_time``

@@ -96,8 +96,13 @@ def _remove(path: str) -> None:
         os.remove(path)
 
 
-def copy_local_path_from_hdfs(src: str, cache_dir: str | None = None, filelock: str = ".file.lock",
-                              verbose: bool = False, always_recopy: bool = False) -> str:
+def copy_local_path_from_hdfs(
+    src: str,
+    cache_dir: str | None = None,
+    filelock: str = ".file.lock",
+    verbose: bool = False,
+    always_recopy: bool = False,
+) -> str:
     """A local path for ``src``: ``src`` itself unless it is on HDFS, else its copy under ``cache_dir`` (default:
     the system temp folder). ``always_recopy`` drops an existing copy first; an incomplete folder copy is redone.
     ``filelock`` is accepted for verl compatibility; the lock file is named after ``src``."""
@@ -126,8 +131,14 @@ def copy_local_path_from_hdfs(src: str, cache_dir: str | None = None, filelock: 
     return local_path
 
 
-def copy_to_local(src: str, cache_dir: str | None = None, filelock: str = ".file.lock", verbose: bool = False,
-                  always_recopy: bool = False, use_shm: bool = False) -> str:
+def copy_to_local(
+    src: str,
+    cache_dir: str | None = None,
+    filelock: str = ".file.lock",
+    verbose: bool = False,
+    always_recopy: bool = False,
+    use_shm: bool = False,
+) -> str:
     """A local path for ``src`` (see :func:`copy_local_path_from_hdfs`); with ``use_shm`` a local file or folder is
     then read from its shared-memory copy. A hub id stays a hub id (transformers downloads it). The built-in tiny
     model (``model.path=verl:tiny-demo``) is built on first use and its folder returned."""

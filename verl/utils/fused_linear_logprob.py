@@ -24,8 +24,9 @@ __all__ = ["linear_logprobs_and_entropy"]
 _CHUNK_ELEMENTS = 16 * 1024 * 1024
 
 
-def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                  temperature: float) -> torch.Tensor:
+def _chunk_logits(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float
+) -> torch.Tensor:
     """``[rows, V]`` float32 logits of one chunk, divided by the temperature as the unfused path does (a fresh
     tensor: callers work on it in place)."""
     logits = F.linear(hidden, weight, bias)
@@ -40,8 +41,15 @@ class _FusedLinearLogProbEntropy(torch.autograd.Function):
     """See the module docstring; inputs are flat: hidden ``[N, H]``, labels ``[N]``."""
 
     @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
-                temperature: float, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        ctx,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        labels: torch.Tensor,
+        temperature: float,
+        rows: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         n = hidden.shape[0]
         dtype = torch.promote_types(hidden.dtype, torch.float32)
         log_probs, row_max, lse, mu = (torch.empty(n, dtype=dtype, device=hidden.device) for _ in range(4))
@@ -103,8 +111,13 @@ class _FusedLinearLogProbEntropy(torch.autograd.Function):
 
 
 def linear_logprobs_and_entropy(
-    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, *, bias: torch.Tensor | None = None,
-    temperature: float = 1.0, chunk_size: int | None = None,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob of each label and the entropy under ``softmax((hidden @ weight.T + bias) / temperature)``.
 
@@ -120,15 +133,19 @@ def linear_logprobs_and_entropy(
         ``hidden``, ``weight`` and ``bias``; the ``[..., V]`` logits are never held whole.
     """
     if hidden.dim() < 1 or labels.shape != hidden.shape[:-1]:
-        raise ValueError(f"linear_logprobs_and_entropy: labels shape {tuple(labels.shape)} must equal hidden shape "
-                         f"without the hidden dim, got hidden {tuple(hidden.shape)}")
+        raise ValueError(
+            f"linear_logprobs_and_entropy: labels shape {tuple(labels.shape)} must equal hidden shape "
+            f"without the hidden dim, got hidden {tuple(hidden.shape)}"
+        )
     if weight.dim() != 2 or weight.shape[1] != hidden.shape[-1]:
-        raise ValueError(f"linear_logprobs_and_entropy: weight must be [vocab, {hidden.shape[-1]}], "
-                         f"got {tuple(weight.shape)}")
+        raise ValueError(
+            f"linear_logprobs_and_entropy: weight must be [vocab, {hidden.shape[-1]}], got {tuple(weight.shape)}"
+        )
     if not temperature > 0:
         raise ValueError(f"linear_logprobs_and_entropy: temperature must be > 0, got {temperature}")
     rows = _rows_per_chunk(weight.shape[0], chunk_size, _CHUNK_ELEMENTS)
     flat_hidden = hidden.reshape(-1, hidden.shape[-1])
-    log_probs, entropy = _FusedLinearLogProbEntropy.apply(flat_hidden, weight, bias, labels.reshape(-1).long(),
-                                                          float(temperature), rows)
+    log_probs, entropy = _FusedLinearLogProbEntropy.apply(
+        flat_hidden, weight, bias, labels.reshape(-1).long(), float(temperature), rows
+    )
     return log_probs.view(labels.shape), entropy.view(labels.shape)

@@ -73,8 +73,9 @@ def as_torch_index(index: Any, device: torch.device | str | None = None) -> torc
 
 
 @torch.no_grad()
-def group_mean_std(scores: torch.Tensor, gidx: torch.Tensor, eps: float = 1e-6,
-                   device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def group_mean_std(
+    scores: torch.Tensor, gidx: torch.Tensor, eps: float = 1e-6, device: torch.device | str | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-group ``(mean, std, count)``, each of shape ``(G,)`` float32 with ``G = max(gidx) + 1``.
 
     ``std`` is the unbiased standard deviation, its variance floored at ``eps``. Groups with one member (or none)

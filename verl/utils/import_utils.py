@@ -197,8 +197,9 @@ def _import_package_module(name: str, config_key: str) -> ModuleType:
     try:
         return importlib.import_module(dotted)
     except ModuleNotFoundError as err:
-        raise ModuleNotFoundError(f"{config_key}: module {dotted!r} (from pkg://{name}) cannot be imported: "
-                                  f"{err}") from err
+        raise ModuleNotFoundError(
+            f"{config_key}: module {dotted!r} (from pkg://{name}) cannot be imported: {err}"
+        ) from err
 
 
 def load_module(module_path: str, module_name: str | None = None) -> ModuleType | None:
@@ -213,8 +214,10 @@ def load_module(module_path: str, module_name: str | None = None) -> ModuleType 
     if module_name is not None and not module_path.startswith(PKG_PATH_PREFIX):
         existing = sys.modules.get(module_name)
         if existing is not None and existing is not module:
-            raise RuntimeError(f"cannot register {module_path!r} as module {module_name!r}: sys.modules already "
-                               f"holds a different module under that name ({existing!r})")
+            raise RuntimeError(
+                f"cannot register {module_path!r} as module {module_name!r}: sys.modules already "
+                f"holds a different module under that name ({existing!r})"
+            )
         sys.modules[module_name] = module
     return module
 
@@ -223,8 +226,9 @@ def load_class_from_fqn(fqn: str, description: str = "class") -> type:
     """The class named by a fully qualified name such as ``pkg.module.ClassName``; errors name ``description``."""
     module_name, dot, class_name = fqn.rpartition(".")
     if not dot or not module_name or not class_name:
-        raise ValueError(f"invalid {description} {fqn!r}: expected a fully qualified name such as "
-                         "'mypackage.module.ClassName'")
+        raise ValueError(
+            f"invalid {description} {fqn!r}: expected a fully qualified name such as 'mypackage.module.ClassName'"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:

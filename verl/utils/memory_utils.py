@@ -79,6 +79,10 @@ def log_memory_usage(stage: str = "current") -> None:
     if not info:
         return
     logger.info(
-        "memory [%s]: total %.2f GiB, allocated %.2f GiB, reserved %.2f GiB, cached %.2f GiB", stage,
-        info["total_memory_gb"], info["allocated_memory_gb"], info["reserved_memory_gb"], info["cached_memory_gb"],
+        "memory [%s]: total %.2f GiB, allocated %.2f GiB, reserved %.2f GiB, cached %.2f GiB",
+        stage,
+        info["total_memory_gb"],
+        info["allocated_memory_gb"],
+        info["reserved_memory_gb"],
+        info["cached_memory_gb"],
     )

@@ -82,8 +82,9 @@ def update_model_config(module_config: Any, override_config_kwargs: Mapping[str,
             setattr(module_config, key, value)
 
 
-def get_huggingface_actor_config(model_name: str, override_config_kwargs: Mapping[str, Any] | None = None,
-                                 trust_remote_code: bool = False) -> Any:
+def get_huggingface_actor_config(
+    model_name: str, override_config_kwargs: Mapping[str, Any] | None = None, trust_remote_code: bool = False
+) -> Any:
     """``AutoConfig`` of ``model_name`` with ``override_config_kwargs`` applied."""
     from transformers import AutoConfig
 
@@ -103,25 +104,33 @@ def get_generation_config(model: str, trust_remote_code: bool = False) -> Any | 
     except OSError:
         pass
     try:
-        return GenerationConfig.from_model_config(get_huggingface_actor_config(model,
-                                                                                trust_remote_code=trust_remote_code))
+        return GenerationConfig.from_model_config(
+            get_huggingface_actor_config(model, trust_remote_code=trust_remote_code)
+        )
     except OSError:
         return None
 
 
-def create_huggingface_actor(model_name: str, override_config_kwargs: Mapping[str, Any] | None = None,
-                             automodel_kwargs: Mapping[str, Any] | None = None) -> nn.Module:
+def create_huggingface_actor(
+    model_name: str,
+    override_config_kwargs: Mapping[str, Any] | None = None,
+    automodel_kwargs: Mapping[str, Any] | None = None,
+) -> nn.Module:
     """A randomly initialised causal LM with ``model_name``'s (overridden) architecture (no weights are read)."""
     from transformers import AutoModelForCausalLM
 
     kwargs = dict(automodel_kwargs or {})
-    config = get_huggingface_actor_config(model_name, override_config_kwargs,
-                                          trust_remote_code=bool(kwargs.get("trust_remote_code", False)))
+    config = get_huggingface_actor_config(
+        model_name, override_config_kwargs, trust_remote_code=bool(kwargs.get("trust_remote_code", False))
+    )
     return AutoModelForCausalLM.from_config(config, **kwargs)
 
 
-def create_huggingface_critic(model_name: str, override_config_kwargs: Mapping[str, Any] | None = None,
-                              automodel_kwargs: Mapping[str, Any] | None = None) -> nn.Module:
+def create_huggingface_critic(
+    model_name: str,
+    override_config_kwargs: Mapping[str, Any] | None = None,
+    automodel_kwargs: Mapping[str, Any] | None = None,
+) -> nn.Module:
     """:func:`create_huggingface_actor` whose ``lm_head`` is a scalar value head (``[B, S]`` outputs)."""
     model = create_huggingface_actor(model_name, override_config_kwargs, automodel_kwargs)
     dtype = dict(automodel_kwargs or {}).get("torch_dtype", torch.float32)
@@ -148,8 +157,12 @@ def print_model_size(model: nn.Module, name: str | None = None) -> None:
     print(f"{name or type(model).__name__} contains {count:.2f}{scale} parameters")
 
 
-def create_random_mask(input_ids: torch.Tensor, max_ratio_of_valid_token: float, max_ratio_of_left_padding: float,
-                       min_ratio_of_valid_token: float = 0) -> torch.Tensor:
+def create_random_mask(
+    input_ids: torch.Tensor,
+    max_ratio_of_valid_token: float,
+    max_ratio_of_left_padding: float,
+    min_ratio_of_valid_token: float = 0,
+) -> torch.Tensor:
     """A random ``[B, S]`` attention mask for tests: per row a random left padding, then a random number of valid
     tokens (between the min and max ratios of ``S``, at least 1), then right padding. Uses numpy's global RNG."""
     if not 0 < max_ratio_of_valid_token <= 1.0:
@@ -157,15 +170,18 @@ def create_random_mask(input_ids: torch.Tensor, max_ratio_of_valid_token: float,
     if not 0 <= max_ratio_of_left_padding < 1.0:
         raise ValueError(f"max_ratio_of_left_padding must be in [0, 1), got {max_ratio_of_left_padding}")
     if min_ratio_of_valid_token > max_ratio_of_valid_token:
-        raise ValueError(f"min_ratio_of_valid_token={min_ratio_of_valid_token} exceeds "
-                         f"max_ratio_of_valid_token={max_ratio_of_valid_token}")
+        raise ValueError(
+            f"min_ratio_of_valid_token={min_ratio_of_valid_token} exceeds "
+            f"max_ratio_of_valid_token={max_ratio_of_valid_token}"
+        )
     batch, length = input_ids.shape
     max_valid = int(length * max_ratio_of_valid_token)
     min_valid = max(1, int(length * min_ratio_of_valid_token))
     max_left = int(length * max_ratio_of_left_padding)
     if max_valid < 1 or max_valid + max_left > length:
-        raise ValueError(f"a sequence of {length} tokens cannot hold {max_valid} valid tokens after up to {max_left} "
-                         "padding tokens")
+        raise ValueError(
+            f"a sequence of {length} tokens cannot hold {max_valid} valid tokens after up to {max_left} padding tokens"
+        )
     positions = torch.arange(length)
     mask = torch.zeros_like(input_ids, dtype=torch.int64)
     for row in range(batch):
@@ -278,16 +294,16 @@ def get_hf_auto_model_class(hf_config: Any) -> type:
 
 def _pad_last_dim_and_cat(values: list[torch.Tensor], key: str) -> torch.Tensor:
     shapes = ", ".join(str(tuple(value.shape)) for value in values)
-    if values[0].dim() < 2 or any(v.dim() != values[0].dim() or v.shape[1:-1] != values[0].shape[1:-1]
-                                  for v in values):
+    if values[0].dim() < 2 or any(v.dim() != values[0].dim() or v.shape[1:-1] != values[0].shape[1:-1] for v in values):
         raise RuntimeError(f"multi-modal input {key!r}: cannot pad rows of shapes {shapes} to one length")
     longest = max(value.shape[-1] for value in values)
     padded = [torch.nn.functional.pad(value, (0, longest - value.shape[-1])) for value in values]
     return torch.cat(padded, dim=0)
 
 
-def extract_multi_modal_inputs(batch_data: Sequence[Any], indices: Sequence[int] | None = None
-                               ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+def extract_multi_modal_inputs(
+    batch_data: Sequence[Any], indices: Sequence[int] | None = None
+) -> dict[str, torch.Tensor | list[torch.Tensor]]:
     """Merge per-row multi-modal model inputs (dicts of tensors, or ``NonTensorData`` holding them) into one batch.
 
     Rows that are None (text-only rows in a mixed batch) are skipped; ``indices`` selects rows (out-of-range ones

@@ -163,8 +163,10 @@ def list_of_dict_to_dict_of_list(list_of_dict: list[dict]) -> dict[str, list]:
     for row, item in enumerate(list_of_dict):
         for key, value in item.items():
             if key not in output:
-                raise AssertionError(f"list_of_dict_to_dict_of_list: dict {row} has key {key!r}, which the first "
-                                     f"dict lacks (keys: {list(output)})")
+                raise AssertionError(
+                    f"list_of_dict_to_dict_of_list: dict {row} has key {key!r}, which the first "
+                    f"dict lacks (keys: {list(output)})"
+                )
             output[key].append(value)
     return output
 

@@ -93,8 +93,9 @@ class RLInsightLogger:
             yield
 
     @classmethod
-    def trace_span(cls, name: str, *, start_time_ns: int, end_time_ns: int,
-                   attributes: Mapping[str, Any] | None = None) -> None:
+    def trace_span(
+        cls, name: str, *, start_time_ns: int, end_time_ns: int, attributes: Mapping[str, Any] | None = None
+    ) -> None:
         """Report one finished span; skipped while disabled or when the client has no span API."""
         if not cls.enabled():
             return
@@ -102,8 +103,9 @@ class RLInsightLogger:
         if not callable(getattr(client, "trace_span", None)):
             return
         cls._ensure_init()
-        client.trace_span(name=name, start_time_ns=start_time_ns, end_time_ns=end_time_ns,
-                          attributes=dict(attributes or {}))
+        client.trace_span(
+            name=name, start_time_ns=start_time_ns, end_time_ns=end_time_ns, attributes=dict(attributes or {})
+        )
 
     @classmethod
     def finish(cls) -> None:

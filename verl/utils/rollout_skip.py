@@ -28,8 +28,13 @@ class RolloutSkip:
     """Replays (or records) the generations of ``rollout_wg`` for the run described by ``config``."""
 
     def __init__(self, config: Any, rollout_wg: Any) -> None:
-        dump_dir = read_config_value(config, "rollout.skip_dump_dir", "actor_rollout_ref.rollout.skip_dump_dir",
-                                     "skip.rollout.dump_dir", default=_DEFAULT_DUMP_DIR)
+        dump_dir = read_config_value(
+            config,
+            "rollout.skip_dump_dir",
+            "actor_rollout_ref.rollout.skip_dump_dir",
+            "skip.rollout.dump_dir",
+            default=_DEFAULT_DUMP_DIR,
+        )
         if str(Path(dump_dir).expanduser().absolute()).startswith("/tmp/ray/session"):
             logger.warning("rollout skip: dump folder %s is inside Ray's session folder, which Ray deletes", dump_dir)
         self._store = _StepSkip(RolloutSkipConfig(enable=True, dump_dir=str(dump_dir), action="cache"), config)

@@ -48,8 +48,14 @@ class RolloutTraceConfig:
         return cls()
 
     @classmethod
-    def init(cls, project_name: str, experiment_name: str, backend: str | None, token2text: bool = False,
-             max_samples_per_step_per_worker: int | None = None) -> None:
+    def init(
+        cls,
+        project_name: str,
+        experiment_name: str,
+        backend: str | None,
+        token2text: bool = False,
+        max_samples_per_step_per_worker: int | None = None,
+    ) -> None:
         """Set tracing up once per process (later calls are ignored); ``backend`` None keeps tracing off."""
         config = cls.get_instance()
         if config._initialized:
@@ -99,15 +105,27 @@ def _require(package: str, feature: str) -> Any:
 
 
 @contextlib.contextmanager
-def rollout_trace_attr(sample_index: Any = None, step: Any = None, rollout_n: Any = None,
-                       name: str = "rollout_trace", validate: bool = False, trace: bool = True) -> Iterator[None]:
+def rollout_trace_attr(
+    sample_index: Any = None,
+    step: Any = None,
+    rollout_n: Any = None,
+    name: str = "rollout_trace",
+    validate: bool = False,
+    trace: bool = True,
+) -> Iterator[None]:
     """Mark the code inside as working on one trajectory (verl's argument order); ``trace=False`` keeps its
     calls out of the trace. The attributes are the agent loop's trajectory context
     (:func:`verl.experimental.agent_loop.trace.current_trajectory`)."""
     from verl.experimental.agent_loop.trace import rollout_trace_attr as trajectory
 
-    with trajectory(step=-1 if step is None else step, sample_index=sample_index,
-                    rollout_n=0 if rollout_n is None else rollout_n, validate=validate, name=name, trace=trace):
+    with trajectory(
+        step=-1 if step is None else step,
+        sample_index=sample_index,
+        rollout_n=0 if rollout_n is None else rollout_n,
+        validate=validate,
+        name=name,
+        trace=trace,
+    ):
         # Weave calls get the trajectory's attributes when they are created (_Call); MLflow groups a trajectory's
         # calls under one span tagged with them.
         if RolloutTraceConfig.get_backend() == "mlflow" and trace:
@@ -222,8 +240,11 @@ def rollout_trace_op(func: Callable) -> Callable:
             except BaseException as exc:
                 call.fail(exc)
                 raise
-            shown = _with_text(args[0] if args else None, inputs, result) if RolloutTraceConfig.enable_token2text() \
+            shown = (
+                _with_text(args[0] if args else None, inputs, result)
+                if RolloutTraceConfig.enable_token2text()
                 else result
+            )
             call.finish(shown)
             return result
 

@@ -35,8 +35,9 @@ def _fingerprint(source: Path) -> str:
     files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
     for path in files:
         stat = path.stat()
-        digest.update(f"\0{path.relative_to(source) if path != source else ''}\0{stat.st_size}\0{stat.st_mtime_ns}"
-                      .encode())
+        digest.update(
+            f"\0{path.relative_to(source) if path != source else ''}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()
+        )
     return digest.hexdigest()[:16]
 
 

@@ -29,8 +29,7 @@ class PrecisionType:
     @staticmethod
     def supported_types() -> list[str]:
         """The canonical names: ``["16", "32", "64", "bf16", "mixed"]``."""
-        return [PrecisionType.HALF, PrecisionType.FLOAT, PrecisionType.FULL, PrecisionType.BFLOAT,
-                PrecisionType.MIXED]
+        return [PrecisionType.HALF, PrecisionType.FLOAT, PrecisionType.FULL, PrecisionType.BFLOAT, PrecisionType.MIXED]
 
     @staticmethod
     def supported_type(precision: str | int) -> bool:
@@ -65,6 +64,7 @@ class PrecisionType:
         """``"fp16"``, ``"fp32"`` or ``"bf16"`` for the matching torch dtype."""
         names = {torch.float16: "fp16", torch.float32: "fp32", torch.bfloat16: "bf16"}
         if precision not in names:
-            raise RuntimeError(f"unexpected precision {precision!r}; use torch.float16, torch.float32 or "
-                               "torch.bfloat16")
+            raise RuntimeError(
+                f"unexpected precision {precision!r}; use torch.float16, torch.float32 or torch.bfloat16"
+            )
         return names[precision]

@@ -96,8 +96,9 @@ def _logprob_block(block: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype
     return block.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse, lse
 
 
-def _logprob_block_grad(block: torch.Tensor, labels: torch.Tensor, lse: torch.Tensor,
-                        grad_out: torch.Tensor) -> torch.Tensor:
+def _logprob_block_grad(
+    block: torch.Tensor, labels: torch.Tensor, lse: torch.Tensor, grad_out: torch.Tensor
+) -> torch.Tensor:
     """``d logp / d logits * grad_out`` of one block: ``g * (onehot(label) - softmax)``."""
     g = grad_out.to(lse.dtype).unsqueeze(-1)
     chunk_grad = (block.to(lse.dtype) - lse.unsqueeze(-1)).exp_().mul_(-g)
@@ -112,8 +113,9 @@ class _ChunkedLogProbs(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, rows: int,
-                kernels: tuple[Callable, Callable]) -> torch.Tensor:
+    def forward(
+        ctx, logits: torch.Tensor, labels: torch.Tensor, rows: int, kernels: tuple[Callable, Callable]
+    ) -> torch.Tensor:
         dtype = _compute_dtype(logits.dtype)
         flat_labels = labels.reshape(-1)
         if kernels is not _EAGER_LOGPROB_KERNELS:
@@ -139,8 +141,9 @@ class _ChunkedLogProbs(torch.autograd.Function):
         grad_flat = grad.view(-1, logits.shape[-1])
         for start, block in _row_blocks(logits, ctx.rows):
             stop = start + block.shape[0]
-            grad_flat[start:stop] = ctx.block_grad(block, flat_labels[start:stop], lse[start:stop],
-                                                   grad_out[start:stop])
+            grad_flat[start:stop] = ctx.block_grad(
+                block, flat_labels[start:stop], lse[start:stop], grad_out[start:stop]
+            )
         return grad, None, None, None
 
 
@@ -159,7 +162,10 @@ def _kernels(eager: tuple[Callable, Callable], compiled: bool) -> tuple[Callable
 
 
 def logprobs_from_logits(
-    logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = True, chunk_size: int | None = None,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    inplace_backward: bool = True,
+    chunk_size: int | None = None,
     compiled: bool = False,
 ) -> torch.Tensor:
     """Log-probability of each label under ``softmax(logits)``.
@@ -200,8 +206,9 @@ def _entropy_block_stats(block: torch.Tensor, dtype: torch.dtype) -> tuple[torch
     return row_max.squeeze(-1), lse, mu
 
 
-def _entropy_block_grad(block: torch.Tensor, row_max: torch.Tensor, lse: torch.Tensor, mu: torch.Tensor,
-                        grad_out: torch.Tensor) -> torch.Tensor:
+def _entropy_block_grad(
+    block: torch.Tensor, row_max: torch.Tensor, lse: torch.Tensor, mu: torch.Tensor, grad_out: torch.Tensor
+) -> torch.Tensor:
     """``dH/dx * grad_out`` of one block, recomputing ``p`` from the saved row statistics."""
     xs = block.to(lse.dtype) - row_max.unsqueeze(-1)
     probs = (xs - lse.unsqueeze(-1)).exp_()
@@ -246,8 +253,9 @@ class _ChunkedEntropy(torch.autograd.Function):
         grad_flat = grad.view(-1, logits.shape[-1])
         for start, block in _row_blocks(logits, ctx.rows):
             stop = start + block.shape[0]
-            grad_flat[start:stop] = ctx.block_grad(block, row_max[start:stop], lse[start:stop], mu[start:stop],
-                                                   grad_out[start:stop])
+            grad_flat[start:stop] = ctx.block_grad(
+                block, row_max[start:stop], lse[start:stop], mu[start:stop], grad_out[start:stop]
+            )
         return grad, None, None
 
 
@@ -264,8 +272,9 @@ def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = None, com
     return _ChunkedEntropy.apply(logits, _rows_per_chunk(logits.shape[-1], chunk_size), kernels)
 
 
-def entropy_from_logits_with_chunking(logits: torch.Tensor, chunk_size: int = 2048,
-                                      compiled: bool = False) -> torch.Tensor:
+def entropy_from_logits_with_chunking(
+    logits: torch.Tensor, chunk_size: int = 2048, compiled: bool = False
+) -> torch.Tensor:
     """:func:`entropy_from_logits` on ``[T, V]`` logits with an explicit row chunk size."""
     if logits.dim() != 2:
         raise ValueError(f"entropy_from_logits_with_chunking expects [T, V] logits, got {tuple(logits.shape)}")
@@ -519,15 +528,20 @@ def logprobs_from_logits_naive(logits: torch.Tensor, labels: torch.Tensor) -> to
     return gather_from_labels(F.log_softmax(logits, dim=-1), labels)
 
 
-def log_probs_from_logits_response(input_ids: torch.Tensor, logits: torch.Tensor, response_length: int
-                                   ) -> torch.Tensor:
+def log_probs_from_logits_response(input_ids: torch.Tensor, logits: torch.Tensor, response_length: int) -> torch.Tensor:
     """Log-probs of the last ``response_length`` tokens of ``input_ids [B, S]`` under ``logits [B, S, V]``
     (the logits at position t score token t + 1)."""
     return logprobs_from_logits(logits[:, -response_length - 1 : -1], input_ids[:, -response_length:])
 
 
-def _rmpad_response_log_probs(input_ids_rmpad: torch.Tensor, logits_rmpad: torch.Tensor, indices: torch.Tensor,
-                              batch_size: int, seqlen: int, response_length: int) -> torch.Tensor:
+def _rmpad_response_log_probs(
+    input_ids_rmpad: torch.Tensor,
+    logits_rmpad: torch.Tensor,
+    indices: torch.Tensor,
+    batch_size: int,
+    seqlen: int,
+    response_length: int,
+) -> torch.Tensor:
     from verl.utils.padding import pad_input
 
     next_tokens = torch.roll(input_ids_rmpad, shifts=-1, dims=0)
@@ -536,8 +550,9 @@ def _rmpad_response_log_probs(input_ids_rmpad: torch.Tensor, logits_rmpad: torch
     return full[:, -response_length - 1 : -1]
 
 
-def log_probs_from_logits_response_rmpad(input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                                         logits_rmpad: torch.Tensor, response_length: int) -> torch.Tensor:
+def log_probs_from_logits_response_rmpad(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_rmpad: torch.Tensor, response_length: int
+) -> torch.Tensor:
     """:func:`log_probs_from_logits_response` for a packed forward: ``logits_rmpad [T, V]`` are the logits of the
     real tokens of ``input_ids [B, S]`` (``attention_mask`` marks them)."""
     from verl.utils.padding import unpad_input
@@ -547,13 +562,19 @@ def log_probs_from_logits_response_rmpad(input_ids: torch.Tensor, attention_mask
     return _rmpad_response_log_probs(tokens.squeeze(-1), logits_rmpad, indices, batch_size, seqlen, response_length)
 
 
-def log_probs_from_logits_all_rmpad(input_ids_rmpad: torch.Tensor, logits_rmpad: torch.Tensor,
-                                    indices: torch.Tensor, batch_size: int, seqlen: int, response_length: int
-                                    ) -> torch.Tensor:
+def log_probs_from_logits_all_rmpad(
+    input_ids_rmpad: torch.Tensor,
+    logits_rmpad: torch.Tensor,
+    indices: torch.Tensor,
+    batch_size: int,
+    seqlen: int,
+    response_length: int,
+) -> torch.Tensor:
     """Like :func:`log_probs_from_logits_response_rmpad` for ids already packed as ``[1, T]`` with their
     ``indices`` in the ``batch_size x seqlen`` grid."""
-    return _rmpad_response_log_probs(input_ids_rmpad.reshape(-1), logits_rmpad, indices, batch_size, seqlen,
-                                     response_length)
+    return _rmpad_response_log_probs(
+        input_ids_rmpad.reshape(-1), logits_rmpad, indices, batch_size, seqlen, response_length
+    )
 
 
 def remove_pad_token(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:

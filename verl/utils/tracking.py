@@ -20,8 +20,15 @@ from typing import Any, Protocol
 
 from verl.utils.rl_insight import RLInsightLogger
 
-__all__ = ["SUPPORTED_BACKENDS", "RLInsightLogger", "Tracking", "ValidationGenerationsLogger", "flatten_metrics",
-           "read_metrics", "tensorboard_dir"]
+__all__ = [
+    "SUPPORTED_BACKENDS",
+    "RLInsightLogger",
+    "Tracking",
+    "ValidationGenerationsLogger",
+    "flatten_metrics",
+    "read_metrics",
+    "tensorboard_dir",
+]
 
 SUPPORTED_BACKENDS = ("console", "file", "tensorboard", "wandb", "mlflow")
 METRICS_FILE_NAME = "metrics.jsonl"
@@ -251,8 +258,9 @@ def _generation_row(sample: Any) -> dict[str, Any]:
     elif isinstance(sample, Sequence) and not isinstance(sample, str) and len(sample) == 3:
         values = list(sample)
     else:
-        raise ValueError(f"a validation sample must be (input, output, score) or a mapping with those keys, got "
-                         f"{sample!r}")
+        raise ValueError(
+            f"a validation sample must be (input, output, score) or a mapping with those keys, got {sample!r}"
+        )
     return {"input": str(values[0]), "output": str(values[1]), "score": float(values[2])}
 
 

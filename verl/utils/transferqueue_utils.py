@@ -37,8 +37,10 @@ __all__ = [
 ]
 
 _FEATURE = "TransferQueue"
-_REASON = ("this package passes batches between the trainer and its workers through Ray object refs; verl's "
-           "TransferQueue data plane (trainer.use_v1 / transfer_queue.enable) is not implemented here")
+_REASON = (
+    "this package passes batches between the trainer and its workers through Ray object refs; verl's "
+    "TransferQueue data plane (trainer.use_v1 / transfer_queue.enable) is not implemented here"
+)
 
 # Whether verl's TransferQueue data path is on (the TRANSFER_QUEUE_ENABLE switch of older releases): never here.
 is_transferqueue_enabled = False
@@ -114,9 +116,7 @@ def _repeat(value: Any, key: str, repeat_times: int, interleave: bool) -> Any:
     raise TypeError(f"repeat_dict: column {key!r} is a {type(value).__name__}; expected a tensor, array or list")
 
 
-def repeat_dict(
-    batch_dict: dict[str, Any], repeat_times: int = 2, interleave: bool = True
-) -> dict[str, Any]:
+def repeat_dict(batch_dict: dict[str, Any], repeat_times: int = 2, interleave: bool = True) -> dict[str, Any]:
     """Every column of ``batch_dict`` repeated along its first dimension, like :meth:`DataProto.repeat`.
 
     ``interleave=True`` gives ``a a b b`` (each prompt's copies side by side, as GRPO groups need), ``False`` gives
@@ -127,4 +127,3 @@ def repeat_dict(
     if repeat_times == 1:
         return batch_dict
     return {key: _repeat(value, key, repeat_times, interleave) for key, value in batch_dict.items()}
-

@@ -88,8 +88,9 @@ def get_ulysses_sequence_parallel_rank(group: dist.ProcessGroup | None = None) -
     return dist.get_rank(group) if group is not None else 0
 
 
-def gather_seq_scatter_heads(x: Tensor, seq_dim: int, head_dim: int, unpadded_dim_size: int = 0,
-                             group: dist.ProcessGroup | None = None) -> Tensor:
+def gather_seq_scatter_heads(
+    x: Tensor, seq_dim: int, head_dim: int, unpadded_dim_size: int = 0, group: dist.ProcessGroup | None = None
+) -> Tensor:
     """Full sequence, this rank's heads: at SP size 1 every rank already has both, so ``x`` itself."""
     _checked_group(group, "gather_seq_scatter_heads")
     return x
@@ -107,8 +108,13 @@ def slice_input_tensor(x: Tensor, dim: int, padding: bool = True, group: dist.Pr
     return x.contiguous()
 
 
-def all_to_all_tensor(local_input: Tensor, scatter_dim: int, gather_dim: int,
-                      group: dist.ProcessGroup | None = None, async_op: bool = False) -> Any:
+def all_to_all_tensor(
+    local_input: Tensor,
+    scatter_dim: int,
+    gather_dim: int,
+    group: dist.ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Any:
     """All-to-all within the SP group: the identity for one rank; with ``async_op`` a callable returning it."""
     _checked_group(group, "all_to_all_tensor")
     result = local_input.contiguous()
@@ -125,8 +131,14 @@ def _unpad(x: Tensor, dim: int, padding_size: int) -> Tensor:
     return x.narrow(dim, 0, x.size(dim) - padding_size)
 
 
-def gather_outputs_and_unpad(x: Tensor, gather_dim: int, unpad_dim: int | None = None, padding_size: int = 0,
-                             grad_scaler: bool = True, group: dist.ProcessGroup | None = None) -> Tensor:
+def gather_outputs_and_unpad(
+    x: Tensor,
+    gather_dim: int,
+    unpad_dim: int | None = None,
+    padding_size: int = 0,
+    grad_scaler: bool = True,
+    group: dist.ProcessGroup | None = None,
+) -> Tensor:
     """Gather outputs over the SP group along ``gather_dim`` and drop ``padding_size`` entries at the end of
     ``unpad_dim``. Without an SP group ``x`` is returned as is (verl's contract: nothing was padded); with a
     one-rank group the gather is the identity and only the unpadding applies."""
@@ -140,8 +152,11 @@ def gather_outputs_and_unpad(x: Tensor, gather_dim: int, unpad_dim: int | None =
 
 def gather_outpus_and_unpad(*args: Any, **kwargs: Any) -> Tensor:
     """Misspelt old name of :func:`gather_outputs_and_unpad`."""
-    warnings.warn("verl.utils.ulysses.gather_outpus_and_unpad is deprecated; use gather_outputs_and_unpad",
-                  FutureWarning, stacklevel=2)
+    warnings.warn(
+        "verl.utils.ulysses.gather_outpus_and_unpad is deprecated; use gather_outputs_and_unpad",
+        FutureWarning,
+        stacklevel=2,
+    )
     return gather_outputs_and_unpad(*args, **kwargs)
 
 
@@ -149,15 +164,20 @@ def _check_packed(input_ids_rmpad: Tensor, position_ids_rmpad: Tensor | None) ->
     if position_ids_rmpad is None:
         return
     if position_ids_rmpad.dim() < 2 or position_ids_rmpad.size(-2) != 1:
-        raise ValueError(f"ulysses_pad: position_ids_rmpad must be packed as [..., 1, total_nnz], got shape "
-                         f"{tuple(position_ids_rmpad.shape)}")
+        raise ValueError(
+            f"ulysses_pad: position_ids_rmpad must be packed as [..., 1, total_nnz], got shape "
+            f"{tuple(position_ids_rmpad.shape)}"
+        )
     if position_ids_rmpad.size(-1) != input_ids_rmpad.size(-1):
-        raise ValueError(f"ulysses_pad: position_ids_rmpad has {position_ids_rmpad.size(-1)} tokens, "
-                         f"input_ids_rmpad has {input_ids_rmpad.size(-1)}")
+        raise ValueError(
+            f"ulysses_pad: position_ids_rmpad has {position_ids_rmpad.size(-1)} tokens, "
+            f"input_ids_rmpad has {input_ids_rmpad.size(-1)}"
+        )
 
 
-def ulysses_pad(input_ids_rmpad: Tensor, position_ids_rmpad: Tensor | None = None, sp_size: int = 1,
-                pad_value: int = 0) -> tuple[Tensor, Tensor | None, int]:
+def ulysses_pad(
+    input_ids_rmpad: Tensor, position_ids_rmpad: Tensor | None = None, sp_size: int = 1, pad_value: int = 0
+) -> tuple[Tensor, Tensor | None, int]:
     """Pad packed ``[1, total_nnz]`` ids (and position ids) to a multiple of ``sp_size``: unchanged at size 1.
 
     Returns ``(input_ids, position_ids, pad_size)`` with ``pad_size`` 0.
@@ -168,13 +188,18 @@ def ulysses_pad(input_ids_rmpad: Tensor, position_ids_rmpad: Tensor | None = Non
     return input_ids_rmpad, position_ids_rmpad, 0
 
 
-def ulysses_pad_and_slice_inputs(input_ids_rmpad: Tensor, position_ids_rmpad: Tensor | None = None, sp_size: int = 1,
-                                 skip_position_ids_rmpad: bool = False, pad_value: int = 0
-                                 ) -> tuple[Tensor, Tensor | None, int]:
+def ulysses_pad_and_slice_inputs(
+    input_ids_rmpad: Tensor,
+    position_ids_rmpad: Tensor | None = None,
+    sp_size: int = 1,
+    skip_position_ids_rmpad: bool = False,
+    pad_value: int = 0,
+) -> tuple[Tensor, Tensor | None, int]:
     """Pad to a multiple of ``sp_size`` and keep this rank's slice: at size 1 the whole (contiguous) inputs and a
     pad size of 0. ``skip_position_ids_rmpad`` leaves the position ids unsliced, as verl's VeOmni path does."""
-    input_ids_rmpad, position_ids_rmpad, pad_size = ulysses_pad(input_ids_rmpad, position_ids_rmpad, sp_size,
-                                                                pad_value=pad_value)
+    input_ids_rmpad, position_ids_rmpad, pad_size = ulysses_pad(
+        input_ids_rmpad, position_ids_rmpad, sp_size, pad_value=pad_value
+    )
     input_ids_rmpad = slice_input_tensor(input_ids_rmpad, dim=1, padding=False)
     if position_ids_rmpad is not None and not skip_position_ids_rmpad:
         position_ids_rmpad = slice_input_tensor(position_ids_rmpad, dim=1, padding=False)

@@ -110,20 +110,26 @@ class TrainingWorker(Worker):
         if self.engine_config is None:
             select = _setting(config, "auto_select_engine_optim_fn")
             if select is None:
-                raise ValueError("TrainingWorker: config.engine_config is None and config.auto_select_engine_optim_fn "
-                                 "is not set, so no engine backend can be chosen")
+                raise ValueError(
+                    "TrainingWorker: config.engine_config is None and config.auto_select_engine_optim_fn "
+                    "is not set, so no engine backend can be chosen"
+                )
             self.engine_config, self.optimizer_config = select(self.model_config, self.device_name)
         self.model_type = _setting(config, "model_type", "language_model")
         strategy = _setting(self.engine_config, "strategy")
         if strategy is None:
             raise ValueError("TrainingWorker: engine_config.strategy must name the engine backend (e.g. fsdp2)")
         self.engine: BaseEngine = EngineRegistry.new(
-            model_type=self.model_type, backend=strategy, model_config=self.model_config,
-            engine_config=self.engine_config, optimizer_config=self.optimizer_config,
+            model_type=self.model_type,
+            backend=strategy,
+            model_config=self.model_config,
+            engine_config=self.engine_config,
+            optimizer_config=self.optimizer_config,
             checkpoint_config=self.checkpoint_config,
         )
-        self._register_dispatch_collect_info("train", dp_rank=self.engine.get_data_parallel_rank(),
-                                             is_collect=self.engine.is_mp_src_rank_with_outputs())
+        self._register_dispatch_collect_info(
+            "train", dp_rank=self.engine.get_data_parallel_rank(), is_collect=self.engine.is_mp_src_rank_with_outputs()
+        )
         self.loss_fn: Callable | None = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -131,8 +137,9 @@ class TrainingWorker(Worker):
         """Load to the accelerator (``device="device"``) or offload to ``"cpu"`` by hand."""
         if device not in ("cpu", "device"):
             raise ValueError(f"TrainingWorker.to: device must be 'cpu' or 'device', got {device!r}")
-        self.engine.to(device=self.device_name if device == "device" else "cpu", model=model, optimizer=optimizer,
-                       grad=grad)
+        self.engine.to(
+            device=self.device_name if device == "device" else "cpu", model=model, optimizer=optimizer, grad=grad
+        )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def set_loss_fn(self, loss_fn: Callable) -> None:
@@ -183,8 +190,9 @@ class TrainingWorker(Worker):
             final["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / 2**30
             final["perf/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved() / 2**30
         final["perf/cpu_memory_used_gb"] = psutil.virtual_memory().used / 2**30
-        return tu.get_tensordict(tensor_dict=dict(output.pop("model_output", {}) or {}),
-                                 non_tensor_dict={"metrics": final})
+        return tu.get_tensordict(
+            tensor_dict=dict(output.pop("model_output", {}) or {}), non_tensor_dict={"metrics": final}
+        )
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
     def train_batch(self, data: TensorDict) -> TensorDict | None:
@@ -221,19 +229,26 @@ class TrainingWorker(Worker):
         dp_size = self.engine.get_data_parallel_size()
         if mini_batch_size is not None:
             if mini_batch_size % dp_size:
-                raise ValueError(f"train_mini_batch: mini_batch_size={mini_batch_size} is not divisible by the "
-                                 f"data-parallel size {dp_size}")
+                raise ValueError(
+                    f"train_mini_batch: mini_batch_size={mini_batch_size} is not divisible by the "
+                    f"data-parallel size {dp_size}"
+                )
             per_rank = mini_batch_size // dp_size
         elif num_mini_batch is not None:
             if rows % num_mini_batch:
-                raise ValueError(f"train_mini_batch: {rows} rows per rank do not split into {num_mini_batch} "
-                                 "mini-batches")
+                raise ValueError(
+                    f"train_mini_batch: {rows} rows per rank do not split into {num_mini_batch} mini-batches"
+                )
             per_rank = rows // num_mini_batch
         else:
             raise ValueError("train_mini_batch: the batch must set mini_batch_size or num_mini_batch")
-        batches = tu.make_iterator(data, mini_batch_size=per_rank, epochs=epochs,
-                                   seed=seed + self.engine.get_data_parallel_rank(),
-                                   dataloader_kwargs=dataloader_kwargs)
+        batches = tu.make_iterator(
+            data,
+            mini_batch_size=per_rank,
+            epochs=epochs,
+            seed=seed + self.engine.get_data_parallel_rank(),
+            dataloader_kwargs=dataloader_kwargs,
+        )
         steps = rows // per_rank * epochs
         outputs = []
         with self.engine.train_mode(disable_auto_offload=False):
@@ -263,8 +278,9 @@ class TrainingWorker(Worker):
         return self._postprocess_output(output).cpu()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, local_path: str, hdfs_path: str | None = None, global_step: int = 0,
-                        max_ckpt_to_keep: int | None = None) -> Any:
+    def save_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, global_step: int = 0, max_ckpt_to_keep: int | None = None
+    ) -> Any:
         return self.engine.save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -285,8 +301,10 @@ class ActorRolloutRefWorker(FSDPActorRolloutRefWorker):
 
     def __init__(self, config: Any, role: str, distillation_config: Any = None, **kwargs: Any) -> None:
         if distillation_config is not None and bool(getattr(distillation_config, "enabled", True)):
-            raise ValueError("ActorRolloutRefWorker: distillation (distillation_config) is not supported by the FSDP "
-                             "policy worker; leave it unset")
+            raise ValueError(
+                "ActorRolloutRefWorker: distillation (distillation_config) is not supported by the FSDP "
+                "policy worker; leave it unset"
+            )
         super().__init__(config, role, **kwargs)
         self.distillation_config = distillation_config
         self.checkpoint_engine: CheckpointEngine | None = None
@@ -298,8 +316,9 @@ class ActorRolloutRefWorker(FSDPActorRolloutRefWorker):
         super().init_model()
         backend = _backend_of(self.config)
         if self._is_actor and backend != "naive" and backend in CheckpointEngineRegistry.registered():
-            self.checkpoint_engine = build_checkpoint_engine(self.config.rollout.checkpoint_engine,
-                                                             is_master=self.rank == 0)
+            self.checkpoint_engine = build_checkpoint_engine(
+                self.config.rollout.checkpoint_engine, is_master=self.rank == 0
+            )
 
     def _trainer_weights(self) -> Iterable[tuple[str, torch.Tensor]]:
         """The actor's full weights under Hugging Face names (collective over the group): from a training engine
@@ -343,6 +362,8 @@ class ActorRolloutRefWorker(FSDPActorRolloutRefWorker):
     def execute_checkpoint_engine(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call ``method`` of this rank's streaming checkpoint engine (``prepare``, ``init_process_group``...)."""
         if self.checkpoint_engine is None:
-            raise RuntimeError(f"execute_checkpoint_engine({method!r}) on rank {self.rank}: this worker has no "
-                               "streaming checkpoint engine (rollout.checkpoint_engine.backend names none)")
+            raise RuntimeError(
+                f"execute_checkpoint_engine({method!r}) on rank {self.rank}: this worker has no "
+                "streaming checkpoint engine (rollout.checkpoint_engine.backend names none)"
+            )
         return getattr(self.checkpoint_engine, method)(*args, **kwargs)

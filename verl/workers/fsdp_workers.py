@@ -55,4 +55,3 @@ def get_vl_model_vision_tower(vl_model_instance: nn.Module) -> nn.Module | None:
     if inner is not None and getattr(inner, "visual", None) is not None:
         return inner.visual
     return getattr(vl_model_instance, "visual", None)
-

@@ -8,8 +8,7 @@ and role mappings type-check, and building one raises ``MissingExtraError``. The
 from verl.models.mcore._missing import megatron_class
 from verl.single_controller.base import Worker
 
-__all__ = ["ActorRolloutRefWorker", "AsyncActorRolloutRefWorker", "CriticWorker", "MegatronWorker",
-           "RewardModelWorker"]
+__all__ = ["ActorRolloutRefWorker", "AsyncActorRolloutRefWorker", "CriticWorker", "MegatronWorker", "RewardModelWorker"]
 
 MegatronWorker = megatron_class("MegatronWorker", __name__, base=Worker)
 ActorRolloutRefWorker = megatron_class("ActorRolloutRefWorker", __name__, base=MegatronWorker)

@@ -29,12 +29,24 @@ TOOL_TOKENS = [5, 6]
 GREEDY = {"temperature": 0.0, "do_sample": False}
 
 
-def make_config(model_dir, *, num_workers: int = 2, agent_loop_config_path: str | None = None,
-                reward: RewardConfig | None = None, **rollout_overrides: Any) -> dict[str, Any]:
+def make_config(
+    model_dir,
+    *,
+    num_workers: int = 2,
+    agent_loop_config_path: str | None = None,
+    reward: RewardConfig | None = None,
+    **rollout_overrides: Any,
+) -> dict[str, Any]:
     """A flattened trainer config with typed rollout, model and reward groups, small enough for CPU tests."""
     rollout_values = dict(
-        name="hf", prompt_length=16, response_length=12, max_num_seqs=16, calculate_log_probs=True,
-        dtype="float32", ignore_eos=True, free_cache_engine=False,
+        name="hf",
+        prompt_length=16,
+        response_length=12,
+        max_num_seqs=16,
+        calculate_log_probs=True,
+        dtype="float32",
+        ignore_eos=True,
+        free_cache_engine=False,
         val_kwargs=SamplingConfig(temperature=0.0, do_sample=False),
         agent=AgentLoopConfig(num_workers=num_workers, agent_loop_config_path=agent_loop_config_path),
     )
@@ -53,7 +65,7 @@ def greedy(model, prompt: list[int], max_tokens: int) -> list[int]:
     ids = list(prompt)
     for _ in range(max_tokens):
         ids.append(int(torch.argmax(model(torch.tensor([ids])).logits[0, -1])))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 def teach(model, sequence: list[int], labels: list[int], max_steps: int = 400) -> None:
@@ -77,8 +89,9 @@ def teach(model, sequence: list[int], labels: list[int], max_steps: int = 400) -
     model.eval()
 
 
-def expected_rows(prompt: list[int], response: list[int], mask: list[int], P: int, R: int,
-                  pad: int) -> dict[str, list[int]]:
+def expected_rows(
+    prompt: list[int], response: list[int], mask: list[int], P: int, R: int, pad: int
+) -> dict[str, list[int]]:
     """One sample's layout rows, written out position by position (the hand-built expectation)."""
     left = P - len(prompt)
     right = R - len(response)
@@ -93,9 +106,11 @@ def expected_rows(prompt: list[int], response: list[int], mask: list[int], P: in
     }
 
 
-def prompt_batch(prompts: list[list[int]], *, agent_names: list[str] | None = None, meta: dict | None = None,
-                 **columns: list[Any]) -> DataProto:
+def prompt_batch(
+    prompts: list[list[int]], *, agent_names: list[str] | None = None, meta: dict | None = None, **columns: list[Any]
+) -> DataProto:
     """A gen batch as the trainer sends it: non-tensor raw_prompt_ids (+ agent_name and other columns)."""
+
     def column(values):
         array = np.empty(len(values), dtype=object)
         for i, value in enumerate(values):
@@ -118,10 +133,12 @@ class TwoTurnLoop(AgentLoopBase):
         prompt = [int(t) for t in kwargs["raw_prompt_ids"]]
         first, second = kwargs["turn_tokens"]
         request_id = uuid.uuid4().hex
-        out1 = await self.server_manager.generate(request_id, prompt_ids=prompt,
-                                                  sampling_params={**sampling_params, "max_tokens": first})
+        out1 = await self.server_manager.generate(
+            request_id, prompt_ids=prompt, sampling_params={**sampling_params, "max_tokens": first}
+        )
         out2 = await self.server_manager.generate(
-            request_id, prompt_ids=prompt + out1.token_ids + TOOL_TOKENS,
+            request_id,
+            prompt_ids=prompt + out1.token_ids + TOOL_TOKENS,
             sampling_params={**sampling_params, "max_tokens": second},
         )
         response = out1.token_ids + TOOL_TOKENS + out2.token_ids
@@ -129,9 +146,12 @@ class TwoTurnLoop(AgentLoopBase):
         if out1.log_probs is not None:
             log_probs = out1.log_probs + [0.0] * len(TOOL_TOKENS) + out2.log_probs
         return AgentLoopOutput(
-            prompt_ids=prompt, response_ids=response,
+            prompt_ids=prompt,
+            response_ids=response,
             response_mask=[1] * len(out1.token_ids) + [0] * len(TOOL_TOKENS) + [1] * len(out2.token_ids),
-            response_logprobs=log_probs, num_turns=4, extra_fields={"turn_tokens_seen": [first, second]},
+            response_logprobs=log_probs,
+            num_turns=4,
+            extra_fields={"turn_tokens_seen": [first, second]},
         )
 
 
@@ -141,12 +161,17 @@ class DelayedLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         prompt = [int(t) for t in kwargs["raw_prompt_ids"]]
-        out = await self.server_manager.generate(uuid.uuid4().hex, prompt_ids=prompt,
-                                                 sampling_params={**sampling_params, "max_tokens": 3})
+        out = await self.server_manager.generate(
+            uuid.uuid4().hex, prompt_ids=prompt, sampling_params={**sampling_params, "max_tokens": 3}
+        )
         await asyncio.sleep(float(kwargs["delay_s"]))
         return AgentLoopOutput(
-            prompt_ids=prompt, response_ids=out.token_ids, response_mask=[1] * len(out.token_ids), num_turns=2,
-            metrics=AgentLoopMetrics(generate_sequences=0.0), extra_fields={"finished_at": time.monotonic()},
+            prompt_ids=prompt,
+            response_ids=out.token_ids,
+            response_mask=[1] * len(out.token_ids),
+            num_turns=2,
+            metrics=AgentLoopMetrics(generate_sequences=0.0),
+            extra_fields={"finished_at": time.monotonic()},
         )
 
 
@@ -158,8 +183,13 @@ class LongLoop(AgentLoopBase):
         prompt = [int(t) for t in kwargs["raw_prompt_ids"]]
         params = {**sampling_params, "max_tokens": int(kwargs["max_tokens"])}
         out = await self.server_manager.generate(uuid.uuid4().hex, prompt_ids=prompt, sampling_params=params)
-        return AgentLoopOutput(prompt_ids=prompt, response_ids=out.token_ids, response_mask=[1] * len(out.token_ids),
-                               num_turns=2, extra_fields={"generated": len(out.token_ids)})
+        return AgentLoopOutput(
+            prompt_ids=prompt,
+            response_ids=out.token_ids,
+            response_mask=[1] * len(out.token_ids),
+            num_turns=2,
+            extra_fields={"generated": len(out.token_ids)},
+        )
 
 
 class YamlLoop(AgentLoopBase):

@@ -15,13 +15,24 @@ from verl.workers.config import (
     SamplingConfig,
 )
 
-ROLLOUT = RolloutConfig(temperature=0.7, top_p=0.9, top_k=20, response_length=33, calculate_log_probs=True,
-                        val_kwargs=SamplingConfig(temperature=0.0, top_p=1.0, top_k=-1, do_sample=False))
+ROLLOUT = RolloutConfig(
+    temperature=0.7,
+    top_p=0.9,
+    top_k=20,
+    response_length=33,
+    calculate_log_probs=True,
+    val_kwargs=SamplingConfig(temperature=0.0, top_p=1.0, top_k=-1, do_sample=False),
+)
 
 
 def test_training_params_come_from_the_rollout_group():
     assert sampling_params_for(ROLLOUT, {}) == {
-        "temperature": 0.7, "top_p": 0.9, "top_k": 20, "do_sample": True, "max_tokens": 33, "logprobs": True,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 20,
+        "do_sample": True,
+        "max_tokens": 33,
+        "logprobs": True,
         "ignore_eos": False,
     }
 
@@ -29,8 +40,9 @@ def test_training_params_come_from_the_rollout_group():
 def test_validation_uses_val_kwargs_then_explicit_meta_info():
     params = sampling_params_for(ROLLOUT, {"validate": True})
     assert (params["temperature"], params["top_p"], params["top_k"], params["do_sample"]) == (0.0, 1.0, -1, False)
-    params = sampling_params_for(ROLLOUT, {"validate": True, "temperature": 0.5, "do_sample": True, "top_k": 3,
-                                           "top_p": 0.8, "global_steps": 4})
+    params = sampling_params_for(
+        ROLLOUT, {"validate": True, "temperature": 0.5, "do_sample": True, "top_k": 3, "top_p": 0.8, "global_steps": 4}
+    )
     assert (params["temperature"], params["top_p"], params["top_k"], params["do_sample"]) == (0.5, 0.8, 3, True)
     assert "global_steps" not in params
 
@@ -38,8 +50,9 @@ def test_validation_uses_val_kwargs_then_explicit_meta_info():
 def test_reward_in_loop_switch():
     assert reward_in_loop_enabled({"reward": RewardConfig()}) is False
     assert reward_in_loop_enabled({"reward": RewardConfig(launch_reward_fn_async=True)}) is True
-    with_rm = RewardConfig(launch_reward_fn_async=True,
-                           reward_model=RewardModelConfig(enable=True, model=RewardModelPathConfig(path="/m")))
+    with_rm = RewardConfig(
+        launch_reward_fn_async=True, reward_model=RewardModelConfig(enable=True, model=RewardModelPathConfig(path="/m"))
+    )
     assert reward_in_loop_enabled({"reward": with_rm}) is False
     assert reward_in_loop_enabled({"reward": RewardConfig()}, override=True) is True
     assert reward_in_loop_enabled({}, override=None) is False
@@ -76,6 +89,7 @@ def test_custom_manager_class_is_created_instead(tiny_model_dir):
     assert asyncio.run(AgentLoopManager.create(config, worker_group="wg", max_sessions=3)) == ("custom", "wg", 3)
 
     bad = make_config(tiny_model_dir, agent=AgentLoopConfig(agent_loop_manager_class="builtins.dict"))
-    with pytest.raises(TypeError, match="rollout.agent.agent_loop_manager_class='builtins.dict': .* async "
-                                        "classmethod create"):
+    with pytest.raises(
+        TypeError, match="rollout.agent.agent_loop_manager_class='builtins.dict': .* async classmethod create"
+    ):
         asyncio.run(AgentLoopManager.create(bad))

@@ -30,8 +30,11 @@ def standalone(ray_cluster, tiny_model_dir):
     )
     config = make_config(tiny_model_dir, num_workers=2, reward=reward, max_model_len=256)
     pool = RayResourcePool([2], use_gpu=False, name_prefix="agent_loop_test")
-    manager = asyncio.run(AgentLoopManager.create(config, rollout_resource_pool=pool, reward_in_loop=True,
-                                                  server_kwargs={"device": "cpu"}))
+    manager = asyncio.run(
+        AgentLoopManager.create(
+            config, rollout_resource_pool=pool, reward_in_loop=True, server_kwargs={"device": "cpu"}
+        )
+    )
     yield config, manager
     manager.shutdown()
     pool.release()
@@ -40,9 +43,13 @@ def standalone(ray_cluster, tiny_model_dir):
 def test_standalone_layout_order_and_streamed_rewards(standalone, tiny_lm):
     config, manager = standalone
     P, R = config["rollout"].prompt_length, config["rollout"].response_length
-    batch = prompt_batch(PROMPTS, agent_names=["two_turn_test", "single_turn_agent"] * 2,
-                         turn_tokens=[[2, 3], None, [4, 1], None], uid=["a", "b", "c", "d"],
-                         data_source=["test"] * 4)
+    batch = prompt_batch(
+        PROMPTS,
+        agent_names=["two_turn_test", "single_turn_agent"] * 2,
+        turn_tokens=[[2, 3], None, [4, 1], None],
+        uid=["a", "b", "c", "d"],
+        data_source=["test"] * 4,
+    )
     out = manager.generate_sequences(batch)  # the blocking variant
 
     expected = []
@@ -70,8 +77,12 @@ def test_standalone_layout_order_and_streamed_rewards(standalone, tiny_lm):
         expected_scores[length - 1] = float(len(text))
         assert out.batch["rm_scores"][i].tolist() == expected_scores.tolist()
     timing = out.meta_info["metrics"]
-    for key in ("agent_loop/generate_sequences/mean", "agent_loop/compute_score/max", "agent_loop/num_turns/mean",
-                "agent_loop/generate_sequences_wall"):
+    for key in (
+        "agent_loop/generate_sequences/mean",
+        "agent_loop/compute_score/max",
+        "agent_loop/num_turns/mean",
+        "agent_loop/generate_sequences_wall",
+    ):
         assert key in timing, key
     assert "agent_loop_metrics" not in out.meta_info
 
@@ -79,8 +90,12 @@ def test_standalone_layout_order_and_streamed_rewards(standalone, tiny_lm):
 def test_routing_counters_show_both_replicas_and_sticky_turns(standalone):
     _, manager = standalone
     before = asyncio.run(manager.server_stats())
-    batch = prompt_batch([[1, 60 + i] for i in range(8)], agent_names=["two_turn_test"] * 8,
-                         turn_tokens=[[2, 2]] * 8, data_source=["test"] * 8)
+    batch = prompt_batch(
+        [[1, 60 + i] for i in range(8)],
+        agent_names=["two_turn_test"] * 8,
+        turn_tokens=[[2, 2]] * 8,
+        data_source=["test"] * 8,
+    )
     asyncio.run(manager.generate_sequences_async(batch))
     after = asyncio.run(manager.server_stats())
     assert len(after) == 2
@@ -111,8 +126,9 @@ def test_killed_replica_mid_batch_loses_no_sample(standalone):
     """Runs last among the tests of the shared manager: it kills one of its replicas."""
     _, manager = standalone
     n = 12
-    batch = prompt_batch([[1, 10 + i] for i in range(n)], agent_names=["long_test"] * n, max_tokens=[160] * n,
-                         data_source=["test"] * n)
+    batch = prompt_batch(
+        [[1, 10 + i] for i in range(n)], agent_names=["long_test"] * n, max_tokens=[160] * n, data_source=["test"] * n
+    )
 
     async def run():
         task = asyncio.ensure_future(manager.generate_sequences_async(batch))
@@ -144,12 +160,20 @@ def test_hybrid_engines_in_actor_workers(ray_cluster, tiny_model_dir, tiny_lm):
         create_colocated_worker_cls,
     )
 
-    config = OmegaConf.create({
-        "model": {"path": str(tiny_model_dir)},
-        "rollout": {"prompt_length": 16, "response_length": 12, "calculate_log_probs": True, "ignore_eos": True,
-                    "free_cache_engine": True, "agent": {"num_workers": 1}},
-        "trainer": {"device": "cpu", "seed": 1},
-    })
+    config = OmegaConf.create(
+        {
+            "model": {"path": str(tiny_model_dir)},
+            "rollout": {
+                "prompt_length": 16,
+                "response_length": 12,
+                "calculate_log_probs": True,
+                "ignore_eos": True,
+                "free_cache_engine": True,
+                "agent": {"num_workers": 1},
+            },
+            "trainer": {"device": "cpu", "seed": 1},
+        }
+    )
     pool = RayResourcePool([1], use_gpu=False, name_prefix="agent_loop_hybrid")
     from _hybrid_worker import HybridRolloutWorker
 
@@ -210,8 +234,9 @@ def test_hybrid_mode_needs_the_mixin():
         role = "actor_rollout"
         _bound_methods = {"generate_sequences": "actor_rollout_generate_sequences"}
 
-    with pytest.raises(TypeError, match="worker group 'actor_rollout' has no 'rollout_generate' method: .*"
-                                        "HybridRolloutServerMixin"):
+    with pytest.raises(
+        TypeError, match="worker group 'actor_rollout' has no 'rollout_generate' method: .*HybridRolloutServerMixin"
+    ):
         rollout_method_name(Group())
 
 

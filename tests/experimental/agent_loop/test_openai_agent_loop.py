@@ -22,8 +22,15 @@ from verl.workers.config import MultiTurnConfig
 
 pytest.importorskip("openai")
 
-PARAMS = {"temperature": 0.0, "do_sample": False, "top_p": 1.0, "top_k": -1, "max_tokens": 30, "logprobs": True,
-          "ignore_eos": True}
+PARAMS = {
+    "temperature": 0.0,
+    "do_sample": False,
+    "top_p": 1.0,
+    "top_k": -1,
+    "max_tokens": 30,
+    "logprobs": True,
+    "ignore_eos": True,
+}
 QUESTION = [{"role": "user", "content": "2+2?"}]
 
 
@@ -32,12 +39,16 @@ async def two_call_agent(ctx: OpenAIAgentContext, follow_up: str) -> dict:
     client = ctx.client()
     messages = list(ctx.messages)
     # skip_special_tokens=False: the text round-trips to the same tokens through the chat template
-    first = await client.chat.completions.create(model=ctx.model, messages=messages, max_tokens=5,
-                                                 extra_body={"skip_special_tokens": False})
-    messages += [{"role": "assistant", "content": first.choices[0].message.content},
-                 {"role": "user", "content": follow_up}]
-    await client.chat.completions.create(model=ctx.model, messages=messages, max_tokens=4,
-                                         extra_body={"skip_special_tokens": False})
+    first = await client.chat.completions.create(
+        model=ctx.model, messages=messages, max_tokens=5, extra_body={"skip_special_tokens": False}
+    )
+    messages += [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": follow_up},
+    ]
+    await client.chat.completions.create(
+        model=ctx.model, messages=messages, max_tokens=4, extra_body={"skip_special_tokens": False}
+    )
     return {"reward_score": 0.5, "label": ctx.sample["extra_info"]["label"]}
 
 
@@ -45,8 +56,7 @@ async def two_call_agent(ctx: OpenAIAgentContext, follow_up: str) -> dict:
 def setup(tiny_model_dir, make_replica):
     from transformers import AutoTokenizer
 
-    config = make_config(tiny_model_dir, prompt_length=24, response_length=40,
-                         multi_turn=MultiTurnConfig(enable=True))
+    config = make_config(tiny_model_dir, prompt_length=24, response_length=40, multi_turn=MultiTurnConfig(enable=True))
     manager = AsyncLLMServerManager([make_replica(config["rollout"])])
     return config, manager, AutoTokenizer.from_pretrained(tiny_model_dir)
 
@@ -62,17 +72,19 @@ def test_two_chat_calls_become_one_trajectory_with_masks(setup, tiny_lm):
 
     prompt1 = template(tokenizer, QUESTION)
     reply1 = greedy(tiny_lm, prompt1, 5)
-    history = QUESTION + [{"role": "assistant", "content": tokenizer.decode(reply1)},
-                          {"role": "user", "content": "and 3?"}]
+    history = QUESTION + [
+        {"role": "assistant", "content": tokenizer.decode(reply1)},
+        {"role": "user", "content": "and 3?"},
+    ]
     prompt2 = template(tokenizer, history)
     assert prompt2[: len(prompt1) + len(reply1)] == prompt1 + reply1  # the agent's history extends the first call
-    inserted = prompt2[len(prompt1) + len(reply1):]
+    inserted = prompt2[len(prompt1) + len(reply1) :]
     reply2 = greedy(tiny_lm, prompt2, 4)
 
     assert out.prompt_ids == prompt1
     assert out.response_ids == reply1 + inserted + reply2
     assert out.response_mask == [1] * 5 + [0] * len(inserted) + [1] * 4
-    assert out.response_logprobs[5: 5 + len(inserted)] == [0.0] * len(inserted)
+    assert out.response_logprobs[5 : 5 + len(inserted)] == [0.0] * len(inserted)
     assert all(lp < 0 for lp in out.response_logprobs[:5] + out.response_logprobs[-4:])
     assert out.reward_score == 0.5 and out.num_turns == 4
     assert out.extra_fields["label"] == "four"
@@ -91,8 +103,9 @@ def test_response_is_cut_to_the_response_length(setup):
 
 
 def call(prompt, response, lp=-1.0):
-    return CallRecord(prompt_ids=prompt, response_ids=response, response_logprobs=[lp] * len(response),
-                      finish_reason="stop")
+    return CallRecord(
+        prompt_ids=prompt, response_ids=response, response_logprobs=[lp] * len(response), finish_reason="stop"
+    )
 
 
 def test_merge_calls_keeps_the_last_call_when_the_history_was_rewritten():
@@ -119,8 +132,9 @@ def test_agent_errors_are_named(setup):
     with pytest.raises(RuntimeError, match="without calling the model"):
         asyncio.run(OpenAIAgentLoop(config, manager, tokenizer, agent_fn=silent).run(dict(PARAMS), raw_prompt=QUESTION))
     with pytest.raises(TypeError, match="returned str"):
-        asyncio.run(OpenAIAgentLoop(config, manager, tokenizer, agent_fn=wrong_type).run(dict(PARAMS),
-                                                                                        raw_prompt=QUESTION))
+        asyncio.run(
+            OpenAIAgentLoop(config, manager, tokenizer, agent_fn=wrong_type).run(dict(PARAMS), raw_prompt=QUESTION)
+        )
     with pytest.raises(ValueError, match="no agent function"):
         asyncio.run(OpenAIAgentLoop(config, manager, tokenizer).run(dict(PARAMS), raw_prompt=QUESTION))
     with pytest.raises(ValueError, match="module:function"):
@@ -131,17 +145,21 @@ def test_agent_errors_are_named(setup):
 
 def test_yaml_entry_registers_an_agent_file(tmp_path):
     agent_file = tmp_path / "my_agent.py"
-    agent_file.write_text(textwrap.dedent("""
+    agent_file.write_text(
+        textwrap.dedent("""
         async def solve(ctx, bonus=0.0):
             return 1.0 + bonus
-    """))
+    """)
+    )
     yaml = tmp_path / "agents.yaml"
-    yaml.write_text(textwrap.dedent(f"""
+    yaml.write_text(
+        textwrap.dedent(f"""
         - name: yaml_openai_agent
           _target_: verl.experimental.agent_loop.openai_agent_loop.OpenAIAgentLoop
           agent_fn: {agent_file}:solve
           agent_kwargs: {{bonus: 0.5}}
-    """))
+    """)
+    )
     assert load_agent_loop_config(yaml) == ["yaml_openai_agent"]
     spec = get_agent_loop_spec("yaml_openai_agent")
     assert spec.cls is OpenAIAgentLoop and spec.kwargs["agent_kwargs"] == {"bonus": 0.5}
@@ -155,25 +173,32 @@ def test_agent_loop_worker_runs_openai_agents_concurrently(tiny_model_dir, tiny_
 
     from verl.experimental.agent_loop import AgentLoopWorker
 
-    config = make_config(tiny_model_dir, prompt_length=24, response_length=40,
-                         multi_turn=MultiTurnConfig(enable=True))
+    config = make_config(tiny_model_dir, prompt_length=24, response_length=40, multi_turn=MultiTurnConfig(enable=True))
     entry = {"_target_": OpenAIAgentLoop, "agent_fn": two_call_agent, "agent_kwargs": {"follow_up": "ok?"}}
     worker = AgentLoopWorker(config, [make_replica(config["rollout"])], registry={"openai_worker_test": entry})
     questions = [[{"role": "user", "content": q}] for q in ("1+1?", "2+5?", "hello")]
-    batch = prompt_batch([template(worker.tokenizer, q) for q in questions], agent_names=["openai_worker_test"] * 3,
-                         raw_prompt=questions, extra_info=[{"label": str(i)} for i in range(3)])
+    batch = prompt_batch(
+        [template(worker.tokenizer, q) for q in questions],
+        agent_names=["openai_worker_test"] * 3,
+        raw_prompt=questions,
+        extra_info=[{"label": str(i)} for i in range(3)],
+    )
     out = asyncio.run(worker.generate_sequences(batch))
 
     for i, question in enumerate(questions):
         prompt1 = template(worker.tokenizer, question)
         reply1 = greedy(tiny_lm, prompt1, 5)
-        prompt2 = template(worker.tokenizer, question + [
-            {"role": "assistant", "content": worker.tokenizer.decode(reply1)}, {"role": "user", "content": "ok?"}])
+        prompt2 = template(
+            worker.tokenizer,
+            question
+            + [{"role": "assistant", "content": worker.tokenizer.decode(reply1)}, {"role": "user", "content": "ok?"}],
+        )
         inserted = len(prompt2) - len(prompt1) - len(reply1)
         mask = [1] * 5 + [0] * inserted + [1] * 4
         assert out.batch["response_mask"][i].tolist() == mask + [0] * (40 - len(mask)), i
         assert out.batch["responses"][i, : len(mask)].tolist() == reply1 + prompt2[-inserted:] + greedy(
-            tiny_lm, prompt2, 4), i
+            tiny_lm, prompt2, 4
+        ), i
         assert out.batch["rm_scores"][i, len(mask) - 1].item() == 0.5 and out.batch["rm_scores"][i].sum() == 0.5
     assert out.non_tensor_batch["label"].tolist() == ["0", "1", "2"]
     assert out.non_tensor_batch["openai_merged"].tolist() == [True] * 3

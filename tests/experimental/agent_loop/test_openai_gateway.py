@@ -34,8 +34,9 @@ def tokenizer(tiny_model_dir):
 
 @pytest.fixture
 def replica(tiny_model_dir, make_replica):
-    config = make_config(tiny_model_dir, prompt_length=40, response_length=40, max_model_len=480,
-                         multi_turn=MultiTurnConfig(enable=True))
+    config = make_config(
+        tiny_model_dir, prompt_length=40, response_length=40, max_model_len=480, multi_turn=MultiTurnConfig(enable=True)
+    )
     return make_replica(config["rollout"])
 
 
@@ -55,15 +56,16 @@ def run_with_gateway(replica, tokenizer, body, **gateway_kwargs):
 
 @torch.no_grad()
 def reference_log_probs(model, prompt, response):
-    logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1: -1]
+    logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]
     return torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(response)[:, None])[:, 0].tolist()
 
 
 def test_chat_completion_returns_exactly_the_recorded_tokens(replica, tokenizer, tiny_lm):
     async def body(gateway):
         client = openai.AsyncOpenAI(base_url=gateway.session_base_url("traj-1"), api_key="x")
-        reply = await client.chat.completions.create(model="policy", messages=MESSAGES, max_tokens=6,
-                                                     temperature=0, logprobs=True)
+        reply = await client.chat.completions.create(
+            model="policy", messages=MESSAGES, max_tokens=6, temperature=0, logprobs=True
+        )
         return reply, gateway.calls("traj-1")
 
     reply, calls = run_with_gateway(replica, tokenizer, body, default_sampling_params=GREEDY)
@@ -84,17 +86,18 @@ def test_chat_completion_returns_exactly_the_recorded_tokens(replica, tokenizer,
 
 def test_completions_and_the_three_ways_to_name_a_session(replica, tokenizer, tiny_lm):
     async def body(gateway):
-        by_header = openai.AsyncOpenAI(base_url=gateway.base_url, api_key="x",
-                                       default_headers={SESSION_HEADER: "by-header"})
+        by_header = openai.AsyncOpenAI(
+            base_url=gateway.base_url, api_key="x", default_headers={SESSION_HEADER: "by-header"}
+        )
         text = await by_header.completions.create(model="policy", prompt="ab", max_tokens=4, logprobs=1)
         plain = openai.AsyncOpenAI(base_url=gateway.base_url, api_key="x")
         ids = await plain.completions.create(model="policy", prompt=[1, 40, 41], max_tokens=3, user="by-user")
         models = await plain.models.list()
         return text, ids, [m.id for m in models.data], gateway.calls("by-header"), gateway.calls("by-user")
 
-    text, ids, models, header_calls, user_calls = run_with_gateway(replica, tokenizer, body,
-                                                                    default_sampling_params=GREEDY,
-                                                                    model_name="tiny")
+    text, ids, models, header_calls, user_calls = run_with_gateway(
+        replica, tokenizer, body, default_sampling_params=GREEDY, model_name="tiny"
+    )
     assert models == ["tiny"]
     [call] = header_calls
     assert call.prompt_ids == tokenizer("ab")["input_ids"] and call.endpoint == "completions"
@@ -154,24 +157,64 @@ MALFORMED = [
     ("not an object", b"[1, 2]", 400, "JSON object", None),
     ("missing messages", json.dumps({"model": "m"}).encode(), 400, "'messages' is a required", None),
     ("messages not a list", json.dumps({"model": "m", "messages": "hi"}).encode(), 400, "non-empty list", None),
-    ("message without role", json.dumps({"model": "m", "messages": [{"content": "x"}]}).encode(), 400,
-     "messages[0].role", None),
+    (
+        "message without role",
+        json.dumps({"model": "m", "messages": [{"content": "x"}]}).encode(),
+        400,
+        "messages[0].role",
+        None,
+    ),
     ("model is a number", json.dumps({"model": 7, "messages": MESSAGES}).encode(), 400, "'model' must be", None),
     ("model is a dict", json.dumps({"model": {"a": 1}, "messages": MESSAGES}).encode(), 400, "'model' must be", None),
     ("missing model", json.dumps({"messages": MESSAGES}).encode(), 400, "model parameter", None),
-    ("temperature is a string", json.dumps({"model": "m", "messages": MESSAGES, "temperature": "hot"}).encode(),
-     400, "'temperature'", None),
-    ("max_tokens zero", json.dumps({"model": "m", "messages": MESSAGES, "max_tokens": 0}).encode(), 400,
-     "'max_tokens'", None),
-    ("stream", json.dumps({"model": "m", "messages": MESSAGES, "stream": True}).encode(), 400,
-     "stream is not supported", "unsupported_parameter"),
+    (
+        "temperature is a string",
+        json.dumps({"model": "m", "messages": MESSAGES, "temperature": "hot"}).encode(),
+        400,
+        "'temperature'",
+        None,
+    ),
+    (
+        "max_tokens zero",
+        json.dumps({"model": "m", "messages": MESSAGES, "max_tokens": 0}).encode(),
+        400,
+        "'max_tokens'",
+        None,
+    ),
+    (
+        "stream",
+        json.dumps({"model": "m", "messages": MESSAGES, "stream": True}).encode(),
+        400,
+        "stream is not supported",
+        "unsupported_parameter",
+    ),
     ("n=2", json.dumps({"model": "m", "messages": MESSAGES, "n": 2}).encode(), 400, "n=2", "unsupported_parameter"),
-    ("unknown role", json.dumps({"model": "m", "messages": [{"role": "wizard", "content": "x"}]}).encode(), 400,
-     "chat template", None),
-    ("image part", json.dumps({"model": "m", "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "x"}}]}]}).encode(), 400, "only text parts", None),
-    ("too long prompt", json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 200}]}).encode(),
-     400, "maximum context length is 100", "context_length_exceeded"),
+    (
+        "unknown role",
+        json.dumps({"model": "m", "messages": [{"role": "wizard", "content": "x"}]}).encode(),
+        400,
+        "chat template",
+        None,
+    ),
+    (
+        "image part",
+        json.dumps(
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+            }
+        ).encode(),
+        400,
+        "only text parts",
+        None,
+    ),
+    (
+        "too long prompt",
+        json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 200}]}).encode(),
+        400,
+        "maximum context length is 100",
+        "context_length_exceeded",
+    ),
 ]
 
 
@@ -183,13 +226,15 @@ def test_malformed_requests_get_openai_errors_and_the_server_keeps_serving(repli
             for what, raw, *_ in MALFORMED:
                 async with http.post(url, data=raw, headers={"Content-Type": "application/json"}) as response:
                     results.append((what, response.status, await response.json()))
-            async with http.post(gateway.base_url + "/chat/completions",
-                                 json={"model": "m", "messages": MESSAGES}) as response:
+            async with http.post(
+                gateway.base_url + "/chat/completions", json={"model": "m", "messages": MESSAGES}
+            ) as response:
                 results.append(("no session", response.status, await response.json()))
             async with http.get(gateway.base_url + "/nowhere") as response:
                 results.append(("unknown route", response.status, await response.json()))
-            async with http.post(gateway.session_base_url("bad") + "/completions",
-                                 json={"model": "m", "prompt": ["a", "b"]}) as response:
+            async with http.post(
+                gateway.session_base_url("bad") + "/completions", json={"model": "m", "prompt": ["a", "b"]}
+            ) as response:
                 results.append(("two prompts", response.status, await response.json()))
         client = openai.AsyncOpenAI(base_url=gateway.session_base_url("good"), api_key="x", max_retries=0)
         with pytest.raises(openai.BadRequestError) as raised:
@@ -198,7 +243,8 @@ def test_malformed_requests_get_openai_errors_and_the_server_keeps_serving(repli
         return results, raised.value, ok, gateway.calls("bad"), gateway.calls("good")
 
     results, client_error, ok, bad_calls, good_calls = run_with_gateway(
-        replica, tokenizer, body, default_sampling_params=GREEDY, max_prompt_tokens=100)
+        replica, tokenizer, body, default_sampling_params=GREEDY, max_prompt_tokens=100
+    )
     for (what, _, status, words, code), (_, got_status, got) in zip(MALFORMED, results):
         assert got_status == status, (what, got)
         assert set(got["error"]) == {"message", "type", "param", "code"}, what
@@ -206,7 +252,7 @@ def test_malformed_requests_get_openai_errors_and_the_server_keeps_serving(repli
         assert got["error"]["type"] == "invalid_request_error", what
         if code is not None:
             assert got["error"]["code"] == code, (what, got)
-    extra = {what: (status, got) for what, status, got in results[len(MALFORMED):]}
+    extra = {what: (status, got) for what, status, got in results[len(MALFORMED) :]}
     assert extra["no session"][0] == 400 and SESSION_HEADER in extra["no session"][1]["error"]["message"]
     assert extra["unknown route"][0] == 404 and extra["unknown route"][1]["error"]["code"] == "not_found"
     assert extra["two prompts"][0] == 400 and "several prompts" in extra["two prompts"][1]["error"]["message"]
@@ -286,6 +332,7 @@ def test_calls_run_in_the_session_openers_context_with_the_partial_rollout_manag
 
 # ---------------------------------------------------------------------- bearer token (agents on other nodes)
 
+
 def routable_ip() -> str:
     from verl.experimental.agent_loop.openai_gateway import is_loopback_host, node_ip_address
 
@@ -298,8 +345,9 @@ def routable_ip() -> str:
 async def raw_post(url, token=None, scheme="Bearer"):
     headers = {"Authorization": f"{scheme} {token}"} if token is not None else {}
     async with aiohttp.ClientSession() as http:
-        async with http.post(url, json={"model": "m", "messages": MESSAGES, "max_tokens": 2},
-                             headers=headers) as response:
+        async with http.post(
+            url, json={"model": "m", "messages": MESSAGES, "max_tokens": 2}, headers=headers
+        ) as response:
             return response.status, dict(response.headers), await response.json()
 
 
@@ -326,7 +374,8 @@ def test_off_loopback_every_request_needs_the_gateways_bearer_token(replica, tok
         return refused, raised.value, calls_after_refusals, ok, gateway.calls("s"), gateway
 
     refused, client_error, calls_after_refusals, ok, calls, gateway = run_with_gateway(
-        replica, tokenizer, body, host=ip, default_sampling_params=GREEDY)
+        replica, tokenizer, body, host=ip, default_sampling_params=GREEDY
+    )
     assert gateway.requires_auth and len(gateway.auth_token) >= 32
     assert gateway.num_refused == len(refused) + 1
     for what, (status, headers, got) in refused.items():
@@ -364,8 +413,10 @@ def test_a_fresh_token_per_gateway_and_a_wildcard_bind_advertises_the_node_ip(re
 
 def test_loopback_needs_no_token_but_checks_one_when_given(replica, tokenizer):
     async def body(gateway):
-        return (await raw_post(gateway.session_base_url("a") + "/chat/completions"),
-                await raw_post(gateway.session_base_url("a") + "/chat/completions", token="anything"))
+        return (
+            await raw_post(gateway.session_base_url("a") + "/chat/completions"),
+            await raw_post(gateway.session_base_url("a") + "/chat/completions", token="anything"),
+        )
 
     open_results = run_with_gateway(replica, tokenizer, body, default_sampling_params=GREEDY)
     assert [status for status, *_ in open_results] == [200, 200]
@@ -374,8 +425,9 @@ def test_loopback_needs_no_token_but_checks_one_when_given(replica, tokenizer):
         url = gateway.session_base_url("b") + "/chat/completions"
         return await raw_post(url), await raw_post(url, token="run-token-1"), await raw_post(url, token="run-token-2")
 
-    missing, right, wrong = run_with_gateway(replica, tokenizer, checked, default_sampling_params=GREEDY,
-                                             auth_token="run-token-1")
+    missing, right, wrong = run_with_gateway(
+        replica, tokenizer, checked, default_sampling_params=GREEDY, auth_token="run-token-1"
+    )
     assert (missing[0], right[0], wrong[0]) == (401, 200, 401)
     assert OpenAIGateway(None, tokenizer).auth_token is None
     with pytest.raises(ValueError, match="auth_token"):
@@ -408,8 +460,9 @@ def test_the_token_stays_out_of_logs_reprs_records_and_errors(replica, tokenizer
         return replies, repr(gateway), gateway.calls("t")
 
     with caplog.at_level(logging.DEBUG):
-        replies, gateway_repr, calls = run_with_gateway(replica, tokenizer, body, default_sampling_params=GREEDY,
-                                                        auth_token=token)
+        replies, gateway_repr, calls = run_with_gateway(
+            replica, tokenizer, body, default_sampling_params=GREEDY, auth_token=token
+        )
     assert [status for status, *_ in replies] == [401, 401, 200, 400, 404, 200, 401]
     assert any("refused" in record.getMessage() for record in caplog.records)  # the refusal is logged ...
     for record in caplog.records:  # ... without the token, nor any prefix of it an attacker could extend
@@ -417,13 +470,13 @@ def test_the_token_stays_out_of_logs_reprs_records_and_errors(replica, tokenizer
     assert "bearer token" in gateway_repr and token not in gateway_repr
     assert all(token[:-1] not in json.dumps(got) for _, _, got in replies)
     assert len(calls) == 2 and token not in repr(calls)
-    ctx = OpenAIAgentContext(base_url="http://h/v1", api_key=token, model="m", session_id="t", messages=None,
-                             sample={})
+    ctx = OpenAIAgentContext(base_url="http://h/v1", api_key=token, model="m", session_id="t", messages=None, sample={})
     assert token not in repr(ctx)
 
 
-def test_openai_agent_loop_gateway_host_hands_the_agent_a_routable_url_and_the_token(tiny_model_dir, make_replica,
-                                                                                     tokenizer):
+def test_openai_agent_loop_gateway_host_hands_the_agent_a_routable_url_and_the_token(
+    tiny_model_dir, make_replica, tokenizer
+):
     from verl.experimental.agent_loop.openai_agent_loop import OpenAIAgentLoop
 
     ip = routable_ip()
@@ -431,13 +484,19 @@ def test_openai_agent_loop_gateway_host_hands_the_agent_a_routable_url_and_the_t
 
     async def agent(ctx):
         seen["ctx"] = ctx
-        seen["reply"] = await ctx.client(max_retries=0).chat.completions.create(model=ctx.model, messages=MESSAGES,
-                                                                               max_tokens=2)
+        seen["reply"] = await ctx.client(max_retries=0).chat.completions.create(
+            model=ctx.model, messages=MESSAGES, max_tokens=2
+        )
         return 1.0
 
     config = make_config(tiny_model_dir, prompt_length=40, response_length=8)
-    loop = OpenAIAgentLoop(config, AsyncLLMServerManager([make_replica(config["rollout"])]), tokenizer,
-                           agent_fn=agent, gateway_host="0.0.0.0")
+    loop = OpenAIAgentLoop(
+        config,
+        AsyncLLMServerManager([make_replica(config["rollout"])]),
+        tokenizer,
+        agent_fn=agent,
+        gateway_host="0.0.0.0",
+    )
 
     async def main():
         out = await loop.run({**GREEDY, "max_tokens": 2}, raw_prompt=MESSAGES)

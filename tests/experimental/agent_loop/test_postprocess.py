@@ -13,10 +13,17 @@ PAD = 0
 
 
 def _outputs(**overrides):
-    a = AgentLoopOutput(prompt_ids=[7, 8], response_ids=[11, 12, 5, 13], response_mask=[1, 1, 0, 1],
-                        response_logprobs=[-0.5, -0.25, 0.0, -1.0], num_turns=4, extra_fields={"tag": "a"})
-    b = AgentLoopOutput(prompt_ids=[9, 10, 11], response_ids=[14], response_mask=[1], response_logprobs=[-2.0],
-                        num_turns=2)
+    a = AgentLoopOutput(
+        prompt_ids=[7, 8],
+        response_ids=[11, 12, 5, 13],
+        response_mask=[1, 1, 0, 1],
+        response_logprobs=[-0.5, -0.25, 0.0, -1.0],
+        num_turns=4,
+        extra_fields={"tag": "a"},
+    )
+    b = AgentLoopOutput(
+        prompt_ids=[9, 10, 11], response_ids=[14], response_mask=[1], response_logprobs=[-2.0], num_turns=2
+    )
     for key, values in overrides.items():
         setattr(a, key, values[0])
         setattr(b, key, values[1])
@@ -24,8 +31,14 @@ def _outputs(**overrides):
 
 
 def test_layout_matches_hand_built_tensors():
-    out = assemble_batch(_outputs(), prompt_length=4, response_length=5, pad_token_id=PAD,
-                         non_tensors={"uid": np.array(["u0", "u1"], dtype=object)}, meta_info={"validate": True})
+    out = assemble_batch(
+        _outputs(),
+        prompt_length=4,
+        response_length=5,
+        pad_token_id=PAD,
+        non_tensors={"uid": np.array(["u0", "u1"], dtype=object)},
+        meta_info={"validate": True},
+    )
     b = out.batch
     assert b["prompts"].tolist() == [[0, 0, 7, 8], [0, 9, 10, 11]]
     assert b["responses"].tolist() == [[11, 12, 5, 13, 0], [14, 0, 0, 0, 0]]
@@ -60,8 +73,13 @@ def test_errors_name_the_culprit():
     with pytest.raises(ValueError, match="response_logprobs has 1 entries for 2 response_ids"):
         AgentLoopOutput(prompt_ids=[1], response_ids=[2, 3], response_mask=[1, 1], response_logprobs=[0.0])
     with pytest.raises(ValueError, match="non-tensor column 'uid' has 1 rows for 2 outputs"):
-        assemble_batch(_outputs(), prompt_length=4, response_length=5, pad_token_id=PAD,
-                       non_tensors={"uid": np.array(["x"], dtype=object)})
+        assemble_batch(
+            _outputs(),
+            prompt_length=4,
+            response_length=5,
+            pad_token_id=PAD,
+            non_tensors={"uid": np.array(["x"], dtype=object)},
+        )
 
 
 def test_layout_dtypes_are_long_and_float():

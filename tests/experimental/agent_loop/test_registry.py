@@ -39,8 +39,11 @@ def test_register_rejects_clashes_and_non_loops():
 
 
 def test_unknown_name_lists_registered_ones():
-    with pytest.raises(ValueError, match=r"agent_name 'nope' is not a registered agent loop; registered: "
-                                         r".*single_turn_agent.*tool_agent.*two_turn_test"):
+    with pytest.raises(
+        ValueError,
+        match=r"agent_name 'nope' is not a registered agent loop; registered: "
+        r".*single_turn_agent.*tool_agent.*two_turn_test",
+    ):
         get_agent_loop_class("nope")
 
 

@@ -50,8 +50,12 @@ def test_sticky_sessions_return_to_their_replica_even_when_busier(two_replicas):
             first[i] = await manager.generate(f"s{i}", prompt_ids=[1, 2 + i], sampling_params=SHORT)
         assert manager.stats().routed == [3, 2]
         # second turns of s2 and s4 stick to replica 0 and keep it busy
-        busy = [asyncio.ensure_future(manager.generate(f"s{i}", prompt_ids=[1, 2 + i, *first[i].token_ids],
-                                                       sampling_params=LONG)) for i in (2, 4)]
+        busy = [
+            asyncio.ensure_future(
+                manager.generate(f"s{i}", prompt_ids=[1, 2 + i, *first[i].token_ids], sampling_params=LONG)
+            )
+            for i in (2, 4)
+        ]
         await asyncio.sleep(0)
         assert manager.stats().in_flight == [2, 0]
         # s0's second turn goes back to replica 0 although replica 1 is idle
@@ -104,8 +108,9 @@ def test_dead_replica_is_dropped_and_requests_retried(two_replicas):
     manager = AsyncLLMServerManager([dead, two_replicas[0]])
 
     async def run():
-        return await asyncio.gather(*(manager.generate(f"r{i}", prompt_ids=[1, 2], sampling_params=SHORT)
-                                      for i in range(4)))
+        return await asyncio.gather(
+            *(manager.generate(f"r{i}", prompt_ids=[1, 2], sampling_params=SHORT) for i in range(4))
+        )
 
     outputs = asyncio.run(run())
     stats = manager.stats()

@@ -47,8 +47,9 @@ class ScriptedLLM(RolloutServer):
     async def generate(self, prompt_ids, sampling_params, request_id):
         self.prompts.append(list(prompt_ids))
         index = len(self.prompts) - 1
-        tokens = self.turns[index] if index < len(self.turns) else TOKENIZER.encode("done<eos>",
-                                                                                     add_special_tokens=False)
+        tokens = (
+            self.turns[index] if index < len(self.turns) else TOKENIZER.encode("done<eos>", add_special_tokens=False)
+        )
         limit = int(sampling_params["max_tokens"])
         reason = "length" if len(tokens) > limit else "stop"
         tokens = tokens[:limit]
@@ -103,8 +104,13 @@ class SlowTool(BaseTool):
 class ProbeTool(BaseTool):
     """Records how many calls run at once and the lifecycle calls it saw."""
 
-    default_schema = {"type": "function", "function": {"name": "probe", "parameters": {
-        "type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]}}}
+    default_schema = {
+        "type": "function",
+        "function": {
+            "name": "probe",
+            "parameters": {"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]},
+        },
+    }
 
     def __init__(self, config=None, tool_schema=None):
         super().__init__(config, tool_schema)
@@ -160,11 +166,20 @@ def tool_config(tmp_path):
     return str(path)
 
 
-def make_config(tool_config: str | None, *, response_length: int = 512, prompt_length: int = 2048,
-                model_path: str = "unused", **multi_turn: Any) -> dict[str, Any]:
+def make_config(
+    tool_config: str | None,
+    *,
+    response_length: int = 512,
+    prompt_length: int = 2048,
+    model_path: str = "unused",
+    **multi_turn: Any,
+) -> dict[str, Any]:
     return {
         "rollout": RolloutConfig(
-            name="hf", prompt_length=prompt_length, response_length=response_length, calculate_log_probs=True,
+            name="hf",
+            prompt_length=prompt_length,
+            response_length=response_length,
+            calculate_log_probs=True,
             multi_turn=MultiTurnConfig(enable=True, tool_config_path=tool_config, **multi_turn),
         ),
         "model": HFModelConfig(path=model_path),
@@ -179,11 +194,12 @@ def run_loop(config, server, **sample: Any):
 
 def tool_delta(*contents: str) -> list[int]:
     """What the loop must insert after a model turn: the tool messages as the chat template renders them."""
-    full = TOKENIZER.apply_chat_template([{"role": "tool", "content": c} for c in contents], tokenize=True,
-                                         return_dict=False, add_generation_prompt=True)
+    full = TOKENIZER.apply_chat_template(
+        [{"role": "tool", "content": c} for c in contents], tokenize=True, return_dict=False, add_generation_prompt=True
+    )
     prefix = TOKENIZER.apply_chat_template([{}], tokenize=True, return_dict=False)
     assert full[: len(prefix)] == prefix
-    return list(full[len(prefix):])
+    return list(full[len(prefix) :])
 
 
 def enc(text: str) -> list[int]:
@@ -211,8 +227,11 @@ def test_tool_response_is_inserted_through_the_chat_template_with_mask_zero(tool
     turn1 = call("calculator", expression="23*17") + EOS
     turn2 = "391" + EOS
     server = ScriptedLLM([turn1, turn2])
-    _, out = run_loop(make_config(tool_config), server,
-                      extra_info={"tools_kwargs": {"calculator": {"create_kwargs": {"ground_truth": "391"}}}})
+    _, out = run_loop(
+        make_config(tool_config),
+        server,
+        extra_info={"tools_kwargs": {"calculator": {"create_kwargs": {"ground_truth": "391"}}}},
+    )
 
     delta = tool_delta("391")
     assert TOKENIZER.decode(delta) == "<|tool|><tool_response>391</tool_response><|assistant|>"
@@ -250,16 +269,20 @@ def test_synthetic_tool_calc_row_is_rewarded_through_the_calculator(tool_config)
 def test_lifecycle_parallel_calls_and_skipped_extra_calls(tool_config):
     turn1 = "".join(call("probe", tag=t) for t in "abc") + EOS
     server = ScriptedLLM([turn1, "ok" + EOS])
-    loop, out = run_loop(make_config(tool_config, max_parallel_calls=2), server,
-                         tools_kwargs={"probe": {"create_kwargs": {"ground_truth": "g"}}})
+    loop, out = run_loop(
+        make_config(tool_config, max_parallel_calls=2),
+        server,
+        tools_kwargs={"probe": {"create_kwargs": {"ground_truth": "g"}}},
+    )
     probe = loop.tools["probe"]
     assert probe.max_in_flight == 2, "the first max_parallel_calls calls run concurrently"
     assert probe.events[0] == "create:g", "one instance per trajectory, created with the row's create_kwargs"
     assert sorted(probe.events[1:3]) == ["execute:a", "execute:b"]
     assert probe.events[3:] == ["calc_reward", "release"]
     (inserted,) = inserted_texts(out)
-    assert inserted == TOKENIZER.decode(tool_delta(
-        "probed a", "probed b", "Error: call skipped; at most 2 tool call(s) per turn"))
+    assert inserted == TOKENIZER.decode(
+        tool_delta("probed a", "probed b", "Error: call skipped; at most 2 tool call(s) per turn")
+    )
     counts = out.extra_fields["tool_call_counts"]
     assert counts["tool_calls"] == 3 and counts["tool_calls_ok"] == 2
     assert counts["tool_calls_skipped"] == 1 and counts["tool_call_errors"] == 1
@@ -270,19 +293,34 @@ def test_lifecycle_parallel_calls_and_skipped_extra_calls(tool_config):
 # ---------------------------------------------------------------- malformed input never crashes
 
 
-@pytest.mark.parametrize("turn, counter, message", [
-    ('<tool_call>{"name": "calculator", "arguments": {"expression": </tool_call>', "tool_parse_errors",
-     "Error: tool call 1: invalid JSON"),
-    ('<tool_call>{"arguments": {}}</tool_call>', "tool_parse_errors", "Error: tool call 1: 'name' must be"),
-    ('<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}', "tool_parse_errors",
-     "Error: tool call 1: <tool_call> without </tool_call>"),
-    (call("search", query="x"), "tool_unknown_errors",
-     "Error: Unknown function 'search'. Available tools: ['calculator', 'chatty',"),
-    (call("calculator", expr="1+1"), "tool_argument_errors",
-     "Error: calculator: missing required argument(s) ['expression']"),
-    (call("explode"), "tool_exceptions", "Error executing tool 'explode': RuntimeError: boom"),
-    (call("slow"), "tool_timeouts", "Error: tool 'slow' timed out after 0.2s"),
-])
+@pytest.mark.parametrize(
+    "turn, counter, message",
+    [
+        (
+            '<tool_call>{"name": "calculator", "arguments": {"expression": </tool_call>',
+            "tool_parse_errors",
+            "Error: tool call 1: invalid JSON",
+        ),
+        ('<tool_call>{"arguments": {}}</tool_call>', "tool_parse_errors", "Error: tool call 1: 'name' must be"),
+        (
+            '<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}',
+            "tool_parse_errors",
+            "Error: tool call 1: <tool_call> without </tool_call>",
+        ),
+        (
+            call("search", query="x"),
+            "tool_unknown_errors",
+            "Error: Unknown function 'search'. Available tools: ['calculator', 'chatty',",
+        ),
+        (
+            call("calculator", expr="1+1"),
+            "tool_argument_errors",
+            "Error: calculator: missing required argument(s) ['expression']",
+        ),
+        (call("explode"), "tool_exceptions", "Error executing tool 'explode': RuntimeError: boom"),
+        (call("slow"), "tool_timeouts", "Error: tool 'slow' timed out after 0.2s"),
+    ],
+)
 def test_malformed_calls_become_error_messages_and_metrics(tool_config, turn, counter, message):
     server = ScriptedLLM([turn + EOS, "sorry" + EOS])
     _, out = run_loop(make_config(tool_config), server)
@@ -293,7 +331,7 @@ def test_malformed_calls_become_error_messages_and_metrics(tool_config, turn, co
     assert counts[counter] == 1 and counts["tool_call_errors"] == 1 and counts["tool_calls_ok"] == 0
     assert set(counts) == set(COUNTER_KEYS)
     assert out.extra_fields["termination_reason"] == "done"
-    assert out.response_ids[-len(enc("sorry" + EOS)):] == enc("sorry" + EOS)
+    assert out.response_ids[-len(enc("sorry" + EOS)) :] == enc("sorry" + EOS)
 
 
 def test_timed_out_tool_is_cancelled(tool_config):
@@ -346,8 +384,9 @@ def test_model_turn_cut_by_the_budget_is_not_parsed(tool_config):
 
 def test_tool_output_is_truncated_to_max_tool_response_length(tool_config):
     server = ScriptedLLM([call("chatty") + EOS, "ok" + EOS])
-    _, out = run_loop(make_config(tool_config, max_tool_response_length=20, tool_response_truncate_side="right"),
-                      server)
+    _, out = run_loop(
+        make_config(tool_config, max_tool_response_length=20, tool_response_truncate_side="right"), server
+    )
     (inserted,) = inserted_texts(out)
     assert inserted == "<|tool|><tool_response>" + "A" * 20 + "...(truncated)</tool_response><|assistant|>"
 
@@ -376,17 +415,24 @@ def test_unknown_parser_format_names_the_config_key(tool_config):
 
 def test_scripted_interaction_adds_user_turns_with_mask_zero(tmp_path, tool_config):
     path = tmp_path / "interaction.yaml"
-    path.write_text(textwrap.dedent("""
+    path.write_text(
+        textwrap.dedent("""
         interaction:
           - name: checker
             class_name: verl.experimental.agent_loop.interaction.ScriptedInteraction
             config: {replies: ["Are you sure?", "Check again."]}
-        """))
+        """)
+    )
     server = ScriptedLLM(["It is 5" + EOS, call("calculator", expression="23*17") + EOS, "It is 391" + EOS])
-    _, out = run_loop(make_config(tool_config, interaction_config_path=str(path)), server,
-                      interaction_kwargs={"name": "checker", "ground_truth": "391"})
-    assert inserted_texts(out) == ["<|user|>Are you sure?<|assistant|>",
-                                   "<|tool|><tool_response>391</tool_response><|assistant|>"]
+    _, out = run_loop(
+        make_config(tool_config, interaction_config_path=str(path)),
+        server,
+        interaction_kwargs={"name": "checker", "ground_truth": "391"},
+    )
+    assert inserted_texts(out) == [
+        "<|user|>Are you sure?<|assistant|>",
+        "<|tool|><tool_response>391</tool_response><|assistant|>",
+    ]
     assert out.extra_fields["turn_scores"] == [0.0, 1.0]
     assert out.extra_fields["termination_reason"] == "interaction_done"
     assert len(server.prompts) == 3 and out.num_turns == 3 + 2 + 1
@@ -394,11 +440,15 @@ def test_scripted_interaction_adds_user_turns_with_mask_zero(tmp_path, tool_conf
 
 def test_unknown_interaction_name_is_a_config_error(tmp_path, tool_config):
     path = tmp_path / "interaction.yaml"
-    path.write_text("interaction:\n  - {name: a, class_name: "
-                    "verl.experimental.agent_loop.interaction.ScriptedInteraction}\n")
+    path.write_text(
+        "interaction:\n  - {name: a, class_name: verl.experimental.agent_loop.interaction.ScriptedInteraction}\n"
+    )
     with pytest.raises(ValueError, match=r"interaction_kwargs.name='b' is not configured"):
-        run_loop(make_config(tool_config, interaction_config_path=str(path)), ScriptedLLM([]),
-                 interaction_kwargs={"name": "b"})
+        run_loop(
+            make_config(tool_config, interaction_config_path=str(path)),
+            ScriptedLLM([]),
+            interaction_kwargs={"name": "b"},
+        )
 
 
 # ---------------------------------------------------------------- through the worker: the batch's response_mask
@@ -413,16 +463,17 @@ def test_worker_batch_masks_tool_tokens(tiny_model_dir, tool_config):
     worker = AgentLoopWorker(config, [server])
     column = np.empty(1, dtype=object)
     column[0] = PROMPT
-    batch = DataProto.from_dict(non_tensors={"raw_prompt": column,
-                                             "agent_name": np.array(["tool_agent"], dtype=object)},
-                                meta_info={"validate": True})
+    batch = DataProto.from_dict(
+        non_tensors={"raw_prompt": column, "agent_name": np.array(["tool_agent"], dtype=object)},
+        meta_info={"validate": True},
+    )
     out = asyncio.run(worker.generate_sequences(batch))
     n1, nd, n2 = len(enc(turn1)), len(tool_delta("42")), len(enc(turn2))
     mask = out.batch["response_mask"][0].tolist()
     assert mask == [1] * n1 + [0] * nd + [1] * n2 + [0] * (128 - n1 - nd - n2)
     assert out.batch["attention_mask"][0, -128:].tolist()[: n1 + nd + n2] == [1] * (n1 + nd + n2)
-    assert TOKENIZER.decode(out.batch["responses"][0, n1:n1 + nd].tolist()) == TOKENIZER.decode(tool_delta("42"))
-    assert out.batch["rollout_log_probs"][0, n1:n1 + nd].abs().sum() == 0
+    assert TOKENIZER.decode(out.batch["responses"][0, n1 : n1 + nd].tolist()) == TOKENIZER.decode(tool_delta("42"))
+    assert out.batch["rollout_log_probs"][0, n1 : n1 + nd].abs().sum() == 0
     assert out.non_tensor_batch["tool_call_counts"][0]["tool_calls_ok"] == 1
 
 
@@ -464,5 +515,6 @@ def test_a_row_can_limit_its_tools(tmp_path, tool_config):
     assert '"name": "chatty"' not in TOKENIZER.decode(out.prompt_ids)
     assert '"name": "calculator"' in TOKENIZER.decode(out.prompt_ids)
     (inserted,) = inserted_texts(out)
-    assert inserted.startswith("<|tool|><tool_response>Error: Unknown function 'chatty'. Available tools: "
-                               "['calculator']")
+    assert inserted.startswith(
+        "<|tool|><tool_response>Error: Unknown function 'chatty'. Available tools: ['calculator']"
+    )

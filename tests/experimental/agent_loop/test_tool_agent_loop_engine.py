@@ -28,9 +28,15 @@ GREEDY = {"temperature": 0.0, "do_sample": False, "logprobs": True, "ignore_eos"
 
 def make_config(tool_config: str, *, response_length: int, prompt_length: int, **multi_turn: Any) -> dict:
     return {
-        "rollout": RolloutConfig(name="hf", prompt_length=prompt_length, response_length=response_length,
-                                 calculate_log_probs=True, dtype="float32", free_cache_engine=False,
-                                 multi_turn=MultiTurnConfig(enable=True, tool_config_path=tool_config, **multi_turn)),
+        "rollout": RolloutConfig(
+            name="hf",
+            prompt_length=prompt_length,
+            response_length=response_length,
+            calculate_log_probs=True,
+            dtype="float32",
+            free_cache_engine=False,
+            multi_turn=MultiTurnConfig(enable=True, tool_config_path=tool_config, **multi_turn),
+        ),
         "model": HFModelConfig(path="unused"),
     }
 
@@ -45,7 +51,7 @@ def render(messages, **kwargs) -> list[int]:
 
 def tool_delta(content: str) -> list[int]:
     full = render([{"role": "tool", "content": content}], add_generation_prompt=True)
-    return full[len(render([{}])):]
+    return full[len(render([{}])) :]
 
 
 class Spy:
@@ -100,8 +106,11 @@ def test_fine_tuned_model_calls_the_calculator_through_the_real_engine(tiny_lm, 
     async def go():
         spy = Spy(HFRolloutServer(config["rollout"], model=model))
         loop = ToolAgentLoop(config, AsyncLLMServerManager([spy]), TOKENIZER)
-        out = await loop.run(dict(GREEDY, max_tokens=160), raw_prompt=PROMPT,
-                             tools_kwargs={"calculator": {"create_kwargs": {"ground_truth": "391"}}})
+        out = await loop.run(
+            dict(GREEDY, max_tokens=160),
+            raw_prompt=PROMPT,
+            tools_kwargs={"calculator": {"create_kwargs": {"ground_truth": "391"}}},
+        )
         return spy, out
 
     spy, out = asyncio.run(go())
@@ -109,7 +118,7 @@ def test_fine_tuned_model_calls_the_calculator_through_the_real_engine(tiny_lm, 
     assert spy.outputs == [turn1, turn2], "the engine wrote the call, then the answer after reading the tool turn"
     assert out.response_ids == turn1 + delta + turn2
     assert out.response_mask == [1] * len(turn1) + [0] * len(delta) + [1] * len(turn2)
-    assert out.response_logprobs[len(turn1):len(turn1) + len(delta)] == [0.0] * len(delta)
+    assert out.response_logprobs[len(turn1) : len(turn1) + len(delta)] == [0.0] * len(delta)
     model_log_probs = [lp for lp, m in zip(out.response_logprobs, out.response_mask) if m == 1]
     assert all(lp <= 0.0 for lp in model_log_probs) and any(lp < 0.0 for lp in model_log_probs)
     assert out.extra_fields["tool_call_counts"]["tool_calls_ok"] == 1

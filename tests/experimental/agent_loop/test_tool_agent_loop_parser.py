@@ -31,10 +31,14 @@ def parse(text: str) -> ParsedTurn:
 
 
 def test_calls_are_found_in_order_with_content_kept():
-    turn = parse('Let me compute. <tool_call>{"name": "calculator", "arguments": {"expression": "1+2"}}</tool_call>'
-                 ' and <tool_call>{"name": "search", "arguments": "{\\"q\\": \\"x\\"}"}</tool_call> done')
-    assert turn.calls == [FunctionCall(name="calculator", arguments={"expression": "1+2"}),
-                          FunctionCall(name="search", arguments={"q": "x"})]
+    turn = parse(
+        'Let me compute. <tool_call>{"name": "calculator", "arguments": {"expression": "1+2"}}</tool_call>'
+        ' and <tool_call>{"name": "search", "arguments": "{\\"q\\": \\"x\\"}"}</tool_call> done'
+    )
+    assert turn.calls == [
+        FunctionCall(name="calculator", arguments={"expression": "1+2"}),
+        FunctionCall(name="search", arguments={"q": "x"}),
+    ]
     assert turn.calls[0].arguments == '{"expression": "1+2"}', "arguments are JSON text, as verl's parsers give them"
     assert turn.errors == [] and turn.has_calls
     assert turn.content == "Let me compute.  and  done"
@@ -47,14 +51,23 @@ def test_plain_text_has_no_calls():
     assert not turn.has_calls and turn.content == "The answer is 391."
 
 
-@pytest.mark.parametrize("text, message", [
-    ("<tool_call>{not json}</tool_call>", "tool call 1: invalid JSON (Expecting property name"),
-    ("<tool_call>[1, 2]</tool_call>", "tool call 1: expected a JSON object with 'name' and 'arguments', got list"),
-    ('<tool_call>{"name": ""}</tool_call>', "tool call 1: 'name' must be a non-empty string, got ''"),
-    ('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', "tool call 1 (f): 'arguments' must be a JSON object"),
-    ('<tool_call>{"name": "f", "arguments": "{bad"}</tool_call>', "tool call 1 (f): 'arguments' is a string that is"),
-    ('<tool_call>{"name": "f"', "tool call 1: <tool_call> without </tool_call>"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("<tool_call>{not json}</tool_call>", "tool call 1: invalid JSON (Expecting property name"),
+        ("<tool_call>[1, 2]</tool_call>", "tool call 1: expected a JSON object with 'name' and 'arguments', got list"),
+        ('<tool_call>{"name": ""}</tool_call>', "tool call 1: 'name' must be a non-empty string, got ''"),
+        (
+            '<tool_call>{"name": "f", "arguments": [1]}</tool_call>',
+            "tool call 1 (f): 'arguments' must be a JSON object",
+        ),
+        (
+            '<tool_call>{"name": "f", "arguments": "{bad"}</tool_call>',
+            "tool call 1 (f): 'arguments' is a string that is",
+        ),
+        ('<tool_call>{"name": "f"', "tool call 1: <tool_call> without </tool_call>"),
+    ],
+)
 def test_unreadable_calls_become_errors_not_exceptions(text, message):
     turn = parse(text)
     assert turn.calls == [] and len(turn.errors) == 1
@@ -78,7 +91,7 @@ def test_registry_adds_formats_and_names_unknown_ones():
     @ToolParser.register("bracket_test")
     class BracketParser(TextToolParser):
         def parse(self, text, tools=None):
-            name = text[text.index("[") + 1:text.index("]")]
+            name = text[text.index("[") + 1 : text.index("]")]
             return ParsedTurn("", [FunctionCall(name=name, arguments={})])
 
     assert isinstance(get_tool_parser("bracket_test", TOKENIZER), BracketParser)
@@ -94,12 +107,14 @@ def test_registry_adds_formats_and_names_unknown_ones():
 
 def test_interaction_config_and_selection(tmp_path):
     path = tmp_path / "interaction.yaml"
-    path.write_text(textwrap.dedent("""
+    path.write_text(
+        textwrap.dedent("""
         interaction:
           - name: one
             class_name: verl.experimental.agent_loop.interaction.ScriptedInteraction
             config: {replies: [hi]}
-        """))
+        """)
+    )
     interactions = initialize_interactions_from_config(path)
     assert list(interactions) == ["one"] and isinstance(interactions["one"], ScriptedInteraction)
     assert select_interaction(interactions, None) is None
@@ -110,12 +125,15 @@ def test_interaction_config_and_selection(tmp_path):
         select_interaction({}, {"name": "one"})
 
 
-@pytest.mark.parametrize("text, error, message", [
-    ("interaction: 1\n", ValueError, "must be a mapping with an 'interaction' list"),
-    ("interaction:\n  - {name: a}\n", ValueError, r"interaction\[0\]: every entry needs 'class_name'"),
-    ("interaction:\n  - {name: a, class_name: no.such.Cls}\n", ImportError, r"interaction\[0\]: cannot load"),
-    ("interaction:\n  - {name: a, class_name: collections.OrderedDict}\n", TypeError, "not a BaseInteraction"),
-])
+@pytest.mark.parametrize(
+    "text, error, message",
+    [
+        ("interaction: 1\n", ValueError, "must be a mapping with an 'interaction' list"),
+        ("interaction:\n  - {name: a}\n", ValueError, r"interaction\[0\]: every entry needs 'class_name'"),
+        ("interaction:\n  - {name: a, class_name: no.such.Cls}\n", ImportError, r"interaction\[0\]: cannot load"),
+        ("interaction:\n  - {name: a, class_name: collections.OrderedDict}\n", TypeError, "not a BaseInteraction"),
+    ],
+)
 def test_bad_interaction_config_names_the_entry(tmp_path, text, error, message):
     path = tmp_path / "interaction.yaml"
     path.write_text(text)

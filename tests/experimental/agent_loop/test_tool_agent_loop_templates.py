@@ -37,9 +37,15 @@ def enc(text: str) -> list[int]:
 def make_config(tool_config: str, **multi_turn: Any) -> dict:
     multi_turn.setdefault("max_assistant_turns", 2)
     return {
-        "rollout": RolloutConfig(name="hf", prompt_length=320, response_length=160, calculate_log_probs=True,
-                                 dtype="float32", free_cache_engine=False,
-                                 multi_turn=MultiTurnConfig(enable=True, tool_config_path=tool_config, **multi_turn)),
+        "rollout": RolloutConfig(
+            name="hf",
+            prompt_length=320,
+            response_length=160,
+            calculate_log_probs=True,
+            dtype="float32",
+            free_cache_engine=False,
+            multi_turn=MultiTurnConfig(enable=True, tool_config_path=tool_config, **multi_turn),
+        ),
         "model": HFModelConfig(path="unused"),
     }
 
@@ -106,8 +112,9 @@ def test_a_correct_trajectory_from_the_real_engine_is_not_reported(caller, tool_
     def render(messages, **kwargs):
         return render_ids(TOKENIZER, messages, tools=schemas, **kwargs)
 
-    assert expected_inserted_ids(render, history, [{"role": "tool", "content": "391"}], caller["turn1"]) \
-        == caller["delta"]
+    assert (
+        expected_inserted_ids(render, history, [{"role": "tool", "content": "391"}], caller["turn1"]) == caller["delta"]
+    )
 
 
 def test_a_tool_turn_without_its_template_marker_is_reported_and_counted(caller, tool_config, caplog):
@@ -129,20 +136,23 @@ def test_a_tool_turn_without_its_template_marker_is_reported_and_counted(caller,
     # the check never changes what the loop produced
     strict = outs["strict"]
     for other in (outs["ignore_strippable"], outs["disable"]):
-        assert (other.response_ids, other.response_mask, other.response_logprobs) == \
-               (strict.response_ids, strict.response_mask, strict.response_logprobs)
-    assert strict.response_ids[:len(caller["turn1"]) + 1] == caller["turn1"] + enc("<tool_response>")
+        assert (other.response_ids, other.response_mask, other.response_logprobs) == (
+            strict.response_ids,
+            strict.response_mask,
+            strict.response_logprobs,
+        )
+    assert strict.response_ids[: len(caller["turn1"]) + 1] == caller["turn1"] + enc("<tool_response>")
 
 
 def test_whitespace_only_differences_are_ignored_when_strippable(caller, tool_config, caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
-    strict = run_loop(caller, make_config(tool_config, tokenization_sanity_check_mode="strict"),
-                      NewlineBeforeToolTurns)
+    strict = run_loop(caller, make_config(tool_config, tokenization_sanity_check_mode="strict"), NewlineBeforeToolTurns)
     assert strict.metrics.counters["tokenization_mismatches"] == 1
     assert "appended '\\n<|tool|>" in mismatch_warnings(caplog)[0]
     caplog.clear()
-    lenient = run_loop(caller, make_config(tool_config, tokenization_sanity_check_mode="ignore_strippable"),
-                       NewlineBeforeToolTurns)
+    lenient = run_loop(
+        caller, make_config(tool_config, tokenization_sanity_check_mode="ignore_strippable"), NewlineBeforeToolTurns
+    )
     assert lenient.metrics.counters["tokenization_mismatches"] == 0 and mismatch_warnings(caplog) == []
     assert lenient.response_ids == strict.response_ids
 
@@ -155,21 +165,23 @@ def test_a_template_separator_the_model_never_generates_is_found(caller, tool_co
     tokenizer.chat_template = TOKENIZER.chat_template.replace("{{- eos_token -}}", "{{- eos_token -}}{{ '\\n' }}")
     assert tokenizer.chat_template != TOKENIZER.chat_template
     strict = run_loop(caller, make_config(tool_config, tokenization_sanity_check_mode="strict"), tokenizer=tokenizer)
-    assert strict.response_ids[:len(caller["turn1"])] == caller["turn1"], "the engine stopped at <eos>"
+    assert strict.response_ids[: len(caller["turn1"])] == caller["turn1"], "the engine stopped at <eos>"
     (message,) = mismatch_warnings(caplog)
     assert f"response position {len(caller['turn1'])} on: appended '<|tool|>" in message
     assert "as '\\n<|tool|>" in message
     caplog.clear()
-    lenient = run_loop(caller, make_config(tool_config, tokenization_sanity_check_mode="ignore_strippable"),
-                       tokenizer=tokenizer)
+    lenient = run_loop(
+        caller, make_config(tool_config, tokenization_sanity_check_mode="ignore_strippable"), tokenizer=tokenizer
+    )
     assert lenient.metrics.counters["tokenization_mismatches"] == 0 and mismatch_warnings(caplog) == []
 
 
 def test_samples_without_messages_are_not_checked(caller, tool_config, caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
-    out = run_loop(caller, make_config(tool_config), UnmarkedToolTurns, raw_prompt=None,
-                   raw_prompt_ids=caller["prompt"])
-    assert out.response_ids[:len(caller["turn1"])] == caller["turn1"] and 0 in out.response_mask
+    out = run_loop(
+        caller, make_config(tool_config), UnmarkedToolTurns, raw_prompt=None, raw_prompt_ids=caller["prompt"]
+    )
+    assert out.response_ids[: len(caller["turn1"])] == caller["turn1"] and 0 in out.response_mask
     assert out.metrics.counters["tokenization_mismatches"] == 0 and mismatch_warnings(caplog) == []
 
 
@@ -209,10 +221,14 @@ def reasoning_dropping_tokenizer():
     tokenizer = copy.deepcopy(TOKENIZER)
     plain = "{%- elif message.role == 'assistant' -%}<|assistant|>{{ render_content(message.content) }}"
     assert plain in TOKENIZER.chat_template
-    tokenizer.chat_template = TOKENIZER.chat_template.replace(plain, (
-        "{%- elif message.role == 'assistant' -%}<|assistant|>"
-        "{%- if not loop.last and message.content is string and '</think>' in message.content -%}"
-        "{{ message.content.split('</think>')[-1] }}{%- else -%}{{ render_content(message.content) }}{%- endif -%}"))
+    tokenizer.chat_template = TOKENIZER.chat_template.replace(
+        plain,
+        (
+            "{%- elif message.role == 'assistant' -%}<|assistant|>"
+            "{%- if not loop.last and message.content is string and '</think>' in message.content -%}"
+            "{{ message.content.split('</think>')[-1] }}{%- else -%}{{ render_content(message.content) }}{%- endif -%}"
+        ),
+    )
     return tokenizer
 
 
@@ -244,14 +260,15 @@ def test_inference_template_prompts_with_the_rendered_conversation(thinker, tool
     prompt, turn1 = thinker["prompt"], thinker["turn1"]
     assert spy.outputs[0] == turn1, "the engine thought, then called"
     conversation = [*PROMPT, {"role": "assistant", "content": THINK + CALL}, {"role": "tool", "content": "391"}]
-    rendered = render_ids(tokenizer, conversation, tools=ToolAgentLoop(config, None, tokenizer).tool_schemas,
-                          add_generation_prompt=True)
+    rendered = render_ids(
+        tokenizer, conversation, tools=ToolAgentLoop(config, None, tokenizer).tool_schemas, add_generation_prompt=True
+    )
     assert spy.prompts[1] == rendered == prompt + enc(CALL + "<eos>") + thinker["delta"], "reasoning dropped"
     # the trajectory is what the engine read, then what it sampled; only the latter is trained on
-    rewritten = rendered[len(prompt):]
+    rewritten = rendered[len(prompt) :]
     assert out.prompt_ids == prompt and out.response_ids == rewritten + spy.outputs[1]
     assert out.response_mask == [0] * len(rewritten) + [1] * len(spy.outputs[1])
-    assert out.response_logprobs[:len(rewritten)] == [0.0] * len(rewritten)
+    assert out.response_logprobs[: len(rewritten)] == [0.0] * len(rewritten)
     assert out.metrics.counters["rerendered_prompt_changes"] == 1
 
 
@@ -269,20 +286,27 @@ def test_training_template_appends_tokens_and_the_check_names_the_rewrite(thinke
 
 
 def test_both_settings_agree_when_the_template_renders_what_was_appended(caller, tool_config):
-    runs = {flag: run_spied(caller, make_config(tool_config, use_inference_chat_template=flag))
-            for flag in (False, True)}
+    runs = {
+        flag: run_spied(caller, make_config(tool_config, use_inference_chat_template=flag)) for flag in (False, True)
+    }
     (spy_a, a), (spy_b, b) = runs[False], runs[True]
     assert spy_a.prompts == spy_b.prompts and len(spy_a.prompts) == 2
-    assert (a.response_ids, a.response_mask, a.response_logprobs) == (b.response_ids, b.response_mask,
-                                                                      b.response_logprobs)
+    assert (a.response_ids, a.response_mask, a.response_logprobs) == (
+        b.response_ids,
+        b.response_mask,
+        b.response_logprobs,
+    )
     assert a.response_ids == caller["turn1"] + caller["delta"] + caller["turn2"]
     assert b.metrics.counters["rerendered_prompt_changes"] == 0
 
 
 def test_inference_template_needs_the_chat_messages(caller, tool_config):
     config = make_config(tool_config, use_inference_chat_template=True)
-    with pytest.raises(ValueError, match=r"rollout.multi_turn.use_inference_chat_template=true renders .*\(no "
-                                         r"'raw_prompt'; set data.return_raw_chat=true"):
+    with pytest.raises(
+        ValueError,
+        match=r"rollout.multi_turn.use_inference_chat_template=true renders .*\(no "
+        r"'raw_prompt'; set data.return_raw_chat=true",
+    ):
         run_loop(caller, config, raw_prompt=None, raw_prompt_ids=caller["prompt"])
 
 
@@ -291,11 +315,17 @@ def test_rebase_keeps_what_agrees_and_masks_the_rest():
 
     data = AgentData([], None, None, None, None, {}, "r", {})
     # the whole sequence so far: prompt [1, 2, 3], then the response [4, 5, 6, 7]
-    data.prompt_ids, data.response_mask, data.response_logprobs = [1, 2, 3, 4, 5, 6, 7], [1, 1, 0, 0], \
-        [-0.1, -0.2, 0.0, 0.0]
+    data.prompt_ids, data.response_mask, data.response_logprobs = (
+        [1, 2, 3, 4, 5, 6, 7],
+        [1, 1, 0, 0],
+        [-0.1, -0.2, 0.0, 0.0],
+    )
     assert not _rebase(data, [1, 2, 3, 4, 5, 6, 7])
     assert _rebase(data, [1, 2, 3, 4, 9, 7])
-    assert (data.prompt_ids, data.response_mask, data.response_logprobs) == \
-           ([1, 2, 3, 4, 9, 7], [1, 0, 0], [-0.1, 0.0, 0.0])
+    assert (data.prompt_ids, data.response_mask, data.response_logprobs) == (
+        [1, 2, 3, 4, 9, 7],
+        [1, 0, 0],
+        [-0.1, 0.0, 0.0],
+    )
     assert _rebase(data, [1, 8, 3, 4])  # the prompt itself rendered differently: the rest is context (mask 0)
     assert (data.prompt_ids, data.response_mask) == ([1, 8, 3, 4], [0, 0, 0])  # the prompt is now [1]

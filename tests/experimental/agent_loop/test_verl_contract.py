@@ -45,21 +45,32 @@ class VerlStyleLoop(AgentLoopBase):
         prompt_ids = await self.ct_build_initial_tokens(messages)
         metrics: dict[str, Any] = {}
         output: TokenOutput = await self.server_manager.generate(
-            request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params, image_data=None,
-            video_data=None, audio_data=None, mm_processor_kwargs={}, priority=0,
+            request_id=uuid4().hex,
+            prompt_ids=prompt_ids,
+            sampling_params=sampling_params,
+            image_data=None,
+            video_data=None,
+            audio_data=None,
+            mm_processor_kwargs={},
+            priority=0,
         )
         metrics["num_preempted"] = output.num_preempted if output.num_preempted is not None else -1
         merged, mask, logprobs = await self.ct_merge_assistant_token(
-            prompt_ids, output.token_ids, [], [] if output.log_probs else None, assistant_logprobs=output.log_probs)
-        response_ids = merged.token_ids[len(prompt_ids):]
+            prompt_ids, output.token_ids, [], [] if output.log_probs else None, assistant_logprobs=output.log_probs
+        )
+        response_ids = merged.token_ids[len(prompt_ids) :]
         tools = self.seen_kwargs["tools"]
         return AgentLoopOutput(
-            prompt_ids=prompt_ids, response_ids=response_ids[: self.response_length],
+            prompt_ids=prompt_ids,
+            response_ids=response_ids[: self.response_length],
             response_mask=mask[: self.response_length],
             response_logprobs=logprobs[: self.response_length] if logprobs else None,
-            multi_modal_data={}, num_turns=2, metrics=metrics,
-            extra_fields={"saw": [isinstance(tools, ToolListWrap), type(self.data_config).__name__,
-                                  self.dataset_cls.__name__]},
+            multi_modal_data={},
+            num_turns=2,
+            metrics=metrics,
+            extra_fields={
+                "saw": [isinstance(tools, ToolListWrap), type(self.data_config).__name__, self.dataset_cls.__name__]
+            },
         )
 
 
@@ -67,15 +78,16 @@ def test_a_verl_style_loop_runs_in_the_worker(tiny_model_dir, tiny_lm, make_repl
     config = make_config(tiny_model_dir, prompt_length=24)
     # verl's llm_client form: a ready client instead of the replica list
     worker = AgentLoopWorker(config, AsyncLLMServerManager([make_replica(config["rollout"])]))
-    prompt = list(worker.tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=True,
-                                                       return_dict=False))
+    prompt = list(
+        worker.tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=True, return_dict=False)
+    )
     batch = prompt_batch([prompt], agent_names=["verl_style_test"], raw_prompt=[QUESTION])
     out = asyncio.run(worker.generate_sequences(batch))
 
     R = config["rollout"].response_length
     response = greedy(tiny_lm, prompt, R)
     assert out.batch["responses"][0].tolist() == response
-    assert out.batch["prompts"][0, -len(prompt):].tolist() == prompt
+    assert out.batch["prompts"][0, -len(prompt) :].tolist() == prompt
     assert out.batch["response_mask"][0].tolist() == [1] * R
     assert out.non_tensor_batch["saw"][0] == [True, "dict", "RLHFDataset"]
     assert out.meta_info["metrics"][0]["num_preempted"] == -1  # the metrics dict became AgentLoopMetrics
@@ -90,8 +102,11 @@ def test_a_verl_style_registry_entry_is_built_by_hydra(tiny_model_dir, make_repl
         return real(*args, **kwargs)
 
     monkeypatch.setattr(agent_loop_module.hydra.utils, "instantiate", spy)
-    monkeypatch.setitem(agent_loop_module._agent_loop_registry, "hydra_yaml_echo",
-                        {"_target_": "_agent_loop_helpers.YamlLoop", "answer_token": 7})
+    monkeypatch.setitem(
+        agent_loop_module._agent_loop_registry,
+        "hydra_yaml_echo",
+        {"_target_": "_agent_loop_helpers.YamlLoop", "answer_token": 7},
+    )
     config = make_config(tiny_model_dir)
     worker = AgentLoopWorker(config, [make_replica(config["rollout"])])
     out = asyncio.run(worker.generate_sequences(prompt_batch([[1, 2]], agent_names=["hydra_yaml_echo"])))
@@ -103,24 +118,40 @@ def test_a_verl_style_registry_entry_is_built_by_hydra(tiny_model_dir, make_repl
 
 
 def test_verl_config_nesting_and_wrapped_config():
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 16, "response_length": 8},
-                                                     "model": {"path": "unused"}},
-                               "data": {"apply_chat_template_kwargs": {"enable_thinking": False}}})
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {"rollout": {"prompt_length": 16, "response_length": 8}, "model": {"path": "unused"}},
+            "data": {"apply_chat_template_kwargs": {"enable_thinking": False}},
+        }
+    )
     assert rollout_group(config).prompt_length == 16
 
     class Loop(AgentLoopBase):
         async def run(self, sampling_params, **kwargs):
             raise NotImplementedError
 
-    loop = Loop(trainer_config=DictConfigWrap(config), server_manager=None, tokenizer=None, processor=None,
-                dataset_cls=None, data_config=DictConfigWrap(config.data), hf_model_type="llama", extra=1)
+    loop = Loop(
+        trainer_config=DictConfigWrap(config),
+        server_manager=None,
+        tokenizer=None,
+        processor=None,
+        dataset_cls=None,
+        data_config=DictConfigWrap(config.data),
+        hf_model_type="llama",
+        extra=1,
+    )
     assert loop.config is config and loop.response_length == 8
     assert loop.apply_chat_template_kwargs == {"enable_thinking": False} and loop.loop_kwargs == {"extra": 1}
 
 
 def test_agent_loop_output_accepts_a_metrics_dict_and_checks_lengths():
-    out = AgentLoopOutput(prompt_ids=[1], response_ids=[2, 3], response_mask=[1, 0], reward_score=2.0,
-                          metrics={"generate_sequences": 1.5, "num_preempted": 0})
+    out = AgentLoopOutput(
+        prompt_ids=[1],
+        response_ids=[2, 3],
+        response_mask=[1, 0],
+        reward_score=2.0,
+        metrics={"generate_sequences": 1.5, "num_preempted": 0},
+    )
     assert isinstance(out.metrics, AgentLoopMetrics) and out.metrics.generate_sequences == 1.5
     fields = out.as_dict()
     assert fields["responses"].tolist() == [2, 3] and fields["rm_scores"].tolist() == [0.0, 2.0]
@@ -147,8 +178,9 @@ def test_server_manager_takes_verl_arguments_and_refuses_media():
         return asyncio.run(manager.generate("r", prompt_ids=[1], sampling_params={}, **kwargs))
 
     assert generate(image_data=None, video_data=[], mm_processor_kwargs={"fps": 2}, priority=3).token_ids == [5]
-    with pytest.raises(NotImplementedError, match="request r: image_data given, but the rollout replicas are "
-                                                  "text-only"):
+    with pytest.raises(
+        NotImplementedError, match="request r: image_data given, but the rollout replicas are text-only"
+    ):
         generate(image_data=["an image"])
     with pytest.raises(TypeError, match="unexpected keyword argument 'temperature'"):
         generate(temperature=1.0)
@@ -171,8 +203,9 @@ def test_reward_loop_actors_score_each_trajectory(tiny_model_dir, make_replica):
     config = make_config(tiny_model_dir)
     actor = _RewardActor()
     worker = AgentLoopWorker(config, [make_replica(config["rollout"])], None, [actor])
-    batch = prompt_batch([[1, 2], [1, 3]], agent_names=["two_turn_test"] * 2, turn_tokens=[[2, 1], [1, 1]],
-                         data_source=["d", "d"])
+    batch = prompt_batch(
+        [[1, 2], [1, 3]], agent_names=["two_turn_test"] * 2, turn_tokens=[[2, 1], [1, 1]], data_source=["d", "d"]
+    )
     out = asyncio.run(worker.generate_sequences(batch))
     lengths = [2 + 2 + 1, 1 + 2 + 1]  # first turn, two inserted tokens, second turn
     assert [b.non_tensor_batch["data_source"].tolist() for b in actor.batches] == [["d"], ["d"]]

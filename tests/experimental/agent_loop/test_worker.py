@@ -21,8 +21,12 @@ def test_layout_matches_hand_built_rows(tiny_model_dir, tiny_lm, make_replica):
     config = make_config(tiny_model_dir)
     P, R = config["rollout"].prompt_length, config["rollout"].response_length
     worker = AgentLoopWorker(config, [make_replica(config["rollout"])])
-    batch = prompt_batch(PROMPTS, agent_names=["two_turn_test", "two_turn_test", "single_turn_agent"],
-                         turn_tokens=[[2, 3], [4, 1], None], uid=["a", "b", "c"])
+    batch = prompt_batch(
+        PROMPTS,
+        agent_names=["two_turn_test", "two_turn_test", "single_turn_agent"],
+        turn_tokens=[[2, 3], [4, 1], None],
+        uid=["a", "b", "c"],
+    )
     out = asyncio.run(worker.generate_sequences(batch))
 
     expected = []
@@ -49,13 +53,19 @@ def test_layout_matches_hand_built_rows(tiny_model_dir, tiny_lm, make_replica):
 
 def test_default_agent_and_unknown_agent_name(tiny_model_dir, make_replica):
     batch = prompt_batch([[1, 2], [1, 3], [1, 4]], agent_names=["two_turn_test", None, ""])
-    assert resolve_agent_names(batch, "single_turn_agent") == ["two_turn_test", "single_turn_agent",
-                                                               "single_turn_agent"]
+    assert resolve_agent_names(batch, "single_turn_agent") == [
+        "two_turn_test",
+        "single_turn_agent",
+        "single_turn_agent",
+    ]
     config = make_config(tiny_model_dir)
     worker = AgentLoopWorker(config, [make_replica(config["rollout"])])
     bad = prompt_batch([[1, 2]], agent_names=["no_such_agent"])
-    with pytest.raises(ValueError, match=r"agent_name 'no_such_agent' is not a registered agent loop; "
-                                         r"registered: .*single_turn_agent.*two_turn_test"):
+    with pytest.raises(
+        ValueError,
+        match=r"agent_name 'no_such_agent' is not a registered agent loop; "
+        r"registered: .*single_turn_agent.*two_turn_test",
+    ):
         asyncio.run(worker.generate_sequences(bad))
 
 
@@ -72,8 +82,13 @@ def test_reward_is_scored_per_trajectory_as_it_finishes(tiny_model_dir, make_rep
     worker = AgentLoopWorker(config, [make_replica(config["rollout"])])
     worker.reward_fn = NaiveRewardManager(worker.tokenizer, compute_score=score, num_workers=0)
     delays = [0.0, 0.5, 1.0]
-    batch = prompt_batch([[1, 2], [1, 3], [1, 4]], agent_names=["delayed_test"] * 3, delay_s=delays,
-                         data_source=["test"] * 3, extra_info=[{"i": i} for i in range(3)])
+    batch = prompt_batch(
+        [[1, 2], [1, 3], [1, 4]],
+        agent_names=["delayed_test"] * 3,
+        delay_s=delays,
+        data_source=["test"] * 3,
+        extra_info=[{"i": i} for i in range(3)],
+    )
     out = asyncio.run(worker.generate_sequences(batch))
 
     finished = out.non_tensor_batch["finished_at"].tolist()
@@ -83,7 +98,7 @@ def test_reward_is_scored_per_trajectory_as_it_finishes(tiny_model_dir, make_rep
     assert all(scored_at[i] >= finished[i] for i in range(3))
     assert scored_at[0] < finished[2] - 0.5
     responses = out.batch["responses"]
-    lengths = out.batch["attention_mask"][:, config["rollout"].prompt_length:].sum(-1).tolist()
+    lengths = out.batch["attention_mask"][:, config["rollout"].prompt_length :].sum(-1).tolist()
     for i in range(3):
         text = worker.tokenizer.decode(responses[i, : lengths[i]].tolist(), skip_special_tokens=True)
         row = out.batch["rm_scores"][i]

@@ -7,17 +7,30 @@ from pathlib import Path
 
 from verl.trainer.demo import demo_overrides
 
-_SKIP = ("trainer.total_training_steps", "trainer.default_local_dir", "trainer.logger", "trainer.test_freq",
-         "trainer.val_before_train", "trainer.n_gpus_per_node")
+_SKIP = (
+    "trainer.total_training_steps",
+    "trainer.default_local_dir",
+    "trainer.logger",
+    "trainer.test_freq",
+    "trainer.val_before_train",
+    "trainer.n_gpus_per_node",
+)
 SEED = 7
 STEPS = 3
 
 
 def base_overrides(run_dir: Path, *extra: str) -> list[str]:
     overrides = [o for o in demo_overrides() if not o.startswith(_SKIP)]
-    return overrides + [f"trainer.default_local_dir={run_dir}", "trainer.logger=[file]", "trainer.test_freq=-1",
-                        "trainer.val_before_train=false", "trainer.n_gpus_per_node=1", "trainer.resume_mode=disable",
-                        f"rollout.seed={SEED}", *extra]
+    return overrides + [
+        f"trainer.default_local_dir={run_dir}",
+        "trainer.logger=[file]",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.n_gpus_per_node=1",
+        "trainer.resume_mode=disable",
+        f"rollout.seed={SEED}",
+        *extra,
+    ]
 
 
 def recipe_config(recipe: str, run_dir: Path, *extra: str):
@@ -42,8 +55,9 @@ def sync_reference(steps: int = STEPS) -> tuple[dict, ...]:
     from verl.utils.tracking import read_metrics
 
     run_dir = tempfile.mkdtemp(prefix="verl_sync_reference_")
-    config, _ = resolve_config(compose_ppo_config(base_overrides(Path(run_dir),
-                                                                 f"trainer.total_training_steps={steps}")))
+    config, _ = resolve_config(
+        compose_ppo_config(base_overrides(Path(run_dir), f"trainer.total_training_steps={steps}"))
+    )
     run_ppo(config)
     return tuple(read_metrics(run_dir))
 

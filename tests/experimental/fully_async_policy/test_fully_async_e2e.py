@@ -11,8 +11,14 @@ from verl.utils.tracking import read_metrics
 
 pytestmark = pytest.mark.ray
 
-COMPARED = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean", "response_length/mean",
-            "critic/advantages/max")
+COMPARED = (
+    "actor/pg_loss",
+    "actor/grad_norm",
+    "actor/entropy",
+    "critic/score/mean",
+    "response_length/mean",
+    "critic/advantages/max",
+)
 GROUPS = 16  # data.train_batch_size = actor.ppo_mini_batch_size of the demo
 
 
@@ -23,10 +29,14 @@ def sync_metrics(ray_cluster):
 
 def test_staleness_zero_reproduces_the_synchronous_trainer(sync_metrics, tmp_path):
     config = recipe_config(
-        "fully_async", tmp_path,
-        "async_training.staleness_threshold=0", "async_training.trigger_parameter_sync_step=1",
-        "async_training.partial_rollout=false", "async_training.use_rollout_log_probs=false",
-        "rollout.calculate_log_probs=false", f"rollout.total_rollout_steps={STEPS * GROUPS}",
+        "fully_async",
+        tmp_path,
+        "async_training.staleness_threshold=0",
+        "async_training.trigger_parameter_sync_step=1",
+        "async_training.partial_rollout=false",
+        "async_training.use_rollout_log_probs=false",
+        "rollout.calculate_log_probs=false",
+        f"rollout.total_rollout_steps={STEPS * GROUPS}",
     )
     summary = run_async_training(config, "fully_async")
     metrics = read_metrics(tmp_path)
@@ -46,12 +56,19 @@ def test_partial_rollout_counts_in_equal_counts_out_and_staleness_is_bounded(ray
     updates over 4 updates, the last update is still pushed: the servers end on the final weights."""
     threshold, groups, prompts, trigger = 0.5, 4, 4 * 4, 3
     config = recipe_config(
-        "fully_async", tmp_path,
-        f"async_training.staleness_threshold={threshold}", "async_training.partial_rollout=true",
+        "fully_async",
+        tmp_path,
+        f"async_training.staleness_threshold={threshold}",
+        "async_training.partial_rollout=true",
         f"async_training.trigger_parameter_sync_step={trigger}",
-        f"data.train_batch_size={groups}", f"actor.ppo_mini_batch_size={groups}", "rollout.n=4",
-        "data.max_response_length=32", "rollout.ignore_eos=true", "rollout.max_num_seqs=4",
-        f"rollout.total_rollout_steps={prompts}", "algorithm.rollout_correction.rollout_is=token",
+        f"data.train_batch_size={groups}",
+        f"actor.ppo_mini_batch_size={groups}",
+        "rollout.n=4",
+        "data.max_response_length=32",
+        "rollout.ignore_eos=true",
+        "rollout.max_num_seqs=4",
+        f"rollout.total_rollout_steps={prompts}",
+        "algorithm.rollout_correction.rollout_is=token",
     )
     summary = run_async_training(config, "fully_async")
     stats = summary["rollout"]

@@ -25,16 +25,36 @@ def test_fully_async_at_staleness_half_learns_the_target_digit(ray_cluster, tmp_
     from recipe.fully_async_policy.fully_async_main import CONFIG_DIR, CONFIG_NAME
     from verl.trainer.demo import demo_overrides
 
-    skip = ("trainer.total_training_steps", "trainer.default_local_dir", "trainer.logger", "trainer.test_freq",
-            "trainer.val_before_train", "trainer.n_gpus_per_node", "data.train_batch_size", "rollout.n",
-            "actor.ppo_mini_batch_size", "data.max_response_length")
+    skip = (
+        "trainer.total_training_steps",
+        "trainer.default_local_dir",
+        "trainer.logger",
+        "trainer.test_freq",
+        "trainer.val_before_train",
+        "trainer.n_gpus_per_node",
+        "data.train_batch_size",
+        "rollout.n",
+        "actor.ppo_mini_batch_size",
+        "data.max_response_length",
+    )
     overrides = [o for o in demo_overrides() if not o.startswith(skip)] + [
-        f"trainer.default_local_dir={tmp_path}", "trainer.logger=[file]", "trainer.test_freq=-1",
-        "trainer.val_before_train=false", "trainer.n_gpus_per_node=1", "trainer.resume_mode=disable",
-        f"data.train_batch_size={PROMPTS}", f"actor.ppo_mini_batch_size={PROMPTS}", f"rollout.n={N}",
-        "data.max_response_length=8", "trainer.seed=1", "rollout.nnodes=1", "rollout.n_gpus_per_node=1",
-        f"rollout.total_rollout_steps={STEPS * PROMPTS}", "async_training.staleness_threshold=0.5",
-        "async_training.partial_rollout=true", "algorithm.rollout_correction.rollout_is=token",
+        f"trainer.default_local_dir={tmp_path}",
+        "trainer.logger=[file]",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.n_gpus_per_node=1",
+        "trainer.resume_mode=disable",
+        f"data.train_batch_size={PROMPTS}",
+        f"actor.ppo_mini_batch_size={PROMPTS}",
+        f"rollout.n={N}",
+        "data.max_response_length=8",
+        "trainer.seed=1",
+        "rollout.nnodes=1",
+        "rollout.n_gpus_per_node=1",
+        f"rollout.total_rollout_steps={STEPS * PROMPTS}",
+        "async_training.staleness_threshold=0.5",
+        "async_training.partial_rollout=true",
+        "algorithm.rollout_correction.rollout_is=token",
     ]
     summary = run_async_training(compose_recipe_config(CONFIG_DIR, CONFIG_NAME, overrides), "fully_async")
     scores = [m["critic/score/mean"] for m in read_metrics(tmp_path) if "critic/score/mean" in m]

@@ -27,10 +27,16 @@ def test_consumed_indices_round_trip():
 @pytest.mark.slow
 def test_killed_fully_async_run_resumes_on_policy(ray_cluster, tmp_path):
     """Staleness 0, sync every update, no partial rollout: the resumed run equals the synchronous trainer."""
-    overrides = ("async_training.staleness_threshold=0", "async_training.trigger_parameter_sync_step=1",
-                 "async_training.partial_rollout=false", "async_training.use_rollout_log_probs=false",
-                 "rollout.calculate_log_probs=false", f"rollout.total_rollout_steps={STEPS * GROUPS}",
-                 f"trainer.save_freq={SAVE_AT}", "trainer.resume_mode=auto")
+    overrides = (
+        "async_training.staleness_threshold=0",
+        "async_training.trigger_parameter_sync_step=1",
+        "async_training.partial_rollout=false",
+        "async_training.use_rollout_log_probs=false",
+        "rollout.calculate_log_probs=false",
+        f"rollout.total_rollout_steps={STEPS * GROUPS}",
+        f"trainer.save_freq={SAVE_AT}",
+        "trainer.resume_mode=auto",
+    )
     config = recipe_config("fully_async", tmp_path, *overrides)
     assert kill_after_checkpoint(config, "fully_async", SAVE_AT) == SAVE_AT
     state = TrainerCheckpointer.load_trainer_state(tmp_path / f"global_step_{SAVE_AT}")
@@ -59,7 +65,8 @@ def test_killed_fully_async_run_resumes_on_policy(ray_cluster, tmp_path):
 def test_checkpoint_of_another_trainer_is_refused(ray_cluster, tmp_path):
     # what the synchronous trainer writes: no rollout position
     TrainerCheckpointer(recipe_config("fully_async", tmp_path).trainer).save_trainer_state(1, {"weight_version": 1})
-    config = recipe_config("fully_async", tmp_path, "trainer.resume_mode=auto",
-                           f"rollout.total_rollout_steps={STEPS * GROUPS}")
+    config = recipe_config(
+        "fully_async", tmp_path, "trainer.resume_mode=auto", f"rollout.total_rollout_steps={STEPS * GROUPS}"
+    )
     with pytest.raises(Exception, match="no fully-async state"):
         run_async_training(config, "fully_async")

@@ -19,8 +19,7 @@ pytestmark = pytest.mark.ray
 
 def _start(config, replicas, **kwargs):
     queue = ray.remote(MessageQueue).options(num_cpus=0).remote(64)
-    rollouter = ray.remote(Rollouter).options(num_cpus=0, max_concurrency=100).remote(config, queue, replicas,
-                                                                                       **kwargs)
+    rollouter = ray.remote(Rollouter).options(num_cpus=0, max_concurrency=100).remote(config, queue, replicas, **kwargs)
     ray.get(rollouter.ready.remote(), timeout=120)
     return queue, rollouter
 

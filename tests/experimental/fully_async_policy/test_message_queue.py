@@ -59,6 +59,7 @@ def test_put_backpressure_times_out_with_the_queue_size():
 
 def test_put_many_fills_as_room_appears_and_keeps_order():
     """One call for many items: more than fit wait for the consumer, in order; a timeout says how many got in."""
+
     async def scenario():
         queue = MessageQueue(2)
         producer = asyncio.ensure_future(queue.put_many([1, 2, 3, 4], timeout_s=5))

@@ -18,9 +18,20 @@ RESPONSE = 48
 
 
 def _config():
-    return SimpleNamespace(name="hf", prompt_length=RESPONSE + 16, response_length=RESPONSE, max_num_seqs=4,
-                           calculate_log_probs=True, dtype="float32", temperature=1.0, top_p=1.0, top_k=-1,
-                           do_sample=True, ignore_eos=True, max_model_len=RESPONSE + 16)
+    return SimpleNamespace(
+        name="hf",
+        prompt_length=RESPONSE + 16,
+        response_length=RESPONSE,
+        max_num_seqs=4,
+        calculate_log_probs=True,
+        dtype="float32",
+        temperature=1.0,
+        top_p=1.0,
+        top_k=-1,
+        do_sample=True,
+        ignore_eos=True,
+        max_model_len=RESPONSE + 16,
+    )
 
 
 class RecordingReplica(HybridReplica):
@@ -75,8 +86,9 @@ def test_sync_during_long_generation_aborts_and_resumes(tiny_lm):
     async def scenario():
         async def run_sample():
             CURRENT_SAMPLE_VERSIONS.set(versions)
-            return await manager.generate("req-0", prompt_ids=prompt,
-                                          sampling_params={"max_tokens": RESPONSE, "logprobs": True, "seed": 3})
+            return await manager.generate(
+                "req-0", prompt_ids=prompt, sampling_params={"max_tokens": RESPONSE, "logprobs": True, "seed": 3}
+            )
 
         task = asyncio.ensure_future(run_sample())
         while not server._rows or len(server._rows[0].token_ids) < 5:
@@ -101,7 +113,7 @@ def test_sync_during_long_generation_aborts_and_resumes(tiny_lm):
     old_ref = _reference_log_probs(tiny_lm, prompt, prefix)
     new_ref = _reference_log_probs(new_model, prompt + prefix, list(second.token_ids))
     torch.testing.assert_close(torch.tensor(out.log_probs[: len(prefix)]), old_ref, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(torch.tensor(out.log_probs[len(prefix):]), new_ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(torch.tensor(out.log_probs[len(prefix) :]), new_ref, atol=1e-4, rtol=1e-4)
     # version tags record the change
     assert len(versions) == 1
     record = versions[0]
@@ -204,8 +216,9 @@ def test_request_in_transit_during_a_sync_is_tagged_with_the_new_version(tiny_lm
     async def scenario():
         async def run_sample():
             CURRENT_SAMPLE_VERSIONS.set(versions)
-            return await manager.generate("req-transit", prompt_ids=prompt,
-                                          sampling_params={"max_tokens": 8, "logprobs": True, "seed": 5})
+            return await manager.generate(
+                "req-transit", prompt_ids=prompt, sampling_params={"max_tokens": 8, "logprobs": True, "seed": 5}
+            )
 
         await server.abort_all()  # the sync's abort reached the replica first
         task = asyncio.ensure_future(run_sample())  # sent while the manager was still open under version 0
@@ -220,7 +233,8 @@ def test_request_in_transit_during_a_sync_is_tagged_with_the_new_version(tiny_lm
 
     out = asyncio.run(scenario())
     assert out.stop_reason == "length" and len(out.token_ids) == 8
-    torch.testing.assert_close(torch.tensor(out.log_probs), _reference_log_probs(new_model, prompt, out.token_ids),
-                               atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        torch.tensor(out.log_probs), _reference_log_probs(new_model, prompt, out.token_ids), atol=1e-4, rtol=1e-4
+    )
     assert [(v.start, v.end, v.aborts) for v in versions] == [(1, 1, 0)]
     assert versions[0].token_versions == [1] * 8

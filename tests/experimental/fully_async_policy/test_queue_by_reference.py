@@ -66,8 +66,9 @@ def test_writer_sends_the_puts_of_one_turn_in_one_call_and_fails_each_caller_on_
     writer = CoalescingQueueWriter(queue, timeout_s=5.0)
 
     async def put_all(values: list[int]) -> list:
-        return await asyncio.gather(*(writer.put(OnlyInDriver(v), f"group {v}", index=v) for v in values),
-                                    return_exceptions=True)
+        return await asyncio.gather(
+            *(writer.put(OnlyInDriver(v), f"group {v}", index=v) for v in values), return_exceptions=True
+        )
 
     assert asyncio.run(put_all([0, 1, 2, 3])) == [None] * 4
     assert list(writer.call_sizes) == [4], "four puts of one turn travel in one put_many call"

@@ -20,10 +20,17 @@ def test_budget_arithmetic():
 
 @pytest.mark.parametrize(
     "kwargs, key",
-    [({"groups_per_update": 0, "trigger_parameter_sync_step": 1, "staleness_threshold": 0.0}, "require_batches"),
-     ({"groups_per_update": 4, "trigger_parameter_sync_step": 0, "staleness_threshold": 0.0},
-      "trigger_parameter_sync_step"),
-     ({"groups_per_update": 4, "trigger_parameter_sync_step": 1, "staleness_threshold": -1.0}, "staleness_threshold")],
+    [
+        ({"groups_per_update": 0, "trigger_parameter_sync_step": 1, "staleness_threshold": 0.0}, "require_batches"),
+        (
+            {"groups_per_update": 4, "trigger_parameter_sync_step": 0, "staleness_threshold": 0.0},
+            "trigger_parameter_sync_step",
+        ),
+        (
+            {"groups_per_update": 4, "trigger_parameter_sync_step": 1, "staleness_threshold": -1.0},
+            "staleness_threshold",
+        ),
+    ],
 )
 def test_bad_budget_names_the_key(kwargs, key):
     with pytest.raises(ValueError, match=key):

@@ -35,10 +35,22 @@ def test_samples_are_assembled_in_stream_order_whatever_order_they_finished():
 
 def test_metrics_aggregator_folds_a_sync_period():
     aggregator = MetricsAggregator(total_gpus=2)
-    aggregator.add_step_metrics({"timing_s/step": 1.0, "actor/pg_loss": 1.0, "response_length/max": 5,
-                                 "fully_async/param_version": 3, "note": "text"}, sample_count=1, timestamp=10.0)
-    aggregator.add_step_metrics({"timing_s/step": 2.0, "actor/pg_loss": 4.0, "response_length/max": 9,
-                                 "fully_async/param_version": 4}, sample_count=3, timestamp=12.5)
+    aggregator.add_step_metrics(
+        {
+            "timing_s/step": 1.0,
+            "actor/pg_loss": 1.0,
+            "response_length/max": 5,
+            "fully_async/param_version": 3,
+            "note": "text",
+        },
+        sample_count=1,
+        timestamp=10.0,
+    )
+    aggregator.add_step_metrics(
+        {"timing_s/step": 2.0, "actor/pg_loss": 4.0, "response_length/max": 9, "fully_async/param_version": 4},
+        sample_count=3,
+        timestamp=12.5,
+    )
     out = aggregator.get_aggregated_metrics()
     assert out["timing_s/step"] == 3.0  # seconds add up
     assert out["actor/pg_loss"] == pytest.approx((1.0 * 1 + 4.0 * 3) / 4)  # sample-weighted mean
@@ -51,27 +63,40 @@ def test_metrics_aggregator_folds_a_sync_period():
 
 
 def test_schedule_context_derives_the_period_and_checks_the_budget():
-    context = DynamicScheduleContext(required_samples=8, trigger_parameter_sync_step=3, total_generated_samples=30,
-                                     expected_samples=24, buffer_samples=4, step_wait_times=[1.0, 3.0],
-                                     step_wait_samples=[2, 2])
+    context = DynamicScheduleContext(
+        required_samples=8,
+        trigger_parameter_sync_step=3,
+        total_generated_samples=30,
+        expected_samples=24,
+        buffer_samples=4,
+        step_wait_times=[1.0, 3.0],
+        step_wait_samples=[2, 2],
+    )
     assert context.step_required_samples == 24
     assert context.ahead_samples == 6 and not context.within_budget
     assert context.mean_wait_per_sample_s == 1.0
     with pytest.raises(ValueError, match="trigger_parameter_sync_step"):
-        DynamicScheduleContext(required_samples=8, trigger_parameter_sync_step=0, total_generated_samples=0,
-                               expected_samples=0, buffer_samples=0)
+        DynamicScheduleContext(
+            required_samples=8,
+            trigger_parameter_sync_step=0,
+            total_generated_samples=0,
+            expected_samples=0,
+            buffer_samples=0,
+        )
 
 
 def test_pool_helpers_give_training_roles_and_the_rollout_pools_of_their_own():
     from verl.experimental.one_step_off_policy.main_ppo import create_resource_pool_manager, create_role_worker_mapping
 
-    config = OmegaConf.create({
-        "trainer": {"nnodes": 1, "n_gpus_per_node": 2, "device": "cpu"},
-        "rollout": {"nnodes": 1, "n_gpus_per_node": 1},
-        "actor": {"strategy": "fsdp", "use_kl_loss": False},
-        "critic": {"enable": None},
-        "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False},
-    })
+    config = OmegaConf.create(
+        {
+            "trainer": {"nnodes": 1, "n_gpus_per_node": 2, "device": "cpu"},
+            "rollout": {"nnodes": 1, "n_gpus_per_node": 1},
+            "actor": {"strategy": "fsdp", "use_kl_loss": False},
+            "critic": {"enable": None},
+            "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False},
+        }
+    )
     manager = create_resource_pool_manager(config, [Role.Actor, Role.Rollout])
     assert manager.resource_pool_spec == {"global_pool": [2], "rollout_pool": [1]}
     assert manager.mapping == {Role.Actor: "global_pool", Role.Rollout: "rollout_pool"}

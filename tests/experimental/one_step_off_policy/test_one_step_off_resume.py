@@ -17,8 +17,14 @@ from verl.utils.tracking import read_metrics  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
-COMPARED = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean", "response_length/mean",
-            "one_step_off/generation_version")
+COMPARED = (
+    "actor/pg_loss",
+    "actor/grad_norm",
+    "actor/entropy",
+    "critic/score/mean",
+    "response_length/mean",
+    "one_step_off/generation_version",
+)
 STEPS, SAVE_AT = 4, 2
 
 

@@ -44,8 +44,9 @@ def test_naive_run_single_scores_last_row_with_agent_fields(tokenizer):
         seen.update(source=data_source, solution=solution_str, truth=ground_truth, extra=extra_info)
         return float(solution_str == ground_truth)
 
-    data = make_batch(tokenizer, ["5", "12"], ["0", "12"],
-                      extra={"__num_turns__": [1, 3], "tool_extra_fields": [{}, {"calls": 2}]})
+    data = make_batch(
+        tokenizer, ["5", "12"], ["0", "12"], extra={"__num_turns__": [1, 3], "tool_extra_fields": [{}, {"calls": 2}]}
+    )
     manager = NaiveRewardManager(CONFIG, tokenizer, record)
     out = asyncio.run(manager.run_single(data))  # a two-row input is scored on its last row
     assert out == {"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}
@@ -125,17 +126,26 @@ def test_shared_loop_refuses_blocking_from_itself():
 
 def test_dapo_overlong_penalty_from_reward_kwargs(tokenizer):
     # lengths include <eos>: "1" -> 2 tokens, "1234567" -> 8 tokens; max 10, buffer 4: penalty from 7 tokens on
-    cfg = {"reward": {"reward_kwargs": {"overlong_buffer_cfg": {"enable": True, "len": 4, "penalty_factor": 2.0,
-                                                                "log": True}}},
-           "data": {"max_response_length": RESPONSE_LEN}}
+    cfg = {
+        "reward": {
+            "reward_kwargs": {"overlong_buffer_cfg": {"enable": True, "len": 4, "penalty_factor": 2.0, "log": True}}
+        },
+        "data": {"max_response_length": RESPONSE_LEN},
+    }
     data = make_batch(tokenizer, ["1", "1234567"], ["1", "1234567"])
     out = DAPORewardManager(cfg, tokenizer, None)(data, return_dict=True)
     penalty = -(8 - 6) / 4 * 2.0
     assert scores_at_last_token(out["reward_tensor"], data) == pytest.approx([1.0, 1.0 + penalty])
     assert out["reward_extra_info"]["overlong"] == [False, True]
     with pytest.raises(ValueError, match="overlong_buffer_cfg.len must be in"):
-        DAPORewardManager({"reward": {"reward_kwargs": {"overlong_buffer_cfg": {"enable": True, "len": 20}}},
-                           "data": {"max_response_length": 10}}, tokenizer, None)
+        DAPORewardManager(
+            {
+                "reward": {"reward_kwargs": {"overlong_buffer_cfg": {"enable": True, "len": 20}}},
+                "data": {"max_response_length": 10},
+            },
+            tokenizer,
+            None,
+        )
 
 
 def test_token_bucket_paces_requests():

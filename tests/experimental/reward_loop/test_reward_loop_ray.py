@@ -22,8 +22,9 @@ def tokenizer(tiny_model_dir):
 
 
 def test_manager_scores_a_batch_on_its_workers(ray_cluster, tiny_model_dir, tokenizer):
-    config = OmegaConf.create({"model": {"path": str(tiny_model_dir)},
-                               "reward": {"reward_manager": "naive", "num_workers": 2}})
+    config = OmegaConf.create(
+        {"model": {"path": str(tiny_model_dir)}, "reward": {"reward_manager": "naive", "num_workers": 2}}
+    )
     manager = RewardLoopManager(config)
     assert len(manager.reward_loop_worker_handles) == 2
     data = make_batch(tokenizer, ["1", "5", "12"], ["1", "2", "12"])  # 3 rows over 2 workers: one is padding

@@ -61,12 +61,14 @@ def user_file(tmp_path, request):
 def test_main_ppo_config_scores_with_a_registered_loop_manager(tokenizer, user_file):
     path, name = user_file
     # verl's command-line keys, translated by this package's config layer as main_ppo does
-    config = compose_ppo_config([
-        f"reward_model.reward_manager={name}",
-        f"custom_reward_function.path={path}",
-        "custom_reward_function.name=exact",
-        "+custom_reward_function.reward_kwargs.bonus=1.0",
-    ])
+    config = compose_ppo_config(
+        [
+            f"reward_model.reward_manager={name}",
+            f"custom_reward_function.path={path}",
+            "custom_reward_function.name=exact",
+            "+custom_reward_function.reward_kwargs.bonus=1.0",
+        ]
+    )
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0)
     assert isinstance(reward_fn, RewardLoopAdapter) and type(reward_fn.manager).__name__ == "LengthAware"
     data = make_batch(tokenizer, ["12", "3"], ["12", "4"])
@@ -78,8 +80,9 @@ def test_main_ppo_config_scores_with_a_registered_loop_manager(tokenizer, user_f
 
 def test_reward_kwargs_given_to_load_reward_manager_reach_the_loop_manager(tokenizer, user_file):
     path, name = user_file
-    config = OmegaConf.create({"reward": {"reward_manager": name,
-                                          "custom_reward_function": {"path": path, "name": "exact"}}})
+    config = OmegaConf.create(
+        {"reward": {"reward_manager": name, "custom_reward_function": {"path": path, "name": "exact"}}}
+    )
     reward_fn = load_reward_manager(config, tokenizer, scale=10.0)
     assert reward_fn.manager.scale == 10.0 and reward_fn.timeout_s == 300.0
     assert reward_fn.manager.loop is not None
@@ -93,8 +96,9 @@ def test_batch_managers_keep_their_names(tokenizer):
 def test_resolve_reward_manager_cls_register_and_importlib(tmp_path, user_file):
     path, name = user_file
     assert resolve_reward_manager_cls(OmegaConf.create({"reward": {"reward_manager": "naive"}})) is NaiveRewardManager
-    verl_layout = {"reward": {"reward_manager": {"source": "importlib", "name": "LengthAware",
-                                                 "module": {"path": path}}}}
+    verl_layout = {
+        "reward": {"reward_manager": {"source": "importlib", "name": "LengthAware", "module": {"path": path}}}
+    }
     cls = resolve_reward_manager_cls(OmegaConf.create(verl_layout))
     assert cls.__name__ == "LengthAware"
     registered = {"reward": {"reward_manager": {"source": "register", "name": "dapo", "module": {"path": None}}}}
@@ -102,15 +106,21 @@ def test_resolve_reward_manager_cls_register_and_importlib(tmp_path, user_file):
     with pytest.raises(ValueError, match="'batch' .*a batch manager"):
         resolve_reward_manager_cls(OmegaConf.create({"reward": {"reward_manager": "batch"}}))
     with pytest.raises(ValueError, match="needs reward.reward_manager.module.path"):
-        resolve_reward_manager_cls(OmegaConf.create({"reward": {"reward_manager": {"source": "importlib",
-                                                                                   "name": "X"}}}))
+        resolve_reward_manager_cls(
+            OmegaConf.create({"reward": {"reward_manager": {"source": "importlib", "name": "X"}}})
+        )
 
 
 def test_importlib_source_runs_in_the_trainer(tokenizer, user_file):
     path, _ = user_file
-    config = OmegaConf.create({"reward": {"reward_manager": {"source": "importlib", "name": "LengthAware",
-                                                             "module": {"path": path}},
-                                          "custom_reward_function": {"path": path, "name": "exact"}}})
+    config = OmegaConf.create(
+        {
+            "reward": {
+                "reward_manager": {"source": "importlib", "name": "LengthAware", "module": {"path": path}},
+                "custom_reward_function": {"path": path, "name": "exact"},
+            }
+        }
+    )
     data = make_batch(tokenizer, ["7"], ["7"])
     reward, _ = compute_reward(data, load_reward_manager(config, tokenizer))
     assert scores_at_last_token(reward, data) == pytest.approx([1.0 - 0.2])
@@ -125,9 +135,11 @@ def test_build_reward_loop_manager_defaults_to_default_compute_score(tokenizer):
 
 def test_extract_reward_reads_the_reward_loop_columns():
     rm_scores = torch.arange(6, dtype=torch.float32).view(2, 3)
-    batch = DataProto.from_dict(tensors={"rm_scores": rm_scores},
-                                non_tensors={"acc": [1.0, 0.0], "other": ["a", "b"]},
-                                meta_info={"reward_extra_keys": ["acc"]})
+    batch = DataProto.from_dict(
+        tensors={"rm_scores": rm_scores},
+        non_tensors={"acc": [1.0, 0.0], "other": ["a", "b"]},
+        meta_info={"reward_extra_keys": ["acc"]},
+    )
     tensor, extra = extract_reward(batch)
     assert tensor is rm_scores and list(extra) == ["acc"] and list(extra["acc"]) == [1.0, 0.0]
     with pytest.raises(KeyError, match="no 'rm_scores'"):

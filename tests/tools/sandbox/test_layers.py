@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 def _fake_probe(monkeypatch, **outcomes):
     """Pretend this machine's probe reported ``outcomes`` (layer -> reason) and every other layer worked."""
+
     def probe(limits):
         return tuple((name, outcomes.get(name, "ok")) for name in layers.wanted_layers(limits))
 
@@ -43,8 +44,17 @@ def _fake_probe(monkeypatch, **outcomes):
 
 
 def test_limits_ask_for_every_layer_by_default_and_drop_the_network_ones_when_the_network_is_on():
-    assert layers.wanted_layers(SandboxLimits()) == ["minimal_root", "netns", "user", "capabilities", "landlock_fs",
-                                                     "landlock_net", "landlock_scope", "seccomp", "audit_hook"]
+    assert layers.wanted_layers(SandboxLimits()) == [
+        "minimal_root",
+        "netns",
+        "user",
+        "capabilities",
+        "landlock_fs",
+        "landlock_net",
+        "landlock_scope",
+        "seccomp",
+        "audit_hook",
+    ]
     wanted = layers.wanted_layers(SandboxLimits(network=True, allow_subprocesses=True))
     assert "netns" not in wanted and "landlock_net" not in wanted and "audit_hook" not in wanted
     assert layers.wanted_layers(SandboxLimits(minimal_root=False, seccomp=False))[:2] == ["netns", "user"]
@@ -66,8 +76,12 @@ def test_allow_missing_layers_takes_true_false_or_layer_names():
 
 
 def test_a_missing_required_layer_is_named_at_start_up_and_refused(monkeypatch):
-    _fake_probe(monkeypatch, landlock_fs="OSError: sandbox landlock: not supported by this kernel",
-                landlock_net="same", landlock_scope="same")
+    _fake_probe(
+        monkeypatch,
+        landlock_fs="OSError: sandbox landlock: not supported by this kernel",
+        landlock_net="same",
+        landlock_scope="same",
+    )
     limits = SandboxLimits(**FAST)
     assert missing_layers(limits) == {"landlock_fs": "OSError: sandbox landlock: not supported by this kernel"}
     with pytest.raises(SandboxUnavailableError) as info:
@@ -98,7 +112,8 @@ def test_the_opt_in_runs_the_weaker_sandbox_and_says_so(monkeypatch, caplog):
 def test_an_explicitly_disabled_layer_is_not_missing(monkeypatch):
     _fake_probe(monkeypatch, seccomp="unsupported machine")
     assert check_layers(SandboxLimits(seccomp=False)) == [
-        name for name in available_layers(SandboxLimits(seccomp=False))]
+        name for name in available_layers(SandboxLimits(seccomp=False))
+    ]
 
 
 @pytest.mark.skipif(not ctypes.util.find_library("seccomp"), reason="libseccomp not installed (the oracle)")
@@ -108,9 +123,20 @@ def test_syscall_numbers_match_libseccomp():
     for machine, (arch, _) in _seccomp._ARCHES.items():
         for name, number in _seccomp.syscall_numbers(machine).items():
             assert lib.seccomp_syscall_resolve_name_arch(arch, name.encode()) == number, (machine, name)
-    assert set(_seccomp.ALWAYS_DENIED) >= {"ptrace", "mount", "unshare", "setns", "keyctl", "bpf", "userfaultfd",
-                                           "io_uring_setup", "io_uring_enter", "io_uring_register",
-                                           "perf_event_open", "personality"}
+    assert set(_seccomp.ALWAYS_DENIED) >= {
+        "ptrace",
+        "mount",
+        "unshare",
+        "setns",
+        "keyctl",
+        "bpf",
+        "userfaultfd",
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+        "perf_event_open",
+        "personality",
+    }
     assert {"execve", "execveat"} <= set(_seccomp.PROCESS_DENIED)
 
 
@@ -126,8 +152,10 @@ def test_the_plan_binds_the_interpreter_and_hides_site_packages():
     # without a minimal root, Landlock carves site-packages out of the interpreter's folder: its entries may be
     # listed (the import system needs that for the allowed packages) but not read
     assert all(rights == _landlock.READ_DIR for path, rights in plan.rules_on_host if path in plan.hide)
-    assert not any(path.startswith(plan.hide) and path not in plan.packages and path not in plan.hide
-                   for path, _ in plan.rules_on_host)
+    assert not any(
+        path.startswith(plan.hide) and path not in plan.packages and path not in plan.hide
+        for path, _ in plan.rules_on_host
+    )
     with pytest.raises(ValueError, match="allowed_packages: no installed package 'no_such_package_xyz'"):
         root_plan(("no_such_package_xyz",))
     with pytest.raises(ValueError, match="'json' is part of the standard library"):
@@ -145,8 +173,11 @@ def test_the_minimal_root_holds_only_what_python_needs():
     limits = SandboxLimits(**FAST, landlock=False)  # look at the mounts alone
     if "minimal_root" not in available_layers(limits):
         pytest.skip("no minimal root on this machine")
-    result = run_python_sync("import os\nprint(sorted(os.listdir('/')))\nprint(sorted(os.listdir('/etc')))\n"
-                             "print(sorted(os.listdir('/dev')))\nopen('/x', 'w')", limits)
+    result = run_python_sync(
+        "import os\nprint(sorted(os.listdir('/')))\nprint(sorted(os.listdir('/etc')))\n"
+        "print(sorted(os.listdir('/dev')))\nopen('/x', 'w')",
+        limits,
+    )
     top, etc, dev = (json.loads(line.replace("'", '"')) for line in result.stdout.splitlines())
     assert "sandbox" in top and not {"home", "proc", "sys", "tmp", "work", "var", "boot"} & set(top), top
     assert set(etc) <= {"ld.so.cache", "localtime"}, etc
@@ -240,8 +271,11 @@ def test_the_host_sees_an_unprivileged_confined_process():
     while "Seccomp:\t2" not in status and runner.is_alive() and time.monotonic() < deadline:
         for entry in Path("/proc").iterdir():
             try:
-                if entry.name.isdigit() and b"_bootstrap" in (entry / "cmdline").read_bytes() and \
-                        int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                if (
+                    entry.name.isdigit()
+                    and b"_bootstrap" in (entry / "cmdline").read_bytes()
+                    and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid()
+                ):
                     status, pid = (entry / "status").read_text().splitlines(), int(entry.name)
             except (OSError, ValueError):
                 continue

@@ -66,11 +66,20 @@ class Trainer:
 
     @property
     def facts(self) -> dict:
-        return {"CANARY": str(self.canary), "FOLDER": str(self.folder), "TRAINER_PID": os.getpid(),
-                "VICTIM_PID": self.victim.pid, "TCP_PORT": self.tcp.getsockname()[1], "UNIX_PATH": self.unix_path,
-                "ABSTRACT": self.abstract_name, "SCRATCH": self.scratch, "PYTHON": sys.executable,
-                "PROJECT": str(Path(verl.__file__).resolve().parents[1]), "HOME_DIR": os.path.expanduser("~"),
-                "NUMPY": _module_file("numpy")}
+        return {
+            "CANARY": str(self.canary),
+            "FOLDER": str(self.folder),
+            "TRAINER_PID": os.getpid(),
+            "VICTIM_PID": self.victim.pid,
+            "TCP_PORT": self.tcp.getsockname()[1],
+            "UNIX_PATH": self.unix_path,
+            "ABSTRACT": self.abstract_name,
+            "SCRATCH": self.scratch,
+            "PYTHON": sys.executable,
+            "PROJECT": str(Path(verl.__file__).resolve().parents[1]),
+            "HOME_DIR": os.path.expanduser("~"),
+            "NUMPY": _module_file("numpy"),
+        }
 
 
 def _module_file(name: str) -> str:
@@ -98,8 +107,9 @@ def trainer(tmp_path_factory):
     for s in (tcp, unix, abstract):
         s.setblocking(False)
     state = Trainer(folder, canary, victim, tcp, unix, unix_path, abstract_name, abstract)
-    previous = {sig: signal.signal(sig, lambda signum, _frame: state.signals.append(signum))
-                for sig in _WATCHED_SIGNALS}
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: state.signals.append(signum)) for sig in _WATCHED_SIGNALS
+    }
     os.environ["VERL_REDTEAM_SECRET"] = SECRET
     try:
         yield state
@@ -115,9 +125,12 @@ def trainer(tmp_path_factory):
 
 def _snapshot(trainer: Trainer) -> dict:
     info = trainer.canary.stat()
-    return {"canary": (trainer.canary.read_text(), info.st_mtime_ns, info.st_nlink, info.st_mode, info.st_uid),
-            "folder": sorted(p.name for p in trainer.folder.iterdir()), "cwd": os.getcwd(),
-            "rlimit_as": resource.getrlimit(resource.RLIMIT_AS)}
+    return {
+        "canary": (trainer.canary.read_text(), info.st_mtime_ns, info.st_nlink, info.st_mode, info.st_uid),
+        "folder": sorted(p.name for p in trainer.folder.iterdir()),
+        "cwd": os.getcwd(),
+        "rlimit_as": resource.getrlimit(resource.RLIMIT_AS),
+    }
 
 
 def _no_pending_connection(listener: socket.socket) -> bool:
@@ -174,17 +187,30 @@ def _nr(name: str) -> int:
 
 # --- the issue's table: reads outside, exec through ctypes -------------------------------------------------------
 
-@pytest.mark.parametrize("code", [
-    "print(open('/etc/passwd').read())",
-    "import os; print(os.listdir('/root'))",
-    "import os; print(os.listdir({HOME_DIR}))",
-    "print(open({HOME_DIR} + '/.gitconfig').read())",
-    "import os; print(os.listdir(os.path.dirname({PROJECT})))",
-    "print(open({PROJECT} + '/verl/__init__.py').read())",
-    "print(open({CANARY}).read())",
-    "import os; print(os.listdir({FOLDER}))",
-], ids=["etc_passwd", "list_root_home", "list_trainer_home", "read_home_dotfile", "list_beside_project",
-        "read_project_source", "read_run_checkpoint", "list_run_outputs"])
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "print(open('/etc/passwd').read())",
+        "import os; print(os.listdir('/root'))",
+        "import os; print(os.listdir({HOME_DIR}))",
+        "print(open({HOME_DIR} + '/.gitconfig').read())",
+        "import os; print(os.listdir(os.path.dirname({PROJECT})))",
+        "print(open({PROJECT} + '/verl/__init__.py').read())",
+        "print(open({CANARY}).read())",
+        "import os; print(os.listdir({FOLDER}))",
+    ],
+    ids=[
+        "etc_passwd",
+        "list_root_home",
+        "list_trainer_home",
+        "read_home_dotfile",
+        "list_beside_project",
+        "read_project_source",
+        "read_run_checkpoint",
+        "list_run_outputs",
+    ],
+)
 def test_reading_outside_the_sandbox_is_refused(trainer, code):
     attempt(trainer, code)
 
@@ -192,18 +218,24 @@ def test_reading_outside_the_sandbox_is_refused(trainer, code):
 @pytest.mark.parametrize("target", ["'/usr/bin/id'", "'/bin/echo'", "{PYTHON}"], ids=["id", "echo", "python"])
 @pytest.mark.parametrize("limits", [LIMITS, KERNEL_ONLY], ids=["all_layers", "kernel_only"])
 def test_exec_through_ctypes_is_refused(trainer, target, limits):
-    code = SYSCALL + f"argv = (ctypes.c_char_p * 2)(os.fsencode({target}), None)\n" \
-                     f"check('execve', libc.execve(os.fsencode({target}), argv, None))"
+    code = (
+        SYSCALL + f"argv = (ctypes.c_char_p * 2)(os.fsencode({target}), None)\n"
+        f"check('execve', libc.execve(os.fsencode({target}), argv, None))"
+    )
     result = attempt(trainer, code, limits, allowed=("PermissionError",))
     assert "EPERM" in result.error_message and "uid=" not in result.stdout
 
 
-@pytest.mark.parametrize("code", [
-    "import os, sys; os.execv(sys.executable, [sys.executable, '-c', 'print(\"ESCAPED\")'])",
-    "import os; os.posix_spawn('/bin/echo', ['echo', 'ESCAPED'], {})",
-    "import subprocess; print(subprocess.run(['id'], capture_output=True, text=True).stdout)",
-    "import os\nif os.system('echo ESCAPED') != 0:\n    raise PermissionError('os.system could not start a shell')",
-], ids=["os_execv", "posix_spawn", "subprocess_run", "os_system"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os, sys; os.execv(sys.executable, [sys.executable, '-c', 'print(\"ESCAPED\")'])",
+        "import os; os.posix_spawn('/bin/echo', ['echo', 'ESCAPED'], {})",
+        "import subprocess; print(subprocess.run(['id'], capture_output=True, text=True).stdout)",
+        "import os\nif os.system('echo ESCAPED') != 0:\n    raise PermissionError('os.system could not start a shell')",
+    ],
+    ids=["os_execv", "posix_spawn", "subprocess_run", "os_system"],
+)
 @pytest.mark.parametrize("limits", [LIMITS, KERNEL_ONLY], ids=["all_layers", "kernel_only"])
 def test_exec_through_python_is_refused(trainer, code, limits):
     attempt(trainer, code, limits, allowed=("PermissionError", "FileNotFoundError"))
@@ -213,7 +245,8 @@ def test_execveat_of_a_memfd_copy_of_the_interpreter_is_refused(trainer):
     code = SYSCALL + (
         "fd = os.memfd_create('x')\nos.write(fd, open({PYTHON}, 'rb').read())\n"
         "argv = (ctypes.c_char_p * 2)(b'python', None)\n"
-        f"check('execveat', libc.syscall({_nr('execveat')}, fd, b'', argv, None, 0x1000))")
+        f"check('execveat', libc.syscall({_nr('execveat')}, fd, b'', argv, None, 0x1000))"
+    )
     result = attempt(trainer, code, KERNEL_ONLY, allowed=("PermissionError",))
     assert "EPERM" in result.error_message
 
@@ -260,6 +293,7 @@ def test_becoming_root_again_is_refused(trainer):
 
 # --- links, scratch folders, the trainer's files -----------------------------------------------------------------
 
+
 def test_symlinks_out_of_the_folder_lead_nowhere(trainer):
     attempt(trainer, "import os\nos.symlink({CANARY}, 'link')\nprint(open('link').read())")
     attempt(trainer, "import os\nos.symlink('/', 'up')\nprint(os.listdir('up/etc'))")
@@ -279,8 +313,9 @@ def test_writes_to_shared_scratch_folders_are_refused(trainer, folder):
 
 def test_filling_the_disk_is_refused(trainer):
     code = "for i in range(1000):\n    open(f'fill{i}', 'wb').write(b'0' * (4 * 2 ** 20))\nprint('ESCAPED')"
-    result = attempt(trainer, code, SandboxLimits(wall_timeout_s=10.0, cpu_time_s=3, max_folder_mb=8),
-                     allowed=("OSError",))
+    result = attempt(
+        trainer, code, SandboxLimits(wall_timeout_s=10.0, cpu_time_s=3, max_folder_mb=8), allowed=("OSError",)
+    )
     assert "No space left on device" in result.error_message
 
 
@@ -294,13 +329,18 @@ def test_the_runs_own_settings_are_out_of_reach(trainer):
 
 # --- processes, signals, the parent's environment -----------------------------------------------------------------
 
-@pytest.mark.parametrize("code", [
-    "import os, signal; os.kill({TRAINER_PID}, signal.SIGTERM)",
-    "import os, signal; os.kill(os.getppid(), signal.SIGUSR1)",
-    "import os, signal; os.kill({VICTIM_PID}, signal.SIGKILL)",
-    "import os, signal; os.killpg(os.getpgid({TRAINER_PID}), signal.SIGHUP)",
-    "import os, signal; os.kill(-1, signal.SIGTERM)",
-], ids=["trainer", "parent", "sibling", "trainer_group", "everyone"])
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os, signal; os.kill({TRAINER_PID}, signal.SIGTERM)",
+        "import os, signal; os.kill(os.getppid(), signal.SIGUSR1)",
+        "import os, signal; os.kill({VICTIM_PID}, signal.SIGKILL)",
+        "import os, signal; os.killpg(os.getpgid({TRAINER_PID}), signal.SIGHUP)",
+        "import os, signal; os.kill(-1, signal.SIGTERM)",
+    ],
+    ids=["trainer", "parent", "sibling", "trainer_group", "everyone"],
+)
 def test_signals_to_the_trainer_are_refused(trainer, code):
     attempt(trainer, code, KERNEL_ONLY, allowed=("PermissionError", "ProcessLookupError"))
 
@@ -320,27 +360,40 @@ def test_fork_bomb_is_refused_by_the_kernel(trainer):
 
 
 def test_thread_bomb_is_capped(trainer):
-    code = ("import threading, time\nthreads = []\nfor _ in range(10000):\n"
-            "    t = threading.Thread(target=time.sleep, args=(5,), daemon=True)\n"
-            "    t.start()\n    threads.append(t)\nprint('ESCAPED')")
-    attempt(trainer, code, SandboxLimits(wall_timeout_s=10.0, cpu_time_s=3, memory_mb=512, max_processes=8),
-            allowed=("RuntimeError",))
+    code = (
+        "import threading, time\nthreads = []\nfor _ in range(10000):\n"
+        "    t = threading.Thread(target=time.sleep, args=(5,), daemon=True)\n"
+        "    t.start()\n    threads.append(t)\nprint('ESCAPED')"
+    )
+    attempt(
+        trainer,
+        code,
+        SandboxLimits(wall_timeout_s=10.0, cpu_time_s=3, memory_mb=512, max_processes=8),
+        allowed=("RuntimeError",),
+    )
 
 
 # --- the trainer's sockets ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("code", [
-    "import socket; socket.create_connection(('127.0.0.1', {TCP_PORT}), timeout=2); print('ESCAPED')",
-    "import socket; s = socket.socket(socket.AF_UNIX); s.connect({UNIX_PATH}); print('ESCAPED')",
-    "import socket; s = socket.socket(socket.AF_UNIX); s.connect({ABSTRACT}); print('ESCAPED')",
-], ids=["tcp", "unix_path", "unix_abstract"])
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import socket; socket.create_connection(('127.0.0.1', {TCP_PORT}), timeout=2); print('ESCAPED')",
+        "import socket; s = socket.socket(socket.AF_UNIX); s.connect({UNIX_PATH}); print('ESCAPED')",
+        "import socket; s = socket.socket(socket.AF_UNIX); s.connect({ABSTRACT}); print('ESCAPED')",
+    ],
+    ids=["tcp", "unix_path", "unix_abstract"],
+)
 @pytest.mark.parametrize("limits", [LIMITS, KERNEL_ONLY], ids=["all_layers", "kernel_only"])
 def test_the_trainers_sockets_are_unreachable(trainer, code, limits):
-    attempt(trainer, code, limits,
-            allowed=("PermissionError", "FileNotFoundError", "ConnectionRefusedError", "OSError"))
+    attempt(
+        trainer, code, limits, allowed=("PermissionError", "FileNotFoundError", "ConnectionRefusedError", "OSError")
+    )
 
 
 # --- resource attacks ---------------------------------------------------------------------------------------------
+
 
 def test_huge_output_is_cut(trainer):
     code = "import sys\nchunk = 'A' * 65536\nfor _ in range(512):\n    sys.stdout.write(chunk)\n"
@@ -349,10 +402,14 @@ def test_huge_output_is_cut(trainer):
     assert len(result.stdout) < 2 * LIMITS.max_output_bytes
 
 
-@pytest.mark.parametrize("code", [
-    "def f(n):\n    return f(n + 1)\nf(0)",
-    "import sys\nsys.setrecursionlimit(10 ** 8)\ndef f(n):\n    return list(map(f, [n + 1]))\nf(0)",
-], ids=["python_frames", "c_stack_with_the_limit_raised"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "def f(n):\n    return f(n + 1)\nf(0)",
+        "import sys\nsys.setrecursionlimit(10 ** 8)\ndef f(n):\n    return list(map(f, [n + 1]))\nf(0)",
+    ],
+    ids=["python_frames", "c_stack_with_the_limit_raised"],
+)
 def test_deep_recursion_ends_the_run_only(trainer, code):
     result = attempt(trainer, code, SandboxLimits(wall_timeout_s=10.0, cpu_time_s=2, memory_mb=256), allowed=())
     assert result.status == "timeout" or result.error_type in ("RecursionError", "MemoryError", "Signal"), result
@@ -360,12 +417,16 @@ def test_deep_recursion_ends_the_run_only(trainer, code):
         assert result.error_type == "RecursionError", result
 
 
-@pytest.mark.parametrize("payload, refused", [
-    (b"cos\nsystem\n(S'echo ESCAPED'\ntR.", ("PermissionError",)),
-    (b"cbuiltins\nbytearray\n(I100000000000\ntR.", ("MemoryError",)),
-    (b"coperator\nmul\n(S'A'\nI100000000000\ntR.", ("MemoryError",)),
-    (b"(" * 20000 + b"l" * 20000 + b".", ("RecursionError", "MemoryError")),
-], ids=["reduce_to_os_system", "reduce_to_huge_allocation", "reduce_to_string_repeat", "deep_nesting"])
+@pytest.mark.parametrize(
+    "payload, refused",
+    [
+        (b"cos\nsystem\n(S'echo ESCAPED'\ntR.", ("PermissionError",)),
+        (b"cbuiltins\nbytearray\n(I100000000000\ntR.", ("MemoryError",)),
+        (b"coperator\nmul\n(S'A'\nI100000000000\ntR.", ("MemoryError",)),
+        (b"(" * 20000 + b"l" * 20000 + b".", ("RecursionError", "MemoryError")),
+    ],
+    ids=["reduce_to_os_system", "reduce_to_huge_allocation", "reduce_to_string_repeat", "deep_nesting"],
+)
 def test_pickle_bombs_are_contained(trainer, payload, refused):
     attempt(trainer, f"import pickle\nobj = pickle.loads({payload!r})\nprint(repr(obj)[:20])", allowed=refused)
 
@@ -376,7 +437,7 @@ def test_importing_packages_that_were_not_allowed_is_refused(trainer):
 
 
 def test_errno_of_a_denied_call_is_a_refusal_not_a_crash(trainer):
-    result = attempt(trainer, "import os\ntry:\n    os.setsid()\nexcept PermissionError as e:\n    print(e.errno)",
-                     allowed=())
+    result = attempt(
+        trainer, "import os\ntry:\n    os.setsid()\nexcept PermissionError as e:\n    print(e.errno)", allowed=()
+    )
     assert result.status == "ok" and result.stdout.strip() == str(errno.EPERM)
-

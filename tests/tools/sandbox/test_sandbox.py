@@ -63,8 +63,10 @@ def test_infinite_loop_is_stopped_by_the_cpu_limit_and_reported_as_timeout():
 
 
 def test_sleeping_program_is_killed_at_the_wall_timeout():
-    result = run_python_sync("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)",
-                             SandboxLimits(wall_timeout_s=1.0, cpu_time_s=5))
+    result = run_python_sync(
+        "import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)",
+        SandboxLimits(wall_timeout_s=1.0, cpu_time_s=5),
+    )
     assert result.status == "timeout" and result.timeout_kind == "wall", result
     assert result.duration_s < 10
     assert _gone(int(result.stdout.split()[0])), "the whole process group is killed"
@@ -95,8 +97,9 @@ def test_fork_bomb_is_contained_by_the_kernel_layer_alone():
 
 
 def test_process_limit_is_set_in_the_child():
-    result = run_python_sync("import resource; print(resource.getrlimit(resource.RLIMIT_NPROC)[0])",
-                             SandboxLimits(**FAST, max_processes=7))
+    result = run_python_sync(
+        "import resource; print(resource.getrlimit(resource.RLIMIT_NPROC)[0])", SandboxLimits(**FAST, max_processes=7)
+    )
     assert result.status == "ok", result
     if os.geteuid() == 0 and "user" not in result.layers:
         assert int(result.stdout) == 7  # root is exempt from the count, so the limit is just the allowance
@@ -105,16 +108,17 @@ def test_process_limit_is_set_in_the_child():
 
 
 def test_ten_gigabyte_allocation_raises_memory_error():
-    result = run_python_sync("x = bytearray(10 * 1024 ** 3)\nprint('allocated')",
-                             SandboxLimits(**FAST, memory_mb=512))
+    result = run_python_sync("x = bytearray(10 * 1024 ** 3)\nprint('allocated')", SandboxLimits(**FAST, memory_mb=512))
     assert result.status == "error", result
     assert result.error_type == "MemoryError"
     assert "allocated" not in result.stdout
     assert "MemoryError" in result.to_text()
 
 
-SOCKET = ("import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_STREAM)\ns.connect(('1.1.1.1', 80))\n"
-          "print('connected')")
+SOCKET = (
+    "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_STREAM)\ns.connect(('1.1.1.1', 80))\n"
+    "print('connected')"
+)
 
 
 def test_socket_is_blocked_and_reported():
@@ -132,8 +136,9 @@ def test_dns_lookup_is_blocked():
 
 @pytest.mark.skipif(not _seccomp.supported(), reason="seccomp filter not supported on this machine")
 def test_socket_is_blocked_by_seccomp_alone():
-    result = run_python_sync(SOCKET, SandboxLimits(**FAST, python_guards=False, network_namespace=False,
-                                                   landlock=False))
+    result = run_python_sync(
+        SOCKET, SandboxLimits(**FAST, python_guards=False, network_namespace=False, landlock=False)
+    )
     assert "seccomp" in result.layers and "netns" not in result.layers
     assert result.status == "error" and result.error_type == "PermissionError", result
     assert "Permission denied" in result.error_message
@@ -161,12 +166,14 @@ def test_the_program_writes_only_in_its_own_folder(tmp_path):
     target = tmp_path / "escape.txt"
     victim = tmp_path / "keep.txt"
     victim.write_text("precious")
-    code = (f"import os\nopen('inside.txt', 'w').write('ok')\nprint(open('inside.txt').read())\n"
-            f"os.mkdir('sub'); os.rename('inside.txt', 'sub/moved.txt'); print(os.listdir('sub'))\n"
-            f"for attempt in (lambda: os.remove({str(victim)!r}), lambda: open({str(victim)!r}).read(),\n"
-            f"                lambda: open({str(target)!r}, 'w').write('escaped')):\n"
-            f"    try:\n        attempt()\n        print('ESCAPED')\n    except OSError as e:\n"
-            f"        print(type(e).__name__)\n")
+    code = (
+        f"import os\nopen('inside.txt', 'w').write('ok')\nprint(open('inside.txt').read())\n"
+        f"os.mkdir('sub'); os.rename('inside.txt', 'sub/moved.txt'); print(os.listdir('sub'))\n"
+        f"for attempt in (lambda: os.remove({str(victim)!r}), lambda: open({str(victim)!r}).read(),\n"
+        f"                lambda: open({str(target)!r}, 'w').write('escaped')):\n"
+        f"    try:\n        attempt()\n        print('ESCAPED')\n    except OSError as e:\n"
+        f"        print(type(e).__name__)\n"
+    )
     result = run_python_sync(code, limits)
     assert result.status == "ok", result
     lines = result.stdout.split()
@@ -185,8 +192,11 @@ def test_signals_to_other_processes_are_denied():
         assert result.status == "error" and result.error_type == "PermissionError", result
         assert victim.poll() is None, "the other process is still alive"
         # and the sandbox may still signal itself
-        result = run_python_sync("import os, signal\nsignal.signal(signal.SIGUSR1, lambda *a: print('got it'))\n"
-                                 "os.kill(os.getpid(), signal.SIGUSR1)", SandboxLimits(**FAST))
+        result = run_python_sync(
+            "import os, signal\nsignal.signal(signal.SIGUSR1, lambda *a: print('got it'))\n"
+            "os.kill(os.getpid(), signal.SIGUSR1)",
+            SandboxLimits(**FAST),
+        )
         assert result.status == "ok" and result.stdout.strip() == "got it", result
     finally:
         victim.send_signal(signal.SIGKILL)
@@ -212,8 +222,9 @@ print(libc.prctl(39, 0, 0, 0, 0), libc.prctl(21, 0, 0, 0, 0))  # PR_GET_NO_NEW_P
 def test_least_privilege_unprivileged_user_no_capabilities_no_new_privs():
     result = run_python_sync(CREDENTIALS, SandboxLimits(**FAST))
     assert result.status == "ok", result
-    ids, sets, bounding, flags = (ast.literal_eval(line) if line.startswith("[") else line.split()
-                                  for line in result.stdout.splitlines())
+    ids, sets, bounding, flags = (
+        ast.literal_eval(line) if line.startswith("[") else line.split() for line in result.stdout.splitlines()
+    )
     assert sets == [0, 0], "effective, permitted and inheritable sets are empty"
     assert flags[0] == "1", "no_new_privs is set"
     if "seccomp" in result.layers:
@@ -227,27 +238,33 @@ def test_least_privilege_unprivileged_user_no_capabilities_no_new_privs():
 
 
 def test_opt_ins_allow_subprocesses_and_sockets():
-    result = run_python_sync("import subprocess, socket, sys\nprint(subprocess.run(['echo', 'hi'], capture_output=True,"
-                             " text=True).stdout.strip())\nsocket.socket().close()\nprint('socket ok')\n"
-                             "print(subprocess.run([sys.executable, '-c', 'print(7)'], capture_output=True,"
-                             " text=True).stdout.strip())",
-                             SandboxLimits(**FAST, allow_subprocesses=True, network=True))
+    result = run_python_sync(
+        "import subprocess, socket, sys\nprint(subprocess.run(['echo', 'hi'], capture_output=True,"
+        " text=True).stdout.strip())\nsocket.socket().close()\nprint('socket ok')\n"
+        "print(subprocess.run([sys.executable, '-c', 'print(7)'], capture_output=True,"
+        " text=True).stdout.strip())",
+        SandboxLimits(**FAST, allow_subprocesses=True, network=True),
+    )
     assert result.status == "ok", result
     assert result.stdout.split() == ["hi", "socket", "ok", "7"]
     assert "netns" not in result.layers and "landlock_net" not in result.layers
 
 
 def test_with_subprocesses_allowed_nothing_the_program_wrote_can_be_executed():
-    code = ("import os, subprocess\nopen('run.sh', 'w').write('#!/bin/sh\\necho ESCAPED\\n')\n"
-            "os.chmod('run.sh', 0o755)\nsubprocess.run(['./run.sh'])")
+    code = (
+        "import os, subprocess\nopen('run.sh', 'w').write('#!/bin/sh\\necho ESCAPED\\n')\n"
+        "os.chmod('run.sh', 0o755)\nsubprocess.run(['./run.sh'])"
+    )
     result = run_python_sync(code, SandboxLimits(**FAST, allow_subprocesses=True))
     assert result.status == "error" and result.error_type == "PermissionError", result
     assert "ESCAPED" not in result.stdout
 
 
 def test_asyncio_and_threads_still_work_under_the_filters():
-    code = ("import asyncio, threading\nt = threading.Thread(target=print, args=('thread',))\nt.start(); t.join()\n"
-            "print(asyncio.run(asyncio.sleep(0, result='loop')))")
+    code = (
+        "import asyncio, threading\nt = threading.Thread(target=print, args=('thread',))\nt.start(); t.join()\n"
+        "print(asyncio.run(asyncio.sleep(0, result='loop')))"
+    )
     result = run_python_sync(code, SandboxLimits(**FAST))
     assert result.status == "ok", result
     assert result.stdout.split() == ["thread", "loop"]
@@ -266,15 +283,19 @@ def test_the_programs_folder_is_a_bounded_tmpfs():
     limits = SandboxLimits(**FAST, max_folder_mb=4)
     if "minimal_root" not in available_layers(limits):
         pytest.skip("no minimal root: the folder is on the host's disk")
-    result = run_python_sync("import os\nopen('a.bin', 'wb').write(b'0' * (3 * 2 ** 20))\nprint(os.listdir('.'))\n"
-                             "open('b.bin', 'wb').write(b'0' * (3 * 2 ** 20))", limits)
+    result = run_python_sync(
+        "import os\nopen('a.bin', 'wb').write(b'0' * (3 * 2 ** 20))\nprint(os.listdir('.'))\n"
+        "open('b.bin', 'wb').write(b'0' * (3 * 2 ** 20))",
+        limits,
+    )
     assert sorted(ast.literal_eval(result.stdout)) == ["a.bin", "main.py"], result
     assert result.error_type == "OSError" and "No space left on device" in result.error_message, result
 
 
 def test_file_size_limit():
-    result = run_python_sync("open('big.bin', 'wb').write(b'0' * (3 * 1024 * 1024))",
-                             SandboxLimits(**FAST, max_file_mb=1))
+    result = run_python_sync(
+        "open('big.bin', 'wb').write(b'0' * (3 * 1024 * 1024))", SandboxLimits(**FAST, max_file_mb=1)
+    )
     assert result.status == "error", result
     assert "File too large" in result.stderr
 

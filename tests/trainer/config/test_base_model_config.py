@@ -23,8 +23,9 @@ def test_defaults_and_recipe_subclass():
 
 
 def test_to_hf_model_config_maps_lora_and_takes_overrides():
-    config = BaseModelConfig(path="/models/policy", external_lib="my_arch",
-                             lora={"rank": 8, "alpha": 32, "target_modules": ["q_proj"]})
+    config = BaseModelConfig(
+        path="/models/policy", external_lib="my_arch", lora={"rank": 8, "alpha": 32, "target_modules": ["q_proj"]}
+    )
     hf = config.to_hf_model_config(use_remove_padding=True)
     assert isinstance(hf, HFModelConfig)
     assert (hf.path, hf.tokenizer_path, hf.external_lib) == ("/models/policy", "/models/policy", "my_arch")

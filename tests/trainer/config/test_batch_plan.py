@@ -8,14 +8,24 @@ from verl.workers.config import FSDPActorConfig, FSDPCriticConfig, RolloutConfig
 
 
 def _config(prompts=32, n=4, mini=8, micro=4, world=2, critic=True, kl=False, **rollout):
-    actor = FSDPActorConfig(ppo_mini_batch_size=mini, ppo_micro_batch_size_per_gpu=micro, rollout_n=n,
-                            log_prob_micro_batch_size_per_gpu=6, use_kl_loss=kl)
+    actor = FSDPActorConfig(
+        ppo_mini_batch_size=mini,
+        ppo_micro_batch_size_per_gpu=micro,
+        rollout_n=n,
+        log_prob_micro_batch_size_per_gpu=6,
+        use_kl_loss=kl,
+    )
     return PPOConfig(
         data=DataConfig(train_batch_size=prompts),
         actor=actor,
         ref=FSDPActorConfig(rollout_n=n, log_prob_micro_batch_size_per_gpu=5),
-        critic=FSDPCriticConfig(enable=critic, ppo_mini_batch_size=mini, ppo_micro_batch_size_per_gpu=micro,
-                                forward_micro_batch_size_per_gpu=7, rollout_n=n),
+        critic=FSDPCriticConfig(
+            enable=critic,
+            ppo_mini_batch_size=mini,
+            ppo_micro_batch_size_per_gpu=micro,
+            forward_micro_batch_size_per_gpu=7,
+            rollout_n=n,
+        ),
         rollout=RolloutConfig(n=n, **rollout),
         algorithm=AlgoConfig(adv_estimator="gae" if critic else "grpo"),
         trainer=TrainerConfig(n_gpus_per_node=world),
@@ -56,11 +66,15 @@ def test_standalone_rollout_pool_and_tensor_parallel_replicas():
 
 
 def test_data_parallel_engines_make_fewer_larger_replicas():
-    plan = compute_batch_plan(_config(name="vllm", nnodes=2, n_gpus_per_node=4, tensor_model_parallel_size=2,
-                                      data_parallel_size=2))
+    plan = compute_batch_plan(
+        _config(name="vllm", nnodes=2, n_gpus_per_node=4, tensor_model_parallel_size=2, data_parallel_size=2)
+    )
     assert plan["rollout_world_size"] == 8 and plan["rollout_replicas"] == 2  # 4 GPUs per replica
-    with pytest.raises(ConfigError, match=r"^rollout.data_parallel_size: \(3\) x rollout.tensor_model_parallel_size "
-                                          r"\(2\) = 6 GPUs per replica does not divide the 8 rollout processes"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^rollout.data_parallel_size: \(3\) x rollout.tensor_model_parallel_size "
+        r"\(2\) = 6 GPUs per replica does not divide the 8 rollout processes",
+    ):
         _config(name="sglang", nnodes=2, n_gpus_per_node=4, tensor_model_parallel_size=2, data_parallel_size=3)
 
 
@@ -74,8 +88,13 @@ def test_data_parallel_size_on_the_hf_engine_is_refused_by_name():
 
 def test_dynamic_batch_size_has_no_fixed_micro_batches():
     cfg = _config()
-    actor = FSDPActorConfig(ppo_mini_batch_size=8, rollout_n=4, use_dynamic_bsz=True, log_prob_use_dynamic_bsz=True,
-                            ppo_micro_batch_size_per_gpu=3)
+    actor = FSDPActorConfig(
+        ppo_mini_batch_size=8,
+        rollout_n=4,
+        use_dynamic_bsz=True,
+        log_prob_use_dynamic_bsz=True,
+        ppo_micro_batch_size_per_gpu=3,
+    )
     plan = compute_batch_plan(PPOConfig(**{**cfg, "actor": actor}))
     assert plan["actor"]["micro_batch_size_per_gpu"] is None
     assert plan["actor"]["micro_batches_per_mini_batch"].startswith("dynamic")
@@ -83,8 +102,9 @@ def test_dynamic_batch_size_has_no_fixed_micro_batches():
 
 def test_deprecated_global_micro_batch_size_is_split_over_ranks():
     cfg = _config()
-    actor = FSDPActorConfig(ppo_mini_batch_size=8, rollout_n=4, ppo_micro_batch_size=8,
-                            ppo_micro_batch_size_per_gpu=None)
+    actor = FSDPActorConfig(
+        ppo_mini_batch_size=8, rollout_n=4, ppo_micro_batch_size=8, ppo_micro_batch_size_per_gpu=None
+    )
     plan = compute_batch_plan(PPOConfig(**{**cfg, "actor": actor}))
     assert plan["actor"]["micro_batch_size_per_gpu"] == 4
 
@@ -93,10 +113,14 @@ def test_deprecated_global_micro_batch_size_is_split_over_ranks():
     "kwargs, message",
     [
         ({"prompts": 4, "mini": 8}, r"^actor.ppo_mini_batch_size: \(8\) is larger than data.train_batch_size \(4\)"),
-        ({"prompts": 9, "n": 1, "mini": 3, "micro": 1},
-         r"^data.train_batch_size: \(9\) x rollout.n \(1\) = 9 samples do not split evenly over the 2 trainer"),
-        ({"prompts": 12, "n": 1, "mini": 3, "micro": 1},
-         r"^actor.ppo_mini_batch_size: \(3\) x rollout.n \(1\) = 3 samples do not split evenly"),
+        (
+            {"prompts": 9, "n": 1, "mini": 3, "micro": 1},
+            r"^data.train_batch_size: \(9\) x rollout.n \(1\) = 9 samples do not split evenly over the 2 trainer",
+        ),
+        (
+            {"prompts": 12, "n": 1, "mini": 3, "micro": 1},
+            r"^actor.ppo_mini_batch_size: \(3\) x rollout.n \(1\) = 3 samples do not split evenly",
+        ),
     ],
 )
 def test_impossible_plans_name_the_keys(kwargs, message):
@@ -117,8 +141,16 @@ def test_format_is_a_table_with_every_role():
 def test_plan_from_a_dictconfig():
     from verl.trainer.config.compose import compose_ppo_config
 
-    plan = compute_batch_plan(compose_ppo_config(["data.train_batch_size=16", "actor.ppo_mini_batch_size=4",
-                                                  "rollout.n=2", "actor.ppo_micro_batch_size_per_gpu=2"]))
+    plan = compute_batch_plan(
+        compose_ppo_config(
+            [
+                "data.train_batch_size=16",
+                "actor.ppo_mini_batch_size=4",
+                "rollout.n=2",
+                "actor.ppo_micro_batch_size_per_gpu=2",
+            ]
+        )
+    )
     assert plan["samples_per_step"] == 32 and plan["actor"]["micro_batches_per_mini_batch"] == 4
 
 

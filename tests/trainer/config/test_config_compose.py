@@ -143,8 +143,9 @@ def test_legacy_yaml_value_beats_the_default_and_cli_beats_the_yaml(tmp_path):
         cfg = compose_ppo_config(["rollout.n_gpus_per_node=8"], config_name="user", config_dir=config_dir)
     assert cfg.rollout.n_gpus_per_node == 8 and cfg.rollout.n == 2
     with pytest.warns(LegacyConfigWarning):
-        cfg = compose_ppo_config(["actor_rollout_ref.rollout.n_gpus_per_node=8"], config_name="user",
-                                 config_dir=config_dir)
+        cfg = compose_ppo_config(
+            ["actor_rollout_ref.rollout.n_gpus_per_node=8"], config_name="user", config_dir=config_dir
+        )
     assert cfg.rollout.n_gpus_per_node == 8
 
 
@@ -171,14 +172,22 @@ def test_wrong_type_fails_with_the_key():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["data.train_batch_size=16", "actor.ppo_mini_batch_size=32"],
-         r"^actor.ppo_mini_batch_size: \(32\) is larger than data.train_batch_size \(16\)"),
-        (["data.train_batch_size=16", "actor.ppo_mini_batch_size=8", "critic.ppo_mini_batch_size=32"],
-         r"^critic.ppo_mini_batch_size: \(32\) is larger than data.train_batch_size \(16\)"),
-        (["data.train_batch_size=6", "actor.ppo_mini_batch_size=3", "trainer.n_gpus_per_node=4"],
-         r"^data.train_batch_size: \(6\) x rollout.n \(1\) = 6 samples do not split evenly over the 4 trainer"),
-        (["data.train_batch_size=8", "actor.ppo_mini_batch_size=3", "trainer.n_gpus_per_node=2"],
-         r"^actor.ppo_mini_batch_size: \(3\) x rollout.n \(1\) = 3 samples do not split evenly over the 2"),
+        (
+            ["data.train_batch_size=16", "actor.ppo_mini_batch_size=32"],
+            r"^actor.ppo_mini_batch_size: \(32\) is larger than data.train_batch_size \(16\)",
+        ),
+        (
+            ["data.train_batch_size=16", "actor.ppo_mini_batch_size=8", "critic.ppo_mini_batch_size=32"],
+            r"^critic.ppo_mini_batch_size: \(32\) is larger than data.train_batch_size \(16\)",
+        ),
+        (
+            ["data.train_batch_size=6", "actor.ppo_mini_batch_size=3", "trainer.n_gpus_per_node=4"],
+            r"^data.train_batch_size: \(6\) x rollout.n \(1\) = 6 samples do not split evenly over the 4 trainer",
+        ),
+        (
+            ["data.train_batch_size=8", "actor.ppo_mini_batch_size=3", "trainer.n_gpus_per_node=2"],
+            r"^actor.ppo_mini_batch_size: \(3\) x rollout.n \(1\) = 3 samples do not split evenly over the 2",
+        ),
         (["actor.rollout_n=2"], r"^actor.rollout_n: \(2\) must equal rollout.n \(1\)"),
         (["actor.clip_ratio_c=0.5"], r"^actor.clip_ratio_c: must be > 1"),
         (["actor.loss_agg_mode=sum"], r"^actor.loss_agg_mode: must be one of"),
@@ -213,8 +222,9 @@ def _compare(node, instance, prefix, problems):
     fields = {f.name: f for f in dataclasses.fields(instance) if not f.name.startswith("_")}
     keys = set(node) - {"_target_"}
     if prefix not in _PARTIAL_YAML and keys != set(fields):
-        problems.append(f"{prefix}: yaml-only {sorted(keys - set(fields))}, dataclass-only "
-                        f"{sorted(set(fields) - keys)}")
+        problems.append(
+            f"{prefix}: yaml-only {sorted(keys - set(fields))}, dataclass-only {sorted(set(fields) - keys)}"
+        )
     for key in keys & set(fields):
         value, default = node[key], getattr(instance, key)
         if dataclasses.is_dataclass(default):

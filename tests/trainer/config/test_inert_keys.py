@@ -45,8 +45,13 @@ def _config_classes() -> dict[str, type]:
     for package in (trainer_config, worker_config):
         for module_info in pkgutil.iter_modules(package.__path__):
             module = importlib.import_module(f"{package.__name__}.{module_info.name}")
-            classes.update({name: obj for name, obj in vars(module).items()
-                            if dataclasses.is_dataclass(obj) and isinstance(obj, type)})
+            classes.update(
+                {
+                    name: obj
+                    for name, obj in vars(module).items()
+                    if dataclasses.is_dataclass(obj) and isinstance(obj, type)
+                }
+            )
     return classes
 
 
@@ -61,10 +66,16 @@ def test_each_inert_key_set_is_named_with_its_reason():
         messages = check_inert_keys(typed)
     assert [str(w.message) for w in caught] == messages
     keys = [m.split("=")[0].removeprefix("config: ") for m in messages]
-    assert sorted(keys) == ["actor.ulysses_sequence_parallel_size", "data.image_key",
-                            "ref.ulysses_sequence_parallel_size"]
-    assert any("data.image_key='pictures' has no effect in this build (multi-modal rows are not supported: images "
-               "are not read)" in m for m in messages)
+    assert sorted(keys) == [
+        "actor.ulysses_sequence_parallel_size",
+        "data.image_key",
+        "ref.ulysses_sequence_parallel_size",
+    ]
+    assert any(
+        "data.image_key='pictures' has no effect in this build (multi-modal rows are not supported: images "
+        "are not read)" in m
+        for m in messages
+    )
 
 
 def test_the_legacy_spelling_is_caught_too():
@@ -84,8 +95,13 @@ def _reads(source: str, code: str, name: str) -> bool:
     """Whether a module reads config key ``name``: as an attribute, or by a quoted key passed to a getter/index."""
     if re.search(rf"\.{name}\b", code):
         return True
-    return bool(re.search(rf"(\bget|getattr|cfg_get|select|_get|_section|_read|_group)\([^)]*[\"']{name}[\"']"
-                          rf"|\[[\"']{name}[\"']\]", source))
+    return bool(
+        re.search(
+            rf"(\bget|getattr|cfg_get|select|_get|_section|_read|_group)\([^)]*[\"']{name}[\"']"
+            rf"|\[[\"']{name}[\"']\]",
+            source,
+        )
+    )
 
 
 def test_every_listed_key_exists_and_is_still_unread():
@@ -95,10 +111,18 @@ def test_every_listed_key_exists_and_is_still_unread():
     import verl.trainer.sft.config as sft_config
 
     classes = _config_classes()
-    live = {f.name for name, cls in classes.items() for f in dataclasses.fields(cls)
-            if not any(f.name in INERT_FIELDS.get(c.__name__, {}) for c in cls.__mro__)}
-    live |= {f.name for obj in vars(sft_config).values() if dataclasses.is_dataclass(obj) and isinstance(obj, type)
-             for f in dataclasses.fields(obj)}  # the SFT trainer reads its own config classes
+    live = {
+        f.name
+        for name, cls in classes.items()
+        for f in dataclasses.fields(cls)
+        if not any(f.name in INERT_FIELDS.get(c.__name__, {}) for c in cls.__mro__)
+    }
+    live |= {
+        f.name
+        for obj in vars(sft_config).values()
+        if dataclasses.is_dataclass(obj) and isinstance(obj, type)
+        for f in dataclasses.fields(obj)
+    }  # the SFT trainer reads its own config classes
     config_dir = Path(trainer_config.__file__).parent
     for other in config_dir.glob("*.yaml"):  # generation, evaluation, ... configs read by their own entry points
         if other.name not in ("ppo_trainer.yaml", "demo.yaml"):
@@ -107,9 +131,13 @@ def test_every_listed_key_exists_and_is_still_unread():
     # offline entry points (generation, evaluation) and the SFT trainer read some of these names for their own
     # configs, not the PPO trainer's
     offline = ("main_generation", "main_eval", "sft_trainer", "fsdp_sft_trainer")
-    sources = {path: path.read_text() for path in root.rglob("*.py")
-               if not {"config", "sft"} & set(path.relative_to(root).parts[:-1]) and path.name != "inert_keys.py"
-               and not path.name.startswith(offline)}
+    sources = {
+        path: path.read_text()
+        for path in root.rglob("*.py")
+        if not {"config", "sft"} & set(path.relative_to(root).parts[:-1])
+        and path.name != "inert_keys.py"
+        and not path.name.startswith(offline)
+    }
     code = {path: _code_without_text(text) for path, text in sources.items()}
     for class_name, fields in INERT_FIELDS.items():
         names = {f.name for f in dataclasses.fields(classes[class_name])}
@@ -121,14 +149,17 @@ def test_every_listed_key_exists_and_is_still_unread():
             assert not readers, f"{class_name}.{field} is read by {readers}; it has an effect now"
 
 
-@pytest.mark.parametrize("overrides", [
-    ["data.return_raw_input_ids=true"],
-    ["trainer.ray_wait_register_center_timeout=10"],
-    ["rollout.name=vllm", "rollout.data_parallel_size=2", "trainer.n_gpus_per_node=2"],
-    ["rollout.multi_turn.tokenization_sanity_check_mode=ignore_strippable"],
-    ["rollout.multi_turn.use_inference_chat_template=true"],
-    ["model.use_fused_kernels=true"],
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["data.return_raw_input_ids=true"],
+        ["trainer.ray_wait_register_center_timeout=10"],
+        ["rollout.name=vllm", "rollout.data_parallel_size=2", "trainer.n_gpus_per_node=2"],
+        ["rollout.multi_turn.tokenization_sanity_check_mode=ignore_strippable"],
+        ["rollout.multi_turn.use_inference_chat_template=true"],
+        ["model.use_fused_kernels=true"],
+    ],
+)
 def test_keys_that_act_are_not_reported(overrides):
     assert inert_settings(_typed(overrides)) == []
 
@@ -140,6 +171,7 @@ def test_a_startup_limit_that_is_not_positive_is_refused_by_name():
 
 def test_a_key_inert_in_one_group_only_is_reported_there():
     assert [key for key, _, _ in inert_settings(_typed(["+critic.model.use_fused_kernels=true"]))] == [
-        "critic.model.use_fused_kernels"]
+        "critic.model.use_fused_kernels"
+    ]
     assert inert_settings(_typed(["model.use_fused_kernels=true"])) == []  # the actor's and reference's act
     assert set(INERT_KEYS) == {"critic.model.use_fused_kernels", "ref.entropy_checkpointing"}

@@ -58,10 +58,18 @@ def test_overrides_are_rewritten_with_one_warning_per_key():
     assert "'actor_rollout_ref.rollout.n' is deprecated; use 'rollout.n'" in messages[0]
 
 
-@pytest.mark.parametrize("override", ["custom_reward_function.path=/tmp/r.py", "reward_model.enable=true",
-                                      "reward_model.model.path=/m", "sandbox_fusion.url=http://x",
-                                      "critic.fsdp.param_offload=true", "reward.reward_manager.name=dapo",
-                                      "reward.reward_model.model_path=/m"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "custom_reward_function.path=/tmp/r.py",
+        "reward_model.enable=true",
+        "reward_model.model.path=/m",
+        "sandbox_fusion.url=http://x",
+        "critic.fsdp.param_offload=true",
+        "reward.reward_manager.name=dapo",
+        "reward.reward_model.model_path=/m",
+    ],
+)
 def test_spellings_current_in_verl_0_9_1_are_translated_silently(override, recwarn):
     new, messages = translate_legacy_overrides([override])
     assert messages == [] and not [w for w in recwarn if issubclass(w.category, FutureWarning)]
@@ -69,8 +77,11 @@ def test_spellings_current_in_verl_0_9_1_are_translated_silently(override, recwa
 
 
 def test_a_key_without_effect_is_dropped_with_its_reason():
-    with pytest.warns(InertConfigWarning, match=r"actor_rollout_ref.hybrid_engine=False has no effect in this build "
-                                                r"\(actor and rollout share processes unless rollout.nnodes > 0\)"):
+    with pytest.warns(
+        InertConfigWarning,
+        match=r"actor_rollout_ref.hybrid_engine=False has no effect in this build "
+        r"\(actor and rollout share processes unless rollout.nnodes > 0\)",
+    ):
         new, _ = translate_legacy_overrides(["actor_rollout_ref.hybrid_engine=False"])
     assert new == []
     with pytest.warns(InertConfigWarning, match="verl removed it"):
@@ -81,16 +92,29 @@ def test_values_that_cannot_be_honoured_are_refused_by_key():
     with pytest.raises(ConfigError, match=r"^reward.reward_manager.source: 'importlib' cannot be honoured"):
         translate_legacy_overrides(["reward.reward_manager.source=importlib"])
     assert translate_legacy_overrides(["reward.reward_manager.source=register"])[0] == []
-    with pytest.raises(ConfigError, match=r"^actor_rollout_ref.actor.megatron.tensor_model_parallel_size: a setting "
-                                          r"of verl's Megatron-LM engine"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^actor_rollout_ref.actor.megatron.tensor_model_parallel_size: a setting "
+        r"of verl's Megatron-LM engine",
+    ):
         translate_legacy_overrides(["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
 
 
 def test_plus_on_an_existing_key_and_new_free_form_keys_are_accepted():
-    new, _ = translate_legacy_overrides(["+trainer.val_before_train=False", "rollout.engine_kwargs.vllm.x=1",
-                                         "+rollout.engine_kwargs.sglang.y=2", "trainer.total_epochs=2"])
-    assert new == ["++trainer.val_before_train=False", "++rollout.engine_kwargs.vllm.x=1",
-                   "++rollout.engine_kwargs.sglang.y=2", "trainer.total_epochs=2"]
+    new, _ = translate_legacy_overrides(
+        [
+            "+trainer.val_before_train=False",
+            "rollout.engine_kwargs.vllm.x=1",
+            "+rollout.engine_kwargs.sglang.y=2",
+            "trainer.total_epochs=2",
+        ]
+    )
+    assert new == [
+        "++trainer.val_before_train=False",
+        "++rollout.engine_kwargs.vllm.x=1",
+        "++rollout.engine_kwargs.sglang.y=2",
+        "trainer.total_epochs=2",
+    ]
 
 
 def test_same_key_both_ways_with_equal_values_collapses():

@@ -14,18 +14,45 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 
 def _run(*args):
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *args], capture_output=True, text=True,
-                          env=env, timeout=120, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_ppo", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=REPO,
+    )
 
 
 def test_cfg_job_prints_flattened_groups_after_legacy_translation():
-    result = _run("--cfg", "job", "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.actor.optim.lr=2e-5",
-                  "data.train_batch_size=64", "actor.ppo_mini_batch_size=16")
+    result = _run(
+        "--cfg",
+        "job",
+        "actor_rollout_ref.rollout.n=8",
+        "actor_rollout_ref.actor.optim.lr=2e-5",
+        "data.train_batch_size=64",
+        "actor.ppo_mini_batch_size=16",
+    )
     assert result.returncode == 0, result.stderr
     printed = yaml.safe_load(result.stdout)
-    assert list(printed) == ["data", "model", "actor", "ref", "rollout", "critic", "reward", "algorithm", "trainer",
-                             "async_training", "global_profiler", "distillation", "transfer_queue", "skip",
-                             "ray_kwargs", "model_engine"]
+    assert list(printed) == [
+        "data",
+        "model",
+        "actor",
+        "ref",
+        "rollout",
+        "critic",
+        "reward",
+        "algorithm",
+        "trainer",
+        "async_training",
+        "global_profiler",
+        "distillation",
+        "transfer_queue",
+        "skip",
+        "ray_kwargs",
+        "model_engine",
+    ]
     assert printed["rollout"]["n"] == 8 and printed["actor"]["optim"]["lr"] == 2e-5
     assert "'actor_rollout_ref.rollout.n' is deprecated; use 'rollout.n'" in result.stderr
     assert result.stderr.count("is deprecated") == 2
@@ -61,9 +88,16 @@ def test_run_prints_the_batch_plan_then_reaches_the_trainer(tmp_path, monkeypatc
     monkeypatch.setattr(main_ppo, "run_ppo", fake_run_ppo)
     monkeypatch.setattr(sys, "argv", ["main_ppo"])
     with pytest.warns(FutureWarning), pytest.raises(SystemExit) as info:
-        main_ppo.main(["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                       "actor.ppo_micro_batch_size_per_gpu=2", f"data.train_files={tmp_path / 'train.parquet'}",
-                       "data.val_files=null", f"hydra.run.dir={tmp_path}"])
+        main_ppo.main(
+            [
+                "data.train_batch_size=8",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                "actor.ppo_micro_batch_size_per_gpu=2",
+                f"data.train_files={tmp_path / 'train.parquet'}",
+                "data.val_files=null",
+                f"hydra.run.dir={tmp_path}",
+            ]
+        )
     assert info.value.code == 0
     assert "| samples per step | 8 |" in capsys.readouterr().out
 
@@ -106,8 +140,10 @@ def test_megatron_config_name_is_refused_naming_the_backend(name, capsys):
     with pytest.raises(SystemExit) as info:
         main_ppo.main(["--config-path=config", f"--config-name={name}", "--cfg", "job"])
     assert info.value.code == 2
-    assert ("config error: --config-name: ppo_megatron_trainer is the trainer config of verl's Megatron-LM engine, "
-            "which this build does not include") in capsys.readouterr().err
+    assert (
+        "config error: --config-name: ppo_megatron_trainer is the trainer config of verl's Megatron-LM engine, "
+        "which this build does not include"
+    ) in capsys.readouterr().err
 
 
 def test_megatron_keys_and_engines_are_refused_naming_the_backend(capsys):
@@ -160,8 +196,7 @@ def test_logger_as_a_plain_string(capsys):
     from verl.trainer.config.compose import compose_ppo_config
 
     assert build_ppo_config(compose_ppo_config(["trainer.logger=console"])).trainer.logger == ["console"]
-    assert build_ppo_config(compose_ppo_config(["trainer.logger=[console,file]"])).trainer.logger == ["console",
-                                                                                                       "file"]
+    assert build_ppo_config(compose_ppo_config(["trainer.logger=[console,file]"])).trainer.logger == ["console", "file"]
 
 
 def test_names_verl_recipes_import():

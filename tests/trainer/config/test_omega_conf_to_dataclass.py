@@ -11,8 +11,12 @@ from verl.workers.config import ActorConfig, FSDPActorConfig, OptimizerConfig, P
 
 def test_builds_nested_dataclasses_and_plain_containers():
     node = OmegaConf.create(
-        {"ppo_mini_batch_size": 4, "optim": {"lr": 1e-3, "betas": [0.8, 0.9]}, "policy_loss": {"loss_mode": "gspo"},
-         "checkpoint": {"save_contents": ["model"]}}
+        {
+            "ppo_mini_batch_size": 4,
+            "optim": {"lr": 1e-3, "betas": [0.8, 0.9]},
+            "policy_loss": {"loss_mode": "gspo"},
+            "checkpoint": {"save_contents": ["model"]},
+        }
     )
     actor = omega_conf_to_dataclass(node, FSDPActorConfig)
     assert isinstance(actor.optim, OptimizerConfig) and actor.optim.lr == 1e-3
@@ -26,15 +30,20 @@ def test_target_selects_the_class_and_must_match_the_requested_type():
     actor = omega_conf_to_dataclass(node, ActorConfig)
     assert type(actor) is FSDPActorConfig and actor.ppo_epochs == 2
     assert type(omega_conf_to_dataclass(node)) is FSDPActorConfig
-    with pytest.raises(ConfigError, match="actor._target_: verl.workers.config.FSDPActorConfig is not a subclass of "
-                                          "the expected RolloutConfig"):
+    with pytest.raises(
+        ConfigError,
+        match="actor._target_: verl.workers.config.FSDPActorConfig is not a subclass of the expected RolloutConfig",
+    ):
         omega_conf_to_dataclass(node, RolloutConfig, path="actor")
 
 
 def test_unknown_key_is_named_with_a_suggestion():
     node = OmegaConf.create({"ppo_epoch": 2})
-    with pytest.raises(ConfigError, match=r"^actor.ppo_epoch: unknown key for FSDPActorConfig \(did you mean "
-                                          r"'ppo_epochs'\?\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^actor.ppo_epoch: unknown key for FSDPActorConfig \(did you mean "
+        r"'ppo_epochs'\?\)",
+    ):
         omega_conf_to_dataclass(node, FSDPActorConfig, path="actor")
 
 

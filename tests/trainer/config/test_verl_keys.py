@@ -24,8 +24,11 @@ VERL_KEYS = [
     ("actor_rollout_ref.rollout.trace.token2text", "rollout.trace.token2text", True),
     ("actor_rollout_ref.rollout.engine_kwargs.vllm.max_loras", "rollout.engine_kwargs.vllm.max_loras", 2),
     ("actor_rollout_ref.actor.profiler.enable", "actor.profiler.enable", True),
-    ("actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active", "actor.profiler.tool_config.torch.schedule."
-     "active", 3),
+    (
+        "actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active",
+        "actor.profiler.tool_config.torch.schedule.active",
+        3,
+    ),
     ("actor_rollout_ref.actor.fsdp_config.use_orig_params", "actor.fsdp_config.use_orig_params", True),
     ("actor_rollout_ref.actor.fsdp_config.qat.enable", "actor.fsdp_config.qat.enable", True),
     ("actor_rollout_ref.actor.optim.zero_indexed_step", "actor.optim.zero_indexed_step", False),
@@ -71,7 +74,8 @@ def test_verl_keys_are_accepted_in_both_spellings(spelling):
 
 
 def test_verl_keys_in_a_user_yaml(tmp_path):
-    (tmp_path / "mine.yaml").write_text(textwrap.dedent("""
+    (tmp_path / "mine.yaml").write_text(
+        textwrap.dedent("""
         defaults:
           - ppo_trainer
           - _self_
@@ -109,7 +113,8 @@ def test_verl_keys_in_a_user_yaml(tmp_path):
         custom_reward_function:
           path: /tmp/score.py
           name: null
-        """))
+        """)
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cfg = compose_ppo_config(config_name="mine", config_dir=str(tmp_path))
@@ -122,19 +127,32 @@ def test_verl_keys_in_a_user_yaml(tmp_path):
     assert typed.reward.custom_reward_function.name == "compute_score"  # verl's null: the default function name
     assert typed.reward.num_workers == 1  # reward_model.num_workers: null means "not set"
     legacy = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
-    assert legacy == ["config block 'actor_rollout_ref.actor' (5 keys) is deprecated; its keys moved under 'actor' "
-                      "(translated automatically)", "config block 'actor_rollout_ref.rollout' (2 keys) is deprecated; "
-                      "its keys moved under 'rollout' (translated automatically)"]
+    assert legacy == [
+        "config block 'actor_rollout_ref.actor' (5 keys) is deprecated; its keys moved under 'actor' "
+        "(translated automatically)",
+        "config block 'actor_rollout_ref.rollout' (2 keys) is deprecated; "
+        "its keys moved under 'rollout' (translated automatically)",
+    ]
 
 
 def test_inert_block_leaves_are_named_once():
-    typed = resolve_config(compose_ppo_config(["actor.profiler.enable=true", "rollout.trace.backend=weave",
-                                               "trainer.v1.trainer_mode=separate_async", "actor.tau_pos=2.0"]))[1]
+    typed = resolve_config(
+        compose_ppo_config(
+            [
+                "actor.profiler.enable=true",
+                "rollout.trace.backend=weave",
+                "trainer.v1.trainer_mode=separate_async",
+                "actor.tau_pos=2.0",
+            ]
+        )
+    )[1]
     with pytest.warns(InertConfigWarning):
         messages = check_inert_keys(typed)
     assert [m.split(" has")[0] for m in messages] == [
-        "config: actor.profiler.enable=True", "config: rollout.trace.backend='weave'",
-        "config: trainer.v1.trainer_mode='separate_async'"]  # tau_pos acts (loss_mode=sapo)
+        "config: actor.profiler.enable=True",
+        "config: rollout.trace.backend='weave'",
+        "config: trainer.v1.trainer_mode='separate_async'",
+    ]  # tau_pos acts (loss_mode=sapo)
     assert "no profiler is wired into this build" in messages[0]
 
 
@@ -151,12 +169,17 @@ def test_keys_derived_by_interpolation_are_not_reported():
 def test_global_micro_batch_sizes_become_per_process_sizes():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cfg = compose_ppo_config(["trainer.n_gpus_per_node=4", "data.train_batch_size=64",
-                                  "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-                                  "actor_rollout_ref.actor.ppo_micro_batch_size=8",
-                                  "actor_rollout_ref.rollout.log_prob_micro_batch_size=32",
-                                  "actor_rollout_ref.ref.log_prob_micro_batch_size=16",
-                                  "critic.forward_micro_batch_size=4"])
+        cfg = compose_ppo_config(
+            [
+                "trainer.n_gpus_per_node=4",
+                "data.train_batch_size=64",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+                "actor_rollout_ref.actor.ppo_micro_batch_size=8",
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size=32",
+                "actor_rollout_ref.ref.log_prob_micro_batch_size=16",
+                "critic.forward_micro_batch_size=4",
+            ]
+        )
     typed = build_ppo_config(cfg)
     assert typed.actor.ppo_micro_batch_size is None and typed.actor.ppo_micro_batch_size_per_gpu == 2
     assert typed.actor.log_prob_micro_batch_size_per_gpu == 8 and typed.ref.log_prob_micro_batch_size_per_gpu == 4
@@ -165,13 +188,19 @@ def test_global_micro_batch_sizes_become_per_process_sizes():
         compose_ppo_config(["actor.log_prob_micro_batch_size=32", "actor.log_prob_micro_batch_size_per_gpu=4"])
 
 
-@pytest.mark.parametrize("override, message", [
-    ("actor.optim.optimizer_impl=bitsandbytes.optim", r"^actor.optim.optimizer_impl: 'bitsandbytes.optim' is not"),
-    ("rollout.checkpoint_engine.custom_backend_module=my.mod", r"^rollout.checkpoint_engine.custom_backend_module: "),
-    ("actor.fsdp_config.strategy=megatron", r"^actor.fsdp_config.strategy: 'megatron' selects verl's Megatron-LM"),
-    ("model_engine=torchtitan", r"^model_engine: 'torchtitan' selects verl's TorchTitan engine"),
-    ("algorithm.rollout_correction.loss_type=pg", r"^algorithm.rollout_correction.loss_type: must be one of"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("actor.optim.optimizer_impl=bitsandbytes.optim", r"^actor.optim.optimizer_impl: 'bitsandbytes.optim' is not"),
+        (
+            "rollout.checkpoint_engine.custom_backend_module=my.mod",
+            r"^rollout.checkpoint_engine.custom_backend_module: ",
+        ),
+        ("actor.fsdp_config.strategy=megatron", r"^actor.fsdp_config.strategy: 'megatron' selects verl's Megatron-LM"),
+        ("model_engine=torchtitan", r"^model_engine: 'torchtitan' selects verl's TorchTitan engine"),
+        ("algorithm.rollout_correction.loss_type=pg", r"^algorithm.rollout_correction.loss_type: must be one of"),
+    ],
+)
 def test_values_this_build_cannot_honour_are_refused_by_key(override, message):
     with pytest.raises(ConfigError, match=message):
         build_ppo_config(compose_ppo_config([override]))

@@ -65,8 +65,10 @@ def ref_whiten(x: list[list[float]], mask: list[list[float]]) -> list[list[float
     picked = [x[i][t] for i in range(len(x)) for t in range(len(x[i])) if mask[i][t]]
     mean = sum(picked) / len(picked)
     var = sum((v - mean) ** 2 for v in picked) / (len(picked) - 1)
-    return [[(x[i][t] - mean) / math.sqrt(var + 1e-8) if mask[i][t] else 0.0 for t in range(len(x[i]))]
-            for i in range(len(x))]
+    return [
+        [(x[i][t] - mean) / math.sqrt(var + 1e-8) if mask[i][t] else 0.0 for t in range(len(x[i]))]
+        for i in range(len(x))
+    ]
 
 
 def ref_scores(rewards):
@@ -86,8 +88,20 @@ def assert_close(actual: torch.Tensor, expected: list[list[float]], atol: float 
 
 def test_enum_names_match_registry():
     assert {e.value for e in AdvantageEstimator} == {
-        "gae", "grpo", "grpo_passk", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo",
-        "gpg", "rloo_vectorized", "grpo_vectorized", "optimal_token_baseline", "tir_optimal_token_baseline", "gdpo",
+        "gae",
+        "grpo",
+        "grpo_passk",
+        "rloo",
+        "reinforce_plus_plus",
+        "reinforce_plus_plus_baseline",
+        "remax",
+        "opo",
+        "gpg",
+        "rloo_vectorized",
+        "grpo_vectorized",
+        "optimal_token_baseline",
+        "tir_optimal_token_baseline",
+        "gdpo",
     }
     for est in AdvantageEstimator:
         assert get_adv_estimator_fn(est) is get_adv_estimator_fn(est.value)
@@ -298,8 +312,10 @@ def test_remax_matches_reference(seed):
         token_level_rewards=rewards, response_mask=mask, reward_baselines=baselines
     )
     r, m, b = as_lists(rewards), as_lists(mask), baselines.double().tolist()
-    exp_ret = [[sum(r[i][k] for k in range(t, len(r[i])) if m[i][k]) if m[i][t] else 0.0
-                for t in range(len(r[i]))] for i in range(len(r))]
+    exp_ret = [
+        [sum(r[i][k] for k in range(t, len(r[i])) if m[i][k]) if m[i][t] else 0.0 for t in range(len(r[i]))]
+        for i in range(len(r))
+    ]
     exp_adv = [[exp_ret[i][t] - b[i] if m[i][t] else 0.0 for t in range(len(r[i]))] for i in range(len(r))]
     assert_close(ret, exp_ret)
     assert_close(adv, exp_adv)
@@ -357,9 +373,16 @@ def test_compute_advantage_over_dataproto_matches_direct_call(estimator):
     out = compute_advantage(data, estimator, gamma=0.95, lam=0.9, norm_adv_by_std_in_grpo=False)
     assert torch.equal(out.batch["response_mask"], mask.long())  # derived from attention_mask
     direct_adv, direct_ret = get_adv_estimator_fn(estimator)(
-        token_level_rewards=rewards, response_mask=mask.long(), values=values, index=index, gamma=0.95, lam=0.9,
-        norm_adv_by_std_in_grpo=False, reward_baselines=tensors["reward_baselines"],
-        old_log_probs=tensors["old_log_probs"], sum_pi_squared=tensors["sum_pi_squared"],
+        token_level_rewards=rewards,
+        response_mask=mask.long(),
+        values=values,
+        index=index,
+        gamma=0.95,
+        lam=0.9,
+        norm_adv_by_std_in_grpo=False,
+        reward_baselines=tensors["reward_baselines"],
+        old_log_probs=tensors["old_log_probs"],
+        sum_pi_squared=tensors["sum_pi_squared"],
     )
     torch.testing.assert_close(out.batch["advantages"], direct_adv)
     torch.testing.assert_close(out.batch["returns"], direct_ret)

@@ -69,8 +69,9 @@ def test_tir_baseline_skips_tool_tokens_and_singletons_get_zero():
     den = sum(energy[i, t] for i, t in cells)
     assert tir[2, 2].item() == pytest.approx((returns[2, 2] - num / (den + 1e-8)).item())
     assert tir[2, 1] == 0
-    alone, _ = compute_optimal_token_baseline_advantage(rewards, mask, np.array(["a", "b", "b"], dtype=object),
-                                                        old, spsq)
+    alone, _ = compute_optimal_token_baseline_advantage(
+        rewards, mask, np.array(["a", "b", "b"], dtype=object), old, spsq
+    )
     assert torch.all(alone[0] == 0)
 
 
@@ -95,8 +96,9 @@ def test_gdpo_normalises_each_component_separately():
     big = np.array([100.0, 0.0, 100.0, 0.0], dtype=np.float32)
     small = np.array([0.0, 1.0, 1.0, 0.0], dtype=np.float32)
     config = {"gdpo_reward_keys": ["big", "small"], "gdpo_reward_weights": [1.0, 1.0]}
-    adv, ret = compute_gdpo_outcome_advantage(torch.zeros(4, 3), mask, index, config=config,
-                                              non_tensor_batch={"big": big, "small": small}, batch={})
+    adv, ret = compute_gdpo_outcome_advantage(
+        torch.zeros(4, 3), mask, index, config=config, non_tensor_batch={"big": big, "small": small}, batch={}
+    )
     # per component, GRPO gives +-1/sqrt(2) in every group: the sums are 0, sqrt(2), 0 ... then whitened
     g_big, _ = compute_grpo_outcome_advantage(torch.tensor(big).unsqueeze(-1).expand(4, 3) / 3, mask, index)
     g_small, _ = compute_grpo_outcome_advantage(torch.tensor(small).unsqueeze(-1).expand(4, 3) / 3, mask, index)
@@ -107,8 +109,14 @@ def test_gdpo_normalises_each_component_separately():
     with pytest.raises(ValueError, match="algorithm.gdpo_reward_keys"):
         compute_gdpo_outcome_advantage(torch.zeros(4, 3), mask, index, config={}, non_tensor_batch={}, batch={})
     with pytest.raises(KeyError, match="'missing'"):
-        compute_gdpo_outcome_advantage(torch.zeros(4, 3), mask, index, config={"gdpo_reward_keys": ["missing"]},
-                                       non_tensor_batch={"big": big}, batch={})
+        compute_gdpo_outcome_advantage(
+            torch.zeros(4, 3),
+            mask,
+            index,
+            config={"gdpo_reward_keys": ["missing"]},
+            non_tensor_batch={"big": big},
+            batch={},
+        )
 
 
 def test_vectorized_names_and_enum_keys():
@@ -165,8 +173,10 @@ def test_pf_ppo_resamples_rows_with_their_meta_info():
 def test_multi_trajectory_grpo_uses_each_sessions_final_output():
     rewards = torch.tensor([[0.0, 9.0], [1.0, 0.0], [5.0, 5.0], [0.0, 0.0]])
     mask = torch.tensor([[1, 1], [1, 1], [0, 1], [1, 0]])
-    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
-                               non_tensors={"uid": np.array(["q"] * 4, dtype=object)})
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask},
+        non_tensors={"uid": np.array(["q"] * 4, dtype=object)},
+    )
     keys = ["q_s0_0", "q_s0_1", "q_s1_0", "q_s2_0"]  # session s0 has two outputs; its last (row 1) counts
     out = compute_advantage_for_multi_trajectories(data, keys, AdvantageEstimator.GRPO)
     scores = torch.tensor([1.0, 10.0, 0.0])  # finals: row 1, row 2, row 3

@@ -5,8 +5,12 @@ from verl.trainer.ppo.checkpointing import TRACKER_FILE, TrainerCheckpointer
 
 
 def _cfg(tmp_path, **kwargs):
-    base = {"default_local_dir": str(tmp_path), "resume_mode": "auto", "resume_from_path": None,
-            "max_actor_ckpt_to_keep": None}
+    base = {
+        "default_local_dir": str(tmp_path),
+        "resume_mode": "auto",
+        "resume_from_path": None,
+        "max_actor_ckpt_to_keep": None,
+    }
     base.update(kwargs)
     return OmegaConf.create(base)
 
@@ -33,12 +37,14 @@ def test_half_written_checkpoint_is_not_resumed(tmp_path):
 def test_disable_and_resume_path(tmp_path):
     TrainerCheckpointer(_cfg(tmp_path)).save_trainer_state(1, {})
     assert TrainerCheckpointer(_cfg(tmp_path, resume_mode="disable")).find_resume_dir() is None
-    explicit = TrainerCheckpointer(_cfg(tmp_path, resume_mode="resume_path",
-                                        resume_from_path=str(tmp_path / "global_step_1")))
+    explicit = TrainerCheckpointer(
+        _cfg(tmp_path, resume_mode="resume_path", resume_from_path=str(tmp_path / "global_step_1"))
+    )
     assert explicit.find_resume_dir() == tmp_path / "global_step_1"
     with pytest.raises(FileNotFoundError, match="trainer.resume_from_path=.*global_step_9"):
-        TrainerCheckpointer(_cfg(tmp_path, resume_mode="resume_path",
-                                 resume_from_path=str(tmp_path / "global_step_9"))).find_resume_dir()
+        TrainerCheckpointer(
+            _cfg(tmp_path, resume_mode="resume_path", resume_from_path=str(tmp_path / "global_step_9"))
+        ).find_resume_dir()
     with pytest.raises(ValueError, match="needs trainer.resume_from_path"):
         TrainerCheckpointer(_cfg(tmp_path, resume_mode="resume_path")).find_resume_dir()
 
@@ -70,22 +76,25 @@ def test_critic_shards_have_their_own_limit(tmp_path):
     fewer = TrainerCheckpointer(_cfg(tmp_path / "fewer", max_actor_ckpt_to_keep=3, max_critic_ckpt_to_keep=1))
     for step in (1, 2, 3, 4):
         _save_with_roles(fewer, step)
-    assert _layout(tmp_path / "fewer") == {"global_step_2": ["actor", "trainer_state.pt"],
-                                           "global_step_3": ["actor", "trainer_state.pt"],
-                                           "global_step_4": ["actor", "critic", "trainer_state.pt"]}
+    assert _layout(tmp_path / "fewer") == {
+        "global_step_2": ["actor", "trainer_state.pt"],
+        "global_step_3": ["actor", "trainer_state.pt"],
+        "global_step_4": ["actor", "critic", "trainer_state.pt"],
+    }
     more = TrainerCheckpointer(_cfg(tmp_path / "more", max_actor_ckpt_to_keep=1, max_critic_ckpt_to_keep=2))
     for step in (1, 2, 3):
         _save_with_roles(more, step)
     # step 2 keeps its critic shards only: it is no longer a checkpoint to resume from
-    assert _layout(tmp_path / "more") == {"global_step_2": ["critic"],
-                                          "global_step_3": ["actor", "critic", "trainer_state.pt"]}
+    assert _layout(tmp_path / "more") == {
+        "global_step_2": ["critic"],
+        "global_step_3": ["actor", "critic", "trainer_state.pt"],
+    }
     assert more.find_resume_dir() == tmp_path / "more" / "global_step_3"
     same = TrainerCheckpointer(_cfg(tmp_path / "same", max_actor_ckpt_to_keep=1))  # unset: the actor's limit
     for step in (1, 2):
         _save_with_roles(same, step)
     assert _layout(tmp_path / "same") == {"global_step_2": ["actor", "critic", "trainer_state.pt"]}
-    actor_only = TrainerCheckpointer(_cfg(tmp_path / "actor_only", max_actor_ckpt_to_keep=1,
-                                          max_critic_ckpt_to_keep=3))
+    actor_only = TrainerCheckpointer(_cfg(tmp_path / "actor_only", max_actor_ckpt_to_keep=1, max_critic_ckpt_to_keep=3))
     for step in (1, 2):
         _save_with_roles(actor_only, step, roles=("actor",))  # no critic in this run: nothing else to keep
     assert _layout(tmp_path / "actor_only") == {"global_step_2": ["actor", "trainer_state.pt"]}
@@ -125,8 +134,9 @@ def test_complete_checkpoints_are_mirrored_and_resumable_from_the_mirror(tmp_pat
     assert _layout(mirror) == {f"global_step_{s}": ["actor", "critic", "trainer_state.pt"] for s in (1, 2)}
     assert (mirror / "global_step_1" / "actor" / "shard").read_text() == "actor"
     assert (mirror / TRACKER_FILE).read_text() == "2"
-    resumed = TrainerCheckpointer(_cfg(tmp_path / "elsewhere", resume_mode="resume_path",
-                                       resume_from_path=str(mirror / "global_step_1")))
+    resumed = TrainerCheckpointer(
+        _cfg(tmp_path / "elsewhere", resume_mode="resume_path", resume_from_path=str(mirror / "global_step_1"))
+    )
     assert resumed.load_trainer_state(resumed.find_resume_dir())["global_step"] == 1
 
 
@@ -137,7 +147,10 @@ def test_mirror_problems_name_the_key(tmp_path, monkeypatch):
     blocked = tmp_path / "a_file"
     blocked.write_text("not a folder")
     ckpt = TrainerCheckpointer(_cfg(tmp_path / "local", default_hdfs_dir=str(blocked / "mirror")))
-    with pytest.raises(RuntimeError, match=r"trainer.default_hdfs_dir=.*a_file/mirror: copying .*global_step_1 "
-                                           r"failed .*the checkpoint in .*local is complete"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"trainer.default_hdfs_dir=.*a_file/mirror: copying .*global_step_1 "
+        r"failed .*the checkpoint in .*local is complete",
+    ):
         _save_with_roles(ckpt, 1)
     assert (tmp_path / "local" / TRACKER_FILE).read_text() == "1"  # the local checkpoint is intact

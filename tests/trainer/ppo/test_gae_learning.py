@@ -26,11 +26,22 @@ MIN_RATIO = 5.0
 
 
 def _config(run_dir, *extra):
-    skip = ("trainer.total_training_steps", "trainer.default_local_dir", "trainer.logger", "trainer.test_freq",
-            "trainer.val_before_train")
+    skip = (
+        "trainer.total_training_steps",
+        "trainer.default_local_dir",
+        "trainer.logger",
+        "trainer.test_freq",
+        "trainer.val_before_train",
+    )
     overrides = [o for o in demo_overrides() if not o.startswith(skip)]
-    overrides += [f"trainer.default_local_dir={run_dir}", "trainer.logger=[file]", "trainer.test_freq=-1",
-                  "trainer.val_before_train=false", *GAE_OVERRIDES, *extra]
+    overrides += [
+        f"trainer.default_local_dir={run_dir}",
+        "trainer.logger=[file]",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        *GAE_OVERRIDES,
+        *extra,
+    ]
     config, _ = resolve_config(compose_ppo_config(overrides))
     return config
 
@@ -39,8 +50,9 @@ def _config(run_dir, *extra):
 def test_gae_with_critic_rises(ray_cluster, tmp_path):
     seed = int(os.environ.get("VERL_TEST_SEED", "1"))
     # rollout.seed too: the run repeats the measured one (sampling is unseeded otherwise)
-    run_ppo(_config(tmp_path, f"trainer.total_training_steps={GAE_STEPS}", f"trainer.seed={seed}",
-                    f"rollout.seed={seed}"))
+    run_ppo(
+        _config(tmp_path, f"trainer.total_training_steps={GAE_STEPS}", f"trainer.seed={seed}", f"rollout.seed={seed}")
+    )
     records = read_metrics(tmp_path)
     assert len(records) == GAE_STEPS
     # the critic really trained: GAE without value updates would not be this test

@@ -26,15 +26,19 @@ def _batch(tokenizer, prompts: list[str], responses: list[str], width_p: int = 8
     attention = torch.zeros(rows, width_p + width_r, dtype=torch.long)
     for i, (p, r) in enumerate(zip(prompts, responses)):
         p_ids, r_ids = tokenizer.encode(p), tokenizer.encode(r)
-        prompt_ids[i, width_p - len(p_ids):] = torch.tensor(p_ids)
+        prompt_ids[i, width_p - len(p_ids) :] = torch.tensor(p_ids)
         response_ids[i, : len(r_ids)] = torch.tensor(r_ids)
-        attention[i, width_p - len(p_ids): width_p + len(r_ids)] = 1
+        attention[i, width_p - len(p_ids) : width_p + len(r_ids)] = 1
     messages = np.empty(rows, dtype=object)
     messages[:] = [[{"role": "user", "content": p}] for p in prompts]
     return DataProto.from_dict(
         tensors={"prompts": prompt_ids, "responses": response_ids, "attention_mask": attention},
-        non_tensors={"uid": np.array(["a", "b"], dtype=object), "acc": np.array([True, False], dtype=object),
-                     "index": np.array([3, 4]), "raw_prompt": messages},
+        non_tensors={
+            "uid": np.array(["a", "b"], dtype=object),
+            "acc": np.array([True, False], dtype=object),
+            "index": np.array([3, 4]),
+            "raw_prompt": messages,
+        },
     )
 
 

@@ -263,7 +263,8 @@ def test_apply_kl_penalty_matches_reference(kind):
 
 
 def test_apply_kl_penalty_names_missing_key():
-    data = _data({"old_log_probs": torch.zeros(2, 3), "token_level_scores": torch.zeros(2, 3),
-                  "response_mask": torch.ones(2, 3)})
+    data = _data(
+        {"old_log_probs": torch.zeros(2, 3), "token_level_scores": torch.zeros(2, 3), "response_mask": torch.ones(2, 3)}
+    )
     with pytest.raises(KeyError, match=r"apply_kl_penalty needs data.batch\['ref_log_prob'\]"):
         apply_kl_penalty(data, FixedKLController(0.1))

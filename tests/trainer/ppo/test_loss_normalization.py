@@ -25,8 +25,10 @@ def _global(mask: torch.Tensor) -> dict:
 def test_micro_batch_losses_add_up_to_the_mini_batch_loss(mode, splits):
     loss, mask = _batch()
     whole = agg_loss(loss, mask, mode, **_global(mask), loss_scale_factor=6)
-    parts = sum(agg_loss(l_, m_, mode, **_global(mask), loss_scale_factor=6)
-                for l_, m_ in zip(loss.chunk(splits), mask.chunk(splits)))
+    parts = sum(
+        agg_loss(l_, m_, mode, **_global(mask), loss_scale_factor=6)
+        for l_, m_ in zip(loss.chunk(splits), mask.chunk(splits))
+    )
     torch.testing.assert_close(parts, whole)
     # Without the global counts every micro-batch is its own mean (token-sum has no denominator).
     if mode != "token-sum":
@@ -37,8 +39,10 @@ def test_token_sum_and_dp_scaling():
     loss, mask = _batch()
     assert agg_loss(loss, mask, "token-sum").item() == pytest.approx((loss * mask).sum().item())
     # each of 2 ranks scales by dp; the gradient all-reduce averages: the mean of the rank losses is the global one
-    ranks = [agg_loss(l_, m_, "token-mean", dp_size=2, batch_num_tokens=mask.sum())
-             for l_, m_ in zip(loss.chunk(2), mask.chunk(2))]
+    ranks = [
+        agg_loss(l_, m_, "token-mean", dp_size=2, batch_num_tokens=mask.sum())
+        for l_, m_ in zip(loss.chunk(2), mask.chunk(2))
+    ]
     torch.testing.assert_close(torch.stack(ranks).mean(), agg_loss(loss, mask, "token-mean"))
     with pytest.raises(ValueError, match="dp_size=2 needs the global batch_num_tokens"):
         agg_loss(loss, mask, "token-mean", dp_size=2)
@@ -56,8 +60,9 @@ def test_value_loss_forwards_normalisation_but_not_to_clipfrac():
     vpreds, mask = _batch(1)
     returns, values = torch.randn_like(vpreds), torch.randn_like(vpreds)
     local, clipfrac = compute_value_loss(vpreds, returns, values, mask, cliprange_value=0.3)
-    scaled, clipfrac2 = compute_value_loss(vpreds, returns, values, mask, cliprange_value=0.3,
-                                           batch_num_tokens=2 * mask.sum())
+    scaled, clipfrac2 = compute_value_loss(
+        vpreds, returns, values, mask, cliprange_value=0.3, batch_num_tokens=2 * mask.sum()
+    )
     torch.testing.assert_close(scaled, local / 2)
     torch.testing.assert_close(clipfrac, clipfrac2)
 
@@ -74,6 +79,8 @@ def test_policy_losses_use_global_batch_info(name):
     if name == "kl_cov":  # its penalised tokens are chosen per call, so compare a single full "micro-batch"
         parts = fn(old, log_prob_all, adv, mask, "seq-mean-token-mean", {**base, **info})[0]
     else:
-        parts = sum(fn(o, lp, a, m, "seq-mean-token-mean", {**base, **info})[0]
-                    for o, lp, a, m in zip(old.chunk(4), log_prob_all.chunk(4), adv.chunk(4), mask.chunk(4)))
+        parts = sum(
+            fn(o, lp, a, m, "seq-mean-token-mean", {**base, **info})[0]
+            for o, lp, a, m in zip(old.chunk(4), log_prob_all.chunk(4), adv.chunk(4), mask.chunk(4))
+        )
     torch.testing.assert_close(parts, whole)

@@ -27,16 +27,18 @@ def _batch(response_mask: torch.Tensor, prompt_len: int = 2) -> DataProto:
     n, r = response_mask.shape
     scores = torch.zeros(n, r)
     scores[:, 0] = torch.arange(n, dtype=torch.float32)
-    return DataProto.from_dict(tensors={
-        "prompts": torch.ones(n, prompt_len, dtype=torch.long),
-        "responses": torch.ones(n, r, dtype=torch.long),
-        "attention_mask": torch.cat([torch.ones(n, prompt_len, dtype=torch.long), response_mask], -1),
-        "response_mask": response_mask,
-        "token_level_scores": scores,
-        "token_level_rewards": scores,
-        "advantages": torch.ones(n, r),
-        "returns": torch.ones(n, r),
-    })
+    return DataProto.from_dict(
+        tensors={
+            "prompts": torch.ones(n, prompt_len, dtype=torch.long),
+            "responses": torch.ones(n, r, dtype=torch.long),
+            "attention_mask": torch.cat([torch.ones(n, prompt_len, dtype=torch.long), response_mask], -1),
+            "response_mask": response_mask,
+            "token_level_scores": scores,
+            "token_level_rewards": scores,
+            "advantages": torch.ones(n, r),
+            "returns": torch.ones(n, r),
+        }
+    )
 
 
 def test_data_metrics_leave_aborted_samples_out_of_scores():
@@ -101,8 +103,9 @@ def test_moe_load_balance_ignores_each_responses_last_token():
 
 def test_moe_metrics_accumulate_over_the_interval():
     accumulator = RolloutMoELoadBalanceMetricsAccumulator(model_config={"hf_config": {"n_routed_experts": 2}})
-    batch = SimpleNamespace(batch={"routed_experts": torch.tensor([[[[0]], [[1]], [[0]]]]),
-                                   "response_mask": torch.ones(1, 3)})
+    batch = SimpleNamespace(
+        batch={"routed_experts": torch.tensor([[[[0]], [[1]], [[0]]]]), "response_mask": torch.ones(1, 3)}
+    )
     assert compute_moe_lb_metrics(batch, 3, 1, accumulator) == {}
     assert compute_moe_lb_metrics(batch, 3, 2, accumulator) == {}
     metrics = compute_moe_lb_metrics(batch, 3, 3, accumulator)

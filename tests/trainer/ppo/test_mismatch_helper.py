@@ -40,7 +40,7 @@ def test_sequence_and_geometric_levels():
     proto, _, _ = compute_rollout_importance_weights(OLD, ROLLOUT, MASK, "sequence", "truncate", 10.0)
     torch.testing.assert_close(proto.batch["rollout_is_weights"], torch.tensor([[1.5] * 3, [1.5, 1.5, 0.0]]))
     proto, mask, _ = compute_rollout_importance_weights(OLD, ROLLOUT, MASK, "geometric", "mask", 1.2)
-    geo0, geo1 = 1.5 ** (1 / 3), 1.5 ** 0.5
+    geo0, geo1 = 1.5 ** (1 / 3), 1.5**0.5
     torch.testing.assert_close(proto.batch["rollout_is_weights"], torch.tensor([[geo0] * 3, [geo1, geo1, 0.0]]))
     assert mask.tolist() == [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]  # 1.22 > 1.2 drops the whole second response
 

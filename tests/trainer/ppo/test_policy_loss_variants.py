@@ -35,8 +35,20 @@ def _run(name, old, new, adv, mask, config, mode="token-mean", weights=None):
 
 
 def test_registry_holds_verls_loss_modes():
-    for name in ("vanilla", "gspo", "gpg", "cispo", "sapo", "geo_mean", "dro", "dppo_tv", "dppo_kl", "clip_cov",
-                 "kl_cov", "bypass_mode"):
+    for name in (
+        "vanilla",
+        "gspo",
+        "gpg",
+        "cispo",
+        "sapo",
+        "geo_mean",
+        "dro",
+        "dppo_tv",
+        "dppo_kl",
+        "clip_cov",
+        "kl_cov",
+        "bypass_mode",
+    ):
         assert callable(get_policy_loss_fn(name))
 
 
@@ -71,8 +83,9 @@ def test_geo_mean_is_one_loss_per_sequence():
         m = mask[i].bool()
         a, d = adv[i, m], (new - old)[i, m]
         seq_adv = a.mean()
-        clipped = torch.where(a > 0, torch.minimum(d, torch.full_like(d, high)),
-                              torch.maximum(d, torch.full_like(d, -low)))
+        clipped = torch.where(
+            a > 0, torch.minimum(d, torch.full_like(d, high)), torch.maximum(d, torch.full_like(d, -low))
+        )
         clipped = torch.where(a == 0, torch.zeros_like(d), clipped)
         expected.append(-seq_adv * torch.exp(clipped.mean()))
     assert loss.item() == pytest.approx(torch.stack(expected).mean().item())

@@ -69,7 +69,12 @@ def ref_loss_and_grad(per_token, mask, mode, is_weights=None):
 def run_loss(name, old, new, adv, mask, mode, config, weights=None):
     logp = new.clone().requires_grad_(True)
     loss, metrics = get_policy_loss_fn(name)(
-        old_log_prob=old, log_prob=logp, advantages=adv, response_mask=mask, loss_agg_mode=mode, config=config,
+        old_log_prob=old,
+        log_prob=logp,
+        advantages=adv,
+        response_mask=mask,
+        loss_agg_mode=mode,
+        config=config,
         rollout_is_weights=weights,
     )
     loss.backward()
@@ -254,8 +259,15 @@ def test_registry_names_and_errors():
 
 def test_custom_policy_loss_can_register():
     @register_policy_loss("test_zero_loss")
-    def zero(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
-             rollout_is_weights=None):
+    def zero(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode="token-mean",
+        config=None,
+        rollout_is_weights=None,
+    ):
         return (log_prob * 0).sum(), {}
 
     try:

@@ -23,11 +23,21 @@ LEARNING_STEPS = 200
 
 
 def _config(tmp_path, *extra):
-    skip = ("trainer.total_training_steps", "trainer.default_local_dir", "trainer.logger", "trainer.test_freq",
-            "trainer.val_before_train")
+    skip = (
+        "trainer.total_training_steps",
+        "trainer.default_local_dir",
+        "trainer.logger",
+        "trainer.test_freq",
+        "trainer.val_before_train",
+    )
     overrides = [o for o in demo_overrides() if not o.startswith(skip)]
-    overrides += [f"trainer.default_local_dir={tmp_path}", "trainer.logger=[file]", "trainer.test_freq=-1",
-                  "trainer.val_before_train=false", *extra]
+    overrides += [
+        f"trainer.default_local_dir={tmp_path}",
+        "trainer.logger=[file]",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        *extra,
+    ]
     config, _ = resolve_config(compose_ppo_config(overrides))
     return config
 
@@ -44,8 +54,14 @@ def test_grpo_learns_target_digit_with_two_workers(ray_cluster, tmp_path):
     assert last >= 5 * first, f"last-20 mean {last:.3f} is not 5x the first-10 mean {first:.3f}"
 
 
-_COMPARED = ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/entropy", "response_length/mean",
-             "critic/advantages/max")
+_COMPARED = (
+    "critic/score/mean",
+    "actor/pg_loss",
+    "actor/grad_norm",
+    "actor/entropy",
+    "response_length/mean",
+    "critic/advantages/max",
+)
 
 
 def _wait_for_checkpoint(run_dir, step, timeout_s=300):
@@ -61,8 +77,12 @@ def _wait_for_checkpoint(run_dir, step, timeout_s=300):
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_same_metrics(ray_cluster, tmp_path):
     # One worker process keeps the three start-ups short; two ranks are covered by the learning test.
-    steps = ("trainer.total_training_steps=4", "trainer.save_freq=2", "trainer.resume_mode=auto",
-             "trainer.n_gpus_per_node=1")
+    steps = (
+        "trainer.total_training_steps=4",
+        "trainer.save_freq=2",
+        "trainer.resume_mode=auto",
+        "trainer.n_gpus_per_node=1",
+    )
     full_dir, killed_dir = tmp_path / "full", tmp_path / "killed"
     run_ppo(_config(full_dir, *steps))
 
@@ -88,8 +108,16 @@ def test_resume_deletes_the_loaded_checkpoint_when_asked(ray_cluster, tmp_path):
     one_worker = "trainer.n_gpus_per_node=1"
     run_ppo(_config(tmp_path, "trainer.total_training_steps=2", "trainer.save_freq=1", one_worker))
     assert (tmp_path / TRACKER_FILE).read_text() == "2" and (tmp_path / "global_step_2" / "actor").is_dir()
-    run_ppo(_config(tmp_path, "trainer.total_training_steps=3", "trainer.save_freq=-1", "trainer.resume_mode=auto",
-                    "trainer.del_local_ckpt_after_load=true", one_worker))
+    run_ppo(
+        _config(
+            tmp_path,
+            "trainer.total_training_steps=3",
+            "trainer.save_freq=-1",
+            "trainer.resume_mode=auto",
+            "trainer.del_local_ckpt_after_load=true",
+            one_worker,
+        )
+    )
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]  # the second run resumed after step 2
     assert not (tmp_path / "global_step_2").exists()
     assert (tmp_path / "global_step_1" / "actor").is_dir()  # not loaded: kept, and the tracker now names it
@@ -105,17 +133,31 @@ def test_async_checkpoints_are_completed_and_resumable(ray_cluster, tmp_path):
     for step in (1, 2):
         folder = tmp_path / f"global_step_{step}"
         assert (folder / "trainer_state.pt").is_file() and (folder / "actor" / "checkpoint_meta.json").is_file()
-    run_ppo(_config(tmp_path, "trainer.total_training_steps=3", "trainer.save_freq=-1", "trainer.resume_mode=auto",
-                    one_worker, async_save))
+    run_ppo(
+        _config(
+            tmp_path,
+            "trainer.total_training_steps=3",
+            "trainer.save_freq=-1",
+            "trainer.resume_mode=auto",
+            one_worker,
+            async_save,
+        )
+    )
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]  # resumed after step 2
 
 
 @pytest.mark.slow
 def test_generations_are_dumped_and_logged_with_their_scores(ray_cluster, tmp_path):
     rollouts, validations = tmp_path / "rollouts", tmp_path / "validations"
-    config = _config(tmp_path / "run", "trainer.total_training_steps=2", f"trainer.rollout_data_dir={rollouts}",
-                     f"trainer.validation_data_dir={validations}", "trainer.val_before_train=true",
-                     "trainer.test_freq=2", "trainer.log_val_generations=3")
+    config = _config(
+        tmp_path / "run",
+        "trainer.total_training_steps=2",
+        f"trainer.rollout_data_dir={rollouts}",
+        f"trainer.validation_data_dir={validations}",
+        "trainer.val_before_train=true",
+        "trainer.test_freq=2",
+        "trainer.log_val_generations=3",
+    )
     run_ppo(config)
     assert sorted(p.name for p in rollouts.iterdir()) == ["1.jsonl", "2.jsonl"]
     assert sorted(p.name for p in validations.iterdir()) == ["0.jsonl", "2.jsonl"]
@@ -148,7 +190,14 @@ def test_a_resume_that_fails_deletes_nothing(ray_cluster, tmp_path):
     state["weight_version"] = "not a number"  # the restore fails after the worker shards have loaded
     torch.save(state, state_file)
     with pytest.raises(ValueError, match="not a number"):
-        run_ppo(_config(tmp_path, "trainer.total_training_steps=2", "trainer.resume_mode=auto",
-                        "trainer.del_local_ckpt_after_load=true", one_worker))
+        run_ppo(
+            _config(
+                tmp_path,
+                "trainer.total_training_steps=2",
+                "trainer.resume_mode=auto",
+                "trainer.del_local_ckpt_after_load=true",
+                one_worker,
+            )
+        )
     assert (tmp_path / "global_step_1" / "actor" / "checkpoint_meta.json").is_file()
     assert (tmp_path / TRACKER_FILE).read_text() == "1"

@@ -16,8 +16,16 @@ def _died(rank=1):
 
 
 def _config(run_dir, max_restarts=2, resume_mode="disable"):
-    return OmegaConf.create({"trainer": {"default_local_dir": str(run_dir), "resume_mode": resume_mode,
-                                         "resume_from_path": None, "max_restarts": max_restarts}})
+    return OmegaConf.create(
+        {
+            "trainer": {
+                "default_local_dir": str(run_dir),
+                "resume_mode": resume_mode,
+                "resume_from_path": None,
+                "max_restarts": max_restarts,
+            }
+        }
+    )
 
 
 def _save(run_dir, step):

@@ -102,8 +102,9 @@ def _reference_keep(old, rollout, mask, level, upper, lower, veto):
     return keep
 
 
-@pytest.mark.parametrize("level, veto", [("token", None), ("sequence", None), ("geometric", None), (None, 0.7),
-                                         ("token", 0.5)])
+@pytest.mark.parametrize(
+    "level, veto", [("token", None), ("sequence", None), ("geometric", None), (None, 0.7), ("token", 0.5)]
+)
 def test_rejection_matches_loop_reference(level, veto):
     old, rollout, mask = _drifted()
     kept = rejection_mask(old, rollout, mask, level, 1.4, 0.7, veto)
@@ -120,8 +121,15 @@ def test_unknown_rejection_level_is_named():
 def test_apply_rejects_from_the_response_mask_before_weighting():
     old, rollout, mask = _drifted()
     batch = DataProto.from_dict({"old_log_probs": old, "rollout_log_probs": rollout, "response_mask": mask.clone()})
-    config = OmegaConf.create({"rollout_is": "token", "rollout_is_threshold": 2.0, "rollout_rs": "sequence",
-                               "rollout_rs_threshold": 1.4, "rollout_rs_threshold_lower": None})
+    config = OmegaConf.create(
+        {
+            "rollout_is": "token",
+            "rollout_is_threshold": 2.0,
+            "rollout_rs": "sequence",
+            "rollout_rs_threshold": 1.4,
+            "rollout_rs_threshold_lower": None,
+        }
+    )
     metrics = apply_rollout_correction(batch, config)
     expected = _reference_keep(old, rollout, mask, "sequence", 1.4, 1 / 1.4, None)
     torch.testing.assert_close(batch.batch["response_mask"], expected)
@@ -136,8 +144,9 @@ def test_apply_rejects_from_the_response_mask_before_weighting():
 def test_batch_normalized_weights_average_one(level):
     old, rollout, mask = _drifted()
     batch = DataProto.from_dict({"old_log_probs": old, "rollout_log_probs": rollout, "response_mask": mask})
-    apply_rollout_correction(batch, OmegaConf.create({"rollout_is": level, "rollout_is_threshold": 2.0,
-                                                      "rollout_is_batch_normalize": True}))
+    apply_rollout_correction(
+        batch, OmegaConf.create({"rollout_is": level, "rollout_is_threshold": 2.0, "rollout_is_batch_normalize": True})
+    )
     weights = batch.batch["rollout_is_weights"]
     raw = compute_rollout_is_weights(old, rollout, mask, level, 2.0)
     if level == "token":

@@ -8,13 +8,36 @@ from omegaconf import OmegaConf
 from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, StopTraining, generation_seed
 
-STAGES = ("_fit_get_batch", "_fit_generate", "_fit_compute_reward", "_fit_compute_log_prob",
-          "_fit_compute_ref_log_prob", "_fit_compute_critic", "_fit_compute_advantage", "_fit_update_critic",
-          "_fit_update_actor", "_fit_update_weights", "_fit_validate", "_fit_save_checkpoint", "_fit_collect_metrics",
-          "fit_step", "fit")
-WORKER_CALLS = ("_compute_old_log_prob", "_compute_ref_log_prob", "_compute_values", "_update_actor",
-                "_update_critic", "_balance_batch", "_validate", "_save_checkpoint", "_load_checkpoint",
-                "_get_gen_batch", "init_workers")
+STAGES = (
+    "_fit_get_batch",
+    "_fit_generate",
+    "_fit_compute_reward",
+    "_fit_compute_log_prob",
+    "_fit_compute_ref_log_prob",
+    "_fit_compute_critic",
+    "_fit_compute_advantage",
+    "_fit_update_critic",
+    "_fit_update_actor",
+    "_fit_update_weights",
+    "_fit_validate",
+    "_fit_save_checkpoint",
+    "_fit_collect_metrics",
+    "fit_step",
+    "fit",
+)
+WORKER_CALLS = (
+    "_compute_old_log_prob",
+    "_compute_ref_log_prob",
+    "_compute_values",
+    "_update_actor",
+    "_update_critic",
+    "_balance_batch",
+    "_validate",
+    "_save_checkpoint",
+    "_load_checkpoint",
+    "_get_gen_batch",
+    "init_workers",
+)
 
 
 def test_every_stage_lives_in_ray_ppo_trainer_and_the_separate_trainer_reuses_it():
@@ -29,9 +52,17 @@ def test_async_recipes_reuse_the_template_stages():
     from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
     from verl.experimental.one_step_off_policy.ray_trainer import OneStepOffRayTrainer
 
-    compute_stages = {"_fit_compute_reward", "_fit_compute_log_prob", "_fit_compute_ref_log_prob",
-                      "_fit_compute_critic", "_fit_compute_advantage", "_fit_update_critic", "fit_step",
-                      "_compute_old_log_prob", "_update_actor"}
+    compute_stages = {
+        "_fit_compute_reward",
+        "_fit_compute_log_prob",
+        "_fit_compute_ref_log_prob",
+        "_fit_compute_critic",
+        "_fit_compute_advantage",
+        "_fit_update_critic",
+        "fit_step",
+        "_compute_old_log_prob",
+        "_update_actor",
+    }
     for cls in (FullyAsyncTrainer, OneStepOffRayTrainer):
         assert issubclass(cls, SeparateRayPPOTrainer)
         assert not compute_stages & set(vars(cls)), f"{cls.__name__} rewrites a compute stage"
@@ -49,9 +80,14 @@ def test_separate_trainer_without_rollout_says_what_is_missing():
 
 
 def test_role_mapping_without_actor_is_refused_by_name():
-    config = OmegaConf.create({"critic": {}, "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False,
-                                                           "rollout_correction": {}},
-                               "actor": {"use_kl_loss": False}, "trainer": {}})
+    config = OmegaConf.create(
+        {
+            "critic": {},
+            "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False, "rollout_correction": {}},
+            "actor": {"use_kl_loss": False},
+            "trainer": {},
+        }
+    )
     with pytest.raises(ValueError, match="role_worker_mapping needs an actor role"):
         RayPPOTrainer(config, tokenizer=None, role_worker_mapping={}, resource_pool_manager=None)
 
@@ -70,11 +106,14 @@ def test_generation_seed_is_per_step_and_optional():
 def _log_prob_trainer(correction=None, cls=RayPPOTrainer, **actor):
     trainer = object.__new__(cls)
     trainer.bypass_mode, trainer.global_steps, trainer.metrics = False, 1, {}
-    trainer.config = OmegaConf.create({
-        "actor": {"ppo_epochs": 1, "ppo_mini_batch_size": 4, "skip_on_policy_log_prob": True, **actor},
-        "rollout": {"n": 2}, "trainer": {"critic_warmup": 0},
-        "algorithm": {"use_kl_in_reward": False, "rollout_correction": correction or {"rollout_is": None}},
-    })
+    trainer.config = OmegaConf.create(
+        {
+            "actor": {"ppo_epochs": 1, "ppo_mini_batch_size": 4, "skip_on_policy_log_prob": True, **actor},
+            "rollout": {"n": 2},
+            "trainer": {"critic_warmup": 0},
+            "algorithm": {"use_kl_in_reward": False, "rollout_correction": correction or {"rollout_is": None}},
+        }
+    )
     return trainer
 
 
@@ -101,8 +140,10 @@ def test_on_policy_update_skips_the_old_log_prob_pass():
         # corrections that look at the whole batch before the update
         (_log_prob_trainer({"rollout_rs": "token", "rollout_rs_threshold": 2.0}), _batch(8, rollout_log_probs=True)),
         (_log_prob_trainer({"rollout_token_veto_threshold": 1e-3}), _batch(8, rollout_log_probs=True)),
-        (_log_prob_trainer({"rollout_is": "token", "rollout_is_batch_normalize": True}),
-         _batch(8, rollout_log_probs=True)),
+        (
+            _log_prob_trainer({"rollout_is": "token", "rollout_is_batch_normalize": True}),
+            _batch(8, rollout_log_probs=True),
+        ),
     ]
     kl_in_reward = _log_prob_trainer()
     kl_in_reward.config.algorithm.use_kl_in_reward = True
@@ -167,8 +208,11 @@ def test_trainer_bounds_worker_startup_by_ray_wait_register_center_timeout(ray_c
     trainer.resource_pool_manager, trainer.ray_worker_group_cls = manager, RayWorkerGroup
     trainer.use_critic = trainer.use_reference_policy = trainer.ref_in_actor = trainer.use_rm = False
     try:
-        with pytest.raises(WorkerTimeoutError, match=r"Colocated_actor_rollout worker group: 0 of 1 workers started "
-                                                     r"within 1s \(trainer.ray_wait_register_center_timeout\)"):
+        with pytest.raises(
+            WorkerTimeoutError,
+            match=r"Colocated_actor_rollout worker group: 0 of 1 workers started "
+            r"within 1s \(trainer.ray_wait_register_center_timeout\)",
+        ):
             trainer._init_trainer_workers()
     finally:
         for pool in manager.resource_pool_dict.values():

@@ -57,8 +57,16 @@ def test_flattened_keys_and_the_older_call_form():
     flat = flatten_validation_metrics(
         {"gsm": {"reward": {"mean@4": 0.5, "best@2/mean": 0.6, "best@4/mean": 0.7, "std@4": 0.1}}}
     )
-    assert flat == {"val-core/gsm/reward/mean@4": 0.5, "val-aux/gsm/reward/best@2/mean": 0.6,
-                    "val-core/gsm/reward/best@4/mean": 0.7, "val-aux/gsm/reward/std@4": 0.1}
+    assert flat == {
+        "val-core/gsm/reward/mean@4": 0.5,
+        "val-aux/gsm/reward/best@2/mean": 0.6,
+        "val-core/gsm/reward/best@4/mean": 0.7,
+        "val-aux/gsm/reward/std@4": 0.1,
+    }
     legacy = process_validation_metrics(["d", "d"], ["u", "u"], [1.0, 0.0])
-    assert legacy == {"val-core/d/reward/mean@2": 0.5, "val-aux/d/reward/best@2": 1.0,
-                      "val-aux/d/reward/worst@2": 0.0, "val-aux/d/reward/pass@2": 1.0}
+    assert legacy == {
+        "val-core/d/reward/mean@2": 0.5,
+        "val-aux/d/reward/best@2": 1.0,
+        "val-aux/d/reward/worst@2": 0.0,
+        "val-aux/d/reward/pass@2": 1.0,
+    }

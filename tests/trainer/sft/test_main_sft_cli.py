@@ -19,10 +19,18 @@ def _env():
 
 def _overrides(model_dir, files, out_dir, *extra):
     return [
-        f"data.train_files={files['train']}", f"data.val_files={files['test']}", "data.max_length=32",
-        "data.train_batch_size=16", "data.micro_batch_size_per_gpu=4", f"model.path={model_dir}", "optim.lr=1e-3",
-        "trainer.total_training_steps=5", f"trainer.default_local_dir={out_dir}", "trainer.logger=[console,file]",
-        "hydra.run.dir=.", *extra,
+        f"data.train_files={files['train']}",
+        f"data.val_files={files['test']}",
+        "data.max_length=32",
+        "data.train_batch_size=16",
+        "data.micro_batch_size_per_gpu=4",
+        f"model.path={model_dir}",
+        "optim.lr=1e-3",
+        "trainer.total_training_steps=5",
+        f"trainer.default_local_dir={out_dir}",
+        "trainer.logger=[console,file]",
+        "hydra.run.dir=.",
+        *extra,
     ]
 
 
@@ -57,7 +65,7 @@ def test_cli_trains_and_writes_the_checkpoint(single_process_run, tiny_model_dir
     AutoModelForCausalLM.from_pretrained(out / "huggingface")
     exported = AutoTokenizer.from_pretrained(out / "huggingface")
     source = AutoTokenizer.from_pretrained(tiny_model_dir)
-    text = "What is 2 + 3? {\"a\": [1, 2]}"
+    text = 'What is 2 + 3? {"a": [1, 2]}'
     ids = exported(text)["input_ids"]
     assert ids == source(text)["input_ids"] and exported.decode(ids) == text
     assert exported.chat_template == source.chat_template
@@ -89,8 +97,17 @@ def test_two_torchrun_processes_match_one(single_process_run, tiny_model_dir, ar
     proc, single_out = single_process_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "ckpt"
-    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-            "-m", "verl.trainer.main_sft", *_overrides(tiny_model_dir, arith_seq_files, out)]
+    args = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "verl.trainer.main_sft",
+        *_overrides(tiny_model_dir, arith_seq_files, out),
+    ]
     proc = _run(args, tmp_path, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 proc x 2 micro x 4" in proc.stdout

@@ -51,6 +51,9 @@ def test_bad_values_name_the_key(override, message):
 
 def test_unknown_key_in_a_user_tree_is_named():
     tree = {"data": {"train_files": "a.parquet", "prompt_column": "q"}}
-    with pytest.raises(ConfigError, match=r"data.prompt_column: unknown key for SFTDataConfig \(did you mean "
-                                          r"'prompt_key'\?\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"data.prompt_column: unknown key for SFTDataConfig \(did you mean "
+        r"'prompt_key'\?\)",
+    ):
         build_sft_config(tree)

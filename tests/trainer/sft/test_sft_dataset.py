@@ -23,8 +23,9 @@ def test_item_layout_mask_and_padding(tokenizer, arith_seq_files):
     ds = SFTDataset(cfg.train_file_list, tokenizer, cfg)
     assert len(ds) == 4096
     item = ds[0]
-    assert {k: v.shape for k, v in item.items()} == {k: torch.Size([32]) for k in
-                                                    ("input_ids", "attention_mask", "position_ids", "loss_mask")}
+    assert {k: v.shape for k, v in item.items()} == {
+        k: torch.Size([32]) for k in ("input_ids", "attention_mask", "position_ids", "loss_mask")
+    }
     question, answer = ds.prompts[0][0]["content"], ds.responses[0]
     n_real = int(item["attention_mask"].sum())
     text = tokenizer.decode(item["input_ids"][:n_real])
@@ -94,8 +95,11 @@ def test_missing_file_is_named(tokenizer, tmp_path):
 
 def test_missing_column_names_file_and_columns(tokenizer, plain_rows_file):
     cfg = _config(str(plain_rows_file), prompt_key="question", response_key="answer")
-    with pytest.raises(SFTDataError, match=r"data.response_key='answer': parquet file .*plain.parquet has no column "
-                                           r"'answer'; its columns are \['question', 'response'\]"):
+    with pytest.raises(
+        SFTDataError,
+        match=r"data.response_key='answer': parquet file .*plain.parquet has no column "
+        r"'answer'; its columns are \['question', 'response'\]",
+    ):
         SFTDataset(cfg.train_file_list, tokenizer, cfg)
     cfg = _config(str(plain_rows_file), prompt_key="prompt", response_key="response")
     with pytest.raises(SFTDataError, match=r"data.prompt_key='prompt'.* no column 'prompt'"):
@@ -104,8 +108,11 @@ def test_missing_column_names_file_and_columns(tokenizer, plain_rows_file):
 
 def test_missing_nested_field_names_row_and_path(tokenizer, arith_seq_files):
     cfg = _config(str(arith_seq_files["train"]), response_key="reward_model.answer")
-    with pytest.raises(SFTDataError, match=r"row 0 of .*train.parquet has no field 'answer' under 'reward_model' "
-                                           r"\(found \['ground_truth', 'style'\]\)"):
+    with pytest.raises(
+        SFTDataError,
+        match=r"row 0 of .*train.parquet has no field 'answer' under 'reward_model' "
+        r"\(found \['ground_truth', 'style'\]\)",
+    ):
         SFTDataset(cfg.train_file_list, tokenizer, cfg)
 
 

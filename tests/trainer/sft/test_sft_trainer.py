@@ -23,8 +23,13 @@ def _config(model_dir, train_file, out_dir, *, val_file=None, **sections):
     tree = {
         "data": {**data, **sections.get("data", {})},
         "model": {"path": str(model_dir), **sections.get("model", {})},
-        "optim": {"lr": 5e-3, "lr_warmup_steps_ratio": 0.05, "lr_scheduler_type": "cosine", "betas": [0.9, 0.95],
-                  **sections.get("optim", {})},
+        "optim": {
+            "lr": 5e-3,
+            "lr_warmup_steps_ratio": 0.05,
+            "lr_scheduler_type": "cosine",
+            "betas": [0.9, 0.95],
+            **sections.get("optim", {}),
+        },
         "trainer": {"default_local_dir": str(out_dir), "logger": [], "seed": SEED, **sections.get("trainer", {})},
     }
     return build_sft_config(tree)
@@ -39,7 +44,7 @@ def _greedy_correct(model_dir, rows) -> int:
         ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")
         with torch.no_grad():
             out = model.generate(**ids, max_new_tokens=12, do_sample=False)
-        answer = tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+        answer = tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
         correct += answer == row["reward_model"]["ground_truth"]
     return correct
 
@@ -58,8 +63,13 @@ def test_response_token_loss_is_shifted_masked_cross_entropy():
 def test_arith_seq_warm_start_learns_and_exports(tiny_model_dir, arith_seq_files, tmp_path):
     """150 steps (~10 s) take the random tiny model from 0 exact answers to a clear share of them."""
     out = tmp_path / "run"
-    cfg = _config(tiny_model_dir, arith_seq_files["train"], out, val_file=arith_seq_files["test"],
-                  trainer={"total_training_steps": 150, "test_freq": 50, "logger": ["file"]})
+    cfg = _config(
+        tiny_model_dir,
+        arith_seq_files["train"],
+        out,
+        val_file=arith_seq_files["test"],
+        trainer={"total_training_steps": 150, "test_freq": 50, "logger": ["file"]},
+    )
     trainer = SFTTrainer(cfg)
     final = trainer.fit()
     assert final == out / FINAL_CHECKPOINT_NAME
@@ -83,10 +93,14 @@ def test_update_does_not_depend_on_micro_batching(tiny_model_dir, arith_seq_file
     batch: the loss is the token mean over the global batch."""
     runs = []
     for micro in (16, 4):
-        cfg = _config(tiny_model_dir, arith_seq_files["train"], tmp_path / f"m{micro}",
-                      data={"train_batch_size": 16, "micro_batch_size_per_gpu": micro},
-                      model={"enable_gradient_checkpointing": micro == 4},
-                      trainer={"total_training_steps": 3})
+        cfg = _config(
+            tiny_model_dir,
+            arith_seq_files["train"],
+            tmp_path / f"m{micro}",
+            data={"train_batch_size": 16, "micro_batch_size_per_gpu": micro},
+            model={"enable_gradient_checkpointing": micro == 4},
+            trainer={"total_training_steps": 3},
+        )
         trainer = SFTTrainer(cfg)
         trainer.fit()
         runs.append((trainer.history, {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}))
@@ -98,9 +112,14 @@ def test_update_does_not_depend_on_micro_batching(tiny_model_dir, arith_seq_file
 
 
 def test_lora_export_merges_adapters(tiny_model_dir, arith_seq_files, tmp_path):
-    cfg = _config(tiny_model_dir, arith_seq_files["train"], tmp_path / "lora",
-                  model={"lora_rank": 4, "lora_alpha": 8}, optim={"lr": 1e-2},
-                  trainer={"total_training_steps": 4, "save_freq": 2})
+    cfg = _config(
+        tiny_model_dir,
+        arith_seq_files["train"],
+        tmp_path / "lora",
+        model={"lora_rank": 4, "lora_alpha": 8},
+        optim={"lr": 1e-2},
+        trainer={"total_training_steps": 4, "save_freq": 2},
+    )
     trainer = SFTTrainer(cfg)
     assert sum(p.numel() for p in trainer.model.parameters() if p.requires_grad) < 20_000  # adapters only
     final = trainer.fit()
@@ -123,8 +142,9 @@ def test_batch_size_errors_name_the_key(tiny_model_dir, arith_seq_files, tmp_pat
     cfg = _config(tiny_model_dir, arith_seq_files["train"], tmp_path, data={"micro_batch_size_per_gpu": 5})
     with pytest.raises(ConfigError, match=r"data.micro_batch_size_per_gpu: 5 does not divide the per-process batch 32"):
         SFTTrainer(cfg)
-    cfg = _config(tiny_model_dir, arith_seq_files["test"], tmp_path, data={"train_batch_size": 128,
-                                                                          "micro_batch_size_per_gpu": 8})
+    cfg = _config(
+        tiny_model_dir, arith_seq_files["test"], tmp_path, data={"train_batch_size": 128, "micro_batch_size_per_gpu": 8}
+    )
     with pytest.raises(ValueError, match=r"hold 64 rows, fewer than one batch \(data.train_batch_size=128\)"):
         SFTTrainer(cfg)
 
@@ -140,8 +160,12 @@ def test_placement_errors(tiny_model_dir, arith_seq_files, tmp_path):
 
 @pytest.mark.gpu
 def test_cuda_bf16_autocast_trains_and_exports_fp32(tiny_model_dir, arith_seq_files, tmp_path):
-    cfg = _config(tiny_model_dir, arith_seq_files["train"], tmp_path / "gpu",
-                  trainer={"total_training_steps": 30, "device": "cuda"})
+    cfg = _config(
+        tiny_model_dir,
+        arith_seq_files["train"],
+        tmp_path / "gpu",
+        trainer={"total_training_steps": 30, "device": "cuda"},
+    )
     trainer = SFTTrainer(cfg)
     assert trainer.autocast_dtype == torch.bfloat16 and next(trainer.model.parameters()).dtype == torch.float32
     final = trainer.fit()

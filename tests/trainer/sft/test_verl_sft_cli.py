@@ -21,18 +21,43 @@ def _tree(config_name, overrides):
 
 
 def _engine(files, model_dir, out, *extra):
-    return [f"data.train_files={files['train']}", f"data.val_files={files['test']}", "data.max_length=32",
-            "data.train_batch_size=16", "data.micro_batch_size_per_gpu=8", f"model.path={model_dir}",
-            "trainer.device=cpu", "trainer.logger=[console]", f"trainer.default_local_dir={out}", *extra]
+    return [
+        f"data.train_files={files['train']}",
+        f"data.val_files={files['test']}",
+        "data.max_length=32",
+        "data.train_batch_size=16",
+        "data.micro_batch_size_per_gpu=8",
+        f"model.path={model_dir}",
+        "trainer.device=cpu",
+        "trainer.logger=[console]",
+        f"trainer.default_local_dir={out}",
+        *extra,
+    ]
 
 
 def test_engine_keys_map_onto_the_trainer(conversation_files, tiny_model_dir, tmp_path):
-    tree = _tree("sft_trainer_engine", _engine(
-        conversation_files, tiny_model_dir, tmp_path, "engine=fsdp", "optim=fsdp", "optim.lr=2e-5",
-        "optim.lr_warmup_steps_ratio=0.2", "optim.betas=[0.9,0.95]", "optim.min_lr_ratio=0.1",
-        "optim.lr_scheduler_type=cosine", "engine.strategy=fsdp2", "data.messages_key=conv", "data.pad_mode=right",
-        "trainer.test_freq=after_each_epoch", "trainer.total_training_steps=7", "data.enable_thinking_default=false",
-        "checkpoint.save_contents=[model,optimizer,extra,hf_model]"))
+    tree = _tree(
+        "sft_trainer_engine",
+        _engine(
+            conversation_files,
+            tiny_model_dir,
+            tmp_path,
+            "engine=fsdp",
+            "optim=fsdp",
+            "optim.lr=2e-5",
+            "optim.lr_warmup_steps_ratio=0.2",
+            "optim.betas=[0.9,0.95]",
+            "optim.min_lr_ratio=0.1",
+            "optim.lr_scheduler_type=cosine",
+            "engine.strategy=fsdp2",
+            "data.messages_key=conv",
+            "data.pad_mode=right",
+            "trainer.test_freq=after_each_epoch",
+            "trainer.total_training_steps=7",
+            "data.enable_thinking_default=false",
+            "checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+        ),
+    )
     cfg = engine_tree_to_sft_config(tree)
     assert cfg.data.multiturn.enable and cfg.data.multiturn.messages_key == "conv"
     assert cfg.data.multiturn.enable_thinking_default is False
@@ -59,17 +84,23 @@ def test_engine_keys_map_onto_the_trainer(conversation_files, tiny_model_dir, tm
         (["trainer.device=npu"], r"trainer.device: is 'npu'"),
     ],
 )
-def test_engine_keys_refuse_what_this_trainer_cannot_do(conversation_files, tiny_model_dir, tmp_path, overrides,
-                                                         message):
+def test_engine_keys_refuse_what_this_trainer_cannot_do(
+    conversation_files, tiny_model_dir, tmp_path, overrides, message
+):
     tree = _tree("sft_trainer_engine", _engine(conversation_files, tiny_model_dir, tmp_path, *overrides))
     with pytest.raises(ConfigError, match=message):
         engine_tree_to_sft_config(tree)
 
 
-def test_engine_keys_reject_unknown_yaml_keys_and_warn_on_ignored_ones(conversation_files, tiny_model_dir, tmp_path,
-                                                                      caplog):
-    tree = _tree("sft_trainer_engine", _engine(conversation_files, tiny_model_dir, tmp_path,
-                                               "data.use_dynamic_bsz=false", "engine.param_offload=true"))
+def test_engine_keys_reject_unknown_yaml_keys_and_warn_on_ignored_ones(
+    conversation_files, tiny_model_dir, tmp_path, caplog
+):
+    tree = _tree(
+        "sft_trainer_engine",
+        _engine(
+            conversation_files, tiny_model_dir, tmp_path, "data.use_dynamic_bsz=false", "engine.param_offload=true"
+        ),
+    )
     with caplog.at_level("WARNING"):
         engine_tree_to_sft_config(tree)
     assert "data.use_dynamic_bsz=False" in caplog.text and "engine.param_offload=True" in caplog.text
@@ -79,13 +110,25 @@ def test_engine_keys_reject_unknown_yaml_keys_and_warn_on_ignored_ones(conversat
 
 
 def test_legacy_keys_map_onto_the_trainer(plain_rows_file, tiny_model_dir, tmp_path):
-    tree = _tree("sft_trainer_legacy", [
-        f"data.train_files={plain_rows_file}", "data.prompt_key=extra_info", "data.prompt_dict_keys=[question]",
-        "data.response_key=extra_info", "+data.response_dict_keys=[answer]", "data.micro_batch_size_per_gpu=2",
-        f"model.partial_pretrain={tiny_model_dir}", "optim.lr=1e-4", "optim.lr_scheduler=constant",
-        "model.lora_rank=4", "use_remove_padding=true", "trainer.checkpoint.save_contents=[model,hf_model]",
-        f"trainer.default_local_dir={tmp_path}", "data.chat_template='{{ messages[0].content }}'",
-    ])
+    tree = _tree(
+        "sft_trainer_legacy",
+        [
+            f"data.train_files={plain_rows_file}",
+            "data.prompt_key=extra_info",
+            "data.prompt_dict_keys=[question]",
+            "data.response_key=extra_info",
+            "+data.response_dict_keys=[answer]",
+            "data.micro_batch_size_per_gpu=2",
+            f"model.partial_pretrain={tiny_model_dir}",
+            "optim.lr=1e-4",
+            "optim.lr_scheduler=constant",
+            "model.lora_rank=4",
+            "use_remove_padding=true",
+            "trainer.checkpoint.save_contents=[model,hf_model]",
+            f"trainer.default_local_dir={tmp_path}",
+            "data.chat_template='{{ messages[0].content }}'",
+        ],
+    )
     cfg = legacy_tree_to_sft_config(tree)
     assert (cfg.data.prompt_key, cfg.data.response_key) == ("extra_info.question", "extra_info.answer")
     assert not cfg.data.multiturn.enable and cfg.model.path == str(tiny_model_dir) and cfg.model.lora_rank == 4
@@ -108,9 +151,19 @@ def test_cli_reports_a_missing_file_with_the_key(module, tiny_model_dir, tmp_pat
     cli = importlib.import_module(f"verl.trainer.{module}")
     model_key = "model.path" if module == "sft_trainer" else "model.partial_pretrain"
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", [module, f"data.train_files={tmp_path}/missing.parquet", "trainer.device=cpu",
-                                      f"{model_key}={tiny_model_dir}", "hydra.run.dir=.", "trainer.logger=[console]",
-                                      f"trainer.default_local_dir={tmp_path}/ckpt"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            module,
+            f"data.train_files={tmp_path}/missing.parquet",
+            "trainer.device=cpu",
+            f"{model_key}={tiny_model_dir}",
+            "hydra.run.dir=.",
+            "trainer.logger=[console]",
+            f"trainer.default_local_dir={tmp_path}/ckpt",
+        ],
+    )
     with pytest.raises(SystemExit) as info:
         cli.main()
     assert info.value.code == 2
@@ -118,15 +171,30 @@ def test_cli_reports_a_missing_file_with_the_key(module, tiny_model_dir, tmp_pat
 
 
 def _resumable(model_dir, files, out, steps):
-    return build_sft_config({
-        "data": {"train_files": str(files["train"]), "max_length": 32, "train_batch_size": 16,
-                 "micro_batch_size_per_gpu": 8, "multiturn": {"enable": True}},
-        "model": {"path": str(model_dir)},
-        "optim": {"lr": 1e-3, "lr_scheduler_type": "cosine", "lr_warmup_steps": 1},
-        "checkpoint": {"save_contents": ["model", "optimizer", "extra"]},
-        "trainer": {"default_local_dir": str(out), "logger": [], "total_training_steps": steps, "save_freq": 2,
-                    "final_export": False, "resume_mode": "auto", "max_ckpt_to_keep": 1, "device": "cpu"},
-    })
+    return build_sft_config(
+        {
+            "data": {
+                "train_files": str(files["train"]),
+                "max_length": 32,
+                "train_batch_size": 16,
+                "micro_batch_size_per_gpu": 8,
+                "multiturn": {"enable": True},
+            },
+            "model": {"path": str(model_dir)},
+            "optim": {"lr": 1e-3, "lr_scheduler_type": "cosine", "lr_warmup_steps": 1},
+            "checkpoint": {"save_contents": ["model", "optimizer", "extra"]},
+            "trainer": {
+                "default_local_dir": str(out),
+                "logger": [],
+                "total_training_steps": steps,
+                "save_freq": 2,
+                "final_export": False,
+                "resume_mode": "auto",
+                "max_ckpt_to_keep": 1,
+                "device": "cpu",
+            },
+        }
+    )
 
 
 def test_interrupted_run_resumes_to_the_same_weights(conversation_files, tiny_model_dir, tmp_path):

@@ -26,8 +26,14 @@ def struct_rows_file(tmp_path):
 
 
 def data_block(**overrides):
-    block = {"prompt_key": "extra_info", "prompt_dict_keys": ["qa", "question"], "response_key": "extra_info",
-             "response_dict_keys": ["qa", "answer"], "max_length": 24, "truncation": "error"}
+    block = {
+        "prompt_key": "extra_info",
+        "prompt_dict_keys": ["qa", "question"],
+        "response_key": "extra_info",
+        "response_dict_keys": ["qa", "answer"],
+        "max_length": 24,
+        "truncation": "error",
+    }
     block.update(overrides)
     return OmegaConf.create(block)
 
@@ -36,8 +42,9 @@ def test_sft_dataset_reads_nested_struct_fields(struct_rows_file, tokenizer):
     dataset = SFTDataset(struct_rows_file, tokenizer, data_block())
     assert len(dataset) == 6 and dataset.prompts[2] == "2+1=" and dataset.responses[2] == "3"
     item = dataset[2]
-    assert {k: tuple(v.shape) for k, v in item.items()} == {k: (24,) for k in
-                                                           ("input_ids", "attention_mask", "position_ids", "loss_mask")}
+    assert {k: tuple(v.shape) for k, v in item.items()} == {
+        k: (24,) for k in ("input_ids", "attention_mask", "position_ids", "loss_mask")
+    }
     learned = item["input_ids"][item["loss_mask"].bool()].tolist()
     assert learned == tokenizer("3", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
 
@@ -45,26 +52,32 @@ def test_sft_dataset_reads_nested_struct_fields(struct_rows_file, tokenizer):
 def test_max_samples_keeps_first_rows_or_a_seeded_draw(struct_rows_file, tokenizer):
     first = SFTDataset(struct_rows_file, tokenizer, data_block(), max_samples=2)
     assert first.responses == ["1", "2"]
-    drawn = [SFTDataset(struct_rows_file, tokenizer, data_block(shuffle=True, seed=7), max_samples=3).responses
-             for _ in range(2)]
+    drawn = [
+        SFTDataset(struct_rows_file, tokenizer, data_block(shuffle=True, seed=7), max_samples=3).responses
+        for _ in range(2)
+    ]
     assert drawn[0] == drawn[1] and len(drawn[0]) == 3
 
 
 @pytest.fixture
 def conversation_file(tmp_path):
-    rows = [{"conv": [{"role": "user", "content": f"{i}+1="}, {"role": "assistant", "content": str(i + 1)}]}
-            for i in range(4)]
+    rows = [
+        {"conv": [{"role": "user", "content": f"{i}+1="}, {"role": "assistant", "content": str(i + 1)}]}
+        for i in range(4)
+    ]
     return str(write_rows(rows, tmp_path / "conv.parquet"))
 
 
 def test_multiturn_dataset_key_layouts_and_no_padding(conversation_file, tokenizer):
     flat = MultiTurnSFTDataset([conversation_file], tokenizer, {"messages_key": "conv", "max_length": 64})
-    nested = MultiTurnSFTDataset(conversation_file, tokenizer,
-                                 {"multiturn": {"messages_key": "conv"}, "max_length": 64}, max_samples=2)
+    nested = MultiTurnSFTDataset(
+        conversation_file, tokenizer, {"multiturn": {"messages_key": "conv"}, "max_length": 64}, max_samples=2
+    )
     assert len(flat) == 4 and len(nested) == 2
     assert torch.equal(flat[1]["input_ids"], nested[1]["input_ids"]) and flat[1]["input_ids"].shape == (64,)
-    packed = MultiTurnSFTDataset(conversation_file, tokenizer,
-                                 {"messages_key": "conv", "max_length": 64, "pad_mode": "no_padding"})[1]
+    packed = MultiTurnSFTDataset(
+        conversation_file, tokenizer, {"messages_key": "conv", "max_length": 64, "pad_mode": "no_padding"}
+    )[1]
     length = int(flat[1]["attention_mask"].sum())
     assert set(packed) == {"input_ids", "position_ids", "loss_mask"}
     assert torch.equal(packed["input_ids"], flat[1]["input_ids"][:length])
@@ -101,8 +114,10 @@ def test_create_sft_dataset_picks_the_class(struct_rows_file, conversation_file,
 def test_collate_sft_batch_pads_variable_length_items():
     fixed = [{"input_ids": torch.tensor([1, 2]), "loss_mask": torch.tensor([0, 1])}] * 2
     assert collate_sft_batch(fixed)["input_ids"].shape == (2, 2)
-    ragged = [{"input_ids": torch.tensor([5, 6, 7]), "loss_mask": torch.tensor([0, 1, 1])},
-              {"input_ids": torch.tensor([8]), "loss_mask": torch.tensor([1])}]
+    ragged = [
+        {"input_ids": torch.tensor([5, 6, 7]), "loss_mask": torch.tensor([0, 1, 1])},
+        {"input_ids": torch.tensor([8]), "loss_mask": torch.tensor([1])},
+    ]
     batch = collate_sft_batch(ragged, pad_token_id=9)
     assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 9, 9]]
     assert batch["loss_mask"].tolist() == [[0, 1, 1], [1, 0, 0]]
@@ -118,11 +133,22 @@ class FakeMesh:
 
 
 def legacy_tree(train_file, model_dir, out_dir):
-    overrides = [f"data.train_files={train_file}", "data.prompt_key=extra_info", "data.response_key=extra_info",
-                 "data.prompt_dict_keys=[qa]", "+data.response_dict_keys=[qa]", "data.max_length=24",
-                 "data.train_batch_size=2", "data.micro_batch_size_per_gpu=1", f"model.partial_pretrain={model_dir}",
-                 "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.total_training_steps=2",
-                 "trainer.logger=[console]", f"trainer.default_local_dir={out_dir}"]
+    overrides = [
+        f"data.train_files={train_file}",
+        "data.prompt_key=extra_info",
+        "data.response_key=extra_info",
+        "data.prompt_dict_keys=[qa]",
+        "+data.response_dict_keys=[qa]",
+        "data.max_length=24",
+        "data.train_batch_size=2",
+        "data.micro_batch_size_per_gpu=1",
+        f"model.partial_pretrain={model_dir}",
+        "trainer.device=cpu",
+        "trainer.n_gpus_per_node=1",
+        "trainer.total_training_steps=2",
+        "trainer.logger=[console]",
+        f"trainer.default_local_dir={out_dir}",
+    ]
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         return compose(config_name="sft_trainer_legacy", overrides=overrides)
 
@@ -137,8 +163,7 @@ def test_fsdp_sft_trainer_trains_on_given_datasets(tmp_path, tiny_model_dir, tok
         FSDPSFTTrainer(config, None, FakeMesh(("dp", "sp"), [1, 2]), tokenizer, train, None)
     with pytest.raises(ValueError, match="device_mesh has 4 devices"):
         FSDPSFTTrainer(config, FakeMesh(("fsdp",), [4]), None, tokenizer, train, None)
-    trainer = FSDPSFTTrainer(config, FakeMesh(("fsdp",), [1]), FakeMesh(("dp", "sp"), [1, 1]), tokenizer, train,
-                             None)
+    trainer = FSDPSFTTrainer(config, FakeMesh(("fsdp",), [1]), FakeMesh(("dp", "sp"), [1, 1]), tokenizer, train, None)
     assert trainer.total_steps == 2 and trainer.train_dataloader.dataset is train
     assert trainer.fsdp_model is trainer.trainer.model
     last = trainer.fit()

@@ -89,8 +89,11 @@ def test_a_position_the_loader_cannot_resume_from_is_refused_by_file(dataset):
     loader = make_loader(dataset, shuffle=True)
     next(iter(loader))
     check_loader_state(make_loader(dataset, shuffle=True), loader.state_dict(), "ckpt/trainer_state.pt")
-    with pytest.raises(ValueError, match=r"ckpt/trainer_state.pt: the saved data loader position does not fit .*"
-                                         r"unexpected \['not'\].*dataloader_num_workers"):
+    with pytest.raises(
+        ValueError,
+        match=r"ckpt/trainer_state.pt: the saved data loader position does not fit .*"
+        r"unexpected \['not'\].*dataloader_num_workers",
+    ):
         check_loader_state(loader, {"not": "a position"}, "ckpt/trainer_state.pt")
     with pytest.raises(ValueError, match=r"ckpt/trainer_state.pt: the saved data loader position is a NoneType"):
         check_loader_state(loader, None, "ckpt/trainer_state.pt")

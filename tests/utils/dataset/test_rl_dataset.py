@@ -199,8 +199,11 @@ def test_truncation_modes(tokenizer, files, mode):
 
 def test_return_raw_input_ids_adds_the_unpadded_templated_ids(tokenizer, files):
     rows = pq.read_table(files["addition"]).to_pylist()
-    ds = RLHFDataset(files["addition"], tokenizer, DataConfig(train_files=str(files["addition"]), max_prompt_length=32,
-                                                             return_raw_input_ids=True))
+    ds = RLHFDataset(
+        files["addition"],
+        tokenizer,
+        DataConfig(train_files=str(files["addition"]), max_prompt_length=32, return_raw_input_ids=True),
+    )
     item = ds[5]
     assert item["raw_input_ids"] == templated_ids(tokenizer, rows[5]["prompt"])
     assert item["raw_input_ids"] == item["input_ids"][item["attention_mask"].bool()].tolist()
@@ -216,8 +219,9 @@ def test_return_raw_input_ids_adds_the_unpadded_templated_ids(tokenizer, files):
 def test_raw_input_ids_follow_truncation(tokenizer, files):
     rows = pq.read_table(files["addition"]).to_pylist()
     full = templated_ids(tokenizer, rows[0]["prompt"])
-    ds = RLHFDataset(files["addition"], tokenizer,
-                     cfg(max_prompt_length=len(full) - 2, truncation="left", return_raw_input_ids=True))
+    ds = RLHFDataset(
+        files["addition"], tokenizer, cfg(max_prompt_length=len(full) - 2, truncation="left", return_raw_input_ids=True)
+    )
     assert ds[0]["raw_input_ids"] == full[2:] == ds[0]["input_ids"].tolist()
 
 

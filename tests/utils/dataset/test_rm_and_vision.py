@@ -30,8 +30,10 @@ def _write(path, rows):
 
 
 def test_rm_dataset_pairs_chosen_first_with_eos_and_padding(tmp_path):
-    path = _write(tmp_path / "rm.parquet", [{"prompt": "ab", "chosen": "c", "rejected": "dd"},
-                                           {"prompt": "x", "chosen": "yyyyyyyy", "rejected": "z"}])
+    path = _write(
+        tmp_path / "rm.parquet",
+        [{"prompt": "ab", "chosen": "c", "rejected": "dd"}, {"prompt": "x", "chosen": "yyyyyyyy", "rejected": "z"}],
+    )
     data = RMDataset(path, _CharTokenizer(), max_length=5)
     assert len(data) == 2
     item = data[0]
@@ -47,8 +49,10 @@ def test_rm_dataset_sampling_and_missing_columns(tmp_path):
     path = _write(tmp_path / "rm.parquet", rows)
     assert RMDataset(path, _CharTokenizer(), max_samples=3).prompts == ["0", "1", "2"]
     picked = RMDataset([path], _CharTokenizer(), max_samples=3, shuffle=True, seed=0).prompts
-    assert len(set(picked)) == 3 and picked == RMDataset(path, _CharTokenizer(), max_samples=3, shuffle=True,
-                                                         seed=0).prompts
+    assert (
+        len(set(picked)) == 3
+        and picked == RMDataset(path, _CharTokenizer(), max_samples=3, shuffle=True, seed=0).prompts
+    )
     bad = _write(tmp_path / "bad.parquet", [{"prompt": "a", "good": "b"}])
     with pytest.raises(KeyError, match="bad.parquet.*'chosen'"):
         RMDataset(bad, _CharTokenizer())
@@ -83,8 +87,13 @@ def test_process_image_from_every_source(tmp_path):
     raw = _png()
     path = tmp_path / "img.png"
     path.write_bytes(raw)
-    for source in ({"bytes": raw}, {"image": str(path)}, {"image": f"file://{path}"},
-                   {"image": "data:image/png;base64," + base64.b64encode(raw).decode()}, str(path)):
+    for source in (
+        {"bytes": raw},
+        {"image": str(path)},
+        {"image": f"file://{path}"},
+        {"image": "data:image/png;base64," + base64.b64encode(raw).decode()},
+        str(path),
+    ):
         image = process_image(source)
         assert image.mode == "RGB" and image.size == (112, 56)
     assert process_image(Image.new("L", (3, 3))).mode == "RGB"

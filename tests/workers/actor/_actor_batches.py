@@ -16,6 +16,12 @@ def response_micro_batch(vocab_size: int, rows: int, prompt_len: int, response_l
     attention_mask = torch.ones(rows, prompt_len + response_len, dtype=torch.long)
     attention_mask[0, :2] = 0  # a left-padded prompt
     attention_mask[1, -2:] = 0  # a short response
-    return TensorDict({"responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
-                       "attention_mask": attention_mask,
-                       "position_ids": compute_position_id_with_mask(attention_mask)}, batch_size=[rows])
+    return TensorDict(
+        {
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": compute_position_id_with_mask(attention_mask),
+        },
+        batch_size=[rows],
+    )

@@ -134,8 +134,7 @@ def test_shared_left_padding_is_cut_before_the_forward(model):
     data.batch["input_ids"][:, :4] = 0
     data.meta_info["micro_batch_size"] = 8
     widths: list[int] = []
-    hook = model.register_forward_pre_hook(lambda _m, _a, kw: widths.append(kw["input_ids"].shape[1]),
-                                           with_kwargs=True)
+    hook = model.register_forward_pre_hook(lambda _m, _a, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True)
     try:
         log_probs, entropy = DataParallelPPOActor(make_config(), model).compute_log_prob(data, calculate_entropy=True)
     finally:
@@ -181,8 +180,9 @@ def test_micro_batching_does_not_change_log_probs(model, meta):
     torch.testing.assert_close(entropy, ref_entropy, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("meta", [{"micro_batch_size": 8}, {"micro_batch_size": 3}, {"use_dynamic_bsz": True,
-                                                                                     "max_token_len": 24}])
+@pytest.mark.parametrize(
+    "meta", [{"micro_batch_size": 8}, {"micro_batch_size": 3}, {"use_dynamic_bsz": True, "max_token_len": 24}]
+)
 def test_remove_padding_equals_padded(model, meta):
     data = make_batch(model.config.vocab_size, temperature=0.9)
     data.meta_info.update(meta)
@@ -435,8 +435,11 @@ def test_rollout_correction_inside_the_update_equals_a_separate_pass(base_model,
     gen = torch.Generator().manual_seed(1)
     reference_actor = DataParallelPPOActor(make_config(), copy.deepcopy(base_model), None)
     current, _ = reference_actor.compute_log_prob(data)
-    noise = 0.3 * torch.randn(current.shape, generator=gen) if level == "token" else 0.05 * torch.randn(
-        current.shape, generator=gen)
+    noise = (
+        0.3 * torch.randn(current.shape, generator=gen)
+        if level == "token"
+        else 0.05 * torch.randn(current.shape, generator=gen)
+    )
     data.batch["rollout_log_probs"] = (current + noise) * data.batch["response_mask"]
     results = []
     for in_update in (False, True):
@@ -456,8 +459,13 @@ def test_rollout_correction_inside_the_update_equals_a_separate_pass(base_model,
     (separate, params_separate), (inside, params_inside) = results
     assert separate["actor/grad_norm"][0] == pytest.approx(inside["actor/grad_norm"][0], rel=1e-5)
     torch.testing.assert_close(params_inside, params_separate, atol=1e-6, rtol=0)
-    for key in ("rollout_corr/mismatch_kl_k1", "rollout_corr/mismatch_kl_k3", "rollout_corr/ess",
-                "rollout_corr/is_weight_mean", "rollout_corr/is_truncated_frac"):
+    for key in (
+        "rollout_corr/mismatch_kl_k1",
+        "rollout_corr/mismatch_kl_k3",
+        "rollout_corr/ess",
+        "rollout_corr/is_weight_mean",
+        "rollout_corr/is_truncated_frac",
+    ):
         assert inside[key][0] == pytest.approx(separate[key][0], rel=1e-4, abs=1e-6), key
     assert inside["rollout_corr/is_weight_mean"][0] != pytest.approx(1.0, abs=1e-3)  # the weights did something
 

@@ -42,11 +42,16 @@ def micro_batch(vocab_size: int) -> TensorDict:
 def grads_and_recomputes(base_model, checkpointing: bool, chunking: bool) -> tuple[list[torch.Tensor], int]:
     """Parameter gradients of ``sum(log_prob) - 0.3 * sum(entropy)`` and how often the backward ran logsumexp."""
     model = copy.deepcopy(base_model)
-    config = FSDPActorConfig(ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=ROWS,
-                             entropy_checkpointing=checkpointing, entropy_from_logits_with_chunking=chunking)
+    config = FSDPActorConfig(
+        ppo_mini_batch_size=ROWS,
+        ppo_micro_batch_size_per_gpu=ROWS,
+        entropy_checkpointing=checkpointing,
+        entropy_from_logits_with_chunking=chunking,
+    )
     actor = DataParallelPPOActor(config, model)
-    log_probs, entropy = actor._forward_micro_batch(micro_batch(model.config.vocab_size), temperature=0.7,
-                                                    calculate_entropy=True, entropy_grad=True)
+    log_probs, entropy = actor._forward_micro_batch(
+        micro_batch(model.config.vocab_size), temperature=0.7, calculate_entropy=True, entropy_grad=True
+    )
     loss = log_probs.sum() - 0.3 * entropy.sum()
     with CountOps() as ops:
         loss.backward()

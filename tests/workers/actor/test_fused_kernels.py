@@ -57,8 +57,9 @@ def forward_and_grads(base_model, fused: bool, remove_padding: bool, entropy_gra
     actor = make_actor(model, fused, remove_padding)
     micro = micro_batch(model.config.vocab_size)
     with LogitRows(model.config.vocab_size) as seen:
-        log_probs, entropy = actor._forward_micro_batch(micro, temperature=0.7, calculate_entropy=True,
-                                                        entropy_grad=entropy_grad)
+        log_probs, entropy = actor._forward_micro_batch(
+            micro, temperature=0.7, calculate_entropy=True, entropy_grad=entropy_grad
+        )
     (log_probs.sum() - 0.3 * entropy.sum()).backward() if entropy_grad else log_probs.sum().backward()
     return log_probs.detach(), entropy.detach(), [p.grad.clone() for p in model.parameters()], seen.most
 
@@ -93,9 +94,12 @@ def test_log_prob_pass_and_update_follow_the_unfused_path(base_model):
     for fused in (False, True):
         model = copy.deepcopy(base_model)
         actor = DataParallelPPOActor(
-            ConfigView(FSDPActorConfig(ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=2, entropy_coeff=0.01),
-                       use_fused_kernels=fused),
-            model, torch.optim.SGD(model.parameters(), lr=1.0),  # SGD: Adam would magnify rounding in tiny grads
+            ConfigView(
+                FSDPActorConfig(ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=2, entropy_coeff=0.01),
+                use_fused_kernels=fused,
+            ),
+            model,
+            torch.optim.SGD(model.parameters(), lr=1.0),  # SGD: Adam would magnify rounding in tiny grads
         )
         data = ppo_batch(model.config.vocab_size)
         old, entropy = actor.compute_log_prob(data, calculate_entropy=True)

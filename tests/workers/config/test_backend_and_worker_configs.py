@@ -47,13 +47,16 @@ def test_megatron_engine_keeps_verl_defaults_and_turns_off_sequence_parallel_wit
     assert sharded.sequence_parallel is True and sharded["pipeline_model_parallel_size"] == 2
 
 
-@pytest.mark.parametrize("kwargs, key", [
-    ({"dtype": "float32"}, "dtype"),
-    ({"strategy": "fsdp"}, "strategy"),
-    ({"dynamic_context_parallel": True}, "max_seqlen_per_dp_cp_rank"),
-    ({"router_replay": {"mode": "record"}}, "router_replay.mode"),
-    ({"context_parallel_size": 0}, "context_parallel_size"),
-])
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"dtype": "float32"}, "dtype"),
+        ({"strategy": "fsdp"}, "strategy"),
+        ({"dynamic_context_parallel": True}, "max_seqlen_per_dp_cp_rank"),
+        ({"router_replay": {"mode": "record"}}, "router_replay.mode"),
+        ({"context_parallel_size": 0}, "context_parallel_size"),
+    ],
+)
 def test_megatron_engine_names_the_bad_key(kwargs, key):
     with pytest.raises(ConfigError) as info, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -96,16 +99,21 @@ def test_engines_for_these_configs_are_refused_by_name():
         megatron = McoreEngineConfig()
     for engine_config in (megatron, TorchtitanEngineConfig()):
         with pytest.raises(MissingExtraError, match="not part of this build"):
-            EngineRegistry.new("language_model", engine_config.strategy, HFModelConfig(), engine_config,
-                               OptimizerConfig(), None)
+            EngineRegistry.new(
+                "language_model", engine_config.strategy, HFModelConfig(), engine_config, OptimizerConfig(), None
+            )
 
 
 def test_training_worker_config_carries_the_engine_choice():
     def select(model_config, device):
         return FSDPEngineConfig(strategy="fsdp2"), OptimizerConfig(lr=1e-5)
 
-    config = TrainingWorkerConfig(model_type="value_model", model_config=HFModelConfig(),
-                                  auto_select_engine_optim_fn=select, extra_context={"tag": 1})
+    config = TrainingWorkerConfig(
+        model_type="value_model",
+        model_config=HFModelConfig(),
+        auto_select_engine_optim_fn=select,
+        extra_context={"tag": 1},
+    )
     engine, optim = config.auto_select_engine_optim_fn(config.model_config, "cpu")
     assert engine.strategy == "fsdp2" and optim.lr == 1e-5 and config["extra_context"] == {"tag": 1}
     with pytest.raises(ConfigError, match="model_type"):

@@ -167,8 +167,14 @@ def test_value_loss_decreases_on_a_fixed_target(critic_module):
     values = critic.compute_values(data)
     mask = data.batch["response_mask"].bool()
     assert (values[mask] - 1.0).abs().mean() < (data.batch["values"][mask] - 1.0).abs().mean()
-    assert set(metrics) >= {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
-                            "critic/step_skipped", "critic/lr"}
+    assert set(metrics) >= {
+        "critic/vf_loss",
+        "critic/vf_clipfrac",
+        "critic/vpred_mean",
+        "critic/grad_norm",
+        "critic/step_skipped",
+        "critic/lr",
+    }
     assert len(metrics["critic/grad_norm"]) == 1 and len(metrics["critic/vf_loss"]) == 4
 
 
@@ -185,11 +191,15 @@ def test_value_clipping_reports_clipfrac(critic_module):
 def test_critic_gradient_accumulation_equivalence(base_critic):
     data = make_batch(base_critic.config.vocab_size, seed=2)
     flat = []
-    for overrides in ({"ppo_micro_batch_size_per_gpu": 1}, {"ppo_micro_batch_size_per_gpu": 8},
-                      {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 20}):
+    for overrides in (
+        {"ppo_micro_batch_size_per_gpu": 1},
+        {"ppo_micro_batch_size_per_gpu": 8},
+        {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 20},
+    ):
         module = copy.deepcopy(base_critic)
-        critic = DataParallelPPOCritic(make_config(grad_clip=1e6, **overrides), module,
-                                       torch.optim.SGD(module.parameters(), lr=1.0))
+        critic = DataParallelPPOCritic(
+            make_config(grad_clip=1e6, **overrides), module, torch.optim.SGD(module.parameters(), lr=1.0)
+        )
         with_targets(critic, data, target=2.0)
         critic.update_critic(data)
         flat.append(torch.cat([p.detach().flatten() for p in module.parameters()]))
@@ -222,7 +232,10 @@ def test_update_critic_errors_name_the_culprit(critic_module):
     with pytest.raises(KeyError, match="returns"):
         critic.update_critic(data)
     data.batch["returns"] = torch.zeros(8, RESPONSE_LEN)
-    critic = DataParallelPPOCritic(make_config(ppo_micro_batch_size_per_gpu=None), critic_module,
-                                   torch.optim.SGD(critic_module.parameters(), lr=0.1))
+    critic = DataParallelPPOCritic(
+        make_config(ppo_micro_batch_size_per_gpu=None),
+        critic_module,
+        torch.optim.SGD(critic_module.parameters(), lr=0.1),
+    )
     with pytest.raises(ValueError, match="critic.ppo_micro_batch_size_per_gpu must be a positive integer"):
         critic.update_critic(data)

@@ -56,8 +56,10 @@ def test_register_rejects_a_second_class_for_the_same_slot(monkeypatch):
 
 def nested_batch(lengths: list[int]) -> TensorDict:
     rows = [torch.arange(n) + 10 * i for i, n in enumerate(lengths)]
-    data = TensorDict({"input_ids": torch.nested.as_nested_tensor(rows, layout=torch.jagged),
-                       "row": torch.arange(len(lengths))}, batch_size=[len(lengths)])
+    data = TensorDict(
+        {"input_ids": torch.nested.as_nested_tensor(rows, layout=torch.jagged), "row": torch.arange(len(lengths))},
+        batch_size=[len(lengths)],
+    )
     return data
 
 
@@ -79,11 +81,13 @@ def test_dynamic_micro_batches_respect_the_token_budget_and_restore_order():
     for m, part in zip(micro, indices):
         assert m["row"].tolist() == part
         assert int(m["input_ids"].offsets()[-1]) <= 8
-    outputs = [{"model_output": {"ids": m["input_ids"] * 1}, "loss": 0.5, "metrics": {"m": [float(len(m))]}}
-               for m in micro]
+    outputs = [
+        {"model_output": {"ids": m["input_ids"] * 1}, "loss": 0.5, "metrics": {"m": [float(len(m))]}} for m in micro
+    ]
     merged = postprocess_batch_func(outputs, indices, data)
-    assert [r.tolist() for r in merged["model_output"]["ids"].unbind()] == [r.tolist() for r in
-                                                                            data["input_ids"].unbind()]
+    assert [r.tolist() for r in merged["model_output"]["ids"].unbind()] == [
+        r.tolist() for r in data["input_ids"].unbind()
+    ]
     assert merged["loss"] == [0.5] * len(micro) and sum(merged["metrics"]["m"]) == 5
 
 

@@ -23,21 +23,38 @@ def make_batch(vocab: int, rows: int = 4, seed: int = 0):
     attention_mask = torch.ones(rows, P + R, dtype=torch.long)
     attention_mask[0, :2] = 0
     attention_mask[1, -1] = 0
-    return TensorDict({
-        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
-        "attention_mask": attention_mask, "position_ids": torch.clamp(attention_mask.cumsum(-1) - 1, min=0),
-        "response_mask": attention_mask[:, P:].clone(), "advantages": torch.ones(rows, R),
-        "old_log_probs": torch.zeros(rows, R), "values": torch.zeros(rows, R), "returns": torch.ones(rows, R),
-    }, batch_size=[rows])
+    return TensorDict(
+        {
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], 1),
+            "attention_mask": attention_mask,
+            "position_ids": torch.clamp(attention_mask.cumsum(-1) - 1, min=0),
+            "response_mask": attention_mask[:, P:].clone(),
+            "advantages": torch.ones(rows, R),
+            "old_log_probs": torch.zeros(rows, R),
+            "values": torch.zeros(rows, R),
+            "returns": torch.ones(rows, R),
+        },
+        batch_size=[rows],
+    )
 
 
 def engine_batch(vocab: int, rank: int, **settings):
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
-    data = left_right_2_no_padding(make_batch(vocab)[rank * 2: rank * 2 + 2])
-    tu.assign_non_tensor(data, **{"use_dynamic_bsz": False, "micro_batch_size_per_gpu": 1, "temperature": 1.0,
-                                  "calculate_entropy": True, **settings})
+    data = left_right_2_no_padding(make_batch(vocab)[rank * 2 : rank * 2 + 2])
+    tu.assign_non_tensor(
+        data,
+        **{
+            "use_dynamic_bsz": False,
+            "micro_batch_size_per_gpu": 1,
+            "temperature": 1.0,
+            "calculate_entropy": True,
+            **settings,
+        },
+    )
     return data
 
 
@@ -53,13 +70,22 @@ def _worker(rank: int, model_dir: str, init_file: str, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     try:
         model_config = HFModelConfig(path=model_dir, use_remove_padding=True)
-        engine = EngineRegistry.new("language_model", "fsdp", model_config, FSDPEngineConfig(),
-                                    FSDPOptimizerConfig(lr=1e-2, clip_grad=1.0), CheckpointConfig())
+        engine = EngineRegistry.new(
+            "language_model",
+            "fsdp",
+            model_config,
+            FSDPEngineConfig(),
+            FSDPOptimizerConfig(lr=1e-2, clip_grad=1.0),
+            CheckpointConfig(),
+        )
         engine.initialize()
         vocab = engine.hf_config.vocab_size
         result: dict = {"sharded": type(next(engine.module.parameters())).__name__}
-        for name, settings in {"packed": {}, "padded": {"use_remove_padding": False},
-                               "dynamic": {"use_dynamic_bsz": True, "max_token_len_per_gpu": 9}}.items():
+        for name, settings in {
+            "packed": {},
+            "padded": {"use_remove_padding": False},
+            "dynamic": {"use_dynamic_bsz": True, "max_token_len_per_gpu": 9},
+        }.items():
             data = engine_batch(vocab, rank, **settings)
             with engine.eval_mode():
                 out = engine.infer_batch(data)["model_output"]
@@ -79,8 +105,9 @@ def _worker(rank: int, model_dir: str, init_file: str, out_dir: str) -> None:
         restored = dict(engine.get_per_tensor_param()[0])
         result["restored"] = all(torch.equal(restored[k], result["weights"][k]) for k in restored)
 
-        critic = EngineRegistry.new("value_model", "fsdp2", model_config, FSDPEngineConfig(forward_only=True),
-                                    None, CheckpointConfig())
+        critic = EngineRegistry.new(
+            "value_model", "fsdp2", model_config, FSDPEngineConfig(forward_only=True), None, CheckpointConfig()
+        )
         critic.initialize()
         data = engine_batch(vocab, rank)
         with critic.eval_mode():
@@ -99,8 +126,11 @@ def reference(model_dir: str, vocab: int):
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     data = make_batch(vocab)
     with torch.no_grad():
-        logits = model(input_ids=data["input_ids"], attention_mask=data["attention_mask"],
-                       position_ids=data["position_ids"]).logits[:, P - 1:-1].float()
+        logits = (
+            model(input_ids=data["input_ids"], attention_mask=data["attention_mask"], position_ids=data["position_ids"])
+            .logits[:, P - 1 : -1]
+            .float()
+        )
     mask = data["response_mask"].float()
     log_probs = torch.log_softmax(logits, -1).gather(-1, data["responses"].unsqueeze(-1)).squeeze(-1)
     return log_probs * mask, entropy_from_logits(logits) * mask, mask

@@ -11,8 +11,11 @@ from verl.workers.roles.reward_model_engine import get_reward_model_class
 
 def test_known_names_resolve_and_unknown_ones_are_listed():
     assert get_reward_model_class("hf") is HFRewardModel
-    with pytest.raises(ValueError, match=r"reward_model.name='vllm' is not a known reward model; known: \['hf', "
-                                         r"'sglang'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"reward_model.name='vllm' is not a known reward model; known: \['hf', "
+        r"'sglang'\]",
+    ):
         get_reward_model_class("vllm")
 
 

@@ -11,12 +11,23 @@ from verl.workers.rollout.vllm.server import vllm_engine_args
 
 
 def test_vllm_gets_enforce_eager_and_max_num_batched_tokens():
-    config = RolloutConfig(name="vllm", prompt_length=100, response_length=28, enforce_eager=True,
-                           max_num_batched_tokens=4096, max_num_seqs=64, dtype="bfloat16")
+    config = RolloutConfig(
+        name="vllm",
+        prompt_length=100,
+        response_length=28,
+        enforce_eager=True,
+        max_num_batched_tokens=4096,
+        max_num_seqs=64,
+        dtype="bfloat16",
+    )
     args = vllm_engine_args(config, "/models/m")
     assert args["enforce_eager"] is True and args["max_num_batched_tokens"] == 4096
-    assert (args["model"], args["dtype"], args["max_num_seqs"], args["max_model_len"]) == ("/models/m", "bfloat16",
-                                                                                            64, 128)
+    assert (args["model"], args["dtype"], args["max_num_seqs"], args["max_model_len"]) == (
+        "/models/m",
+        "bfloat16",
+        64,
+        128,
+    )
     assert args["enable_sleep_mode"] is True
     assert vllm_engine_args(RolloutConfig(name="vllm"), "/m")["enforce_eager"] is False
     assert "vllm" not in sys.modules  # building the arguments needs no engine
@@ -36,8 +47,12 @@ def test_sglang_gets_disable_cuda_graph_and_chunked_prefill_size():
 def test_engine_kwargs_win_over_the_rollout_keys(build, name):
     batched = {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size"}[name]
     eager = {"vllm": "enforce_eager", "sglang": "disable_cuda_graph"}[name]
-    config = RolloutConfig(name=name, enforce_eager=True, max_num_batched_tokens=4096,
-                           engine_kwargs={name: {batched: 16384, eager: False, "seed": 3}})
+    config = RolloutConfig(
+        name=name,
+        enforce_eager=True,
+        max_num_batched_tokens=4096,
+        engine_kwargs={name: {batched: 16384, eager: False, "seed": 3}},
+    )
     args = build(config, "/m")
     assert (args[batched], args[eager], args["seed"]) == (16384, False, 3)
     assert build(config, "/m", {batched: 1024})[batched] == 1024  # the caller's own arguments come last
@@ -56,10 +71,16 @@ def test_data_parallel_size_is_vllm_data_parallel_size_and_sglang_dp_size():
 
 
 def test_hf_engine_refuses_data_parallelism_and_says_what_to_use():
-    with pytest.raises(ConfigError, match=r"^data_parallel_size: is 2, but the hf engine .* more rollout processes "
-                                          r"\(trainer.n_gpus_per_node"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^data_parallel_size: is 2, but the hf engine .* more rollout processes "
+        r"\(trainer.n_gpus_per_node",
+    ):
         RolloutConfig(name="hf", data_parallel_size=2)
     RolloutConfig(name="hf", data_parallel_size=1)
     # a custom server class decides for itself what the key means
-    RolloutConfig(name="hf", data_parallel_size=2,
-                  agent=AgentLoopConfig(custom_async_server=CustomAsyncServerConfig(path="my.py", name="S")))
+    RolloutConfig(
+        name="hf",
+        data_parallel_size=2,
+        agent=AgentLoopConfig(custom_async_server=CustomAsyncServerConfig(path="my.py", name="S")),
+    )

@@ -83,15 +83,17 @@ def test_standalone_replica_sends_requests_made_together_in_one_call(ray_cluster
 
     import ray
 
-    replica = StandaloneReplica(rollout_config(prompt_length=16, max_num_seqs=8), str(tiny_model_dir),
-                                server_kwargs={"device": "cpu"})
+    replica = StandaloneReplica(
+        rollout_config(prompt_length=16, max_num_seqs=8), str(tiny_model_dir), server_kwargs={"device": "cpu"}
+    )
     prompts = [[3, 4, 5], [6, 7], [8, 9, 10, 11]]
     too_long = [5] * 40  # over prompt_length=16: the server refuses this request only
     params = dict(GREEDY, max_tokens=5)
 
     async def together(rep):
-        return await asyncio.gather(*(rep.generate(p, params, f"r{i}") for i, p in enumerate([*prompts, too_long])),
-                                    return_exceptions=True)
+        return await asyncio.gather(
+            *(rep.generate(p, params, f"r{i}") for i, p in enumerate([*prompts, too_long])), return_exceptions=True
+        )
 
     async def one_after_another(rep):
         return [await rep.generate(p, params, f"s{i}") for i, p in enumerate(prompts)]
@@ -109,5 +111,9 @@ def test_standalone_replica_sends_requests_made_together_in_one_call(ray_cluster
     assert isinstance(outputs[-1], ValueError) and "prompt" in str(outputs[-1])
     # a dead server fails every request of the call naming the replica (Ray's error as the cause), none hangs
     failed = asyncio.run(together(replica))
-    assert all(isinstance(f, WorkerDiedError) and "rollout rank 0 died during generate()" in str(f)
-               and isinstance(f.__cause__, ray.exceptions.RayActorError) for f in failed), failed
+    assert all(
+        isinstance(f, WorkerDiedError)
+        and "rollout rank 0 died during generate()" in str(f)
+        and isinstance(f.__cause__, ray.exceptions.RayActorError)
+        for f in failed
+    ), failed

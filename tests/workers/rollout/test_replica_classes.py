@@ -47,8 +47,13 @@ def test_vllm_replica_without_vllm_names_the_extra():
 @pytest.mark.ray
 def test_hf_replica_serves_the_model_from_verl_arguments(ray_cluster, tiny_model_dir, tiny_causal_lm):
     replica_cls = get_rollout_replica_class("hf")
-    replica = replica_cls(3, rollout_config(), SimpleNamespace(local_path=str(tiny_model_dir)), gpus_per_node=1,
-                          server_kwargs={"device": "cpu"})
+    replica = replica_cls(
+        3,
+        rollout_config(),
+        SimpleNamespace(local_path=str(tiny_model_dir)),
+        gpus_per_node=1,
+        server_kwargs={"device": "cpu"},
+    )
     try:
         out = asyncio.run(replica.generate([3, 4, 5], {"temperature": 0.0, "ignore_eos": True, "max_tokens": 5}, "r"))
     finally:

@@ -33,8 +33,11 @@ def test_one_send_per_turn_and_each_caller_gets_its_own_result():
     engine, coalescer = Engine(), RequestCoalescer()
 
     async def run():
-        first = await asyncio.gather(*(coalescer.submit(([i, i + 1], {}, f"a{i}"), engine.send) for i in range(3)),
-                                     coalescer.submit(([], {}, "bad"), engine.send), return_exceptions=True)
+        first = await asyncio.gather(
+            *(coalescer.submit(([i, i + 1], {}, f"a{i}"), engine.send) for i in range(3)),
+            coalescer.submit(([], {}, "bad"), engine.send),
+            return_exceptions=True,
+        )
         later = await coalescer.submit(([7], {}, "b0"), engine.send)
         return first, later
 
@@ -55,8 +58,9 @@ def test_a_failed_send_fails_every_request_of_that_call_only():
         return [ids for ids, _, _ in requests]
 
     async def run():
-        failed = await asyncio.gather(*(coalescer.submit(([i], {}, f"r{i}"), send) for i in range(2)),
-                                      return_exceptions=True)
+        failed = await asyncio.gather(
+            *(coalescer.submit(([i], {}, f"r{i}"), send) for i in range(2)), return_exceptions=True
+        )
         return failed, await coalescer.submit(([9], {}, "next"), send)
 
     failed, next_result = asyncio.run(run())

@@ -60,8 +60,9 @@ def test_model_length_and_engine_gpus():
 
 
 def test_message_schema_validates_tool_calls():
-    message = Message(role="assistant", content="",
-                      tool_calls=[{"id": "c1", "function": {"name": "calc", "arguments": {"x": 1}}}])
+    message = Message(
+        role="assistant", content="", tool_calls=[{"id": "c1", "function": {"name": "calc", "arguments": {"x": 1}}}]
+    )
     assert message.tool_calls[0].function.name == "calc"
     with pytest.raises(ValueError):
         Message(role="user")
@@ -103,14 +104,16 @@ def test_hf_rollout_generates_with_the_given_module(tiny_causal_lm):
     from verl.workers.rollout.hf_rollout import HFRollout
 
     model = copy.deepcopy(tiny_causal_lm)
-    rollout = HFRollout(model, rollout_config(prompt_length=6, response_length=4, do_sample=False),
-                        pad_token_id=0)
+    rollout = HFRollout(model, rollout_config(prompt_length=6, response_length=4, do_sample=False), pad_token_id=0)
     try:
         assert rollout.replica.server.model is model  # no second copy of the weights
         ids = torch.tensor([[0, 0, 5, 6, 7, 8], [3, 4, 5, 6, 7, 8]])
         mask = (ids != 0).long()
-        out = rollout.generate_sequences(DataProto.from_dict(
-            {"input_ids": ids, "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask)}))
+        out = rollout.generate_sequences(
+            DataProto.from_dict(
+                {"input_ids": ids, "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask)}
+            )
+        )
         for row in range(2):
             prompt = ids[row][mask[row].bool()].tolist()
             expected = reference_greedy(model, prompt, 4)
@@ -137,8 +140,9 @@ def test_llm_server_manager_hands_out_clients_over_its_replicas():
     client = manager.get_client()
 
     async def run():
-        return await asyncio.gather(*(client.generate(f"r{i}", prompt_ids=[1, 2, 3], sampling_params={})
-                                      for i in range(4)))
+        return await asyncio.gather(
+            *(client.generate(f"r{i}", prompt_ids=[1, 2, 3], sampling_params={}) for i in range(4))
+        )
 
     outputs = asyncio.run(run())
     assert [o.token_ids for o in outputs] == [[3]] * 4

@@ -134,9 +134,15 @@ def test_bad_custom_async_server_names_the_key(tmp_path):
 
     module = tmp_path / "my_server.py"
     module.write_text(CUSTOM_SERVER)
-    with pytest.raises(AttributeError, match=r"rollout server class 'Missing' not found .*"
-                                             r"rollout.agent.custom_async_server.path.*CountingServer"):
+    with pytest.raises(
+        AttributeError,
+        match=r"rollout server class 'Missing' not found .*"
+        r"rollout.agent.custom_async_server.path.*CountingServer",
+    ):
         server_class(_with_custom_server(module, "Missing"))
-    with pytest.raises(TypeError, match=r"rollout.agent.custom_async_server.name='NOT_A_SERVER' .* must be a "
-                                        r"subclass of verl.workers.rollout.base.RolloutServer"):
+    with pytest.raises(
+        TypeError,
+        match=r"rollout.agent.custom_async_server.name='NOT_A_SERVER' .* must be a "
+        r"subclass of verl.workers.rollout.base.RolloutServer",
+    ):
         server_class(_with_custom_server(module, "NOT_A_SERVER"))

@@ -22,18 +22,21 @@ def batch(rows: int = 4) -> TensorDict:
     attention_mask[0, 0] = 0
     attention_mask[1, -2:] = 0
     response_mask = attention_mask[:, P:].clone()
-    td = TensorDict({
-        "prompts": torch.randint(2, 9, (rows, P), generator=gen),
-        "responses": torch.randint(2, 9, (rows, R), generator=gen),
-        "attention_mask": attention_mask,
-        "position_ids": torch.clamp(attention_mask.cumsum(-1) - 1, min=0),
-        "response_mask": response_mask,
-        "old_log_probs": -torch.rand(rows, R, generator=gen),
-        "ref_log_prob": -torch.rand(rows, R, generator=gen),
-        "advantages": torch.randn(rows, R, generator=gen),
-        "values": torch.randn(rows, R, generator=gen),
-        "returns": torch.randn(rows, R, generator=gen),
-    }, batch_size=[rows])
+    td = TensorDict(
+        {
+            "prompts": torch.randint(2, 9, (rows, P), generator=gen),
+            "responses": torch.randint(2, 9, (rows, R), generator=gen),
+            "attention_mask": attention_mask,
+            "position_ids": torch.clamp(attention_mask.cumsum(-1) - 1, min=0),
+            "response_mask": response_mask,
+            "old_log_probs": -torch.rand(rows, R, generator=gen),
+            "ref_log_prob": -torch.rand(rows, R, generator=gen),
+            "advantages": torch.randn(rows, R, generator=gen),
+            "values": torch.randn(rows, R, generator=gen),
+            "returns": torch.randn(rows, R, generator=gen),
+        },
+        batch_size=[rows],
+    )
     td.set("input_ids", torch.cat([td["prompts"], td["responses"]], 1))
     return left_right_2_no_padding(td)
 
@@ -43,9 +46,11 @@ def model_output(data: TensorDict, seed: int = 1) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     flat = -torch.rand(int(lengths.sum()), generator=gen)
     offsets = data["input_ids"].offsets()
-    return {"log_probs": torch.nested.nested_tensor_from_jagged(flat, offsets=offsets),
-            "entropy": torch.nested.nested_tensor_from_jagged(flat.abs() * 3, offsets=offsets),
-            "values": torch.nested.nested_tensor_from_jagged(flat * 2, offsets=offsets)}
+    return {
+        "log_probs": torch.nested.nested_tensor_from_jagged(flat, offsets=offsets),
+        "entropy": torch.nested.nested_tensor_from_jagged(flat.abs() * 3, offsets=offsets),
+        "values": torch.nested.nested_tensor_from_jagged(flat * 2, offsets=offsets),
+    }
 
 
 def test_ppo_loss_matches_the_algorithms_on_padded_tensors():
@@ -56,8 +61,9 @@ def test_ppo_loss_matches_the_algorithms_on_padded_tensors():
     log_prob = no_padding_2_padding(output["log_probs"], data)
     entropy = no_padding_2_padding(output["entropy"], data)
     mask = data["response_mask"].bool()
-    pg, _ = get_policy_loss_fn("vanilla")(data["old_log_probs"], log_prob, data["advantages"], mask,
-                                          loss_agg_mode="token-mean", config=config)
+    pg, _ = get_policy_loss_fn("vanilla")(
+        data["old_log_probs"], log_prob, data["advantages"], mask, loss_agg_mode="token-mean", config=config
+    )
     kl = agg_loss(kl_penalty(log_prob, data["ref_log_prob"], config.kl_loss_type), mask, "token-mean")
     expected = pg - 0.01 * agg_loss(entropy, mask, "token-mean") + 0.1 * kl
     torch.testing.assert_close(loss, expected)
@@ -76,8 +82,10 @@ def test_micro_batch_losses_with_global_counts_add_up_to_the_batch_loss():
     for rows in ([0, 1], [2, 3]):
         micro = tu.index_select_tensor_dict(data, rows)
         tu.assign_non_tensor(micro, batch_num_tokens=tokens, dp_size=1, global_batch_size=4)
-        micro_output = {k: torch.nested.as_nested_tensor([v.unbind()[i] for i in rows], layout=torch.jagged)
-                        for k, v in output.items()}
+        micro_output = {
+            k: torch.nested.as_nested_tensor([v.unbind()[i] for i in rows], layout=torch.jagged)
+            for k, v in output.items()
+        }
         loss, metrics = ppo_loss(config, micro_output, micro)
         assert metrics["actor/pg_loss"].aggregation is AggregationType.SUM
         parts.append(loss)
@@ -90,8 +98,9 @@ def test_value_loss_matches_compute_value_loss():
     output = model_output(data)
     loss, metrics = value_loss(config, output, data)
     vpreds = no_padding_2_padding(output["values"], data)
-    expected, clipfrac = compute_value_loss(vpreds, data["returns"], data["values"], data["response_mask"].bool(),
-                                            0.2, config.loss_agg_mode)
+    expected, clipfrac = compute_value_loss(
+        vpreds, data["returns"], data["values"], data["response_mask"].bool(), 0.2, config.loss_agg_mode
+    )
     torch.testing.assert_close(loss, expected)
     assert metrics["critic/vf_clipfrac"] == clipfrac.item()
 

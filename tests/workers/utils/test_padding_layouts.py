@@ -25,11 +25,17 @@ def padded_batch(prompt_len: int = 4, response_len: int = 3) -> TensorDict:
     attention_mask[0, :2] = 0  # left padded prompt
     attention_mask[1, -1] = 0  # short response
     attention_mask[2, -2:] = 0
-    return TensorDict({
-        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
-        "attention_mask": attention_mask, "position_ids": compute_position_id_with_mask(attention_mask),
-        "response_mask": attention_mask[:, prompt_len:].clone(),
-    }, batch_size=[3])
+    return TensorDict(
+        {
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], 1),
+            "attention_mask": attention_mask,
+            "position_ids": compute_position_id_with_mask(attention_mask),
+            "response_mask": attention_mask[:, prompt_len:].clone(),
+        },
+        batch_size=[3],
+    )
 
 
 def test_left_right_2_no_padding_keeps_real_tokens_per_row():

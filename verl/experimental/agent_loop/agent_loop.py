@@ -95,11 +95,14 @@ class AgentLoopOutput(BaseModel):
             return self
         name = type(self).__name__
         if len(self.response_mask) != len(self.response_ids):
-            raise ValueError(f"{name}.response_mask has {len(self.response_mask)} entries for "
-                             f"{len(self.response_ids)} response_ids")
+            raise ValueError(
+                f"{name}.response_mask has {len(self.response_mask)} entries for {len(self.response_ids)} response_ids"
+            )
         if self.response_logprobs is not None and len(self.response_logprobs) != len(self.response_ids):
-            raise ValueError(f"{name}.response_logprobs has {len(self.response_logprobs)} entries for "
-                             f"{len(self.response_ids)} response_ids")
+            raise ValueError(
+                f"{name}.response_logprobs has {len(self.response_logprobs)} entries for "
+                f"{len(self.response_ids)} response_ids"
+            )
         if not self.prompt_ids:
             raise ValueError(f"{name}.prompt_ids is empty")
         return self
@@ -212,9 +215,17 @@ class AgentLoopBase(abc.ABC):
 
     _class_initialized: bool = False
 
-    def __init__(self, trainer_config: Any, server_manager: Any, tokenizer: Any, processor: Any = None,
-                 dataset_cls: type | None = None, data_config: Any = None, hf_model_type: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        trainer_config: Any,
+        server_manager: Any,
+        tokenizer: Any,
+        processor: Any = None,
+        dataset_cls: type | None = None,
+        data_config: Any = None,
+        hf_model_type: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         from verl.experimental.agent_loop.config import rollout_group
 
         self.config = _unwrap(trainer_config)
@@ -244,8 +255,9 @@ class AgentLoopBase(abc.ABC):
         return None
 
     @classmethod
-    def ensure_class_initialized(cls, trainer_config: Any, tokenizer: Any, processor: Any = None,
-                                 **kwargs: Any) -> None:
+    def ensure_class_initialized(
+        cls, trainer_config: Any, tokenizer: Any, processor: Any = None, **kwargs: Any
+    ) -> None:
         if cls.__dict__.get("_class_initialized", False):
             return
         cls.init_class(_unwrap(trainer_config), tokenizer, processor, **kwargs)
@@ -318,18 +330,26 @@ class AgentLoopBase(abc.ABC):
         accepts instead of raw frames; None without videos. (The built-in engine does not use it.)"""
         if not videos or "pixel_values_videos" not in mm_inputs:
             return None
-        payload = {"format": "processor_output", "pixel_values_videos": mm_inputs["pixel_values_videos"],
-                   "video_grid_thw": mm_inputs["video_grid_thw"]}
+        payload = {
+            "format": "processor_output",
+            "pixel_values_videos": mm_inputs["pixel_values_videos"],
+            "video_grid_thw": mm_inputs["video_grid_thw"],
+        }
         if "second_per_grid_ts" in mm_inputs:
             payload["second_per_grid_ts"] = mm_inputs["second_per_grid_ts"]
         return [payload]
 
     # ------------------------------------------------------------------ building the trajectory's tokens
 
-    async def ct_build_initial_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                                      images: list[Any] | None = None, videos: list[Any] | None = None,
-                                      audios: list[Any] | None = None,
-                                      mm_inputs_out: dict[str, Any] | None = None) -> list[int]:
+    async def ct_build_initial_tokens(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        images: list[Any] | None = None,
+        videos: list[Any] | None = None,
+        audios: list[Any] | None = None,
+        mm_inputs_out: dict[str, Any] | None = None,
+    ) -> list[int]:
         """The first prompt: the chat template's rendering of ``messages`` (and ``tools``), left-truncated to
         ``rollout.prompt_length`` with a warning (a multimodal prompt cannot be cut: its placeholders must match
         its media, so it is an error)."""
@@ -342,25 +362,41 @@ class AgentLoopBase(abc.ABC):
         prompt_ids = await asyncio.to_thread(self.chat_renderer.initial_tokens, list(messages), tools)
         return self._cap_text_prompt_length(prompt_ids)
 
-    async def ct_merge_assistant_token(self, runtime_token_ids: list[int], assistant_token_ids: list[int],
-                                       response_mask: list[int], response_logprobs: list[float] | None = None,
-                                       assistant_logprobs: list[float] | None = None,
-                                       ) -> tuple[MergeResult, list[int], list[float] | None]:
+    async def ct_merge_assistant_token(
+        self,
+        runtime_token_ids: list[int],
+        assistant_token_ids: list[int],
+        response_mask: list[int],
+        response_logprobs: list[float] | None = None,
+        assistant_logprobs: list[float] | None = None,
+    ) -> tuple[MergeResult, list[int], list[float] | None]:
         """Append a model turn (mask 1): returns the merge (``.token_ids``), the mask and the log-probs."""
-        return merge_assistant_tokens(runtime_token_ids, assistant_token_ids, response_mask, response_logprobs,
-                                      assistant_logprobs)
+        return merge_assistant_tokens(
+            runtime_token_ids, assistant_token_ids, response_mask, response_logprobs, assistant_logprobs
+        )
 
-    async def ct_merge_context_msg(self, previous_messages: list[dict[str, Any]],
-                                   updated_messages: list[dict[str, Any]], runtime_token_ids: list[int],
-                                   response_mask: list[int], response_logprobs: list[float] | None = None,
-                                   tools: list[dict[str, Any]] | None = None,
-                                   ) -> tuple[MergeResult, list[int], list[float] | None]:
+    async def ct_merge_context_msg(
+        self,
+        previous_messages: list[dict[str, Any]],
+        updated_messages: list[dict[str, Any]],
+        runtime_token_ids: list[int],
+        response_mask: list[int],
+        response_logprobs: list[float] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> tuple[MergeResult, list[int], list[float] | None]:
         """Append the messages added after ``previous_messages`` (tool results, user turns) with mask 0, tokenized
         by :meth:`inserted_message_ids`; the merge's ``mismatch`` tells where they differ from the template's
         rendering of the whole conversation."""
-        return await asyncio.to_thread(self.chat_renderer.merge_context, list(previous_messages),
-                                       list(updated_messages), list(runtime_token_ids), list(response_mask),
-                                       response_logprobs, tools, self.inserted_message_ids)
+        return await asyncio.to_thread(
+            self.chat_renderer.merge_context,
+            list(previous_messages),
+            list(updated_messages),
+            list(runtime_token_ids),
+            list(response_mask),
+            response_logprobs,
+            tools,
+            self.inserted_message_ids,
+        )
 
     def inserted_message_ids(self, new_messages: list[dict[str, Any]]) -> list[int]:
         """The tokens of messages the loop adds after a model turn: the chat template continuing the conversation
@@ -369,9 +405,14 @@ class AgentLoopBase(abc.ABC):
 
     def _cap_text_prompt_length(self, prompt_ids: list[int]) -> list[int]:
         if len(prompt_ids) > self.prompt_length:
-            logger.warning("%s: a prompt of %d tokens exceeds rollout.prompt_length=%d; keeping its last %d tokens",
-                           type(self).__name__, len(prompt_ids), self.prompt_length, self.prompt_length)
-            return list(prompt_ids[-self.prompt_length:])
+            logger.warning(
+                "%s: a prompt of %d tokens exceeds rollout.prompt_length=%d; keeping its last %d tokens",
+                type(self).__name__,
+                len(prompt_ids),
+                self.prompt_length,
+                self.prompt_length,
+            )
+            return list(prompt_ids[-self.prompt_length :])
         return list(prompt_ids)
 
     @abc.abstractmethod

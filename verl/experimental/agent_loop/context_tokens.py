@@ -44,15 +44,21 @@ def _extend_logprobs(logprobs: list[float] | None, values: list[float] | None, c
     return [*logprobs, *(float(v) for v in values)]
 
 
-def merge_assistant_tokens(runtime_token_ids: list[int], assistant_token_ids: list[int], response_mask: list[int],
-                           response_logprobs: list[float] | None = None,
-                           assistant_logprobs: list[float] | None = None,
-                           ) -> tuple[MergeResult, list[int], list[float] | None]:
+def merge_assistant_tokens(
+    runtime_token_ids: list[int],
+    assistant_token_ids: list[int],
+    response_mask: list[int],
+    response_logprobs: list[float] | None = None,
+    assistant_logprobs: list[float] | None = None,
+) -> tuple[MergeResult, list[int], list[float] | None]:
     """Append a model turn (mask 1). Log-probs are kept only while every turn has them."""
     tokens = [int(t) for t in assistant_token_ids]
     merged = MergeResult([*runtime_token_ids, *tokens], tokens)
-    return merged, [*response_mask, *([1] * len(tokens))], _extend_logprobs(response_logprobs, assistant_logprobs,
-                                                                           len(tokens))
+    return (
+        merged,
+        [*response_mask, *([1] * len(tokens))],
+        _extend_logprobs(response_logprobs, assistant_logprobs, len(tokens)),
+    )
 
 
 class ChatRenderer:
@@ -64,17 +70,27 @@ class ChatRenderer:
         sanity_check_mode: ``rollout.multi_turn.tokenization_sanity_check_mode`` for :meth:`merge_context`.
     """
 
-    def __init__(self, tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None,
-                 sanity_check_mode: str = "disable") -> None:
+    def __init__(
+        self, tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None, sanity_check_mode: str = "disable"
+    ) -> None:
         self.tokenizer = tokenizer
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.sanity_check_mode = sanity_check_mode
         self._prefix: list[int] | None = None
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-               add_generation_prompt: bool = True) -> list[int]:
-        return render_ids(self.tokenizer, list(messages), tools=tools or None,
-                          add_generation_prompt=add_generation_prompt, **self.chat_template_kwargs)
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        return render_ids(
+            self.tokenizer,
+            list(messages),
+            tools=tools or None,
+            add_generation_prompt=add_generation_prompt,
+            **self.chat_template_kwargs,
+        )
 
     def initial_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
         """The first prompt: ``messages`` rendered with the generation prompt."""
@@ -96,20 +112,25 @@ class ChatRenderer:
                 "the chat template does not render new messages after its fixed prefix "
                 f"(render of [{{}}] = {prefix[:16]}...); this tokenizer's chat_template cannot be used incrementally"
             )
-        return ids[len(prefix):]
+        return ids[len(prefix) :]
 
-    def merge_context(self, previous_messages: list[dict[str, Any]], updated_messages: list[dict[str, Any]],
-                      runtime_token_ids: list[int], response_mask: list[int],
-                      response_logprobs: list[float] | None = None, tools: list[dict[str, Any]] | None = None,
-                      render_new: Callable[[list[dict[str, Any]]], list[int]] | None = None,
-                      ) -> tuple[MergeResult, list[int], list[float] | None]:
+    def merge_context(
+        self,
+        previous_messages: list[dict[str, Any]],
+        updated_messages: list[dict[str, Any]],
+        runtime_token_ids: list[int],
+        response_mask: list[int],
+        response_logprobs: list[float] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        render_new: Callable[[list[dict[str, Any]]], list[int]] | None = None,
+    ) -> tuple[MergeResult, list[int], list[float] | None]:
         """Append the messages ``updated_messages`` adds to ``previous_messages`` (mask 0, log-prob 0.0).
 
         ``render_new`` tokenizes the new messages (default :meth:`continuation_ids`). The block is checked against
         the template's rendering of the whole conversation when the conversation has its prompt messages (a
         trajectory started from raw ids has nothing to render).
         """
-        new_messages = list(updated_messages[len(previous_messages):])
+        new_messages = list(updated_messages[len(previous_messages) :])
         if not new_messages:
             return MergeResult(list(runtime_token_ids)), list(response_mask), response_logprobs
         appended = [int(t) for t in (render_new or self.continuation_ids)(new_messages)]
@@ -121,8 +142,15 @@ class ChatRenderer:
             def render(messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:
                 return self.render(messages, tools, **kwargs)
 
-            mismatch = check_inserted_turn(self.tokenizer, self.sanity_check_mode, render, list(previous_messages),
-                                           new_messages, model_turn, appended)
+            mismatch = check_inserted_turn(
+                self.tokenizer,
+                self.sanity_check_mode,
+                render,
+                list(previous_messages),
+                new_messages,
+                model_turn,
+                appended,
+            )
         merged = MergeResult([*runtime_token_ids, *appended], appended, mismatch)
         logprobs = None if response_logprobs is None else [*response_logprobs, *([0.0] * len(appended))]
         return merged, [*response_mask, *([0] * len(appended))], logprobs
@@ -135,4 +163,4 @@ def _last_model_turn(runtime_token_ids: list[int], response_mask: list[int]) -> 
         if value != 1:
             break
         count += 1
-    return list(runtime_token_ids[len(runtime_token_ids) - count:]) if count else []
+    return list(runtime_token_ids[len(runtime_token_ids) - count :]) if count else []

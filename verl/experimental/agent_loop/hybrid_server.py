@@ -54,12 +54,15 @@ class HybridRolloutServerMixin:
         return rollout
 
     @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
-    async def rollout_generate(self, prompt_ids: list[int], sampling_params: dict[str, Any],
-                               request_id: str) -> TokenOutput:
+    async def rollout_generate(
+        self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str
+    ) -> TokenOutput:
         """Generate one request on this rank's engine (the ``RolloutServer.generate`` contract)."""
         rollout = self._hybrid_rollout(ROLLOUT_GENERATE)
-        return await rollout.run_async(rollout.replica.generate(list(prompt_ids), dict(sampling_params), request_id),
-                                       f"hybrid rollout request {request_id}")
+        return await rollout.run_async(
+            rollout.replica.generate(list(prompt_ids), dict(sampling_params), request_id),
+            f"hybrid rollout request {request_id}",
+        )
 
     @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
     async def rollout_generate_batch(
@@ -102,8 +105,14 @@ class WorkerRankReplica:
     Ray call; each caller still gets its own result or exception. Without it, one Ray call per request.
     """
 
-    def __init__(self, handle: Any, method_name: str, rank: int, call_timeout_s: float = 3600.0,
-                 batch_method_name: str | None = None):
+    def __init__(
+        self,
+        handle: Any,
+        method_name: str,
+        rank: int,
+        call_timeout_s: float = 3600.0,
+        batch_method_name: str | None = None,
+    ):
         self.handle = handle
         self.method_name = method_name
         self.batch_method_name = batch_method_name
@@ -120,8 +129,9 @@ class WorkerRankReplica:
         return self._coalescer.batch_sizes
 
     def __getstate__(self) -> dict[str, Any]:
-        return {key: self.__dict__[key]
-                for key in ("handle", "method_name", "batch_method_name", "rank", "call_timeout_s")}
+        return {
+            key: self.__dict__[key] for key in ("handle", "method_name", "batch_method_name", "rank", "call_timeout_s")
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -134,8 +144,12 @@ class WorkerRankReplica:
         return await self._coalescer.submit((list(prompt_ids), dict(sampling_params), request_id), self._send_batch)
 
     async def _send_batch(self, requests: list[Request]) -> list[Any]:
-        return await call_batch_method(getattr(self.handle, self.batch_method_name), requests, self.call_timeout_s,
-                                       f"hybrid rollout rank {self.rank}")
+        return await call_batch_method(
+            getattr(self.handle, self.batch_method_name),
+            requests,
+            self.call_timeout_s,
+            f"hybrid rollout rank {self.rank}",
+        )
 
     def __repr__(self) -> str:
         return f"WorkerRankReplica(rank={self.rank}, method={self.batch_method_name or self.method_name!r})"

@@ -50,8 +50,9 @@ class BaseInteraction(abc.ABC):
         return instance_id
 
     @abc.abstractmethod
-    async def generate_response(self, instance_id: str, messages: list[dict[str, Any]],
-                                **kwargs: Any) -> tuple[bool, str, float, dict[str, Any]]:
+    async def generate_response(
+        self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> tuple[bool, str, float, dict[str, Any]]:
         """The user's answer to the conversation so far: (end the conversation?, user message, turn score,
         extra data)."""
 
@@ -69,8 +70,9 @@ class ScriptedInteraction(BaseInteraction):
     sample gives a ``ground_truth``, a model turn containing it scores 1.0 and ends the conversation early.
     """
 
-    async def generate_response(self, instance_id: str, messages: list[dict[str, Any]],
-                                **kwargs: Any) -> tuple[bool, str, float, dict[str, Any]]:
+    async def generate_response(
+        self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> tuple[bool, str, float, dict[str, Any]]:
         state = self._instances.setdefault(instance_id, {"kwargs": {}, "turn": 0})
         settings = {**state["kwargs"], **kwargs}
         replies = list(settings.get("replies", self.config.get("replies", [])))
@@ -123,21 +125,26 @@ def initialize_interactions_from_config(path: str | Path) -> dict[str, BaseInter
     return interactions
 
 
-def select_interaction(interactions: dict[str, BaseInteraction],
-                       interaction_kwargs: dict[str, Any] | None) -> BaseInteraction | None:
+def select_interaction(
+    interactions: dict[str, BaseInteraction], interaction_kwargs: dict[str, Any] | None
+) -> BaseInteraction | None:
     """The interaction a sample asks for: None without ``interaction_kwargs``; ValueError for an unknown name."""
     if not interaction_kwargs:
         return None
     if not interactions:
-        raise ValueError(f"a sample has interaction_kwargs {interaction_kwargs!r} but {CONFIG_KEY} configures no "
-                         "interaction")
+        raise ValueError(
+            f"a sample has interaction_kwargs {interaction_kwargs!r} but {CONFIG_KEY} configures no interaction"
+        )
     name = interaction_kwargs.get("name")
     if name is None:
         if len(interactions) == 1:
             return next(iter(interactions.values()))
-        raise ValueError(f"interaction_kwargs has no 'name' and {len(interactions)} interactions are configured: "
-                         f"{sorted(interactions)}")
+        raise ValueError(
+            f"interaction_kwargs has no 'name' and {len(interactions)} interactions are configured: "
+            f"{sorted(interactions)}"
+        )
     if name not in interactions:
-        raise ValueError(f"interaction_kwargs.name={name!r} is not configured in {CONFIG_KEY}; configured: "
-                         f"{sorted(interactions)}")
+        raise ValueError(
+            f"interaction_kwargs.name={name!r} is not configured in {CONFIG_KEY}; configured: {sorted(interactions)}"
+        )
     return interactions[name]

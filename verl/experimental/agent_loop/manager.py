@@ -59,6 +59,7 @@ def _trainer_device(config: Any) -> str:
 
     return read_group(config, "trainer", TrainerConfig).resolved_device()
 
+
 logger = logging.getLogger(__name__)
 
 MANAGER_CLASS_KEY = "rollout.agent.agent_loop_manager_class"
@@ -96,9 +97,17 @@ class AgentLoopManager:
     Build it with :meth:`create`; the constructor only stores what ``create`` started.
     """
 
-    def __init__(self, config: Any, *, workers: list[Any], replicas: list[Any], worker_group: Any = None,
-                 owned_replicas: list[Any] | None = None, sleep_between_batches: bool = False,
-                 call_timeout_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        config: Any,
+        *,
+        workers: list[Any],
+        replicas: list[Any],
+        worker_group: Any = None,
+        owned_replicas: list[Any] | None = None,
+        sleep_between_batches: bool = False,
+        call_timeout_s: float = 3600.0,
+    ) -> None:
         self.config = config
         self.rollout_config = rollout_group(config)
         self.workers = list(workers)
@@ -153,12 +162,22 @@ class AgentLoopManager:
         if custom and cls is AgentLoopManager:
             target = load_manager_class(custom)
             if target is not AgentLoopManager:
-                verl_kwargs = {"llm_client": llm_client, "teacher_client": teacher_client,
-                               "reward_loop_worker_handles": reward_loop_worker_handles}
+                verl_kwargs = {
+                    "llm_client": llm_client,
+                    "teacher_client": teacher_client,
+                    "reward_loop_worker_handles": reward_loop_worker_handles,
+                }
                 return await target.create(
-                    config, worker_group, rollout_resource_pool, replicas=replicas, reward_in_loop=reward_in_loop,
-                    worker_cls=worker_cls, server_kwargs=server_kwargs, request_timeout_s=request_timeout_s,
-                    call_timeout_s=call_timeout_s, max_sessions=max_sessions,
+                    config,
+                    worker_group,
+                    rollout_resource_pool,
+                    replicas=replicas,
+                    reward_in_loop=reward_in_loop,
+                    worker_cls=worker_cls,
+                    server_kwargs=server_kwargs,
+                    request_timeout_s=request_timeout_s,
+                    call_timeout_s=call_timeout_s,
+                    max_sessions=max_sessions,
                     sleep_between_batches=sleep_between_batches,
                     **{key: value for key, value in verl_kwargs.items() if value is not None},
                 )
@@ -167,16 +186,20 @@ class AgentLoopManager:
         get_agent_loop_spec(rollout.agent.default_agent_loop)  # unknown default: fail here, naming the choices
 
         if teacher_client is not None:
-            raise NotImplementedError("AgentLoopManager.create: online policy distillation (teacher_client) is not "
-                                      "supported by this verl build")
+            raise NotImplementedError(
+                "AgentLoopManager.create: online policy distillation (teacher_client) is not "
+                "supported by this verl build"
+            )
         owned: list[Any] = []
         if llm_client is not None:
             replica_list = []
         elif worker_group is not None:
             method = rollout_method_name(worker_group)
             batch_method = rollout_batch_method_name(worker_group)
-            replica_list = [WorkerRankReplica(handle, method, rank, call_timeout_s, batch_method_name=batch_method)
-                            for rank, handle in enumerate(worker_group.workers)]
+            replica_list = [
+                WorkerRankReplica(handle, method, rank, call_timeout_s, batch_method_name=batch_method)
+                for rank, handle in enumerate(worker_group.workers)
+            ]
         elif replicas is not None:
             replica_list = list(replicas)
         else:
@@ -186,22 +209,36 @@ class AgentLoopManager:
             raise ValueError("AgentLoopManager.create: no rollout replicas to route to")
 
         workers = await cls._start_workers(
-            config, llm_client if llm_client is not None else replica_list, worker_cls or AgentLoopWorker,
-            reward_in_loop=reward_in_loop, reward_loop_worker_handles=reward_loop_worker_handles,
-            request_timeout_s=request_timeout_s, call_timeout_s=call_timeout_s, max_sessions=max_sessions,
+            config,
+            llm_client if llm_client is not None else replica_list,
+            worker_cls or AgentLoopWorker,
+            reward_in_loop=reward_in_loop,
+            reward_loop_worker_handles=reward_loop_worker_handles,
+            request_timeout_s=request_timeout_s,
+            call_timeout_s=call_timeout_s,
+            max_sessions=max_sessions,
         )
         if sleep_between_batches is None:
             on_cpu = _trainer_device(config) == "cpu"
             sleep_between_batches = worker_group is not None and bool(rollout.free_cache_engine) and not on_cpu
-        return cls(config, workers=workers, replicas=replica_list, worker_group=worker_group, owned_replicas=owned,
-                   sleep_between_batches=sleep_between_batches, call_timeout_s=call_timeout_s)
+        return cls(
+            config,
+            workers=workers,
+            replicas=replica_list,
+            worker_group=worker_group,
+            owned_replicas=owned,
+            sleep_between_batches=sleep_between_batches,
+            call_timeout_s=call_timeout_s,
+        )
 
     @classmethod
-    def create_blocking(cls, config: Any, worker_group: Any = None, rollout_resource_pool: Any = None,
-                        **kwargs: Any) -> AgentLoopManager:
+    def create_blocking(
+        cls, config: Any, worker_group: Any = None, rollout_resource_pool: Any = None, **kwargs: Any
+    ) -> AgentLoopManager:
         """``create`` for synchronous callers (e.g. a trainer's ``init_workers``)."""
-        return run_blocking(cls.create(config, worker_group, rollout_resource_pool, **kwargs),
-                            "AgentLoopManager.create_blocking")
+        return run_blocking(
+            cls.create(config, worker_group, rollout_resource_pool, **kwargs), "AgentLoopManager.create_blocking"
+        )
 
     @staticmethod
     async def _start_standalone_replicas(config: Any, pool: Any, server_kwargs: dict[str, Any] | None) -> list[Any]:
@@ -218,11 +255,17 @@ class AgentLoopManager:
             slots = await asyncio.to_thread(pool.bundle_slots)  # a pool slice hands out only its own slots
             resources = pool.actor_resources()
             for pg, bundle in slots:
-                replicas.append(StandaloneReplica(
-                    rollout, model_path, placement_group=pg, bundle_index=bundle,
-                    num_cpus=resources.get("num_cpus", 1), num_gpus=resources.get("num_gpus", 0),
-                    server_kwargs=kwargs,
-                ))
+                replicas.append(
+                    StandaloneReplica(
+                        rollout,
+                        model_path,
+                        placement_group=pg,
+                        bundle_index=bundle,
+                        num_cpus=resources.get("num_cpus", 1),
+                        num_gpus=resources.get("num_gpus", 0),
+                        server_kwargs=kwargs,
+                    )
+                )
             return replicas
         count = int(rollout.nnodes) * int(rollout.n_gpus_per_node)
         if count < 1:
@@ -232,13 +275,23 @@ class AgentLoopManager:
                 f"replicas itself; got rollout.nnodes={rollout.nnodes}"
             )
         num_gpus = 1 if ray.cluster_resources().get("GPU", 0) > 0 else 0
-        return [StandaloneReplica(rollout, model_path, num_cpus=1, num_gpus=num_gpus, server_kwargs=kwargs)
-                for _ in range(count)]
+        return [
+            StandaloneReplica(rollout, model_path, num_cpus=1, num_gpus=num_gpus, server_kwargs=kwargs)
+            for _ in range(count)
+        ]
 
     @staticmethod
-    async def _start_workers(config: Any, llm_client: Any, worker_cls: type, *, reward_in_loop: bool | None,
-                             request_timeout_s: float | None, call_timeout_s: float, max_sessions: int,
-                             reward_loop_worker_handles: list[Any] | None = None) -> list[Any]:
+    async def _start_workers(
+        config: Any,
+        llm_client: Any,
+        worker_cls: type,
+        *,
+        reward_in_loop: bool | None,
+        request_timeout_s: float | None,
+        call_timeout_s: float,
+        max_sessions: int,
+        reward_loop_worker_handles: list[Any] | None = None,
+    ) -> list[Any]:
         import ray
 
         rollout = rollout_group(config)
@@ -246,9 +299,14 @@ class AgentLoopManager:
         remote_cls = ray.remote(worker_cls)
         workers = [
             remote_cls.options(num_cpus=0, name=None, **on_this_node()).remote(
-                config, llm_client, None, reward_loop_worker_handles, registry=snapshot,
+                config,
+                llm_client,
+                None,
+                reward_loop_worker_handles,
+                registry=snapshot,
                 reward_in_loop=reward_in_loop_enabled(config, reward_in_loop),
-                request_timeout_s=request_timeout_s, max_sessions=max_sessions,
+                request_timeout_s=request_timeout_s,
+                max_sessions=max_sessions,
             )
             for _ in range(int(rollout.agent.num_workers))
         ]
@@ -326,10 +384,14 @@ class AgentLoopManager:
 
     async def server_stats(self) -> list[RoutingStats]:
         """Each worker's routing counters (requests per replica, sticky hits, retries, dead replicas)."""
-        return list(await asyncio.gather(*(
-            await_ray(worker.server_stats.remote(), self.call_timeout_s, f"agent loop worker {i} server_stats")
-            for i, worker in enumerate(self.workers)
-        )))
+        return list(
+            await asyncio.gather(
+                *(
+                    await_ray(worker.server_stats.remote(), self.call_timeout_s, f"agent loop worker {i} server_stats")
+                    for i, worker in enumerate(self.workers)
+                )
+            )
+        )
 
     def shutdown(self) -> None:
         """Stop the workers and the replicas this manager started (not the hybrid workers, not given replicas)."""

@@ -98,9 +98,15 @@ def merge_calls(calls: Sequence[CallRecord]) -> Trajectory:
     for call in calls[1:]:
         if call.prompt_ids[: len(context)] != context:
             last = calls[-1]
-            return Trajectory(list(last.prompt_ids), list(last.response_ids), [1] * len(last.response_ids),
-                              _log_probs(last), num_calls=1, merged=len(calls) == 1)
-        inserted = call.prompt_ids[len(context):]
+            return Trajectory(
+                list(last.prompt_ids),
+                list(last.response_ids),
+                [1] * len(last.response_ids),
+                _log_probs(last),
+                num_calls=1,
+                merged=len(calls) == 1,
+            )
+        inserted = call.prompt_ids[len(context) :]
         response += inserted + list(call.response_ids)
         mask += [0] * len(inserted) + [1] * len(call.response_ids)
         log_probs += [0.0] * len(inserted) + _log_probs(call)
@@ -144,9 +150,18 @@ class OpenAIAgentLoop(AgentLoopBase):
     bearer token), ``gateway_auth_token`` (default: a random token per gateway when not on loopback).
     """
 
-    def __init__(self, *args: Any, agent_fn: Any = None, agent_kwargs: dict[str, Any] | None = None,
-                 lock_sampling: bool = True, model_name: str = "verl-policy", tool_parser: str | None = None,
-                 gateway_host: str = "127.0.0.1", gateway_auth_token: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        agent_fn: Any = None,
+        agent_kwargs: dict[str, Any] | None = None,
+        lock_sampling: bool = True,
+        model_name: str = "verl-policy",
+        tool_parser: str | None = None,
+        gateway_host: str = "127.0.0.1",
+        gateway_auth_token: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.agent_fn = load_agent_fn(agent_fn) if agent_fn is not None else None
         self.agent_kwargs = dict(agent_kwargs or {})
@@ -170,8 +185,12 @@ class OpenAIAgentLoop(AgentLoopBase):
     async def gateway(self) -> OpenAIGateway:
         """This process's gateway over the loop's server manager (started on first use)."""
         return await shared_gateway(
-            self.server_manager, self.tokenizer, model_name=self.model_name, tool_parser=self.tool_parser,
-            max_prompt_tokens=self.rollout_config.max_total_length - 1, host=self.gateway_host,
+            self.server_manager,
+            self.tokenizer,
+            model_name=self.model_name,
+            tool_parser=self.tool_parser,
+            max_prompt_tokens=self.rollout_config.max_total_length - 1,
+            host=self.gateway_host,
             auth_token=self._gateway_auth_token,
         )
 
@@ -183,9 +202,13 @@ class OpenAIAgentLoop(AgentLoopBase):
         gateway.open_session(session_id, defaults, lock_sampling=self.lock_sampling)
         messages = kwargs.get("raw_prompt")
         ctx = OpenAIAgentContext(
-            base_url=gateway.session_base_url(session_id), api_key=gateway.auth_token or "verl", model=self.model_name,
-            session_id=session_id, messages=[dict(m) for m in messages] if messages is not None else None,
-            sample=dict(kwargs), sampling_params=dict(sampling_params),
+            base_url=gateway.session_base_url(session_id),
+            api_key=gateway.auth_token or "verl",
+            model=self.model_name,
+            session_id=session_id,
+            messages=[dict(m) for m in messages] if messages is not None else None,
+            sample=dict(kwargs),
+            sampling_params=dict(sampling_params),
         )
         start = time.perf_counter()
         try:
@@ -194,20 +217,27 @@ class OpenAIAgentLoop(AgentLoopBase):
             calls = gateway.close_session(session_id)
         elapsed = time.perf_counter() - start
         if not calls:
-            raise RuntimeError(f"openai_agent session {session_id}: the agent finished without calling the model "
-                               f"(it must send requests to ctx.base_url={ctx.base_url})")
+            raise RuntimeError(
+                f"openai_agent session {session_id}: the agent finished without calling the model "
+                f"(it must send requests to ctx.base_url={ctx.base_url})"
+            )
         return self._output(merge_calls(calls), calls, result, elapsed)
 
     def _output(self, traj: Trajectory, calls: list[CallRecord], result: Any, elapsed: float) -> AgentLoopOutput:
         reward, extra = _read_result(result)
         limit = self.response_length
-        extra.update({"openai_num_calls": len(calls), "openai_merged": traj.merged,
-                      "stop_reason": calls[-1].finish_reason})
+        extra.update(
+            {"openai_num_calls": len(calls), "openai_merged": traj.merged, "stop_reason": calls[-1].finish_reason}
+        )
         return AgentLoopOutput(
-            prompt_ids=traj.prompt_ids, response_ids=traj.response_ids[:limit],
-            response_mask=traj.response_mask[:limit], response_logprobs=traj.response_logprobs[:limit],
-            num_turns=2 * traj.num_calls, reward_score=reward,
-            metrics=AgentLoopMetrics(generate_sequences=elapsed), extra_fields=extra,
+            prompt_ids=traj.prompt_ids,
+            response_ids=traj.response_ids[:limit],
+            response_mask=traj.response_mask[:limit],
+            response_logprobs=traj.response_logprobs[:limit],
+            num_turns=2 * traj.num_calls,
+            reward_score=reward,
+            metrics=AgentLoopMetrics(generate_sequences=elapsed),
+            extra_fields=extra,
         )
 
 
@@ -215,8 +245,10 @@ def _read_result(result: Any) -> tuple[float | None, dict[str, Any]]:
     if result is None:
         return None, {}
     if isinstance(result, bool) or not isinstance(result, int | float | dict):
-        raise TypeError(f"openai_agent: the agent function returned {type(result).__name__}; return a reward "
-                        "(float), None, or a dict with 'reward_score' and extra fields")
+        raise TypeError(
+            f"openai_agent: the agent function returned {type(result).__name__}; return a reward "
+            "(float), None, or a dict with 'reward_score' and extra fields"
+        )
     if isinstance(result, dict):
         extra = dict(result)
         reward = extra.pop("reward_score", None)

@@ -81,8 +81,15 @@ class CallRecord:
 class GatewayError(Exception):
     """A request the gateway refuses; rendered as an OpenAI error body with HTTP ``status``."""
 
-    def __init__(self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None,
-                 error_type: str = "invalid_request_error") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        param: str | None = None,
+        code: str | None = None,
+        error_type: str = "invalid_request_error",
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -182,8 +189,11 @@ def _stop_strings(body: dict) -> list[str]:
     if isinstance(stop, str):
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop) or len(stop) > _MAX_STOP_STRINGS:
-        raise GatewayError(f"'stop' must be a non-empty string or a list of at most {_MAX_STOP_STRINGS} non-empty "
-                           f"strings, got {stop!r}", param="stop")
+        raise GatewayError(
+            f"'stop' must be a non-empty string or a list of at most {_MAX_STOP_STRINGS} non-empty "
+            f"strings, got {stop!r}",
+            param="stop",
+        )
     return stop
 
 
@@ -195,16 +205,23 @@ def _check_common(body: dict) -> str:
     if not isinstance(model, str) or not model:
         raise GatewayError(f"'model' must be a non-empty string, got {type(model).__name__} {model!r}", param="model")
     if _boolean(body, "stream", False):
-        raise GatewayError("stream is not supported by the verl gateway; set stream=false", param="stream",
-                           code="unsupported_parameter")
+        raise GatewayError(
+            "stream is not supported by the verl gateway; set stream=false",
+            param="stream",
+            code="unsupported_parameter",
+        )
     n = _integer(body, "n", 1)
     if n is not None and n != 1:
-        raise GatewayError(f"n={n} is not supported by the verl gateway (one choice per request); send n "
-                           "requests instead", param="n", code="unsupported_parameter")
+        raise GatewayError(
+            f"n={n} is not supported by the verl gateway (one choice per request); send n requests instead",
+            param="n",
+            code="unsupported_parameter",
+        )
     for key in _UNSUPPORTED_NONZERO:
         if _number(body, key, -2.0, 2.0):
-            raise GatewayError(f"a non-zero '{key}' is not supported by the verl gateway", param=key,
-                               code="unsupported_parameter")
+            raise GatewayError(
+                f"a non-zero '{key}' is not supported by the verl gateway", param=key, code="unsupported_parameter"
+            )
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise GatewayError(f"'user' must be a string, got {type(user).__name__}", param="user")
@@ -259,11 +276,14 @@ def _chat_messages(body: dict) -> list[dict[str, Any]]:
         if isinstance(content, list):
             for j, part in enumerate(content):
                 if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                    raise GatewayError(f"{where}.content[{j}]: only text parts ({{'type': 'text', 'text': str}}) are "
-                                       "supported", param=f"{where}.content")
+                    raise GatewayError(
+                        f"{where}.content[{j}]: only text parts ({{'type': 'text', 'text': str}}) are supported",
+                        param=f"{where}.content",
+                    )
         elif content is not None and not isinstance(content, str):
-            raise GatewayError(f"{where}.content must be a string, a list of text parts or null",
-                               param=f"{where}.content")
+            raise GatewayError(
+                f"{where}.content must be a string, a list of text parts or null", param=f"{where}.content"
+            )
     return messages
 
 
@@ -301,10 +321,20 @@ class OpenAIGateway:
         client_max_size: largest request body in bytes.
     """
 
-    def __init__(self, server_manager: Any, tokenizer: Any, *, model_name: str = "verl-policy",
-                 default_sampling_params: dict[str, Any] | None = None, max_prompt_tokens: int | None = None,
-                 tool_parser: str = "hermes", host: str = "127.0.0.1", auth_token: str | None = None,
-                 advertise_host: str | None = None, client_max_size: int = 64 * 2**20) -> None:
+    def __init__(
+        self,
+        server_manager: Any,
+        tokenizer: Any,
+        *,
+        model_name: str = "verl-policy",
+        default_sampling_params: dict[str, Any] | None = None,
+        max_prompt_tokens: int | None = None,
+        tool_parser: str = "hermes",
+        host: str = "127.0.0.1",
+        auth_token: str | None = None,
+        advertise_host: str | None = None,
+        client_max_size: int = 64 * 2**20,
+    ) -> None:
         if auth_token is not None and (not isinstance(auth_token, str) or not auth_token.strip()):
             raise ValueError("OpenAIGateway auth_token must be a non-empty string (or None for a generated one)")
         if auth_token is None and not is_loopback_host(host):
@@ -357,8 +387,9 @@ class OpenAIGateway:
         return self.base_url[: -len("/v1")] + f"/session/{session_id}/v1"
 
     def build_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.client_max_size,
-                              middlewares=[self._auth_middleware, self._errors_middleware])
+        app = web.Application(
+            client_max_size=self.client_max_size, middlewares=[self._auth_middleware, self._errors_middleware]
+        )
         for prefix in ("", "/session/{session_id}"):
             app.router.add_post(prefix + "/v1/chat/completions", self._handle_chat)
             app.router.add_post(prefix + "/v1/completions", self._handle_completion)
@@ -382,15 +413,20 @@ class OpenAIGateway:
         except OSError as err:
             sock.close()
             await runner.cleanup()
-            raise OSError(err.errno, f"OpenAIGateway cannot bind host={self.host!r} port={port}: "
-                                     f"{err.strerror}") from err
+            raise OSError(
+                err.errno, f"OpenAIGateway cannot bind host={self.host!r} port={port}: {err.strerror}"
+            ) from err
         await web.SockSite(runner, sock).start()
         host = self.advertise_host or (node_ip_address() if self.host in _WILDCARD_HOSTS else self.host)
         self._url_host = f"[{host}]" if ":" in host else host  # an IPv6 literal goes in brackets
         self._runner = runner
         self.port = sock.getsockname()[1]
-        logger.info("OpenAI gateway serving %s (bound to %s, %s)", self.base_url, self.host or "0.0.0.0",
-                    "bearer token required" if self.requires_auth else "no token")
+        logger.info(
+            "OpenAI gateway serving %s (bound to %s, %s)",
+            self.base_url,
+            self.host or "0.0.0.0",
+            "bearer token required" if self.requires_auth else "no token",
+        )
         return self.base_url
 
     async def stop(self) -> None:
@@ -401,8 +437,9 @@ class OpenAIGateway:
 
     # ------------------------------------------------------------------ sessions
 
-    def open_session(self, session_id: str, sampling_params: dict[str, Any] | None = None, *,
-                     lock_sampling: bool = False) -> None:
+    def open_session(
+        self, session_id: str, sampling_params: dict[str, Any] | None = None, *, lock_sampling: bool = False
+    ) -> None:
         """Start recording ``session_id`` with these sampling defaults (the gateway's when None).
 
         A request's ``max_tokens`` is capped by the defaults' (the trajectory's budget). ``lock_sampling``: the
@@ -413,8 +450,12 @@ class OpenAIGateway:
         """
         if session_id in self._sessions:
             raise ValueError(f"OpenAIGateway: session {session_id!r} is already open")
-        self._sessions[session_id] = _Session(dict(sampling_params or self.default_sampling_params),
-                                             lock_sampling, explicit=True, context=contextvars.copy_context())
+        self._sessions[session_id] = _Session(
+            dict(sampling_params or self.default_sampling_params),
+            lock_sampling,
+            explicit=True,
+            context=contextvars.copy_context(),
+        )
 
     def calls(self, session_id: str) -> list[CallRecord]:
         """The calls recorded so far for ``session_id`` (empty for an unknown id)."""
@@ -448,8 +489,14 @@ class OpenAIGateway:
         self.num_refused += 1
         # only the route and the peer: never the token sent nor the one expected
         log = logger.warning if self.num_refused == 1 else logger.debug
-        log("OpenAI gateway refused %s %s from %s: %s (%d refused so far)", request.method, request.path,
-            request.remote, problem, self.num_refused)
+        log(
+            "OpenAI gateway refused %s %s from %s: %s (%d refused so far)",
+            request.method,
+            request.path,
+            request.remote,
+            problem,
+            self.num_refused,
+        )
         return _error_response(GatewayError(f"{problem}.", status=401, code="invalid_api_key"))
 
     @web.middleware
@@ -462,8 +509,9 @@ class OpenAIGateway:
             if exc.status < 400:
                 raise
             code = "not_found" if exc.status == 404 else None
-            return _error_response(GatewayError(f"{request.method} {request.path}: {exc.reason}", status=exc.status,
-                                                code=code))
+            return _error_response(
+                GatewayError(f"{request.method} {request.path}: {exc.reason}", status=exc.status, code=code)
+            )
         except Exception as exc:  # noqa: BLE001 - a failing request must not take the server down
             logger.exception("OpenAI gateway: %s %s failed", request.method, request.path)
             return _error_response(GatewayError(f"internal error: {exc!r}", status=500, error_type="server_error"))
@@ -484,7 +532,9 @@ class OpenAIGateway:
         if not session_id:
             raise GatewayError(
                 f"no trajectory id: use a base URL /session/<id>/v1, the {SESSION_HEADER} header or the 'user' field",
-                param="user", code="missing_session")
+                param="user",
+                code="missing_session",
+            )
         return str(session_id)
 
     async def _handle_chat(self, request: web.Request) -> web.Response:
@@ -528,12 +578,19 @@ class OpenAIGateway:
                 finish_reason = "tool_calls"
         logprobs = None
         if want_logprobs:
-            logprobs = {"content": [
-                {"token": token, "logprob": lp, "bytes": list(token.encode()), "top_logprobs": []}
-                for token, lp in zip(self._token_strings(record.response_ids), record.response_logprobs or [])
-            ]}
-        choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_reason,
-                  "token_ids": list(record.response_ids)}
+            logprobs = {
+                "content": [
+                    {"token": token, "logprob": lp, "bytes": list(token.encode()), "top_logprobs": []}
+                    for token, lp in zip(self._token_strings(record.response_ids), record.response_logprobs or [])
+                ]
+            }
+        choice = {
+            "index": 0,
+            "message": message,
+            "logprobs": logprobs,
+            "finish_reason": finish_reason,
+            "token_ids": list(record.response_ids),
+        }
         return self._envelope("chatcmpl", "chat.completion", model, record, choice)
 
     async def completion(self, body: dict[str, Any], session_id: str) -> dict[str, Any]:
@@ -548,12 +605,16 @@ class OpenAIGateway:
             if not prompt:
                 raise GatewayError("'prompt' is empty", param="prompt")
             prompt_ids = await asyncio.to_thread(lambda: list(self.tokenizer(prompt)["input_ids"]))
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
-                                                         for t in prompt):
+        elif (
+            isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+        ):
             prompt_ids = list(prompt)
         else:
-            raise GatewayError("'prompt' must be one string or one non-empty list of token ids (several prompts per "
-                               "request are not supported)", param="prompt")
+            raise GatewayError(
+                "'prompt' must be one string or one non-empty list of token ids (several prompts per "
+                "request are not supported)",
+                param="prompt",
+            )
         if _boolean(body, "echo", False):
             raise GatewayError("echo is not supported by the verl gateway", param="echo", code="unsupported_parameter")
         want_logprobs = _integer(body, "logprobs", 0, 20) is not None
@@ -568,10 +629,19 @@ class OpenAIGateway:
             for token in tokens:
                 offsets.append(position)
                 position += len(token)
-            logprobs = {"tokens": tokens, "token_logprobs": list(record.response_logprobs or []),
-                        "top_logprobs": None, "text_offset": offsets}
-        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": record.finish_reason,
-                  "token_ids": list(record.response_ids)}
+            logprobs = {
+                "tokens": tokens,
+                "token_logprobs": list(record.response_logprobs or []),
+                "top_logprobs": None,
+                "text_offset": offsets,
+            }
+        choice = {
+            "index": 0,
+            "text": text,
+            "logprobs": logprobs,
+            "finish_reason": record.finish_reason,
+            "token_ids": list(record.response_ids),
+        }
         return self._envelope("cmpl", "text_completion", model, record, choice)
 
     # ------------------------------------------------------------------ internals
@@ -579,16 +649,29 @@ class OpenAIGateway:
     def _envelope(self, prefix: str, kind: str, model: str, record: CallRecord, choice: dict) -> dict[str, Any]:
         prompt_tokens, completion_tokens = len(record.prompt_ids), len(record.response_ids)
         return {
-            "id": f"{prefix}-{uuid.uuid4().hex}", "object": kind, "created": int(time.time()), "model": model,
-            "choices": [choice], "prompt_token_ids": list(record.prompt_ids),
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
+            "id": f"{prefix}-{uuid.uuid4().hex}",
+            "object": kind,
+            "created": int(time.time()),
+            "model": model,
+            "choices": [choice],
+            "prompt_token_ids": list(record.prompt_ids),
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
         }
 
     async def _render_chat(self, messages: list[dict], tools: list | None, template_kwargs: dict) -> list[int]:
         def render() -> list[int]:
-            ids = self.tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True,
-                                                     tokenize=True, return_dict=False, **template_kwargs)
+            ids = self.tokenizer.apply_chat_template(
+                messages,
+                tools=tools or None,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+                **template_kwargs,
+            )
             return [int(t) for t in ids]
 
         try:
@@ -605,21 +688,29 @@ class OpenAIGateway:
 
             parser = get_tool_parser(self.tool_parser_name, self.tokenizer)
             if not isinstance(parser, TextToolParser):
-                raise GatewayError(f"tool parser {self.tool_parser_name!r} reads token ids, not text; the gateway "
-                                   "needs a TextToolParser subclass", status=500)
+                raise GatewayError(
+                    f"tool parser {self.tool_parser_name!r} reads token ids, not text; the gateway "
+                    "needs a TextToolParser subclass",
+                    status=500,
+                )
             self._tool_parser = parser
         parsed = self._tool_parser.parse(text)
         if not parsed.calls or parsed.errors:
             return [], text  # nothing readable: the client gets the raw text as content
-        calls = [{"id": call.tool_call_id or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                  "function": {"name": call.name, "arguments": call.arguments}} for call in parsed.calls]
+        calls = [
+            {
+                "id": call.tool_call_id or f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in parsed.calls
+        ]
         return calls, parsed.content
 
     def _session(self, session_id: str) -> _Session:
         session = self._sessions.get(session_id)
         if session is None:  # first request of an id nobody opened: record it with the gateway's defaults
-            session = self._sessions[session_id] = _Session(dict(self.default_sampling_params), False,
-                                                                explicit=False)
+            session = self._sessions[session_id] = _Session(dict(self.default_sampling_params), False, explicit=False)
         return session
 
     def _merge_params(self, session: _Session, requested: dict[str, Any]) -> dict[str, Any]:
@@ -635,13 +726,22 @@ class OpenAIGateway:
         params["logprobs"] = True  # always recorded, returned only when asked for
         return params
 
-    async def _run(self, session_id: str, prompt_ids: list[int], requested: dict[str, Any], stops: list[str],
-                   skip_special: bool, endpoint: str) -> tuple[CallRecord, str]:
+    async def _run(
+        self,
+        session_id: str,
+        prompt_ids: list[int],
+        requested: dict[str, Any],
+        stops: list[str],
+        skip_special: bool,
+        endpoint: str,
+    ) -> tuple[CallRecord, str]:
         if self.max_prompt_tokens is not None and len(prompt_ids) > self.max_prompt_tokens:
             raise GatewayError(
                 f"This model's maximum context length is {self.max_prompt_tokens} prompt tokens. However, your "
                 f"{'messages' if endpoint == 'chat' else 'prompt'} resulted in {len(prompt_ids)} tokens.",
-                param="messages" if endpoint == "chat" else "prompt", code="context_length_exceeded")
+                param="messages" if endpoint == "chat" else "prompt",
+                code="context_length_exceeded",
+            )
         session = self._session(session_id)
         params = self._merge_params(session, requested)
         request_id = session_id if session.in_flight == 0 else f"{session_id}-{session.counter}"
@@ -661,8 +761,9 @@ class OpenAIGateway:
             session.calls.append(record)
         return record, text
 
-    async def _generate(self, request_id: str, prompt_ids: list[int], params: dict[str, Any],
-                        param: str = "messages") -> CallRecord:
+    async def _generate(
+        self, request_id: str, prompt_ids: list[int], params: dict[str, Any], param: str = "messages"
+    ) -> CallRecord:
         """Generate, continuing transparently from the partial tokens when a weight sync aborts the call."""
         max_tokens = params.get("max_tokens")
         tokens: list[int] = []
@@ -675,8 +776,9 @@ class OpenAIGateway:
             if resumes and params.get("seed") is not None:
                 call_params["seed"] = int(params["seed"]) + 104729 * resumes  # a fresh stream for the continuation
             try:
-                out = await self.server_manager.generate(request_id, prompt_ids=prompt_ids + tokens,
-                                                         sampling_params=call_params)
+                out = await self.server_manager.generate(
+                    request_id, prompt_ids=prompt_ids + tokens, sampling_params=call_params
+                )
             except ValueError as err:  # the engine refused the request itself (too long, bad token id)
                 raise GatewayError(str(err), param=param) from None
             tokens.extend(int(t) for t in out.token_ids)
@@ -695,8 +797,14 @@ class OpenAIGateway:
             else:  # a replica that answers "aborted" at once while paused: do not spin
                 await asyncio.sleep(idle_wait)
                 idle_wait = min(idle_wait * 2, 1.0)
-        return CallRecord(prompt_ids=list(prompt_ids), response_ids=tokens, response_logprobs=log_probs,
-                          finish_reason=finish, num_resumes=resumes, extra=extra)
+        return CallRecord(
+            prompt_ids=list(prompt_ids),
+            response_ids=tokens,
+            response_logprobs=log_probs,
+            finish_reason=finish,
+            num_resumes=resumes,
+            extra=extra,
+        )
 
     def _finish_text(self, record: CallRecord, params: dict[str, Any], stops: list[str], skip_special: bool) -> str:
         """Decode the response; cut it (and the record) at the first stop string, as an engine with stop strings

@@ -51,8 +51,9 @@ def pad_token_id_of(tokenizer: Any) -> int:
     return 0
 
 
-def pad_ids(tokens: Sequence[Any], width: int, pad_value: Any, *, left: bool,
-            dtype: torch.dtype = torch.long) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_ids(
+    tokens: Sequence[Any], width: int, pad_value: Any, *, left: bool, dtype: torch.dtype = torch.long
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``tokens`` padded to ``[1, width]`` on the left or the right, and the ``[1, width]`` mask of real entries."""
     n = len(tokens)
     if n > width:
@@ -84,8 +85,9 @@ def _routed_experts(experts: Any, prompt_offset: int, total_length: int) -> torc
     return aligned
 
 
-def pad_trajectory(output: AgentLoopOutput, *, prompt_length: int, response_length: int, pad_token_id: int,
-                   index: int | None = None) -> dict[str, Any]:
+def pad_trajectory(
+    output: AgentLoopOutput, *, prompt_length: int, response_length: int, pad_token_id: int, index: int | None = None
+) -> dict[str, Any]:
     """One trajectory's padded one-row lists: prompt_ids, response_ids, input_ids, attention_mask, response_mask,
     position_ids, and rollout log-probs when it has them; routed experts as a ``[1, L, ...]`` int16 tensor.
     Responses longer than the width are cut; a prompt longer than ``prompt_length`` is an error naming the sample
@@ -154,8 +156,9 @@ def _stack(rows: list[Any], dtype: torch.dtype) -> torch.Tensor:
     return torch.cat([torch.as_tensor(row, dtype=dtype) for row in rows])
 
 
-def stack_trajectories(inputs: Sequence[_InternalAgentLoopOutput],
-                       non_tensors: dict[str, np.ndarray] | None = None) -> DataProto:
+def stack_trajectories(
+    inputs: Sequence[_InternalAgentLoopOutput], non_tensors: dict[str, np.ndarray] | None = None
+) -> DataProto:
     """Stack padded trajectories into one batch; ``non_tensors`` (the input rows' columns) are carried over.
 
     Adds ``rollout_log_probs`` when every trajectory has log-probs, ``rm_scores`` when every one has a
@@ -167,12 +170,21 @@ def stack_trajectories(inputs: Sequence[_InternalAgentLoopOutput],
         raise ValueError("stack_trajectories needs at least one trajectory")
     tensors: dict[str, torch.Tensor] = {
         key: _stack([getattr(item, name) for item in inputs], torch.long)
-        for name, key in (("prompt_ids", "prompts"), ("response_ids", "responses"), ("response_mask", "response_mask"),
-                          ("input_ids", "input_ids"), ("attention_mask", "attention_mask"),
-                          ("position_ids", "position_ids"))
+        for name, key in (
+            ("prompt_ids", "prompts"),
+            ("response_ids", "responses"),
+            ("response_mask", "response_mask"),
+            ("input_ids", "input_ids"),
+            ("attention_mask", "attention_mask"),
+            ("position_ids", "position_ids"),
+        )
     }
-    for name, key in (("response_logprobs", "rollout_log_probs"), ("routed_experts", "routed_experts"),
-                      ("teacher_logprobs", "teacher_logprobs"), ("teacher_ids", "teacher_ids")):
+    for name, key in (
+        ("response_logprobs", "rollout_log_probs"),
+        ("routed_experts", "routed_experts"),
+        ("teacher_logprobs", "teacher_logprobs"),
+        ("teacher_ids", "teacher_ids"),
+    ):
         values = [getattr(item, name) for item in inputs]
         if all(value is not None for value in values):
             dtype = torch.float32 if name == "response_logprobs" else None
@@ -227,10 +239,18 @@ def assemble_batch(
         raise ValueError("assemble_batch needs at least one agent loop output")
     padded = []
     for i, out in enumerate(outputs):
-        fields = pad_trajectory(out, prompt_length=prompt_length, response_length=response_length,
-                                pad_token_id=pad_token_id, index=i)
-        padded.append(_InternalAgentLoopOutput(**fields, reward_score=out.reward_score, num_turns=out.num_turns,
-                                               metrics=out.metrics, extra_fields=out.extra_fields))
+        fields = pad_trajectory(
+            out, prompt_length=prompt_length, response_length=response_length, pad_token_id=pad_token_id, index=i
+        )
+        padded.append(
+            _InternalAgentLoopOutput(
+                **fields,
+                reward_score=out.reward_score,
+                num_turns=out.num_turns,
+                metrics=out.metrics,
+                extra_fields=out.extra_fields,
+            )
+        )
     batch = stack_trajectories(padded, non_tensors)
     batch.meta_info = dict(meta_info or {})
     return batch
@@ -250,8 +270,10 @@ def align_parts(parts: Sequence[DataProto]) -> list[DataProto]:
     everywhere = set.intersection(*tensor_sets) if tensor_sets else set()
     partial = set.union(*tensor_sets) - everywhere if tensor_sets else set()
     if "rm_scores" in partial:
-        raise ValueError("some agent loop workers returned rm_scores and others did not; a batch is scored either "
-                         "entirely in the loop or not at all")
+        raise ValueError(
+            "some agent loop workers returned rm_scores and others did not; a batch is scored either "
+            "entirely in the loop or not at all"
+        )
     aligned = []
     for part in parts:
         non_tensors = dict(part.non_tensor_batch)

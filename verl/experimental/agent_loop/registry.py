@@ -142,8 +142,9 @@ def load_agent_loop_config(path: str | Path) -> list[str]:
         raise FileNotFoundError(f"{key}={str(path)!r}: no such file")
     entries = OmegaConf.to_container(OmegaConf.load(file), resolve=True)
     if not isinstance(entries, list):
-        raise ValueError(f"{key}={str(path)!r}: must hold a list of {{name, _target_}} entries, got "
-                         f"{type(entries).__name__}")
+        raise ValueError(
+            f"{key}={str(path)!r}: must hold a list of {{name, _target_}} entries, got {type(entries).__name__}"
+        )
     names = []
     for i, entry in enumerate(entries):
         where = f"{key}={str(path)!r} entry {i}"

@@ -45,12 +45,14 @@ def check_text_only_request(request_id: str, **extra: Any) -> None:
     for key, value in extra.items():
         if key in _IGNORED_HINTS:
             if key == "mm_processor_output" and value is not None:
-                raise NotImplementedError(f"request {request_id}: mm_processor_output given, but the rollout replicas "
-                                          "are text-only")
+                raise NotImplementedError(
+                    f"request {request_id}: mm_processor_output given, but the rollout replicas are text-only"
+                )
             continue
         if key not in ("image_data", "video_data", "audio_data"):
-            raise TypeError(f"AsyncLLMServerManager.generate (request {request_id}) got an unexpected keyword "
-                            f"argument {key!r}")
+            raise TypeError(
+                f"AsyncLLMServerManager.generate (request {request_id}) got an unexpected keyword argument {key!r}"
+            )
         if value is not None and len(value) > 0:
             raise NotImplementedError(
                 f"request {request_id}: {key} given, but the rollout replicas are text-only: this verl build has no "
@@ -142,8 +144,9 @@ class AsyncLLMServerManager:
 
     def _mark_dead(self, index: int, request_id: str, exc: BaseException) -> None:
         if index not in self._dead:
-            logger.warning("rollout replica %d died (seen by request %s): %r; routing around it", index,
-                           request_id, exc)
+            logger.warning(
+                "rollout replica %d died (seen by request %s): %r; routing around it", index, request_id, exc
+            )
         self._dead.add(index)
         self._deaths.setdefault(index, str(exc).splitlines()[0] if str(exc) else repr(exc))
         for rid in [rid for rid, i in self._sessions.items() if i == index]:
@@ -151,18 +154,27 @@ class AsyncLLMServerManager:
 
     # ------------------------------------------------------------------ public
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data: list[Any] | None = None, video_data: list[Any] | None = None,
-                       audio_data: list[Any] | None = None, mm_processor_kwargs: dict[str, Any] | None = None,
-                       **kwargs: Any) -> TokenOutput:
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: list[Any] | None = None,
+        video_data: list[Any] | None = None,
+        audio_data: list[Any] | None = None,
+        mm_processor_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> TokenOutput:
         """Generate on the chosen replica; retried on another one if that replica's process died.
 
         The multimodal arguments and the hints verl's loops pass (``priority``, ``mm_processor_output``) are
         accepted so that such loops run unchanged; the replicas are text-only, so actual media are refused.
         """
         if kwargs or image_data is not None or video_data is not None or audio_data is not None:
-            check_text_only_request(request_id, image_data=image_data, video_data=video_data,
-                                    audio_data=audio_data, **kwargs)
+            check_text_only_request(
+                request_id, image_data=image_data, video_data=video_data, audio_data=audio_data, **kwargs
+            )
         del mm_processor_kwargs  # only meaningful with media
         while True:
             index = self._choose(request_id)

@@ -12,8 +12,11 @@ from verl.experimental.agent_loop.registry import register
 __all__ = ["SingleTurnAgentLoop", "prompt_ids_of"]
 
 
-async def prompt_ids_of(loop: AgentLoopBase, sample: dict[str, Any], tools: list[dict[str, Any]] | None = None,
-                        ) -> list[int]:
+async def prompt_ids_of(
+    loop: AgentLoopBase,
+    sample: dict[str, Any],
+    tools: list[dict[str, Any]] | None = None,
+) -> list[int]:
     """The sample's prompt tokens: ``raw_prompt_ids`` when present (the dataset's own rendering, which the
     prompt-length filter measured), else ``raw_prompt`` (chat messages) through the chat template."""
     ids = sample.get("raw_prompt_ids")
@@ -41,8 +44,9 @@ class SingleTurnAgentLoop(AgentLoopBase):
             self._assert_mm_supported(bool(await self.process_multi_modal_info(list(kwargs["raw_prompt"]))))
         prompt_ids = await prompt_ids_of(self, kwargs)
         start = time.perf_counter()
-        output = await self.server_manager.generate(request_id_for(self, priority), prompt_ids=prompt_ids,
-                                                    sampling_params=sampling_params)
+        output = await self.server_manager.generate(
+            request_id_for(self, priority), prompt_ids=prompt_ids, sampling_params=sampling_params
+        )
         elapsed = time.perf_counter() - start
         response_ids = [int(t) for t in output.token_ids[: self.response_length]]
         log_probs = output.log_probs[: self.response_length] if output.log_probs is not None else None

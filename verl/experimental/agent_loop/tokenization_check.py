@@ -62,9 +62,13 @@ class TemplateMismatch:
 def _after(prefix: list[int], full: list[int], what: str) -> list[int]:
     if full[: len(prefix)] != prefix:
         at = next((i for i, (a, b) in enumerate(zip(prefix, full)) if a != b), min(len(prefix), len(full)))
-        raise _NotAPrefix(f"the chat template renders the earlier conversation differently once {what} follows it "
-                          f"(from token {at} of the rendering; e.g. it drops earlier turns' reasoning)", prefix, full)
-    return full[len(prefix):]
+        raise _NotAPrefix(
+            f"the chat template renders the earlier conversation differently once {what} follows it "
+            f"(from token {at} of the rendering; e.g. it drops earlier turns' reasoning)",
+            prefix,
+            full,
+        )
+    return full[len(prefix) :]
 
 
 def _stop_tokens_supplied(model_ids: list[int], closing: list[int]) -> int:
@@ -75,8 +79,12 @@ def _stop_tokens_supplied(model_ids: list[int], closing: list[int]) -> int:
     return 0
 
 
-def expected_inserted_ids(render: Callable[..., list[int]], history: list[dict[str, Any]],
-                          new_messages: list[dict[str, Any]], model_ids: list[int]) -> list[int]:
+def expected_inserted_ids(
+    render: Callable[..., list[int]],
+    history: list[dict[str, Any]],
+    new_messages: list[dict[str, Any]],
+    model_ids: list[int],
+) -> list[int]:
     """What the chat template puts between the model's tokens of ``history[-1]`` (an assistant turn, generated as
     ``model_ids``) and the next generation when it renders ``history + new_messages`` as a whole.
 
@@ -86,11 +94,14 @@ def expected_inserted_ids(render: Callable[..., list[int]], history: list[dict[s
     earlier = history[:-1]
     opened = render(earlier, add_generation_prompt=True)
     # the template's closing of an assistant turn: what an empty turn renders after the generation prompt
-    closing = _after(opened, render([*earlier, {"role": "assistant", "content": ""}], add_generation_prompt=False),
-                     "an assistant turn")
+    closing = _after(
+        opened,
+        render([*earlier, {"role": "assistant", "content": ""}], add_generation_prompt=False),
+        "an assistant turn",
+    )
     with_turn = render(history, add_generation_prompt=False)
     block = _after(with_turn, render([*history, *new_messages], add_generation_prompt=True), "the inserted turn")
-    return closing[_stop_tokens_supplied(model_ids, closing):] + block
+    return closing[_stop_tokens_supplied(model_ids, closing) :] + block
 
 
 def _first_difference(a: list[int], b: list[int]) -> int | None:
@@ -108,9 +119,15 @@ def _only_whitespace_differs(tokenizer: Any, a: list[int], b: list[int]) -> bool
     return _squeeze(tokenizer, a) == _squeeze(tokenizer, b)
 
 
-def check_inserted_turn(tokenizer: Any, mode: str, render: Callable[..., list[int]], history: list[dict[str, Any]],
-                        new_messages: list[dict[str, Any]], model_ids: list[int],
-                        appended: list[int]) -> TemplateMismatch | None:
+def check_inserted_turn(
+    tokenizer: Any,
+    mode: str,
+    render: Callable[..., list[int]],
+    history: list[dict[str, Any]],
+    new_messages: list[dict[str, Any]],
+    model_ids: list[int],
+    appended: list[int],
+) -> TemplateMismatch | None:
     """Compare one appended block with the template's rendering of the whole conversation (see the module
     docstring); ``None`` when they agree, or differ only in whitespace under ``ignore_strippable``."""
     if mode == "disable":
@@ -122,9 +139,12 @@ def check_inserted_turn(tokenizer: Any, mode: str, render: Callable[..., list[in
             return None  # only whitespace of the earlier conversation changes
         return TemplateMismatch(0, list(appended), [], reason=str(exc))
     except Exception as exc:  # the template refuses the whole conversation: inference would not see this either
-        return TemplateMismatch(0, list(appended), [],
-                                reason=f"the chat template cannot render the whole conversation "
-                                       f"({type(exc).__name__}: {exc})")
+        return TemplateMismatch(
+            0,
+            list(appended),
+            [],
+            reason=f"the chat template cannot render the whole conversation ({type(exc).__name__}: {exc})",
+        )
     at = _first_difference(appended, expected)
     if at is None:
         return None
@@ -138,6 +158,6 @@ def describe(tokenizer: Any, mismatch: TemplateMismatch, window: int = 12) -> st
     if mismatch.reason:
         return mismatch.reason
     at = mismatch.position
-    appended = tokenizer.decode(mismatch.appended[at:at + window], skip_special_tokens=False)
-    expected = tokenizer.decode(mismatch.expected[at:at + window], skip_special_tokens=False)
+    appended = tokenizer.decode(mismatch.appended[at : at + window], skip_special_tokens=False)
+    expected = tokenizer.decode(mismatch.expected[at : at + window], skip_special_tokens=False)
     return f"appended {appended!r}, the chat template renders the whole conversation as {expected!r}"

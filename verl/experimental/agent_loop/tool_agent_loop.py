@@ -89,8 +89,14 @@ COUNTER_KEYS = (
     MISMATCH_COUNTER,  # inserted turns whose ids differ from the chat template's rendering of the whole conversation
     "rerendered_prompt_changes",  # use_inference_chat_template: prompts whose rendering differed from the trajectory
 )
-_ERROR_KINDS = ("tool_parse_errors", "tool_unknown_errors", "tool_argument_errors", "tool_exceptions",
-                "tool_timeouts", "tool_calls_skipped")
+_ERROR_KINDS = (
+    "tool_parse_errors",
+    "tool_unknown_errors",
+    "tool_argument_errors",
+    "tool_exceptions",
+    "tool_timeouts",
+    "tool_calls_skipped",
+)
 
 
 class AgentState(Enum):
@@ -112,7 +118,7 @@ def truncate_text(text: str, limit: int, side: str = "middle") -> str:
     if len(text) <= limit:
         return text
     if side == "left":
-        return "(truncated)..." + text[len(text) - limit:]
+        return "(truncated)..." + text[len(text) - limit :]
     if side == "right":
         return text[:limit] + "...(truncated)"
     half = limit // 2
@@ -127,9 +133,17 @@ class AgentData:
     ``response_logprobs`` cover its part after the prompt.
     """
 
-    def __init__(self, messages: list[dict[str, Any]], image_data: list[Any] | None, video_data: list[Any] | None,
-                 audio_data: list[Any] | None, mm_processor_kwargs: dict[str, Any] | None, metrics: dict[str, Any],
-                 request_id: str, tools_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        messages: list[dict[str, Any]],
+        image_data: list[Any] | None,
+        video_data: list[Any] | None,
+        audio_data: list[Any] | None,
+        mm_processor_kwargs: dict[str, Any] | None,
+        metrics: dict[str, Any],
+        request_id: str,
+        tools_kwargs: dict[str, Any],
+    ) -> None:
         self.messages = messages
         self.image_data = image_data
         self.video_data = video_data
@@ -214,8 +228,9 @@ def _rebase(agent_data: AgentData, context: list[int]) -> bool:
     return True
 
 
-async def _invoke(tool: Any, arguments: dict[str, Any], tools_kwargs: dict[str, Any],
-                  agent_data: Any) -> tuple[ToolResponse, float, dict[str, Any]]:
+async def _invoke(
+    tool: Any, arguments: dict[str, Any], tools_kwargs: dict[str, Any], agent_data: Any
+) -> tuple[ToolResponse, float, dict[str, Any]]:
     """Run one call. A function tool is just called; a ``BaseTool`` executes on the trajectory's instance of it
     (created on first use), or -- called outside a trajectory (no instance table) -- on an instance of its own."""
     if isinstance(tool, FunctionTool):
@@ -228,14 +243,16 @@ async def _invoke(tool: Any, arguments: dict[str, Any], tools_kwargs: dict[str, 
         instance_id, _ = await tool.create(create_kwargs=create_kwargs)
         try:
             return normalize_function_tool_return(
-                await tool.execute(instance_id, arguments, agent_data=agent_data, **execute_kwargs))
+                await tool.execute(instance_id, arguments, agent_data=agent_data, **execute_kwargs)
+            )
         finally:
             await tool.release(instance_id)
     async with agent_data.instance_locks[tool.name]:
         if tool.name not in instances:
             instances[tool.name], _ = await tool.create(create_kwargs=create_kwargs)
     return normalize_function_tool_return(
-        await tool.execute(instances[tool.name], arguments, agent_data=agent_data, **execute_kwargs))
+        await tool.execute(instances[tool.name], arguments, agent_data=agent_data, **execute_kwargs)
+    )
 
 
 async def _append_context(loop: Any, agent_data: Any, previous_messages: list[dict[str, Any]]) -> AgentState:
@@ -243,16 +260,24 @@ async def _append_context(loop: Any, agent_data: Any, previous_messages: list[di
     more user turn. A module function (not a method) so that it needs only the loop's verl attributes."""
     schemas = getattr(agent_data, "_active_tool_schemas", None)
     merged, mask, logprobs = await loop.ct_merge_context_msg(
-        previous_messages, agent_data.messages, agent_data.prompt_ids, agent_data.response_mask,
-        agent_data.response_logprobs, tools=loop.tool_schemas if schemas is None else schemas)
+        previous_messages,
+        agent_data.messages,
+        agent_data.prompt_ids,
+        agent_data.response_mask,
+        agent_data.response_logprobs,
+        tools=loop.tool_schemas if schemas is None else schemas,
+    )
     mismatch = getattr(merged, "mismatch", None)
     if mismatch is not None:
         _count(agent_data, MISMATCH_COUNTER)
         logger.warning(
             "tool_agent: tokenization mismatch (rollout.multi_turn.tokenization_sanity_check_mode=%s) in %s: "
             "inserted turn %d differs from response position %d on: %s",
-            loop.sanity_check_mode, agent_data.label, agent_data.user_turns + 1,
-            len(agent_data.response_mask) + mismatch.position, describe(loop.tokenizer, mismatch),
+            loop.sanity_check_mode,
+            agent_data.label,
+            agent_data.user_turns + 1,
+            len(agent_data.response_mask) + mismatch.position,
+            describe(loop.tokenizer, mismatch),
         )
     agent_data.prompt_ids = merged.token_ids
     agent_data.response_mask = mask
@@ -291,8 +316,9 @@ class ToolAgentLoop(AgentLoopBase):
         multi_turn = self.rollout_config.multi_turn
         self.multi_turn = multi_turn
         setup = self._setup(multi_turn, self.tokenizer, load_tools=tools is None)
-        tool_list = tools.tools if isinstance(tools, ToolListWrap) else list(tools) if tools is not None \
-            else setup.tools
+        tool_list = (
+            tools.tools if isinstance(tools, ToolListWrap) else list(tools) if tools is not None else setup.tools
+        )
         self.tools: dict[str, Any] = {}
         for tool in tool_list:
             if tool.name in self.tools:
@@ -313,8 +339,13 @@ class ToolAgentLoop(AgentLoopBase):
     @classmethod
     def _setup(cls, multi_turn: Any, tokenizer: Any, load_tools: bool) -> _Setup:
         function_tool_path = multi_turn.function_tool_path
-        key = (multi_turn.tool_config_path if load_tools else None, function_tool_path if load_tools else None,
-               multi_turn.interaction_config_path, multi_turn.format, id(tokenizer))
+        key = (
+            multi_turn.tool_config_path if load_tools else None,
+            function_tool_path if load_tools else None,
+            multi_turn.interaction_config_path,
+            multi_turn.format,
+            id(tokenizer),
+        )
         if key not in cls._setups:
             from verl.tools.tool_registry import load_all_tools
 
@@ -339,9 +370,16 @@ class ToolAgentLoop(AgentLoopBase):
         messages = [dict(m) for m in raw_prompt] if raw_prompt is not None else []
         media = await self.process_multi_modal_info(messages) if messages else {}
         request_id = self._make_request_id(priority, bool(getattr(self.rollout_config, "full_determinism", False)))
-        agent_data = AgentData(messages, media.get("images"), media.get("videos"), media.get("audios"),
-                               self._get_mm_processor_kwargs(media.get("audios")), {}, request_id,
-                               _row_mapping(kwargs, "tools_kwargs"))
+        agent_data = AgentData(
+            messages,
+            media.get("images"),
+            media.get("videos"),
+            media.get("audios"),
+            self._get_mm_processor_kwargs(media.get("audios")),
+            {},
+            request_id,
+            _row_mapping(kwargs, "tools_kwargs"),
+        )
         agent_data.label = _label(request_id, kwargs)
         agent_data.raw_prompt_ids = kwargs.get("raw_prompt_ids")
         self._select_tools(agent_data, kwargs)
@@ -351,7 +389,8 @@ class ToolAgentLoop(AgentLoopBase):
         try:
             if agent_data.interaction is not None:
                 agent_data.interaction_id = await agent_data.interaction.start_interaction(
-                    request_id, **agent_data.interaction_kwargs)
+                    request_id, **agent_data.interaction_kwargs
+                )
             while state != AgentState.TERMINATED:
                 if state == AgentState.PENDING:
                     state = await self._handle_pending_state(agent_data, sampling_params)
@@ -391,8 +430,12 @@ class ToolAgentLoop(AgentLoopBase):
         raw_ids = agent_data.raw_prompt_ids
         if agent_data.messages:
             agent_data.prompt_ids = await self.ct_build_initial_tokens(
-                agent_data.messages, tools=self._schemas(agent_data), images=agent_data.image_data,
-                videos=agent_data.video_data, audios=agent_data.audio_data)
+                agent_data.messages,
+                tools=self._schemas(agent_data),
+                images=agent_data.image_data,
+                videos=agent_data.video_data,
+                audios=agent_data.audio_data,
+            )
         elif self.use_inference_chat_template:
             raise ValueError(
                 "rollout.multi_turn.use_inference_chat_template=true renders each turn's prompt from the chat "
@@ -410,13 +453,15 @@ class ToolAgentLoop(AgentLoopBase):
         (a no-op before the first model turn: the prompt already is that rendering)."""
         if not self.use_inference_chat_template or agent_data.assistant_turns == 0:
             return
-        context = await asyncio.to_thread(self.chat_renderer.render, list(agent_data.messages),
-                                          self._schemas(agent_data), True)
+        context = await asyncio.to_thread(
+            self.chat_renderer.render, list(agent_data.messages), self._schemas(agent_data), True
+        )
         if _rebase(agent_data, context):
             _count(agent_data, "rerendered_prompt_changes")
 
-    async def _handle_generating_state(self, agent_data: AgentData, sampling_params: dict[str, Any],
-                                       ignore_termination: bool = False) -> AgentState:
+    async def _handle_generating_state(
+        self, agent_data: AgentData, sampling_params: dict[str, Any], ignore_termination: bool = False
+    ) -> AgentState:
         """One model turn; then its calls (PROCESSING_TOOLS), the interaction's answer (INTERACTING) or the end."""
         await self._rerender_prompt(agent_data)
         budget = self.response_length - len(agent_data.response_mask)
@@ -426,14 +471,20 @@ class ToolAgentLoop(AgentLoopBase):
         params = dict(sampling_params)
         params["max_tokens"] = min(int(params.get("max_tokens") or budget), max(budget, 1))
         if self.tool_parser.stop_token_ids:
-            params["stop_token_ids"] = sorted({*(params.get("stop_token_ids") or []),
-                                               *self.tool_parser.stop_token_ids})
-        media = {key: value for key, value in (("image_data", agent_data.image_data),
-                                               ("video_data", agent_data.video_data),
-                                               ("audio_data", agent_data.audio_data)) if value}
+            params["stop_token_ids"] = sorted({*(params.get("stop_token_ids") or []), *self.tool_parser.stop_token_ids})
+        media = {
+            key: value
+            for key, value in (
+                ("image_data", agent_data.image_data),
+                ("video_data", agent_data.video_data),
+                ("audio_data", agent_data.audio_data),
+            )
+            if value
+        }
         start = time.perf_counter()
-        output = await self.server_manager.generate(agent_data.request_id, prompt_ids=agent_data.prompt_ids,
-                                                    sampling_params=params, **media)
+        output = await self.server_manager.generate(
+            agent_data.request_id, prompt_ids=agent_data.prompt_ids, sampling_params=params, **media
+        )
         _add_time(agent_data, "generate_sequences", time.perf_counter() - start)
         preempted = getattr(output, "num_preempted", None)
         if agent_data.metrics.get("num_preempted") is None:
@@ -446,7 +497,8 @@ class ToolAgentLoop(AgentLoopBase):
         agent_data.response_ids = tokens
         agent_data.stop_reason = getattr(output, "stop_reason", None)
         merged, agent_data.response_mask, agent_data.response_logprobs = await self.ct_merge_assistant_token(
-            agent_data.prompt_ids, tokens, agent_data.response_mask, agent_data.response_logprobs, log_probs)
+            agent_data.prompt_ids, tokens, agent_data.response_mask, agent_data.response_logprobs, log_probs
+        )
         agent_data.prompt_ids = merged.token_ids
         if getattr(output, "routed_experts", None) is not None:
             agent_data.routed_experts = output.routed_experts
@@ -462,7 +514,8 @@ class ToolAgentLoop(AgentLoopBase):
         else:
             active = getattr(agent_data, "_active_tools", None) or self.tools
             content, agent_data.tool_calls = await self.tool_parser.extract_tool_calls(
-                tokens, [tool.tool_schema for tool in active.values()])
+                tokens, [tool.tool_schema for tool in active.values()]
+            )
             agent_data.messages.append(self._build_assistant_message(content, agent_data))
             if agent_data.tool_calls:
                 return AgentState.PROCESSING_TOOLS
@@ -480,7 +533,8 @@ class ToolAgentLoop(AgentLoopBase):
         entries = []
         for call in agent_data.tool_calls:
             decoded, failed = OpenAIFunctionCallSchema.from_openai_function_parsed_schema(
-                OpenAIFunctionParsedSchema(name=call.name, arguments=call.arguments))
+                OpenAIFunctionParsedSchema(name=call.name, arguments=call.arguments)
+            )
             function = {"name": call.name, "arguments": call.arguments} if failed else decoded.model_dump()
             entry: dict[str, Any] = {"type": "function", "function": function}
             if call.tool_call_id is not None:
@@ -493,11 +547,12 @@ class ToolAgentLoop(AgentLoopBase):
         """Answer the turn's calls (the first ``max_parallel_calls`` concurrently, the rest with an error), append
         the answers as tool messages with mask 0."""
         calls = list(agent_data.tool_calls)
-        run_now, skipped = calls[: self.max_parallel_calls], calls[self.max_parallel_calls:]
+        run_now, skipped = calls[: self.max_parallel_calls], calls[self.max_parallel_calls :]
         _count(agent_data, "tool_calls", len(calls))
         start = time.perf_counter()
-        answers = await asyncio.gather(*(self._call_tool(call, agent_data.tools_kwargs, agent_data)
-                                         for call in run_now))
+        answers = await asyncio.gather(
+            *(self._call_tool(call, agent_data.tools_kwargs, agent_data) for call in run_now)
+        )
         _add_time(agent_data, "tool_calls", time.perf_counter() - start)
 
         previous_messages = list(agent_data.messages)
@@ -505,12 +560,15 @@ class ToolAgentLoop(AgentLoopBase):
         new_images: list[Any] = []
         for call, (response, reward, _metrics) in zip(run_now, answers):
             if response.video:
-                raise NotImplementedError(f"tool {call.name!r} returned a video; tool responses may carry text and "
-                                          "images only")
+                raise NotImplementedError(
+                    f"tool {call.name!r} returned a video; tool responses may carry text and images only"
+                )
             if response.image:
                 if getattr(self.processor, "image_processor", None) is None:
-                    raise ValueError(f"tool {call.name!r} returned images, but the model has no image processor "
-                                     "(a text-only model cannot read them); use a vision-language model")
+                    raise ValueError(
+                        f"tool {call.name!r} returned images, but the model has no image processor "
+                        "(a text-only model cannot read them); use a vision-language model"
+                    )
                 images = [image for image in response.image if image is not None]
                 new_images.extend(images)
                 content: Any = [{"type": "image", "image": image} for image in images]
@@ -526,8 +584,10 @@ class ToolAgentLoop(AgentLoopBase):
                 agent_data.tool_rewards.append(reward)
         for call in skipped:
             _count(agent_data, "tool_calls_skipped")
-            message = {"role": "tool",
-                       "content": f"Error: call skipped; at most {self.max_parallel_calls} tool call(s) per turn"}
+            message = {
+                "role": "tool",
+                "content": f"Error: call skipped; at most {self.max_parallel_calls} tool call(s) per turn",
+            }
             if call.tool_call_id is not None:
                 message["tool_call_id"] = call.tool_call_id
             new_messages.append(message)
@@ -544,7 +604,8 @@ class ToolAgentLoop(AgentLoopBase):
             agent_data.termination = "max_user_turns"
             return AgentState.TERMINATED
         finish, content, score, _extra = await agent_data.interaction.generate_response(
-            agent_data.interaction_id, list(agent_data.messages), **agent_data.interaction_kwargs)
+            agent_data.interaction_id, list(agent_data.messages), **agent_data.interaction_kwargs
+        )
         agent_data.turn_scores.append(float(score))
         if finish:
             agent_data.termination = "interaction_done"
@@ -555,8 +616,9 @@ class ToolAgentLoop(AgentLoopBase):
 
     # ------------------------------------------------------------------ tools
 
-    async def _call_tool(self, tool_call: FunctionCall, tools_kwargs: dict[str, Any],
-                         agent_data: Any) -> tuple[ToolResponse, float, dict[str, Any]]:
+    async def _call_tool(
+        self, tool_call: FunctionCall, tools_kwargs: dict[str, Any], agent_data: Any
+    ) -> tuple[ToolResponse, float, dict[str, Any]]:
         """Answer one call: ``(response, reward, metrics)``. Every failure becomes an error text for the model (and a
         counter), never an exception."""
         active = getattr(agent_data, "_active_tools", None) or self.tools
@@ -575,8 +637,14 @@ class ToolAgentLoop(AgentLoopBase):
             return ToolResponse(text=f"Error: Invalid JSON in arguments for {name!r}: {err}"), 0.0, {}
         if not isinstance(arguments, dict):
             _count(agent_data, "tool_parse_errors")
-            return ToolResponse(text=f"Error: Invalid JSON in arguments for {name!r}: expected an object, got "
-                                     f"{type(arguments).__name__}"), 0.0, {}
+            return (
+                ToolResponse(
+                    text=f"Error: Invalid JSON in arguments for {name!r}: expected an object, got "
+                    f"{type(arguments).__name__}"
+                ),
+                0.0,
+                {},
+            )
         tool = active[name]
         schema = getattr(tool, "tool_schema", None)
         problem = schema.check_arguments(arguments) if isinstance(schema, OpenAIFunctionToolSchema) else None
@@ -585,8 +653,9 @@ class ToolAgentLoop(AgentLoopBase):
             return ToolResponse(text=f"Error: {name}: {problem}"), 0.0, {}
         timeout = getattr(tool, "timeout_s", DEFAULT_TOOL_TIMEOUT_S)
         try:
-            response, reward, metrics = await asyncio.wait_for(_invoke(tool, arguments, tools_kwargs, agent_data),
-                                                               timeout)
+            response, reward, metrics = await asyncio.wait_for(
+                _invoke(tool, arguments, tools_kwargs, agent_data), timeout
+            )
         except asyncio.TimeoutError:
             _count(agent_data, "tool_timeouts")
             return ToolResponse(text=f"Error: tool {name!r} timed out after {timeout:g}s"), 0.0, {}
@@ -608,7 +677,8 @@ class ToolAgentLoop(AgentLoopBase):
             settings = agent_data.tools_kwargs.get(name) or {}
             try:
                 agent_data.tool_final_rewards[name] = float(
-                    await tool.calc_reward(instance_id, **dict(settings.get("calc_reward_kwargs") or {})))
+                    await tool.calc_reward(instance_id, **dict(settings.get("calc_reward_kwargs") or {}))
+                )
             except Exception as err:
                 logger.warning("tool %r calc_reward raised %s: %s", name, type(err).__name__, err)
             try:
@@ -623,24 +693,36 @@ class ToolAgentLoop(AgentLoopBase):
     def _output(self, agent_data: AgentData) -> AgentLoopOutput:
         counters = {key: float(agent_data.counters.get(key, 0)) for key in COUNTER_KEYS}
         counters["tool_call_errors"] = float(sum(agent_data.counters.get(kind, 0) for kind in _ERROR_KINDS))
-        metrics = ToolAgentLoopMetrics(generate_sequences=agent_data.metrics.get("generate_sequences", 0.0),
-                                       tool_calls=agent_data.metrics.get("tool_calls", 0.0),
-                                       num_preempted=agent_data.metrics.get("num_preempted", -1), counters=counters)
+        metrics = ToolAgentLoopMetrics(
+            generate_sequences=agent_data.metrics.get("generate_sequences", 0.0),
+            tool_calls=agent_data.metrics.get("tool_calls", 0.0),
+            num_preempted=agent_data.metrics.get("num_preempted", -1),
+            counters=counters,
+        )
         limit = self.response_length
         prompt_len = len(agent_data.prompt_ids) - len(agent_data.response_mask)
         prompt_ids = agent_data.prompt_ids[:prompt_len]
         logprobs = agent_data.response_logprobs
-        media = {key: value for key, value in (("images", agent_data.image_data), ("videos", agent_data.video_data),
-                                               ("audios", agent_data.audio_data)) if value is not None}
+        media = {
+            key: value
+            for key, value in (
+                ("images", agent_data.image_data),
+                ("videos", agent_data.video_data),
+                ("audios", agent_data.audio_data),
+            )
+            if value is not None
+        }
         extra = dict(agent_data.extra_fields)
-        extra.update({
-            "stop_reason": agent_data.stop_reason,
-            "termination_reason": agent_data.termination,
-            "tool_call_counts": counters,
-            "tool_rewards": list(agent_data.tool_rewards),
-            "tool_final_rewards": dict(agent_data.tool_final_rewards),
-            "turn_scores": list(agent_data.turn_scores),
-        })
+        extra.update(
+            {
+                "stop_reason": agent_data.stop_reason,
+                "termination_reason": agent_data.termination,
+                "tool_call_counts": counters,
+                "tool_rewards": list(agent_data.tool_rewards),
+                "tool_final_rewards": dict(agent_data.tool_final_rewards),
+                "turn_scores": list(agent_data.turn_scores),
+            }
+        )
         routed = agent_data.routed_experts
         return AgentLoopOutput(
             prompt_ids=prompt_ids,

@@ -109,8 +109,9 @@ class ToolParser(abc.ABC):
         return []
 
     @abc.abstractmethod
-    async def extract_tool_calls(self, responses_ids: list[int],
-                                 tools: list[OpenAIFunctionToolSchema] | None = None) -> tuple[str, list[FunctionCall]]:
+    async def extract_tool_calls(
+        self, responses_ids: list[int], tools: list[OpenAIFunctionToolSchema] | None = None
+    ) -> tuple[str, list[FunctionCall]]:
         """The turn's text without its calls, and the calls. ``tools`` lets a format type the arguments."""
 
     @classmethod
@@ -133,8 +134,10 @@ class ToolParser(abc.ABC):
         """The parser registered as ``name`` (``rollout.multi_turn.format``); unknown names list the known ones."""
         parser_cls = cls._registry.get(name)
         if parser_cls is None:
-            raise ValueError(f"rollout.multi_turn.format={name!r} is not a registered tool parser; "
-                             f"registered: {', '.join(cls.names())}")
+            raise ValueError(
+                f"rollout.multi_turn.format={name!r} is not a registered tool parser; "
+                f"registered: {', '.join(cls.names())}"
+            )
         return parser_cls(tokenizer)
 
 
@@ -151,8 +154,9 @@ class TextToolParser(ToolParser):
     def decode(self, response_ids: list[int]) -> str:
         return self.tokenizer.decode(response_ids, skip_special_tokens=not self.keep_special_tokens)
 
-    async def extract_tool_calls(self, responses_ids: list[int],
-                                 tools: list[OpenAIFunctionToolSchema] | None = None) -> ParsedTurn:
+    async def extract_tool_calls(
+        self, responses_ids: list[int], tools: list[OpenAIFunctionToolSchema] | None = None
+    ) -> ParsedTurn:
         text = await asyncio.to_thread(self.decode, list(responses_ids))
         return self.parse(text, tools)
 
@@ -177,15 +181,19 @@ def read_call(payload: Any, index: int, raw: str = "") -> FunctionCall:
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as err:
-            return FunctionCall(name=name, arguments=raw,
-                                error=f"tool call {index} ({name}): 'arguments' is a string that is not valid JSON: "
-                                      f"{err}")
+            return FunctionCall(
+                name=name,
+                arguments=raw,
+                error=f"tool call {index} ({name}): 'arguments' is a string that is not valid JSON: {err}",
+            )
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
-        return FunctionCall(name=name, arguments=raw,
-                            error=f"tool call {index} ({name}): 'arguments' must be a JSON object, got "
-                                  f"{type(arguments).__name__}")
+        return FunctionCall(
+            name=name,
+            arguments=raw,
+            error=f"tool call {index} ({name}): 'arguments' must be a JSON object, got {type(arguments).__name__}",
+        )
     return FunctionCall(name=name, arguments=json.dumps(arguments, ensure_ascii=False))
 
 
@@ -203,7 +211,7 @@ class HermesToolParser(TextToolParser):
         content_parts: list[str] = []
         position = 0
         for index, match in enumerate(pattern.finditer(text), start=1):
-            content_parts.append(text[position:match.start()])
+            content_parts.append(text[position : match.start()])
             position = match.end()
             raw = match.group(1).strip()
             try:
@@ -226,10 +234,18 @@ class HermesToolParser(TextToolParser):
 # working; its classes are reached through __getattr__ below.
 from verl.experimental.agent_loop import tool_parser_formats as _formats  # noqa: E402
 
-_FORMAT_CLASSES = frozenset({
-    "DeepSeekV4ToolParser", "GLMToolParser", "Gemma4ToolParser", "GptOssToolParser", "KimiToolParser",
-    "MiniMaxToolParser", "Qwen3XMLToolParser", "SeedToolParser",
-})
+_FORMAT_CLASSES = frozenset(
+    {
+        "DeepSeekV4ToolParser",
+        "GLMToolParser",
+        "Gemma4ToolParser",
+        "GptOssToolParser",
+        "KimiToolParser",
+        "MiniMaxToolParser",
+        "Qwen3XMLToolParser",
+        "SeedToolParser",
+    }
+)
 
 
 def __getattr__(name: str) -> Any:

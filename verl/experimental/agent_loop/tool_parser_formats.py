@@ -158,8 +158,9 @@ class Qwen3XMLToolParser(TextToolParser):
     _function = re.compile(r"<function=(.*?)</function>|<function=(.*)$", re.DOTALL)
     _parameter = re.compile(r"<parameter=(.*?)</parameter>|<parameter=(.*)$", re.DOTALL)
 
-    def _parse_xml_function_call(self, function_call_str: str,
-                                 tools: list[OpenAIFunctionToolSchema] | None) -> FunctionCall | None:
+    def _parse_xml_function_call(
+        self, function_call_str: str, tools: list[OpenAIFunctionToolSchema] | None
+    ) -> FunctionCall | None:
         """``NAME><parameter=KEY>value</parameter>...`` (the inside of ``<function=...>``) as a call; None when
         even the name is cut off."""
         name, sep, body = function_call_str.partition(">")
@@ -193,8 +194,11 @@ class Qwen3XMLToolParser(TextToolParser):
     def parse(self, text: str, tools: list[OpenAIFunctionToolSchema] | None = None) -> ParsedTurn:
         if self.start_token not in text:
             return ParsedTurn(text, [])
-        calls = [call for body in self._function_bodies(text)
-                 if (call := self._parse_xml_function_call(body, tools)) is not None]
+        calls = [
+            call
+            for body in self._function_bodies(text)
+            if (call := self._parse_xml_function_call(body, tools)) is not None
+        ]
         if not calls:
             return ParsedTurn(text, [])
         return ParsedTurn(_before(text, self.start_token), calls)
@@ -310,8 +314,13 @@ class KimiToolParser(TextToolParser):
         inside = [name for name in names if name.lower() in normalized]
         if len(inside) == 1:
             return inside[0]
-        fitting = [tool.function.name for tool in tools or [] if tool.type == "function"
-                   and tool.function.parameters.required and set(tool.function.parameters.required) <= set(arguments)]
+        fitting = [
+            tool.function.name
+            for tool in tools or []
+            if tool.type == "function"
+            and tool.function.parameters.required
+            and set(tool.function.parameters.required) <= set(arguments)
+        ]
         return fitting[0] if len(fitting) == 1 else call_id
 
     def parse(self, text: str, tools: list[OpenAIFunctionToolSchema] | None = None) -> ParsedTurn:
@@ -340,8 +349,9 @@ class DeepSeekV4ToolParser(TextToolParser):
         self.start_token = f"<{self.dsml}tool_calls>"
         self._block = re.compile(rf"<{tag}tool_calls>(.*?)</{tag}tool_calls>", re.DOTALL)
         self._invoke = re.compile(rf'<{tag}invoke name="(.*?)">(.*?)</{tag}invoke>', re.DOTALL)
-        self._parameter = re.compile(rf'<{tag}parameter name="(.*?)" string="(true|false)">(.*?)</{tag}parameter>',
-                                     re.DOTALL)
+        self._parameter = re.compile(
+            rf'<{tag}parameter name="(.*?)" string="(true|false)">(.*?)</{tag}parameter>', re.DOTALL
+        )
 
     def _arguments(self, name: str, body: str) -> dict[str, Any]:
         arguments: dict[str, Any] = {}
@@ -352,8 +362,9 @@ class DeepSeekV4ToolParser(TextToolParser):
             try:
                 arguments[key] = json.loads(value)
             except json.JSONDecodeError:
-                logger.warning("deepseek_v4: parameter %r of %r is marked non-string but is not JSON; kept as text",
-                               key, name)
+                logger.warning(
+                    "deepseek_v4: parameter %r of %r is marked non-string but is not JSON; kept as text", key, name
+                )
                 arguments[key] = value
         return arguments
 
@@ -361,8 +372,11 @@ class DeepSeekV4ToolParser(TextToolParser):
         text = _without(text, getattr(self.tokenizer, "pad_token", None), self.eos_token)
         if self.start_token not in text:
             return ParsedTurn(text.rpartition("</think>")[2], [])
-        calls = [_call(name, self._arguments(name, body))
-                 for block in self._block.findall(text) for name, body in self._invoke.findall(block)]
+        calls = [
+            _call(name, self._arguments(name, body))
+            for block in self._block.findall(text)
+            for name, body in self._invoke.findall(block)
+        ]
         content = _before(text, self.start_token).rpartition("</think>")[2]
         return ParsedTurn(content.removesuffix("\n\n"), calls)
 
@@ -397,8 +411,10 @@ class Gemma4ToolParser(TextToolParser):
         return value
 
     def _arguments(self, raw: str) -> dict[str, Any]:
-        return {m.group(1): m.group(2) if m.group(2) is not None else self._bare(m.group(3))
-                for m in self._argument.finditer(raw)}
+        return {
+            m.group(1): m.group(2) if m.group(2) is not None else self._bare(m.group(3))
+            for m in self._argument.finditer(raw)
+        }
 
     def parse(self, text: str, tools: list[OpenAIFunctionToolSchema] | None = None) -> ParsedTurn:
         text = _without(text, getattr(self.tokenizer, "pad_token", None))

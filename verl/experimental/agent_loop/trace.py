@@ -18,11 +18,25 @@ _TRAJECTORY: contextvars.ContextVar[dict[str, Any] | None] = contextvars.Context
 
 
 @contextlib.contextmanager
-def rollout_trace_attr(step: int = -1, sample_index: Any = None, rollout_n: int = 0, validate: bool = False,
-                       name: str = "rollout_trace", trace: bool = True, **attrs: Any) -> Iterator[dict[str, Any]]:
+def rollout_trace_attr(
+    step: int = -1,
+    sample_index: Any = None,
+    rollout_n: int = 0,
+    validate: bool = False,
+    name: str = "rollout_trace",
+    trace: bool = True,
+    **attrs: Any,
+) -> Iterator[dict[str, Any]]:
     """Mark the code inside as working on one trajectory (``trace=False``: not selected for tracing)."""
-    info = {"step": step, "sample_index": sample_index, "rollout_n": rollout_n, "validate": validate, "name": name,
-            "trace": trace, **attrs}
+    info = {
+        "step": step,
+        "sample_index": sample_index,
+        "rollout_n": rollout_n,
+        "validate": validate,
+        "name": name,
+        "trace": trace,
+        **attrs,
+    }
     token = _TRAJECTORY.set(info)
     try:
         yield info

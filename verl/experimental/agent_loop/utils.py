@@ -34,8 +34,9 @@ def resolve_config_path(config_path: str | os.PathLike, must_exist: bool = True)
             return str(candidate.resolve())
     if not must_exist:
         return os.fspath(config_path)
-    raise FileNotFoundError(f"config file {os.fspath(config_path)!r} not found; looked in "
-                            f"{', '.join(str(c) for c in candidates)}")
+    raise FileNotFoundError(
+        f"config file {os.fspath(config_path)!r} not found; looked in {', '.join(str(c) for c in candidates)}"
+    )
 
 
 def format_gpt_oss_tool_response_manually(tool_response: str, tool_call_name: str) -> str:
@@ -53,6 +54,8 @@ def build_gpt_oss_tool_response_text(messages: Sequence[dict[str, Any]], tool_ca
     generation prompt."""
     if len(messages) != len(tool_call_names):
         raise ValueError(f"{len(messages)} tool messages for {len(tool_call_names)} tool call names")
-    body = "".join(format_gpt_oss_tool_response_manually(message["content"], name)
-                   for message, name in zip(messages, tool_call_names))
+    body = "".join(
+        format_gpt_oss_tool_response_manually(message["content"], name)
+        for message, name in zip(messages, tool_call_names)
+    )
     return add_generation_prompt_for_gpt_oss(body)

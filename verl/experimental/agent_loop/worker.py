@@ -117,10 +117,19 @@ class AgentLoopWorker:
         reward_fn: a reward manager to use instead of building the configured one (in-process use).
     """
 
-    def __init__(self, config: Any, llm_client: Any, teacher_client: Any = None,
-                 reward_loop_worker_handles: list[Any] | None = None, *, registry: dict[str, Any] | None = None,
-                 reward_in_loop: bool | None = None, request_timeout_s: float | None = 3600.0,
-                 max_sessions: int = 10000, reward_fn: Any = None) -> None:
+    def __init__(
+        self,
+        config: Any,
+        llm_client: Any,
+        teacher_client: Any = None,
+        reward_loop_worker_handles: list[Any] | None = None,
+        *,
+        registry: dict[str, Any] | None = None,
+        reward_in_loop: bool | None = None,
+        request_timeout_s: float | None = 3600.0,
+        max_sessions: int = 10000,
+        reward_fn: Any = None,
+    ) -> None:
         from verl.experimental.agent_loop.config import _holder
         from verl.tools.tool_registry import load_all_tools
         from verl.utils.dataset.factory import get_dataset_class
@@ -141,22 +150,30 @@ class AgentLoopWorker:
         distillation = _group(_holder(config, "distillation"), "distillation")
         self.distillation_enabled = bool(_group(distillation, "enable") or _group(distillation, "enabled"))
         if teacher_client is not None or self.distillation_enabled:
-            raise NotImplementedError("AgentLoopWorker: online policy distillation (teacher_client / distillation.*) "
-                                      "is not supported by this verl build")
+            raise NotImplementedError(
+                "AgentLoopWorker: online policy distillation (teacher_client / distillation.*) "
+                "is not supported by this verl build"
+            )
         restore_registry(registry or {})
         self.default_agent = self.rollout_config.agent.default_agent_loop
         multi_turn = self.rollout_config.multi_turn
         tool_path, function_path = multi_turn.tool_config_path, multi_turn.function_tool_path
-        self.tools = load_all_tools(resolve_config_path(tool_path, must_exist=False) if tool_path else None,
-                                    resolve_config_path(function_path, must_exist=False) if function_path else None)
+        self.tools = load_all_tools(
+            resolve_config_path(tool_path, must_exist=False) if tool_path else None,
+            resolve_config_path(function_path, must_exist=False) if function_path else None,
+        )
         if isinstance(llm_client, list | tuple):
-            llm_client = AsyncLLMServerManager(list(llm_client), max_sessions=max_sessions,
-                                               request_timeout_s=request_timeout_s)
+            llm_client = AsyncLLMServerManager(
+                list(llm_client), max_sessions=max_sessions, request_timeout_s=request_timeout_s
+            )
         self.llm_client = llm_client
         self.reward_loop_worker_handles = reward_loop_worker_handles
         self.reward_fn = reward_fn
-        if self.reward_fn is None and reward_loop_worker_handles is None and reward_in_loop_enabled(config,
-                                                                                                    reward_in_loop):
+        if (
+            self.reward_fn is None
+            and reward_loop_worker_handles is None
+            and reward_in_loop_enabled(config, reward_in_loop)
+        ):
             from verl.trainer.ppo.reward import load_reward_manager
 
             self.reward_fn = load_reward_manager(config, self.tokenizer)
@@ -244,49 +261,79 @@ class AgentLoopWorker:
             return cls(**kwargs, **loop_kwargs)
         return agent_loop_module.hydra.utils.instantiate(config=entry, **kwargs)
 
-    async def _run_agent_loop(self, sampling_params: dict[str, Any], trajectory: dict[str, Any], *,
-                              agent_name: str, trace: bool = True, **kwargs: Any) -> _InternalAgentLoopOutput:
+    async def _run_agent_loop(
+        self,
+        sampling_params: dict[str, Any],
+        trajectory: dict[str, Any],
+        *,
+        agent_name: str,
+        trace: bool = True,
+        **kwargs: Any,
+    ) -> _InternalAgentLoopOutput:
         """Build the loop registered as ``agent_name``, run it on the sample ``kwargs``, pad its trajectory."""
-        with agent_loop_module.rollout_trace_attr(step=trajectory["step"], sample_index=trajectory["sample_index"],
-                                                  rollout_n=trajectory["rollout_n"], validate=trajectory["validate"],
-                                                  name="agent_loop", trace=trace):
+        with agent_loop_module.rollout_trace_attr(
+            step=trajectory["step"],
+            sample_index=trajectory["sample_index"],
+            rollout_n=trajectory["rollout_n"],
+            validate=trajectory["validate"],
+            name="agent_loop",
+            trace=trace,
+        ):
             agent_loop = self._instantiate(get_agent_loop_entry(agent_name))
             output = await agent_loop.run(sampling_params, **kwargs)
             return await self._agent_loop_postprocess(output, trajectory["validate"], **kwargs)
 
-    def _pad_token_ids(self, tokens: list[int], *, max_length: int, padding_side: str,
-                       return_attention_mask: bool) -> dict[str, torch.Tensor]:
+    def _pad_token_ids(
+        self, tokens: list[int], *, max_length: int, padding_side: str, return_attention_mask: bool
+    ) -> dict[str, torch.Tensor]:
         """``tokens`` padded to ``[1, max_length]`` with the tokenizer's pad id (and their attention mask)."""
         from verl.experimental.agent_loop.postprocess import pad_ids
 
         ids, mask = pad_ids(tokens, max_length, pad_token_id_of(self.tokenizer), left=padding_side == "left")
         return {"input_ids": ids, "attention_mask": mask} if return_attention_mask else {"input_ids": ids}
 
-    async def _agent_loop_postprocess(self, output: AgentLoopOutput, validate: bool,
-                                      **kwargs: Any) -> _InternalAgentLoopOutput:
+    async def _agent_loop_postprocess(
+        self, output: AgentLoopOutput, validate: bool, **kwargs: Any
+    ) -> _InternalAgentLoopOutput:
         """Pad one finished trajectory to the batch widths; score it when reward runs in the loop."""
         if not isinstance(output, AgentLoopOutput):
-            raise TypeError(f"agent loop {kwargs.get('agent_name', '?')!r}: run() returned {type(output).__name__}, "
-                            "not an AgentLoopOutput")
+            raise TypeError(
+                f"agent loop {kwargs.get('agent_name', '?')!r}: run() returned {type(output).__name__}, "
+                "not an AgentLoopOutput"
+            )
         if kwargs.get("raw_prompt") is not None:
             output.extra_fields.setdefault("raw_prompt", kwargs["raw_prompt"])
         pad_id = getattr(self, "pad_token_id", None)  # resolved once at start-up (tokenizer lookups are slow)
-        padded = pad_trajectory(output, prompt_length=int(self.rollout_config.prompt_length),
-                                response_length=int(self.rollout_config.response_length),
-                                pad_token_id=pad_token_id_of(self.tokenizer) if pad_id is None else pad_id,
-                                index=kwargs.get("index"))
-        multi_modal_inputs = self._compute_multi_modal_inputs(output, torch.tensor(padded["input_ids"])) \
-            if self.processor is not None else None
+        padded = pad_trajectory(
+            output,
+            prompt_length=int(self.rollout_config.prompt_length),
+            response_length=int(self.rollout_config.response_length),
+            pad_token_id=pad_token_id_of(self.tokenizer) if pad_id is None else pad_id,
+            index=kwargs.get("index"),
+        )
+        multi_modal_inputs = (
+            self._compute_multi_modal_inputs(output, torch.tensor(padded["input_ids"]))
+            if self.processor is not None
+            else None
+        )
         if self.processor is not None:  # text-only: pad_trajectory's positions already count the real tokens
             audios = (output.multi_modal_data or {}).get("audios")
-            mm_kwargs = output.mm_processor_kwargs if output.mm_processor_kwargs is not None else \
-                self._get_mm_processor_kwargs(audios)
+            mm_kwargs = (
+                output.mm_processor_kwargs
+                if output.mm_processor_kwargs is not None
+                else self._get_mm_processor_kwargs(audios)
+            )
             padded["position_ids"] = self._compute_position_ids(
-                torch.tensor(padded["input_ids"]), torch.tensor(padded["attention_mask"]), multi_modal_inputs,
-                mm_kwargs)
+                torch.tensor(padded["input_ids"]), torch.tensor(padded["attention_mask"]), multi_modal_inputs, mm_kwargs
+            )
         await self._compute_score([output], kwargs=kwargs)
-        await self._compute_teacher_logprobs(output, prompt_ids=output.prompt_ids, response_ids=output.response_ids,
-                                             validate=validate, sample_kwargs=kwargs)
+        await self._compute_teacher_logprobs(
+            output,
+            prompt_ids=output.prompt_ids,
+            response_ids=output.response_ids,
+            validate=validate,
+            sample_kwargs=kwargs,
+        )
         return _InternalAgentLoopOutput(
             **padded,
             multi_modal_inputs=multi_modal_inputs,
@@ -306,8 +353,9 @@ class AgentLoopWorker:
                 kwargs["sampling_rate"] = int(rate)
         return kwargs
 
-    def _compute_multi_modal_inputs(self, output: AgentLoopOutput,
-                                    input_ids: torch.Tensor) -> dict[str, torch.Tensor] | None:
+    def _compute_multi_modal_inputs(
+        self, output: AgentLoopOutput, input_ids: torch.Tensor
+    ) -> dict[str, torch.Tensor] | None:
         """The processor's tensors for the trajectory's media (the model's vision/audio inputs); None for a
         text-only trajectory."""
         media = output.multi_modal_data or {}
@@ -321,27 +369,42 @@ class AgentLoopWorker:
                 ids.append(token)
             previous = token
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        kwargs = output.mm_processor_kwargs if output.mm_processor_kwargs is not None else \
-            self._get_mm_processor_kwargs(media.get("audios"))
-        processed = self.processor(text=[text], images=media.get("images"), videos=media.get("videos"),
-                                   audio=media.get("audios"), return_tensors="pt", **kwargs)
+        kwargs = (
+            output.mm_processor_kwargs
+            if output.mm_processor_kwargs is not None
+            else self._get_mm_processor_kwargs(media.get("audios"))
+        )
+        processed = self.processor(
+            text=[text],
+            images=media.get("images"),
+            videos=media.get("videos"),
+            audio=media.get("audios"),
+            return_tensors="pt",
+            **kwargs,
+        )
         inputs = {key: value for key, value in dict(processed).items() if key not in ("input_ids", "attention_mask")}
         grid = inputs.get("image_grid_thw")
         if grid is not None:
             inputs["images_seqlens"] = torch.repeat_interleave(grid[:, 1] * grid[:, 2], grid[:, 0])
         return inputs
 
-    def _compute_position_ids(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                              multi_modal_inputs: dict[str, torch.Tensor] | None,
-                              mm_processor_kwargs: dict[str, Any] | None = None) -> torch.Tensor:
+    def _compute_position_ids(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        multi_modal_inputs: dict[str, torch.Tensor] | None,
+        mm_processor_kwargs: dict[str, Any] | None = None,
+    ) -> torch.Tensor:
         """``[1, L]`` positions counting real tokens; with an M-RoPE processor ``[1, 4, L]``: text positions
         then the processor's three rope rows."""
         processor = self.processor
         if processor is None or not hasattr(processor, "get_rope_index"):
             return compute_position_id_with_mask(attention_mask)
         inputs = dict(multi_modal_inputs or {})
-        rope_kwargs: dict[str, Any] = {"image_grid_thw": inputs.get("image_grid_thw"),
-                                       "video_grid_thw": inputs.get("video_grid_thw")}
+        rope_kwargs: dict[str, Any] = {
+            "image_grid_thw": inputs.get("image_grid_thw"),
+            "video_grid_thw": inputs.get("video_grid_thw"),
+        }
         if inputs.get("mm_token_type_ids") is not None:  # recomputed over the whole trajectory
             token_types = torch.zeros_like(input_ids)
             for kind, code in (("image", 1), ("video", 2)):
@@ -388,8 +451,10 @@ class AgentLoopWorker:
             mask = torch.ones_like(input_ids)
             rows.append((prompts, responses, input_ids, mask, compute_position_id_with_mask(mask[None])[0]))
         pad = torch.nn.utils.rnn.pad_sequence
-        tensors = {name: pad([row[k] for row in rows], batch_first=True, padding_value=0)
-                   for k, name in enumerate(("prompts", "responses", "input_ids", "attention_mask", "position_ids"))}
+        tensors = {
+            name: pad([row[k] for row in rows], batch_first=True, padding_value=0)
+            for k, name in enumerate(("prompts", "responses", "input_ids", "attention_mask", "position_ids"))
+        }
         n = len(outputs)
 
         def column(values: list[Any]) -> np.ndarray:
@@ -398,12 +463,14 @@ class AgentLoopWorker:
             return array
 
         non_tensors = {key: column([value] * n) for key, value in kwargs.items()}
-        non_tensors.update({
-            "__num_turns__": np.array([o.num_turns for o in outputs]),
-            "tool_extra_fields": column([o.extra_fields for o in outputs]),
-            "prompt_len": np.array([len(o.prompt_ids) for o in outputs]),
-            "response_len": np.array([len(o.response_ids) for o in outputs]),
-        })
+        non_tensors.update(
+            {
+                "__num_turns__": np.array([o.num_turns for o in outputs]),
+                "tool_extra_fields": column([o.extra_fields for o in outputs]),
+                "prompt_len": np.array([len(o.prompt_ids) for o in outputs]),
+                "response_len": np.array([len(o.response_ids) for o in outputs]),
+            }
+        )
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
     def _score(self, output: AgentLoopOutput, row: dict[str, Any]) -> tuple[float, dict[str, Any]]:
@@ -414,30 +481,44 @@ class AgentLoopWorker:
         width = max(len(response), 1)  # a manager places the score at index len-1: keep one column for empties
         responses = torch.full((1, width), self.pad_token_id, dtype=torch.long)
         responses[0, : len(response)] = torch.tensor(response, dtype=torch.long)
-        attention = torch.cat([torch.ones(1, len(output.prompt_ids), dtype=torch.long),
-                               (torch.arange(width) < len(response)).long().unsqueeze(0)], dim=-1)
+        attention = torch.cat(
+            [
+                torch.ones(1, len(output.prompt_ids), dtype=torch.long),
+                (torch.arange(width) < len(response)).long().unsqueeze(0),
+            ],
+            dim=-1,
+        )
         non_tensors = {}
         for key, value in row.items():
             column = np.empty(1, dtype=object)
             column[0] = value
             non_tensors[key] = column
         data = DataProto.from_dict(
-            tensors={"prompts": torch.tensor([output.prompt_ids], dtype=torch.long), "responses": responses,
-                     "attention_mask": attention},
+            tensors={
+                "prompts": torch.tensor([output.prompt_ids], dtype=torch.long),
+                "responses": responses,
+                "attention_mask": attention,
+            },
             non_tensors=non_tensors,
         )
         reward_tensor, extra = compute_reward(data, self.reward_fn)
         return float(reward_tensor[0].sum()), {key: values[0] for key, values in extra.items()}
 
-    async def _compute_teacher_logprobs(self, output: AgentLoopOutput, prompt_ids: list[int],
-                                        response_ids: list[int], validate: bool,
-                                        sample_kwargs: dict[str, Any] | None = None) -> None:
+    async def _compute_teacher_logprobs(
+        self,
+        output: AgentLoopOutput,
+        prompt_ids: list[int],
+        response_ids: list[int],
+        validate: bool,
+        sample_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         """Teacher log-probs for online distillation: not supported here (refused at construction)."""
         if getattr(self, "distillation_enabled", False) and not validate:
             raise NotImplementedError("online policy distillation is not supported by this verl build")
 
-    def _postprocess(self, inputs: list[_InternalAgentLoopOutput], input_non_tensor_batch: dict | None = None,
-                     validate: bool = False) -> DataProto:
+    def _postprocess(
+        self, inputs: list[_InternalAgentLoopOutput], input_non_tensor_batch: dict | None = None, validate: bool = False
+    ) -> DataProto:
         """Stack the shard's padded trajectories; the input rows' columns are carried over unless verl's reward
         actors scored them (they received the rows already)."""
         passthrough = input_non_tensor_batch if self.reward_loop_worker_handles is None else None

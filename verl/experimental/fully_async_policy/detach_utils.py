@@ -22,8 +22,9 @@ from verl.protocol import DataProto
 __all__ = ["MetricsAggregator", "RolloutSample", "assemble_batch_from_rollout_samples"]
 
 
-def assemble_batch_from_rollout_samples(rollout_samples: Sequence[RolloutSample], tokenizer: Any = None,
-                                        config: Any = None, balance_batch: Any = None) -> DataProto:
+def assemble_batch_from_rollout_samples(
+    rollout_samples: Sequence[RolloutSample], tokenizer: Any = None, config: Any = None, balance_batch: Any = None
+) -> DataProto:
     """One batch of the groups' rows, ordered by each group's position in the prompt stream. ``tokenizer``,
     ``config`` and ``balance_batch`` are verl's arguments; balancing over ranks happens later in the trainer."""
     if not rollout_samples:
@@ -43,8 +44,11 @@ class MetricsAggregator:
     LAST = ("param_version", "global_step", "consumed_groups")
 
     def __init__(self, total_gpus: int, hybrid_gpus: int = 0, standalone_gpus: int = 0) -> None:
-        self.total_gpus, self.hybrid_gpus, self.standalone_gpus = int(total_gpus), int(hybrid_gpus), int(
-            standalone_gpus)
+        self.total_gpus, self.hybrid_gpus, self.standalone_gpus = (
+            int(total_gpus),
+            int(hybrid_gpus),
+            int(standalone_gpus),
+        )
         self.reset()
 
     def reset(self) -> None:
@@ -107,5 +111,8 @@ class MetricsAggregator:
         return aggregated
 
     def get_current_stats(self) -> dict[str, Any]:
-        return {"step_count": self.step_count, "total_samples": sum(self.sample_counts),
-                "metric_names": sorted(self.metric_values)}
+        return {
+            "step_count": self.step_count,
+            "total_samples": sum(self.sample_counts),
+            "metric_names": sorted(self.metric_values),
+        }

@@ -30,8 +30,10 @@ class DynamicScheduleContext:
 
     def __post_init__(self) -> None:
         if self.required_samples < 1 or self.trigger_parameter_sync_step < 1:
-            raise ValueError(f"DynamicScheduleContext: required_samples ({self.required_samples}) and "
-                             f"trigger_parameter_sync_step ({self.trigger_parameter_sync_step}) must be >= 1")
+            raise ValueError(
+                f"DynamicScheduleContext: required_samples ({self.required_samples}) and "
+                f"trigger_parameter_sync_step ({self.trigger_parameter_sync_step}) must be >= 1"
+            )
         self.step_required_samples = self.required_samples * self.trigger_parameter_sync_step
 
     @property

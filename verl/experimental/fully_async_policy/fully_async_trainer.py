@@ -67,8 +67,9 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
     """Trainer of the fully-async recipe. ``role_worker_mapping`` has ``Role.Actor`` (a worker with
     ``send_weights``) and ``Role.Rollout`` is mapped to the rollout pool in ``resource_pool_manager``."""
 
-    def __init__(self, *args: Any, queue_timeout_s: float = 600.0, sync_wait_timeout_s: float = 600.0,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, queue_timeout_s: float = 600.0, sync_wait_timeout_s: float = 600.0, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         async_cfg = self.config.async_training
         self.groups_per_update = groups_per_update(self.config)
@@ -77,14 +78,19 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.use_rollout_log_probs = bool(async_cfg.use_rollout_log_probs)
         self.use_trainer_do_validate = bool(async_cfg.get("use_trainer_do_validate", False))
         trainer_cfg = self.config.trainer
-        if not self.use_trainer_do_validate and (trainer_cfg.get("validation_data_dir")
-                                                 or trainer_cfg.get("log_val_generations", 0)):
-            logger.warning("trainer.validation_data_dir / log_val_generations apply to validation on the trainer "
-                           "side: set async_training.use_trainer_do_validate=true, or the rollouter validates "
-                           "without them")
+        if not self.use_trainer_do_validate and (
+            trainer_cfg.get("validation_data_dir") or trainer_cfg.get("log_val_generations", 0)
+        ):
+            logger.warning(
+                "trainer.validation_data_dir / log_val_generations apply to validation on the trainer "
+                "side: set async_training.use_trainer_do_validate=true, or the rollouter validates "
+                "without them"
+            )
         if self.use_rollout_log_probs and not bool(self.config.rollout.calculate_log_probs):
-            raise ValueError("async_training.use_rollout_log_probs=true needs the rollout's log-probs: set "
-                             "rollout.calculate_log_probs=true (or use_rollout_log_probs=false)")
+            raise ValueError(
+                "async_training.use_rollout_log_probs=true needs the rollout's log-probs: set "
+                "rollout.calculate_log_probs=true (or use_rollout_log_probs=false)"
+            )
         self.queue_timeout_s = float(queue_timeout_s)
         self.sync_wait_timeout_s = float(sync_wait_timeout_s)
         self.local_updates = 0
@@ -112,9 +118,17 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         controller_side = {"num_cpus": 0, "max_concurrency": 1000, **on_this_node()}
         self.queue = ray.remote(MessageQueue).options(**controller_side).remote(max_queue)
         self.replicas = start_rollout_replicas(self.config, pool)
-        self.rollouter = ray.remote(Rollouter).options(**controller_side).remote(
-            self.config, self.queue, self.replicas, sync_wait_timeout_s=self.sync_wait_timeout_s,
-            put_timeout_s=self.queue_timeout_s, resume_timeout_s=self.sync_wait_timeout_s,
+        self.rollouter = (
+            ray.remote(Rollouter)
+            .options(**controller_side)
+            .remote(
+                self.config,
+                self.queue,
+                self.replicas,
+                sync_wait_timeout_s=self.sync_wait_timeout_s,
+                put_timeout_s=self.queue_timeout_s,
+                resume_timeout_s=self.sync_wait_timeout_s,
+            )
         )
         self._get(self.rollouter.ready.remote(), "rollouter start-up")
 
@@ -122,8 +136,9 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         from verl.experimental.fully_async_policy.staleness import StalenessBudget
 
         cfg = self.config.async_training
-        return StalenessBudget(self.groups_per_update, int(cfg.trigger_parameter_sync_step),
-                               float(cfg.staleness_threshold)).max_open_groups
+        return StalenessBudget(
+            self.groups_per_update, int(cfg.trigger_parameter_sync_step), float(cfg.staleness_threshold)
+        ).max_open_groups
 
     # ------------------------------------------------------------------ liveness
 
@@ -132,11 +147,13 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         try:
             return ray.get(ref, timeout=timeout_s or self.sync_wait_timeout_s)
         except ray.exceptions.GetTimeoutError:
-            raise TimeoutError(f"fully-async trainer: {what} did not answer within "
-                               f"{timeout_s or self.sync_wait_timeout_s:g}s") from None
+            raise TimeoutError(
+                f"fully-async trainer: {what} did not answer within {timeout_s or self.sync_wait_timeout_s:g}s"
+            ) from None
         except ray.exceptions.RayActorError as exc:
-            raise RolloutFailedError(f"fully-async trainer: {what} failed, the actor died: "
-                                     f"{self._rollouter_root_cause() or exc}") from exc
+            raise RolloutFailedError(
+                f"fully-async trainer: {what} failed, the actor died: {self._rollouter_root_cause() or exc}"
+            ) from exc
 
     def _rollouter_root_cause(self) -> str | None:
         """The rollouter's own error when its ``fit`` has ended with one."""
@@ -176,8 +193,10 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
             if root is not None:
                 raise RolloutFailedError(f"rollouter failed: {root}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"fully-async trainer: no {count} rollout group(s) within {self.queue_timeout_s:g}s "
-                                   "(is the rollouter alive and generating?)")
+                raise TimeoutError(
+                    f"fully-async trainer: no {count} rollout group(s) within {self.queue_timeout_s:g}s "
+                    "(is the rollouter alive and generating?)"
+                )
 
     # ------------------------------------------------------------------ stages
 
@@ -215,8 +234,10 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         samples: list[RolloutSample] = [item for item in items if item != END_OF_STREAM]
         if len(samples) < self.groups_per_update:
             self.leftover_groups = len(samples)  # taken from the queue but too few for an update: not trained on
-            raise StopTraining(f"the rollouter's stream ended ({len(samples)} group(s) left over, fewer than the "
-                               f"{self.groups_per_update} one update needs)")
+            raise StopTraining(
+                f"the rollouter's stream ended ({len(samples)} group(s) left over, fewer than the "
+                f"{self.groups_per_update} one update needs)"
+            )
         batch = assemble_batch_from_rollout_samples(samples)
         self.consumed_groups += len(samples)
         self.consumed_indices.extend(sorted(s.index for s in samples))
@@ -227,16 +248,20 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self._stale_this_period += stale
         histogram = Counter(staleness)
         metrics = {f"fully_async/staleness/{k}": float(histogram.get(k, 0)) for k in range(max(staleness) + 1)}
-        metrics.update({
-            "fully_async/staleness/mean": float(np.mean(staleness)),
-            "fully_async/staleness/max": float(max(staleness)),
-            "fully_async/stale_groups": float(stale),
-            "fully_async/partial/aborted_samples": float(sum(int(a > 0) for a in batch.non_tensor_batch["num_aborts"])),
-            "fully_async/partial/aborts": float(sum(s.num_aborts for s in samples)),
-            "fully_async/failed_samples": float(sum(s.num_failed for s in samples)),
-            "fully_async/param_version": float(self.weight_version),
-            "fully_async/consumed_groups": float(self.consumed_groups),
-        })
+        metrics.update(
+            {
+                "fully_async/staleness/mean": float(np.mean(staleness)),
+                "fully_async/staleness/max": float(max(staleness)),
+                "fully_async/stale_groups": float(stale),
+                "fully_async/partial/aborted_samples": float(
+                    sum(int(a > 0) for a in batch.non_tensor_batch["num_aborts"])
+                ),
+                "fully_async/partial/aborts": float(sum(s.num_aborts for s in samples)),
+                "fully_async/failed_samples": float(sum(s.num_failed for s in samples)),
+                "fully_async/param_version": float(self.weight_version),
+                "fully_async/consumed_groups": float(self.consumed_groups),
+            }
+        )
         self.metrics.update(metrics)
         return batch
 
@@ -298,14 +323,18 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
     def _restore_checkpoint(self, step_dir: Path, state: dict[str, Any]) -> None:
         saved = state.get("fully_async")
         if saved is None:
-            raise ValueError(f"checkpoint {step_dir} has no fully-async state (rollout position): another trainer "
-                             "wrote it; resume it with that trainer or start fresh (trainer.resume_mode=disable)")
+            raise ValueError(
+                f"checkpoint {step_dir} has no fully-async state (rollout position): another trainer "
+                "wrote it; resume it with that trainer or start fresh (trainer.resume_mode=disable)"
+            )
         super()._restore_checkpoint(step_dir, state)
         expected = state.get("weight_checksum")
         if expected is not None and self.weight_checksums.get(self.weight_version) != expected:
-            raise RuntimeError(f"resumed from {step_dir}: the restored actor (checksum "
-                               f"{self.weight_checksums.get(self.weight_version)}) differs from the weights saved as "
-                               f"version {self.weight_version} (checksum {expected})")
+            raise RuntimeError(
+                f"resumed from {step_dir}: the restored actor (checksum "
+                f"{self.weight_checksums.get(self.weight_version)}) differs from the weights saved as "
+                f"version {self.weight_version} (checksum {expected})"
+            )
         self.consumed_indices = expand_indices(saved["consumed_indices"])
         self.consumed_groups = len(self.consumed_indices)
         self.local_updates = int(saved["local_updates"])

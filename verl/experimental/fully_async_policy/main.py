@@ -40,8 +40,10 @@ def build_async_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type
     if strategy not in ("fsdp", "fsdp2"):
         raise ValueError(f"actor.strategy={strategy!r} is not available; supported: fsdp, fsdp2")
     trainer = config.trainer
-    spec = {TRAINER_POOL: [int(trainer.n_gpus_per_node)] * int(trainer.nnodes),
-            ROLLOUT_POOL: rollout_pool_spec(config.rollout)}
+    spec = {
+        TRAINER_POOL: [int(trainer.n_gpus_per_node)] * int(trainer.nnodes),
+        ROLLOUT_POOL: rollout_pool_spec(config.rollout),
+    }
     mapping: dict[Role, type] = {Role.Actor: DetachActorWorker}
     pools: dict[Role, str] = {Role.Actor: TRAINER_POOL, Role.Rollout: ROLLOUT_POOL}
     if need_critic(config):
@@ -63,12 +65,17 @@ def build_trainer(config: DictConfig, kind: str, **trainer_kwargs: Any) -> Any:
         raise ValueError(f"unknown async recipe {kind!r}; known: {sorted(TRAINERS)}")
     tokenizer = load_tokenizer(config.model, resolve_model_path(config.model))
     mapping, pools, spec = build_async_role_worker_mapping(config)
-    manager = ResourcePoolManager(resource_pool_spec=spec, mapping=pools,
-                                  device=str(config.trainer.get("device", "auto")))
+    manager = ResourcePoolManager(
+        resource_pool_spec=spec, mapping=pools, device=str(config.trainer.get("device", "auto"))
+    )
     return _load(TRAINERS[kind])(
-        config=config, tokenizer=tokenizer, role_worker_mapping=mapping, resource_pool_manager=manager,
+        config=config,
+        tokenizer=tokenizer,
+        role_worker_mapping=mapping,
+        resource_pool_manager=manager,
         reward_fn=load_reward_manager(config, tokenizer, num_examine=0),
-        val_reward_fn=load_reward_manager(config, tokenizer, num_examine=1), **trainer_kwargs,
+        val_reward_fn=load_reward_manager(config, tokenizer, num_examine=1),
+        **trainer_kwargs,
     )
 
 
@@ -88,9 +95,12 @@ class AsyncTaskRunner:
 
     @staticmethod
     def _summary(config: DictConfig, trainer: Any) -> dict[str, Any]:
-        summary: dict[str, Any] = {"run_dir": str(config.trainer.default_local_dir),
-                                   "global_steps": trainer.global_steps, "weight_version": trainer.weight_version,
-                                   "weight_checksums": dict(trainer.weight_checksums)}
+        summary: dict[str, Any] = {
+            "run_dir": str(config.trainer.default_local_dir),
+            "global_steps": trainer.global_steps,
+            "weight_version": trainer.weight_version,
+            "weight_checksums": dict(trainer.weight_checksums),
+        }
         actors = [getattr(r, "actor", r) for r in getattr(trainer, "replicas", [])]
         summary["replica_versions"] = ray.get([a.get_version.remote() for a in actors], timeout=60)
         if hasattr(trainer, "rollout_statistics"):

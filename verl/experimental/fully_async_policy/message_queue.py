@@ -97,8 +97,10 @@ def resolve_refs(items: list[Any], timeout_s: float) -> list[Any]:
     try:
         fetched = dict(zip(refs, ray.get(refs, timeout=timeout_s), strict=True))
     except ray.exceptions.GetTimeoutError:
-        raise TimeoutError(f"message queue: {len(positions)} queued sample payload(s) not fetched from the object "
-                           f"store within {timeout_s:g}s") from None
+        raise TimeoutError(
+            f"message queue: {len(positions)} queued sample payload(s) not fetched from the object "
+            f"store within {timeout_s:g}s"
+        ) from None
     except ray.exceptions.ObjectLostError as exc:
         raise RuntimeError(f"message queue: a queued sample's payload is lost (did its producer die?): {exc}") from exc
     out = list(items)
@@ -200,8 +202,9 @@ class MessageQueue:
             for done, item in enumerate(items):
                 try:
                     await asyncio.wait_for(
-                        cond.wait_for(lambda: self._closed_reason is not None
-                                      or len(self._items) < self.max_queue_size),
+                        cond.wait_for(
+                            lambda: self._closed_reason is not None or len(self._items) < self.max_queue_size
+                        ),
                         timeout=max(0.0, deadline - loop.time()),
                     )
                 except asyncio.TimeoutError:

@@ -54,8 +54,9 @@ def continuation_rollout_config(rollout: RolloutConfig) -> RolloutConfig:
     return dataclasses.replace(rollout, prompt_length=model_len - 1, max_model_len=model_len)
 
 
-def start_rollout_replicas(config: Any, pool: Any, server_kwargs: dict[str, Any] | None = None,
-                           call_timeout_s: float = 600.0) -> list[Any]:
+def start_rollout_replicas(
+    config: Any, pool: Any, server_kwargs: dict[str, Any] | None = None, call_timeout_s: float = 600.0
+) -> list[Any]:
     """One StandaloneReplica per process slot of ``pool`` (a RayResourcePool), placed on its bundles."""
     from verl.workers.config import HFModelConfig
     from verl.workers.fsdp.model_loader import resolve_model_path
@@ -67,9 +68,15 @@ def start_rollout_replicas(config: Any, pool: Any, server_kwargs: dict[str, Any]
     resources = pool.actor_resources()
     return [
         StandaloneReplica(
-            rollout, model_path, placement_group=pg, bundle_index=bundle,
-            num_cpus=resources.get("num_cpus", 1), num_gpus=resources.get("num_gpus", 0),
-            server_kwargs=dict(server_kwargs or {}), call_timeout_s=call_timeout_s, replica_rank=rank,
+            rollout,
+            model_path,
+            placement_group=pg,
+            bundle_index=bundle,
+            num_cpus=resources.get("num_cpus", 1),
+            num_gpus=resources.get("num_gpus", 0),
+            server_kwargs=dict(server_kwargs or {}),
+            call_timeout_s=call_timeout_s,
+            replica_rank=rank,
         )
         for rank, (pg, bundle) in enumerate(pool.bundle_slots())  # a pool slice hands out only its own slots
     ]
@@ -81,8 +88,9 @@ def placement_guaranteed(*pools: Any) -> bool:
     return all(getattr(pool, "pgs", None) for pool in pools)
 
 
-def build_agent_worker(config: Any, replicas: list[Any], *, resume_timeout_s: float = 600.0,
-                       request_timeout_s: float | None = 3600.0) -> Any:
+def build_agent_worker(
+    config: Any, replicas: list[Any], *, resume_timeout_s: float = 600.0, request_timeout_s: float | None = 3600.0
+) -> Any:
     """An AgentLoopWorker in this process whose requests survive weight syncs (PartialRolloutServerManager)."""
     from verl.experimental.agent_loop.worker import AgentLoopWorker
     from verl.experimental.fully_async_policy.server_manager import PartialRolloutServerManager
@@ -139,5 +147,6 @@ def build_weight_sync(config: Any, actor_group: Any, replicas: list[Any]) -> Any
     backend = str(config.rollout.checkpoint_engine.backend)
     if backend == "naive":
         backend = "ray"
-    return CheckpointEngineManager.from_config(config.rollout, trainer=actor_group, replicas=replicas,
-                                               backend=backend, dtype=checkpoint_engine_dtype(config))
+    return CheckpointEngineManager.from_config(
+        config.rollout, trainer=actor_group, replicas=replicas, backend=backend, dtype=checkpoint_engine_dtype(config)
+    )

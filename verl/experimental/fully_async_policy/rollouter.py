@@ -62,9 +62,17 @@ class Rollouter:
         resume_timeout_s: longest time an aborted request waits for the sync to finish.
     """
 
-    def __init__(self, config: Any, queue: Any, replicas: list[Any], *, sync_wait_timeout_s: float = 600.0,
-                 put_timeout_s: float = 600.0, resume_timeout_s: float = 600.0,
-                 request_timeout_s: float | None = 3600.0) -> None:
+    def __init__(
+        self,
+        config: Any,
+        queue: Any,
+        replicas: list[Any],
+        *,
+        sync_wait_timeout_s: float = 600.0,
+        put_timeout_s: float = 600.0,
+        resume_timeout_s: float = 600.0,
+        request_timeout_s: float | None = 3600.0,
+    ) -> None:
         from verl.trainer.ppo.dataloaders import build_dataloaders
         from verl.workers.fsdp.model_loader import load_tokenizer, resolve_model_path
 
@@ -77,14 +85,16 @@ class Rollouter:
         self.batch_size = int(config.data.train_batch_size)
         self.total_prompts = total_rollout_prompts(config, len(self.train_dataloader))
         async_cfg = config.async_training
-        self.budget = StalenessBudget(groups_per_update(config), int(async_cfg.trigger_parameter_sync_step),
-                                      float(async_cfg.staleness_threshold))
+        self.budget = StalenessBudget(
+            groups_per_update(config), int(async_cfg.trigger_parameter_sync_step), float(async_cfg.staleness_threshold)
+        )
         self.partial_rollout = bool(async_cfg.partial_rollout)
         self.sync_wait_timeout_s = float(sync_wait_timeout_s)
         self.put_timeout_s = float(put_timeout_s)
         self.queue_writer = CoalescingQueueWriter(queue, self.put_timeout_s)
-        self.worker = build_agent_worker(config, self.replicas, resume_timeout_s=resume_timeout_s,
-                                         request_timeout_s=request_timeout_s)
+        self.worker = build_agent_worker(
+            config, self.replicas, resume_timeout_s=resume_timeout_s, request_timeout_s=request_timeout_s
+        )
         self.version = 0
         self._paused = False
         self._stop_reason: str | None = None
@@ -93,8 +103,16 @@ class Rollouter:
         self._changed: asyncio.Event | None = None
         self.background_error: BaseException | None = None
         self._consumed: set[int] = set()
-        self.stats = {"groups_started": 0, "groups_enqueued": 0, "groups_dropped_empty": 0, "samples_enqueued": 0,
-                      "samples_failed": 0, "syncs": 0, "max_open_groups": 0, "groups_skipped_consumed": 0}
+        self.stats = {
+            "groups_started": 0,
+            "groups_enqueued": 0,
+            "groups_dropped_empty": 0,
+            "samples_enqueued": 0,
+            "samples_failed": 0,
+            "syncs": 0,
+            "max_open_groups": 0,
+            "groups_skipped_consumed": 0,
+        }
 
     # ------------------------------------------------------------------ public (remote) methods
 
@@ -115,13 +133,20 @@ class Rollouter:
                 self._open_groups += 1
                 self.stats["groups_started"] += 1
                 self.stats["max_open_groups"] = max(self.stats["max_open_groups"], self._open_groups)
-                self._in_flight[index] = spawn_logged(self._run_group(index, prompt), owner=self,
-                                                      name=f"rollout group {index}")
-            await self._wait_until(lambda: not self._in_flight, self.sync_wait_timeout_s,
-                                   f"the last {len(self._in_flight)} rollout group(s) to finish")
+                self._in_flight[index] = spawn_logged(
+                    self._run_group(index, prompt), owner=self, name=f"rollout group {index}"
+                )
+            await self._wait_until(
+                lambda: not self._in_flight,
+                self.sync_wait_timeout_s,
+                f"the last {len(self._in_flight)} rollout group(s) to finish",
+            )
             self._raise_if_failed()
-            await await_ray(self.queue.put.remote(END_OF_STREAM, self.put_timeout_s), self.put_timeout_s + 30,
-                            "message queue put(END_OF_STREAM)")
+            await await_ray(
+                self.queue.put.remote(END_OF_STREAM, self.put_timeout_s),
+                self.put_timeout_s + 30,
+                "message queue put(END_OF_STREAM)",
+            )
             return await self.get_statistics()
         except BaseException as exc:
             reason = self._stop_reason or f"rollouter failed: {type(exc).__name__}: {exc}"
@@ -140,8 +165,10 @@ class Rollouter:
             raise RuntimeError("rollouter.restore must be called before fit starts generating")
         bad = [i for i in consumed_indices if not 0 <= int(i) < self.total_prompts]
         if bad:
-            raise ValueError(f"rollouter.restore: consumed prompt indices {bad[:5]} are outside the stream of "
-                             f"{self.total_prompts} prompts (was rollout.total_rollout_steps or the data changed?)")
+            raise ValueError(
+                f"rollouter.restore: consumed prompt indices {bad[:5]} are outside the stream of "
+                f"{self.total_prompts} prompts (was rollout.total_rollout_steps or the data changed?)"
+            )
         self._consumed = {int(i) for i in consumed_indices}
         self.version = int(version)
         self.worker.server_manager.resume(self.version)
@@ -156,8 +183,11 @@ class Rollouter:
             self.worker.server_manager.pause()
             await asyncio.gather(*(r.abort_all() for r in self.replicas))
         else:
-            await self._wait_until(lambda: not self._in_flight, self.sync_wait_timeout_s,
-                                   f"{len(self._in_flight)} in-flight rollout group(s) before a weight sync")
+            await self._wait_until(
+                lambda: not self._in_flight,
+                self.sync_wait_timeout_s,
+                f"{len(self._in_flight)} in-flight rollout group(s) before a weight sync",
+            )
         self._raise_if_failed()
         return {"rollouter/pause_s": time.perf_counter() - start, "rollouter/in_flight_groups": len(self._in_flight)}
 
@@ -184,9 +214,15 @@ class Rollouter:
 
     async def get_statistics(self) -> dict[str, Any]:
         manager = self.worker.server_manager
-        return {**self.stats, "open_groups": self._open_groups, "in_flight_groups": len(self._in_flight),
-                "version": self.version, "requests_aborted": manager.num_aborted,
-                "requests_resumed": manager.num_resumed, "max_allowed_open_groups": self.budget.max_open_groups}
+        return {
+            **self.stats,
+            "open_groups": self._open_groups,
+            "in_flight_groups": len(self._in_flight),
+            "version": self.version,
+            "requests_aborted": manager.num_aborted,
+            "requests_resumed": manager.num_resumed,
+            "max_allowed_open_groups": self.budget.max_open_groups,
+        }
 
     async def generate_sequences(self, batch: DataProto) -> DataProto:
         """Generate one trajectory per row (validation on the trainer side uses it)."""
@@ -267,7 +303,7 @@ class Rollouter:
                 for row in range(len(batch)):
                     if index >= self.total_prompts:
                         return
-                    yield index, batch[row:row + 1]
+                    yield index, batch[row : row + 1]
                     index += 1
                     progressed = True
             if not progressed:
@@ -280,8 +316,9 @@ class Rollouter:
         base = generation_seed(self.config, step + 1)
         return None if base is None else base + position * self.n + sample
 
-    async def _run_sample(self, index: int, sample: int, prompt: DataProto,
-                          uid: str) -> tuple[DataProto, list[SampleVersions]]:
+    async def _run_sample(
+        self, index: int, sample: int, prompt: DataProto, uid: str
+    ) -> tuple[DataProto, list[SampleVersions]]:
         versions: list[SampleVersions] = []
         CURRENT_SAMPLE_VERSIONS.set(versions)  # this task's own context: the server manager reports here
         keys = [k for k in _GEN_KEYS if prompt.batch is not None and k in prompt.batch.keys()]
@@ -297,8 +334,9 @@ class Rollouter:
         uid = uuid.uuid4().hex
         start = time.perf_counter()
         start_version = self.version
-        results = await asyncio.gather(*(self._run_sample(index, j, prompt, uid) for j in range(self.n)),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(self._run_sample(index, j, prompt, uid) for j in range(self.n)), return_exceptions=True
+        )
         rows, starts, ends, aborts = [], [], [], []
         for result in results:
             if isinstance(result, BaseException):
@@ -326,9 +364,16 @@ class Rollouter:
             batch.non_tensor_batch["param_version_end"] = np.array(ends, dtype=object)
             batch.non_tensor_batch["num_aborts"] = np.array(aborts, dtype=object)
             batch.non_tensor_batch["rollout_index"] = np.array([index] * len(rows), dtype=object)
-            sample = RolloutSample(batch=batch, index=index, uid=uid, start_version=min(starts),
-                                   end_version=max(ends), num_aborts=sum(aborts), num_failed=self.n - len(rows),
-                                   generate_s=time.perf_counter() - start)
+            sample = RolloutSample(
+                batch=batch,
+                index=index,
+                uid=uid,
+                start_version=min(starts),
+                end_version=max(ends),
+                num_aborts=sum(aborts),
+                num_failed=self.n - len(rows),
+                generate_s=time.perf_counter() - start,
+            )
             await self.queue_writer.put(sample, f"message queue put of rollout group {index}", index=index)
             self.stats["groups_enqueued"] += 1
             self.stats["samples_enqueued"] += len(rows)

@@ -83,8 +83,9 @@ class PartialRolloutServerManager(AsyncLLMServerManager):
                 f"request {request_id}: paused for a weight sync and not resumed within {self.resume_timeout_s:g}s"
             ) from None
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **hints: Any) -> TokenOutput:
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **hints: Any
+    ) -> TokenOutput:
         """Generate, resuming across aborts; the result covers every token with its log-prob (when asked).
         ``hints`` are the arguments verl's loops pass (``priority``, empty ``image_data``, ...); media are refused
         as by the base manager (the replicas are text-only)."""
@@ -128,10 +129,15 @@ class PartialRolloutServerManager(AsyncLLMServerManager):
                 break
             await self._wait_open(request_id)
             self.num_resumed += 1
-        record = SampleVersions(start=start_version, end=max(version, start_version), aborts=aborts,
-                                token_versions=token_versions)
+        record = SampleVersions(
+            start=start_version, end=max(version, start_version), aborts=aborts, token_versions=token_versions
+        )
         collector = CURRENT_SAMPLE_VERSIONS.get()
         if collector is not None:
             collector.append(record)
-        return TokenOutput(token_ids=tokens, log_probs=log_probs, stop_reason=stop_reason,
-                           extra={"start_version": record.start, "end_version": record.end, "num_aborts": aborts})
+        return TokenOutput(
+            token_ids=tokens,
+            log_probs=log_probs,
+            stop_reason=stop_reason,
+            extra={"start_version": record.start, "end_version": record.end, "num_aborts": aborts},
+        )

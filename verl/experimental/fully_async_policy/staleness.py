@@ -26,11 +26,13 @@ class StalenessBudget:
 
     def __post_init__(self) -> None:
         if self.groups_per_update < 1:
-            raise ValueError(f"groups per update (require_batches x ppo_mini_batch_size) must be >= 1, got "
-                             f"{self.groups_per_update}")
+            raise ValueError(
+                f"groups per update (require_batches x ppo_mini_batch_size) must be >= 1, got {self.groups_per_update}"
+            )
         if self.trigger_parameter_sync_step < 1:
-            raise ValueError("async_training.trigger_parameter_sync_step must be >= 1, got "
-                             f"{self.trigger_parameter_sync_step}")
+            raise ValueError(
+                f"async_training.trigger_parameter_sync_step must be >= 1, got {self.trigger_parameter_sync_step}"
+            )
         if self.staleness_threshold < 0:
             raise ValueError(f"async_training.staleness_threshold must be >= 0, got {self.staleness_threshold}")
 

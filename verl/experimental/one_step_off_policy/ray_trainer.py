@@ -51,9 +51,10 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
 
     def _init_rollout(self, pool: Any) -> None:
         self.replicas = start_rollout_replicas(self.config, pool)
-        self.generator = ray.remote(StandaloneAgentLoopManager).options(
-            num_cpus=0, max_concurrency=1000, **on_this_node()).remote(
-            self.config, self.replicas
+        self.generator = (
+            ray.remote(StandaloneAgentLoopManager)
+            .options(num_cpus=0, max_concurrency=1000, **on_this_node())
+            .remote(self.config, self.replicas)
         )
         ray.get(self.generator.ready.remote(), timeout=self.generate_timeout_s)
 
@@ -109,8 +110,12 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
                 next_gen = self._step_gen_batch(next_batch, self.global_steps + 1)
                 self._pending = (next_dict, next_batch, next_gen, self._submit(next_gen), self.weight_version)
         output.meta_info["timing"] = {"publish_weights": published.get("timing_s/update_weights", 0.0)}
-        self.metrics.update({"one_step_off/generation_version": float(version),
-                             "one_step_off/policy_lag": float(self.global_steps - 1 - version)})
+        self.metrics.update(
+            {
+                "one_step_off/generation_version": float(version),
+                "one_step_off/policy_lag": float(self.global_steps - 1 - version),
+            }
+        )
         return self._fit_assemble(batch, output)
 
     def _fit_update_weights(self) -> None:
@@ -156,8 +161,10 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
         folder = step_dir / PENDING_DIR
         missing = [name for name in _PENDING_FILES if not (folder / name).is_file()]
         if missing:
-            raise FileNotFoundError(f"one-step-off checkpoint {step_dir} records a pending batch but {folder} lacks "
-                                    f"{missing}; it was not written by a complete save")
+            raise FileNotFoundError(
+                f"one-step-off checkpoint {step_dir} records a pending batch but {folder} lacks "
+                f"{missing}; it was not written by a complete save"
+            )
         batch, gen_batch, output = (DataProto.load_from_disk(folder / name) for name in _PENDING_FILES)
         self._resumed_batch_dict = {"resumed_from": str(step_dir)}
         self._pending = (self._resumed_batch_dict, batch, gen_batch, ray.put(output), int(state["pending_version"]))

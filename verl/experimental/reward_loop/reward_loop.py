@@ -39,8 +39,14 @@ _SERVED_RM_REASON = (
 
 
 def _served_reward_model_error(what: str) -> MissingExtraError:
-    return MissingExtraError(missing_message(what, "a served reward model (reward.reward_model.enable without a "
-                                             "custom reward function)", extra="vllm", reason=_SERVED_RM_REASON))
+    return MissingExtraError(
+        missing_message(
+            what,
+            "a served reward model (reward.reward_model.enable without a custom reward function)",
+            extra="vllm",
+            reason=_SERVED_RM_REASON,
+        )
+    )
 
 
 def _uses_served_reward_model(config: Any) -> bool:
@@ -54,8 +60,9 @@ def _policy_model_config(config: Any) -> Any:
     if model is None:
         model = config_value(config, "actor_rollout_ref", "model")
     if model is None:
-        raise KeyError("the config has no policy model group (model or actor_rollout_ref.model) to take the "
-                       "tokenizer from")
+        raise KeyError(
+            "the config has no policy model group (model or actor_rollout_ref.model) to take the tokenizer from"
+        )
     return model
 
 
@@ -88,15 +95,18 @@ class RewardLoopWorker:
         self.input_tokenizer = _load_policy_tokenizer(self.config)
         self.reward_model_tokenizer = None
         rm_path = config_value(self.config, "reward", "reward_model", "model_path") or config_value(
-            self.config, "reward", "reward_model", "model", "path")
+            self.config, "reward", "reward_model", "model", "path"
+        )
         if self.reward_router_address is not None and rm_path:
             from transformers import AutoTokenizer
 
             self.reward_model_tokenizer = AutoTokenizer.from_pretrained(str(rm_path), trust_remote_code=True)
         kwargs: dict[str, Any] = {}
         if self.reward_router_address is not None:
-            kwargs = {"reward_router_address": self.reward_router_address,
-                      "reward_model_tokenizer": self.reward_model_tokenizer}
+            kwargs = {
+                "reward_router_address": self.reward_router_address,
+                "reward_model_tokenizer": self.reward_model_tokenizer,
+            }
         self.reward_manager = build_reward_loop_manager(self.config, self.input_tokenizer, **kwargs)
 
     async def compute_score(self, data: DataProto) -> dict[str, Any]:

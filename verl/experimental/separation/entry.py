@@ -50,6 +50,8 @@ def recipe_main(config_dir: Path, config_name: str, kind: str, argv: Sequence[st
     check_inert_keys(typed)
     print(format_batch_plan(compute_batch_plan(typed)), flush=True)
     summary = run_async_training(config, kind)
-    print(f"{kind} finished: {summary.get('global_steps')} steps, weight version {summary.get('weight_version')}",
-          flush=True)
+    print(
+        f"{kind} finished: {summary.get('global_steps')} steps, weight version {summary.get('weight_version')}",
+        flush=True,
+    )
     return summary

@@ -68,8 +68,10 @@ class SeparateRayPPOTrainer(RayPPOTrainer):
         """Publish the actor's weights as the next version through the checkpoint engine (every replica must report
         the version and the trainer's checksum, or ``WeightSyncError`` names the culprit)."""
         if self.weight_sync is None:
-            raise RuntimeError(f"{type(self).__name__}: no weight_sync (CheckpointEngineManager) was set up in "
-                               "init_workers; the rollout would keep serving stale weights")
+            raise RuntimeError(
+                f"{type(self).__name__}: no weight_sync (CheckpointEngineManager) was set up in "
+                "init_workers; the rollout would keep serving stale weights"
+            )
         self.weight_version += 1
         report = self.weight_sync.update_weights(self.weight_version)
         self.weight_checksums[self.weight_version] = str(report.get("checksum"))

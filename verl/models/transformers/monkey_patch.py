@@ -32,8 +32,10 @@ def apply_monkey_patch(
         ValueError: padding removal or the fused head cannot serve this model (the message names the key).
     """
     if int(ulysses_sp_size) > 1:
-        raise NotImplementedError(f"apply_monkey_patch: ulysses_sp_size={ulysses_sp_size}: Ulysses sequence "
-                                  "parallelism is not part of this build; set ulysses_sequence_parallel_size=1")
+        raise NotImplementedError(
+            f"apply_monkey_patch: ulysses_sp_size={ulysses_sp_size}: Ulysses sequence "
+            "parallelism is not part of this build; set ulysses_sequence_parallel_size=1"
+        )
     if use_prefix_grouper:
         raise NotImplementedError("apply_monkey_patch: use_prefix_grouper is not part of this build")
     if use_tiled_mlp:
@@ -45,8 +47,10 @@ def apply_monkey_patch(
         check_model_support_rmpad(config.model_type)
     if use_fused_kernels:
         if fused_kernels_backend not in (None, "torch"):
-            raise NotImplementedError(f"apply_monkey_patch: fused_kernels_backend={fused_kernels_backend!r} is not "
-                                      "available; the fused head here is torch code (use 'torch' or leave it unset)")
+            raise NotImplementedError(
+                f"apply_monkey_patch: fused_kernels_backend={fused_kernels_backend!r} is not "
+                "available; the fused head here is torch code (use 'torch' or leave it unset)"
+            )
         from verl.workers.actor.fused_head import check_fused_head
 
         check_fused_head(model)

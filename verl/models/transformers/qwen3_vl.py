@@ -20,5 +20,6 @@ def get_rope_index(
     **kwargs: Any,
 ) -> torch.Tensor:
     """``(3, seq_len)`` rotary positions of one sequence; image/video grids raise ``NotImplementedError``."""
-    return text_rope_index("qwen3_vl", input_ids, attention_mask,
-                           {"image_grid_thw": image_grid_thw, "video_grid_thw": video_grid_thw})
+    return text_rope_index(
+        "qwen3_vl", input_ids, attention_mask, {"image_grid_thw": image_grid_thw, "video_grid_thw": video_grid_thw}
+    )

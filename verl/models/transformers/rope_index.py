@@ -15,23 +15,29 @@ import torch
 __all__ = ["text_rope_index"]
 
 
-def text_rope_index(family: str, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                    grids: dict[str, Any]) -> torch.Tensor:
+def text_rope_index(
+    family: str, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, grids: dict[str, Any]
+) -> torch.Tensor:
     """``(3, seq_len)`` positions of one unbatched sequence: ``cumsum(mask) - 1`` on real tokens (1 on padding), or
     ``arange(seq_len)`` without a mask, repeated over the three rope rows."""
     given = sorted(name for name, grid in grids.items() if grid is not None)
     if given:
-        raise NotImplementedError(f"{family} get_rope_index: {given} given, but multimodal rotary positions are not "
-                                  "supported here (the rollout and the actor are text-only)")
+        raise NotImplementedError(
+            f"{family} get_rope_index: {given} given, but multimodal rotary positions are not "
+            "supported here (the rollout and the actor are text-only)"
+        )
     if input_ids.dim() != 1:
-        raise ValueError(f"{family} get_rope_index takes one unbatched sequence (1-D input_ids), got shape "
-                         f"{tuple(input_ids.shape)}")
+        raise ValueError(
+            f"{family} get_rope_index takes one unbatched sequence (1-D input_ids), got shape {tuple(input_ids.shape)}"
+        )
     if attention_mask is None:
         positions = torch.arange(input_ids.shape[0], device=input_ids.device)
     else:
         if attention_mask.shape != input_ids.shape:
-            raise ValueError(f"{family} get_rope_index: attention_mask shape {tuple(attention_mask.shape)} differs "
-                             f"from input_ids shape {tuple(input_ids.shape)}")
+            raise ValueError(
+                f"{family} get_rope_index: attention_mask shape {tuple(attention_mask.shape)} differs "
+                f"from input_ids shape {tuple(input_ids.shape)}"
+            )
         mask = attention_mask.to(input_ids.device)
         positions = mask.long().cumsum(-1) - 1
         positions = positions.masked_fill(mask == 0, 1)

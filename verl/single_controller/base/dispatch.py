@@ -179,7 +179,6 @@ def unpad_batch(output: Any, pad_size: int) -> Any:
     return output
 
 
-
 def collect_dp_compute_data_proto(worker_group: Any, output: list) -> Any:
     """Concatenate the per-rank DataProtos in rank order."""
     ranks = list(range(len(output)))

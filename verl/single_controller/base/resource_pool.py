@@ -6,8 +6,9 @@ from __future__ import annotations
 class ResourcePool:
     """``process_on_nodes[i]`` processes on node i; ``max_colocate_count`` groups may share each process slot."""
 
-    def __init__(self, process_on_nodes: list[int] | None = None, max_colocate_count: int = 10,
-                 n_gpus_per_node: int = 8) -> None:
+    def __init__(
+        self, process_on_nodes: list[int] | None = None, max_colocate_count: int = 10, n_gpus_per_node: int = 8
+    ) -> None:
         process_on_nodes = list(process_on_nodes) if process_on_nodes is not None else []
         for i, n in enumerate(process_on_nodes):
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:

@@ -136,8 +136,15 @@ class Worker(WorkerHelper):
     @classmethod
     def env_keys(cls) -> list[str]:
         """Environment variables a worker group sets to configure each Worker."""
-        return ["WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-                "CUDA_VISIBLE_DEVICES"]
+        return [
+            "WORLD_SIZE",
+            "RANK",
+            "LOCAL_WORLD_SIZE",
+            "LOCAL_RANK",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "CUDA_VISIBLE_DEVICES",
+        ]
 
     def get_fused_worker_by_name(self, worker_name: str) -> Worker | None:
         """The worker of role ``worker_name`` living in this same process (fused/colocated roles), or None."""
@@ -207,8 +214,9 @@ class Worker(WorkerHelper):
             "collect_dp_rank": {mesh: keep for mesh, (_, keep) in self._mesh_info.items()},
         }
 
-    def set_dispatch_collect(self, mesh_name: str, dispatch_dp_rank: dict[str, int],
-                             collect_dp_rank: dict[str, bool]) -> None:
+    def set_dispatch_collect(
+        self, mesh_name: str, dispatch_dp_rank: dict[str, int], collect_dp_rank: dict[str, bool]
+    ) -> None:
         """Register ``mesh_name`` with the layout another worker declared (the output of its
         ``get_dispatch_collect``); that worker must have declared exactly one mesh."""
         if len(dispatch_dp_rank) != 1 or set(dispatch_dp_rank) != set(collect_dp_rank):

@@ -164,8 +164,16 @@ class WorkerGroup:
         group_method.__qualname__ = f"{type(self).__name__}.{remote_name}"
         return group_method
 
-    def _call(self, method_name: str, dispatch_fn: Callable, collect_fn: Callable, execute_mode: Any,
-              blocking: bool, args: tuple, kwargs: dict) -> Any:
+    def _call(
+        self,
+        method_name: str,
+        dispatch_fn: Callable,
+        collect_fn: Callable,
+        execute_mode: Any,
+        blocking: bool,
+        args: tuple,
+        kwargs: dict,
+    ) -> Any:
         self._check_usable()
         args, kwargs = dispatch_fn(self, *args, **kwargs)
         pad_size = kwargs.pop(PAD_SIZE_KEY, 0)

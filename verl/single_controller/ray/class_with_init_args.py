@@ -54,10 +54,18 @@ class RayClassWithInitArgs(ClassWithInitArgs):
     def options(self) -> dict[str, Any]:
         return dict(self._options)
 
-    def __call__(self, placement_group: Any = None, placement_group_bundle_idx: int = 0,
-                 env_vars: dict[str, str] | None = None, name: str | None = None, num_cpus: float | None = None,
-                 num_gpus: float | None = None, detached: bool = False, runtime_env: dict[str, Any] | None = None,
-                 use_gpu: bool = True) -> Any:
+    def __call__(
+        self,
+        placement_group: Any = None,
+        placement_group_bundle_idx: int = 0,
+        env_vars: dict[str, str] | None = None,
+        name: str | None = None,
+        num_cpus: float | None = None,
+        num_gpus: float | None = None,
+        detached: bool = False,
+        runtime_env: dict[str, Any] | None = None,
+        use_gpu: bool = True,
+    ) -> Any:
         """Start one actor, in ``placement_group`` bundle ``placement_group_bundle_idx`` when given.
 
         ``env_vars`` and ``runtime_env`` are merged over the ``runtime_env`` option (their keys win);

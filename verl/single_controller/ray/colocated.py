@@ -97,8 +97,10 @@ def _merge(class_dict: dict[str, RayClassWithInitArgs], factory: str, prefix: st
 
     def add(exposed: str, role: str, method: Callable) -> None:
         if exposed in namespace:
-            raise ValueError(f"{factory}: method {exposed!r} of role {role!r} clashes with one of role "
-                             f"{owner[exposed]!r}; rename the role or method")
+            raise ValueError(
+                f"{factory}: method {exposed!r} of role {role!r} clashes with one of role "
+                f"{owner[exposed]!r}; rename the role or method"
+            )
         namespace[exposed], owner[exposed] = method, role
 
     for role, cls_with_init in class_dict.items():
@@ -123,8 +125,11 @@ def _merge(class_dict: dict[str, RayClassWithInitArgs], factory: str, prefix: st
             if _is_direct_rollout(attrs) and "rollout" in role:
                 # called on one actor handle by rollout clients, who know nothing of the role prefix
                 add(name, role, _delegate(role, name, func, attrs, name))
-        add(f"{role}_{MESH_QUERY_METHOD}", role,
-            _delegate(role, MESH_QUERY_METHOD, Worker._query_mesh_info, None, f"{role}_{MESH_QUERY_METHOD}"))
+        add(
+            f"{role}_{MESH_QUERY_METHOD}",
+            role,
+            _delegate(role, MESH_QUERY_METHOD, Worker._query_mesh_info, None, f"{role}_{MESH_QUERY_METHOD}"),
+        )
         for key, value in cls_with_init.options.items():
             if key in options and options[key] != value:
                 raise ValueError(

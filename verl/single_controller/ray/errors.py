@@ -21,8 +21,15 @@ TIMEOUT_ENV = "VERL_WORKER_CALL_TIMEOUT_S"
 # cluster to say which rank died, so the error names the dead rank and its node rather than a survivor.
 PEER_GRACE_ENV = "VERL_LOST_PEER_GRACE_S"
 DEFAULT_PEER_GRACE_S = 45.0
-_LOST_PEER_SIGNS = ("connection closed by peer", "connection reset by peer", "remote worker crashing", "broken pipe",
-                    "remote process exited", "socket closed", "connection refused")
+_LOST_PEER_SIGNS = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "remote worker crashing",
+    "broken pipe",
+    "remote process exited",
+    "socket closed",
+    "connection refused",
+)
 DEFAULT_CALL_TIMEOUT_S = 1800.0
 # The trainer key that bounds a group's start-up (verl's name: it bounded the wait for rank 0's register center).
 STARTUP_TIMEOUT_KEY = "trainer.ray_wait_register_center_timeout"
@@ -46,8 +53,9 @@ def default_call_timeout_s() -> float:
 class WorkerError(RuntimeError):
     """A worker call failed; ``role``, ``rank``, ``method`` say where, ``worker_traceback`` says why."""
 
-    def __init__(self, message: str, *, role: str, rank: int | None, method: str,
-                 worker_traceback: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, role: str, rank: int | None, method: str, worker_traceback: str | None = None
+    ) -> None:
         super().__init__(message)
         self.role = role
         self.rank = rank
@@ -73,8 +81,15 @@ class WorkerDiedError(WorkerError):
     """The worker's process died; ``first_logged_error`` is the first error it recorded before dying, if any, and
     ``node_id`` the node it ran on (the culprit when that node died with it)."""
 
-    def __init__(self, message: str, *, first_logged_error: str | None = None, node_id: str | None = None,
-                 actor_id: str | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        first_logged_error: str | None = None,
+        node_id: str | None = None,
+        actor_id: str | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(message, **kwargs)
         self.first_logged_error = first_logged_error
         self.node_id = node_id
@@ -94,8 +109,15 @@ def _who(role: str, rank: int, worker_names: list[str] | None) -> str:
     return f"{role} rank {rank}" + (f" (actor {name})" if name else "")
 
 
-def translate_ray_error(err: Exception, *, role: str, rank: int, method: str, actor_id: str | None = None,
-                        worker_names: list[str] | None = None) -> WorkerError:
+def translate_ray_error(
+    err: Exception,
+    *,
+    role: str,
+    rank: int,
+    method: str,
+    actor_id: str | None = None,
+    worker_names: list[str] | None = None,
+) -> WorkerError:
     """Turn Ray's error for one worker call into a WorkerError naming the worker."""
     who = _who(role, rank, worker_names)
     if isinstance(err, RayTaskError):
@@ -113,13 +135,29 @@ def translate_ray_error(err: Exception, *, role: str, rank: int, method: str, ac
             message += f"\n--- first error logged by {who} ---\n{first}"
         else:
             message += "\n(the worker logged no error before dying)"
-        return WorkerDiedError(message, role=role, rank=rank, method=method, first_logged_error=first,
-                               worker_traceback=first, node_id=node_id, actor_id=actor_id)
+        return WorkerDiedError(
+            message,
+            role=role,
+            rank=rank,
+            method=method,
+            first_logged_error=first,
+            worker_traceback=first,
+            node_id=node_id,
+            actor_id=actor_id,
+        )
     return WorkerError(f"{who} failed in {method}(): {type(err).__name__}: {err}", role=role, rank=rank, method=method)
 
 
-def wait_for_workers(refs: list, *, ranks: list[int], method: str, role: str, timeout_s: float,
-                     actor_ids: list[str] | None = None, worker_names: list[str] | None = None) -> list[Any]:
+def wait_for_workers(
+    refs: list,
+    *,
+    ranks: list[int],
+    method: str,
+    role: str,
+    timeout_s: float,
+    actor_ids: list[str] | None = None,
+    worker_names: list[str] | None = None,
+) -> list[Any]:
     """ray.get for one call on several ranks, bounded by ``timeout_s``; the first failure is raised at once
     (other ranks may be blocked in a collective with the failed one, so waiting for them could hang)."""
     results: list[Any] = [None] * len(refs)
@@ -132,7 +170,10 @@ def wait_for_workers(refs: list, *, ranks: list[int], method: str, role: str, ti
             raise WorkerTimeoutError(
                 f"timed out after {timeout_s:g}s waiting for {role}.{method}() on rank(s) {late} "
                 f"(raise the limit with {TIMEOUT_ENV} or the group's call_timeout_s)",
-                role=role, rank=late[0], method=method, pending_ranks=late,
+                role=role,
+                rank=late[0],
+                method=method,
+                pending_ranks=late,
             )
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=min(remaining, 5.0))
         if ready:
@@ -149,11 +190,23 @@ def wait_for_workers(refs: list, *, ranks: list[int], method: str, role: str, ti
                     dead = _find_dead_peer(pending, ranks, actor_ids, _peer_grace_s())
                     if dead is not None:
                         dead_rank, dead_err = dead
-                        raise died_error(role=role, rank=dead_rank, method=method, cause=dead_err,
-                                         actor_id=_actor_id(actor_ids, dead_rank), worker_names=worker_names,
-                                         seen_by=f"rank {rank}: {str(err).splitlines()[-1][:300]}") from err
-                raise translate_ray_error(err, role=role, rank=rank, method=method,
-                                          actor_id=_actor_id(actor_ids, rank), worker_names=worker_names) from err
+                        raise died_error(
+                            role=role,
+                            rank=dead_rank,
+                            method=method,
+                            cause=dead_err,
+                            actor_id=_actor_id(actor_ids, dead_rank),
+                            worker_names=worker_names,
+                            seen_by=f"rank {rank}: {str(err).splitlines()[-1][:300]}",
+                        ) from err
+                raise translate_ray_error(
+                    err,
+                    role=role,
+                    rank=rank,
+                    method=method,
+                    actor_id=_actor_id(actor_ids, rank),
+                    worker_names=worker_names,
+                ) from err
     return results
 
 
@@ -174,8 +227,9 @@ def _reads_like_lost_peer(err: Exception) -> bool:
     return any(sign in text for sign in _LOST_PEER_SIGNS)
 
 
-def _find_dead_peer(pending: dict, ranks: list[int], actor_ids: list[str] | None,
-                    grace_s: float) -> tuple[int, Exception | None] | None:
+def _find_dead_peer(
+    pending: dict, ranks: list[int], actor_ids: list[str] | None, grace_s: float
+) -> tuple[int, Exception | None] | None:
     """Within ``grace_s``, the first still-pending rank whose call fails because its actor died, or whom the
     cluster's actor table marks dead; None when every other rank answers or the grace runs out."""
     deadline = time.monotonic() + grace_s
@@ -196,46 +250,83 @@ def _find_dead_peer(pending: dict, ranks: list[int], actor_ids: list[str] | None
     return None
 
 
-def died_error(*, role: str, rank: int, method: str, cause: Exception | None, actor_id: str | None,
-               worker_names: list[str] | None, seen_by: str | None = None) -> WorkerDiedError:
+def died_error(
+    *,
+    role: str,
+    rank: int,
+    method: str,
+    cause: Exception | None,
+    actor_id: str | None,
+    worker_names: list[str] | None,
+    seen_by: str | None = None,
+) -> WorkerDiedError:
     """The WorkerDiedError of a rank whose actor is gone (``cause``: Ray's error for its call, if one came)."""
     if cause is not None:
-        error = translate_ray_error(cause, role=role, rank=rank, method=method, actor_id=actor_id,
-                                    worker_names=worker_names)
+        error = translate_ray_error(
+            cause, role=role, rank=rank, method=method, actor_id=actor_id, worker_names=worker_names
+        )
     else:
         node_id = node_of_actor(actor_id) if actor_id else None
         where = f" on {describe_node(node_id)}" if node_id else ""
         death = str((actor_record(actor_id).get("DeathCause") if actor_id else None) or "its actor is dead")[:500]
-        error = WorkerDiedError(f"{_who(role, rank, worker_names)} died during {method}(){where}: {death}",
-                                role=role, rank=rank, method=method, node_id=node_id, actor_id=actor_id)
+        error = WorkerDiedError(
+            f"{_who(role, rank, worker_names)} died during {method}(){where}: {death}",
+            role=role,
+            rank=rank,
+            method=method,
+            node_id=node_id,
+            actor_id=actor_id,
+        )
     if seen_by and isinstance(error, WorkerDiedError):
         error.args = (f"{error.args[0]}\n(first seen as a lost connection by {seen_by})",)
     return error
 
 
-def startup_timeout_error(role: str, timeout_s: float, answered: int, world_size: int,
-                          pending_ranks: list[int], detail: str) -> WorkerTimeoutError:
+def startup_timeout_error(
+    role: str, timeout_s: float, answered: int, world_size: int, pending_ranks: list[int], detail: str
+) -> WorkerTimeoutError:
     """The start-up ran out of time: say how many workers came up, who did not, and which key sets the limit."""
     return WorkerTimeoutError(
         f"{role} worker group: {answered} of {world_size} workers started within {timeout_s:g}s "
         f"({STARTUP_TIMEOUT_KEY}); rank(s) {pending_ranks} did not answer: {detail}. Raise "
         f"{STARTUP_TIMEOUT_KEY} if start-up is only slow (large imports, busy nodes)",
-        role=role, rank=pending_ranks[0] if pending_ranks else None, method="__init__", pending_ranks=pending_ranks,
+        role=role,
+        rank=pending_ranks[0] if pending_ranks else None,
+        method="__init__",
+        pending_ranks=pending_ranks,
     )
 
 
-def wait_for_startup(refs: list, *, role: str, remaining_s: float, limit_s: float,
-                     actor_ids: list[str] | None = None, worker_names: list[str] | None = None) -> None:
+def wait_for_startup(
+    refs: list,
+    *,
+    role: str,
+    remaining_s: float,
+    limit_s: float,
+    actor_ids: list[str] | None = None,
+    worker_names: list[str] | None = None,
+) -> None:
     """Wait until every worker's constructor has returned (``__ray_ready__`` refs, one per rank), at most
     ``remaining_s`` of the start-up limit ``limit_s``; a constructor that raised is reported at once, naming its
     rank."""
     ranks = list(range(len(refs)))
     try:
         # a spent budget still collects the workers that are already up, so the count in the error is right
-        wait_for_workers(refs, ranks=ranks, method="__init__", role=role, timeout_s=max(remaining_s, 0.01),
-                         actor_ids=actor_ids, worker_names=worker_names)
+        wait_for_workers(
+            refs,
+            ranks=ranks,
+            method="__init__",
+            role=role,
+            timeout_s=max(remaining_s, 0.01),
+            actor_ids=actor_ids,
+            worker_names=worker_names,
+        )
     except WorkerTimeoutError as err:
         raise startup_timeout_error(
-            role, limit_s, len(refs) - len(err.pending_ranks), len(refs), err.pending_ranks,
+            role,
+            limit_s,
+            len(refs) - len(err.pending_ranks),
+            len(refs),
+            err.pending_ranks,
             "their constructors are still running or Ray has not started their processes",
         ) from None

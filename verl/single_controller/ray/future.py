@@ -51,9 +51,13 @@ class RayDataProtoFuture(DataProtoFuture):
         """The merged output (DataProto, or TensorDict when every rank returned one)."""
         ranks = self.ranks or list(range(len(self.futures)))
         outputs = wait_for_workers(
-            list(self.futures), ranks=ranks, method=self.method, role=self.role,
+            list(self.futures),
+            ranks=ranks,
+            method=self.method,
+            role=self.role,
             timeout_s=timeout if timeout is not None else self.timeout_s,
-            actor_ids=self.actor_ids, worker_names=self.worker_names,
+            actor_ids=self.actor_ids,
+            worker_names=self.worker_names,
         )
         try:
             result = self.collect_fn(outputs)

@@ -16,8 +16,18 @@ from dataclasses import dataclass
 import ray
 from ray.util.placement_group import placement_group
 
-__all__ = ["NODE_ID_LABEL", "ClusterNode", "actor_record", "alive_nodes", "assign_nodes", "describe_node",
-           "free_resources", "label_selectors_supported", "node_of_actor", "on_this_node"]
+__all__ = [
+    "NODE_ID_LABEL",
+    "ClusterNode",
+    "actor_record",
+    "alive_nodes",
+    "assign_nodes",
+    "describe_node",
+    "free_resources",
+    "label_selectors_supported",
+    "node_of_actor",
+    "on_this_node",
+]
 
 NODE_ID_LABEL = "ray.io/node-id"
 
@@ -43,8 +53,11 @@ def alive_nodes() -> list[ClusterNode]:
             continue
         resources = {key: float(value) for key, value in (info.get("Resources") or {}).items()}
         is_head = any(key == "node:__internal_head__" for key in resources)
-        nodes.append(ClusterNode(node_id=info["NodeID"], ip=info.get("NodeManagerAddress", ""),
-                                 resources=resources, is_head=is_head))
+        nodes.append(
+            ClusterNode(
+                node_id=info["NodeID"], ip=info.get("NodeManagerAddress", ""), resources=resources, is_head=is_head
+            )
+        )
     return sorted(nodes, key=lambda node: (not node.is_head, node.ip, node.node_id))
 
 
@@ -52,8 +65,9 @@ def _fits(free: dict[str, float], need: dict[str, float]) -> bool:
     return all(free.get(key, 0.0) + 1e-9 >= amount for key, amount in need.items())
 
 
-def assign_nodes(requests: list[dict[str, float]], nodes: list[ClusterNode],
-                 free: dict[str, dict[str, float]], taken: set[str]) -> list[str | None]:
+def assign_nodes(
+    requests: list[dict[str, float]], nodes: list[ClusterNode], free: dict[str, dict[str, float]], taken: set[str]
+) -> list[str | None]:
     """A distinct node id for each placement group of one pool (``requests``: the resources each one reserves).
 
     ``free`` (node id -> resources not yet promised) is updated in place and ``taken`` (nodes earlier pools use)
@@ -65,8 +79,9 @@ def assign_nodes(requests: list[dict[str, float]], nodes: list[ClusterNode],
     chosen: list[str | None] = []
     used_by_pool: set[str] = set()
     for need in requests:
-        candidates = [node.node_id for node in nodes
-                      if node.node_id not in used_by_pool and _fits(free[node.node_id], need)]
+        candidates = [
+            node.node_id for node in nodes if node.node_id not in used_by_pool and _fits(free[node.node_id], need)
+        ]
         fresh = [node_id for node_id in candidates if node_id not in taken]
         pick = (fresh or candidates or [None])[0]
         chosen.append(pick)
@@ -128,8 +143,14 @@ def on_this_node(num_cpus: float = 0.0) -> dict[str, object]:
 
     node_id = ray.get_runtime_context().get_node_id()
     if num_cpus > 0:
-        total = next((float((node.get("Resources") or {}).get("CPU", 0.0)) for node in ray.nodes()
-                      if node.get("NodeID") == node_id), 0.0)
+        total = next(
+            (
+                float((node.get("Resources") or {}).get("CPU", 0.0))
+                for node in ray.nodes()
+                if node.get("NodeID") == node_id
+            ),
+            0.0,
+        )
         if total < num_cpus:
             return {}
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)}

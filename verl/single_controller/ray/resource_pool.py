@@ -71,9 +71,17 @@ class RayResourcePool(ResourcePool):
     in the same cluster never collides with the first.
     """
 
-    def __init__(self, process_on_nodes: list[int] | None = None, use_gpu: bool = True, name_prefix: str | None = None,
-                 max_colocate_count: int = 10, detached: bool = False, accelerator_type: str | None = None,
-                 cpus_per_process: float | None = None, placement_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        process_on_nodes: list[int] | None = None,
+        use_gpu: bool = True,
+        name_prefix: str | None = None,
+        max_colocate_count: int = 10,
+        detached: bool = False,
+        accelerator_type: str | None = None,
+        cpus_per_process: float | None = None,
+        placement_timeout_s: float | None = None,
+    ) -> None:
         super().__init__(process_on_nodes, max_colocate_count)
         if not self.store:
             raise ValueError("RayResourcePool needs process_on_nodes with at least one node, e.g. [2]")
@@ -133,8 +141,9 @@ class RayResourcePool(ResourcePool):
         pgs = self.get_placement_groups() if pgs is None else pgs
         return [(pg, bundle) for pg, count in zip(pgs, self.store) for bundle in range(count)]
 
-    def get_placement_groups(self, strategy: str = "STRICT_PACK", name: str | None = None,
-                             device_name: str | None = None) -> list[PlacementGroup]:
+    def get_placement_groups(
+        self, strategy: str = "STRICT_PACK", name: str | None = None, device_name: str | None = None
+    ) -> list[PlacementGroup]:
         """Create (once) and wait for the placement groups; a clear error if the cluster cannot host them."""
         if self.pgs is not None:
             return self.pgs
@@ -145,8 +154,15 @@ class RayResourcePool(ResourcePool):
         pgs = []
         for i, (count, node_id) in enumerate(zip(self.store, self.node_ids)):
             pinned = {} if node_id is None else {"bundle_label_selector": [{NODE_ID_LABEL: node_id}] * count}
-            pgs.append(placement_group([self.bundle() for _ in range(count)], strategy=strategy,
-                                       name=f"{prefix}_pg{i}", lifetime=lifetime, **pinned))
+            pgs.append(
+                placement_group(
+                    [self.bundle() for _ in range(count)],
+                    strategy=strategy,
+                    name=f"{prefix}_pg{i}",
+                    lifetime=lifetime,
+                    **pinned,
+                )
+            )
         try:
             ray.get([pg.ready() for pg in pgs], timeout=self.placement_timeout_s)
         except GetTimeoutError:

@@ -35,8 +35,10 @@ class ResourcePoolManager:
         if not isinstance(self.resource_pool_spec, dict) or not self.resource_pool_spec:
             raise ValueError("resource_pool_spec must be a non-empty dict of pool name -> processes per node")
         for name, nodes in self.resource_pool_spec.items():
-            if not isinstance(nodes, list | tuple) or not nodes or not all(
-                isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in nodes
+            if (
+                not isinstance(nodes, list | tuple)
+                or not nodes
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in nodes)
             ):
                 raise ValueError(
                     f"resource_pool_spec[{name!r}] must be a non-empty list of positive ints, got {nodes!r}"
@@ -62,8 +64,11 @@ class ResourcePoolManager:
         self._check_resource_available(use_gpu)
         for name, nodes in self.resource_pool_spec.items():
             self.resource_pool_dict[name] = RayResourcePool(
-                process_on_nodes=list(nodes), use_gpu=use_gpu, name_prefix=name,
-                max_colocate_count=self.max_colocate_count, cpus_per_process=self.cpus_per_process,
+                process_on_nodes=list(nodes),
+                use_gpu=use_gpu,
+                name_prefix=name,
+                max_colocate_count=self.max_colocate_count,
+                cpus_per_process=self.cpus_per_process,
             )
         self._plan_nodes()
 

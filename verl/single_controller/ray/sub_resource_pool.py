@@ -22,8 +22,9 @@ class SubRayResourcePool(RayResourcePool):
     ``placement_groups`` are the parent's (already reserved); ``**kwargs`` are the parent's RayResourcePool settings.
     """
 
-    def __init__(self, placement_groups: list[PlacementGroup], start_bundle_index: int, subgroup_world_size: int,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, placement_groups: list[PlacementGroup], start_bundle_index: int, subgroup_world_size: int, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         total = sum(self.store)
         start, size = int(start_bundle_index), int(subgroup_world_size)
@@ -39,8 +40,9 @@ class SubRayResourcePool(RayResourcePool):
     def world_size(self) -> int:
         return self.subgroup_world_size
 
-    def get_placement_groups(self, strategy: str = "STRICT_PACK", name: str | None = None,
-                             device_name: str | None = None) -> list[PlacementGroup]:
+    def get_placement_groups(
+        self, strategy: str = "STRICT_PACK", name: str | None = None, device_name: str | None = None
+    ) -> list[PlacementGroup]:
         return self.pgs
 
     def bundle_slots(self, pgs: list[PlacementGroup] | None = None) -> list[tuple[PlacementGroup, int]]:
@@ -87,10 +89,15 @@ def split_resource_pool(resource_pool: RayResourcePool, split_size: int | list[i
     settings = _parent_settings(resource_pool)
     slices = []
     for index, size in enumerate(sizes):
-        slices.append(SubRayResourcePool(
-            placement_groups=pgs, start_bundle_index=offset, subgroup_world_size=size,
-            name_prefix=f"{resource_pool.name_prefix}_split_{index}", **settings,
-        ))
+        slices.append(
+            SubRayResourcePool(
+                placement_groups=pgs,
+                start_bundle_index=offset,
+                subgroup_world_size=size,
+                name_prefix=f"{resource_pool.name_prefix}_split_{index}",
+                **settings,
+            )
+        )
         offset += size
     return slices
 
@@ -108,9 +115,13 @@ def merge_resource_pool(rp1: RayResourcePool, rp2: RayResourcePool) -> RayResour
             raise ValueError(f"merge_resource_pool: {pool.name_prefix!r} is a slice; merge whole pools")
     pgs = rp1.get_placement_groups() + rp2.get_placement_groups()
     merged = RayResourcePool(
-        process_on_nodes=list(rp1.store) + list(rp2.store), use_gpu=rp1.use_gpu,
-        name_prefix=f"{rp1.name_prefix}_{rp2.name_prefix}", max_colocate_count=rp1.max_colocate_count,
-        detached=rp1.detached, accelerator_type=rp1.accelerator_type, cpus_per_process=rp1.cpus_per_process,
+        process_on_nodes=list(rp1.store) + list(rp2.store),
+        use_gpu=rp1.use_gpu,
+        name_prefix=f"{rp1.name_prefix}_{rp2.name_prefix}",
+        max_colocate_count=rp1.max_colocate_count,
+        detached=rp1.detached,
+        accelerator_type=rp1.accelerator_type,
+        cpus_per_process=rp1.cpus_per_process,
     )
     merged.pgs = pgs
     return merged

@@ -11,10 +11,22 @@ from verl.single_controller.ray.worker_process import PORT_RANGE_ENV, RENDEZVOUS
 
 # Set by the worker group for every process; a user's worker_env may not change them (ranks and rendezvous would
 # disagree between processes).
-SYSTEM_ENV_KEYS = frozenset({
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RAY_LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "WG_PREFIX", "WG_BACKEND", BACKEND_ENV, RENDEZVOUS_ENV, PORT_RANGE_ENV,
-})
+SYSTEM_ENV_KEYS = frozenset(
+    {
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "RAY_LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WG_PREFIX",
+        "WG_BACKEND",
+        BACKEND_ENV,
+        RENDEZVOUS_ENV,
+        PORT_RANGE_ENV,
+    }
+)
 
 
 def check_worker_env(worker_env: Mapping[str, Any] | None) -> dict[str, str]:

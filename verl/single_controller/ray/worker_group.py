@@ -62,15 +62,29 @@ class RayWorkerGroup(WorkerGroup):
     ``worker_handles``.
     """
 
-    def __init__(self, resource_pool: RayResourcePool | None = None,
-                 ray_cls_with_init: RayClassWithInitArgs | None = None, bin_pack: bool = True,
-                 name_prefix: str | None = None, detached: bool = False, worker_names: list[str] | None = None,
-                 worker_handles: list[Any] | None = None, ray_wait_register_center_timeout: float | None = None,
-                 call_timeout_s: float | None = None, role: str | None = None, startup_timeout_s: float | None = None,
-                 worker_env: dict[str, Any] | None = None, master_addr: str | None = None,
-                 master_port: str | int | None = None, master_port_range: list[int] | None = None,
-                 use_gpu: bool | None = None, device_name: str | None = None, profile_steps: list[int] | None = None,
-                 worker_nsight_options: dict[str, Any] | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        resource_pool: RayResourcePool | None = None,
+        ray_cls_with_init: RayClassWithInitArgs | None = None,
+        bin_pack: bool = True,
+        name_prefix: str | None = None,
+        detached: bool = False,
+        worker_names: list[str] | None = None,
+        worker_handles: list[Any] | None = None,
+        ray_wait_register_center_timeout: float | None = None,
+        call_timeout_s: float | None = None,
+        role: str | None = None,
+        startup_timeout_s: float | None = None,
+        worker_env: dict[str, Any] | None = None,
+        master_addr: str | None = None,
+        master_port: str | int | None = None,
+        master_port_range: list[int] | None = None,
+        use_gpu: bool | None = None,
+        device_name: str | None = None,
+        profile_steps: list[int] | None = None,
+        worker_nsight_options: dict[str, Any] | None = None,
+        **kwargs,
+    ) -> None:
         if ray_cls_with_init is not None and not isinstance(ray_cls_with_init, RayClassWithInitArgs):
             raise TypeError(f"ray_cls_with_init must be a RayClassWithInitArgs, got {type(ray_cls_with_init).__name__}")
         role = role or (ray_cls_with_init.user_cls.__name__ if ray_cls_with_init is not None else "worker")
@@ -81,8 +95,9 @@ class RayWorkerGroup(WorkerGroup):
         if startup_timeout_s is None:
             startup_timeout_s = ray_wait_register_center_timeout
         if startup_timeout_s is not None and not startup_timeout_s > 0:
-            raise ValueError(f"startup_timeout_s ({STARTUP_TIMEOUT_KEY}) must be > 0 seconds, "
-                             f"got {startup_timeout_s!r}")
+            raise ValueError(
+                f"startup_timeout_s ({STARTUP_TIMEOUT_KEY}) must be > 0 seconds, got {startup_timeout_s!r}"
+            )
         self.startup_timeout_s = float(startup_timeout_s or DEFAULT_STARTUP_TIMEOUT_S)
         self.customized_worker_env = check_worker_env(worker_env)
         if (master_addr is None) != (master_port is None):
@@ -132,8 +147,9 @@ class RayWorkerGroup(WorkerGroup):
                 except ValueError:
                     raise ValueError(f"no running actor named {name!r} to attach the {self.role} group to") from None
         self._workers = list(worker_handles)
-        self._worker_names = list(worker_names) if worker_names is not None else [f"{self.role}_{i}" for i in
-                                                                                   range(len(worker_handles))]
+        self._worker_names = (
+            list(worker_names) if worker_names is not None else [f"{self.role}_{i}" for i in range(len(worker_handles))]
+        )
         self._actor_ids = [w._actor_id.hex() for w in self._workers]
 
     def _spawn_workers(self, pool: RayResourcePool, cls_with_init: RayClassWithInitArgs, bin_pack: bool) -> None:
@@ -143,15 +159,21 @@ class RayWorkerGroup(WorkerGroup):
         deadline = time.monotonic() + self.startup_timeout_s
         try:
             self._create_actors(pool, pgs, cls_with_init, deadline)
-            wait_for_startup([w.__ray_ready__.remote() for w in self._workers], role=self.role,
-                             remaining_s=deadline - time.monotonic(), limit_s=self.startup_timeout_s,
-                             actor_ids=self._actor_ids, worker_names=self._worker_names)
+            wait_for_startup(
+                [w.__ray_ready__.remote() for w in self._workers],
+                role=self.role,
+                remaining_s=deadline - time.monotonic(),
+                limit_s=self.startup_timeout_s,
+                actor_ids=self._actor_ids,
+                worker_names=self._worker_names,
+            )
         except BaseException:
             self.shutdown()
             raise
 
-    def _create_actors(self, pool: RayResourcePool, pgs: list, cls_with_init: RayClassWithInitArgs,
-                       deadline: float) -> None:
+    def _create_actors(
+        self, pool: RayResourcePool, pgs: list, cls_with_init: RayClassWithInitArgs, deadline: float
+    ) -> None:
         slots = pool.bundle_slots(pgs)
         world_size = len(slots)
         rendezvous_key = f"rendezvous/{self.name_prefix}_{uuid.uuid4().hex[:8]}"
@@ -180,14 +202,16 @@ class RayWorkerGroup(WorkerGroup):
                     env["MASTER_ADDR"], env["MASTER_PORT"] = self.master_address, self.master_port
                 env.update(self.customized_worker_env)
                 name = f"{self.name_prefix}_rank{rank}"
-                actor = cls_with_init(pg, bundle, env_vars=env, name=name, detached=self.detached,
-                                      runtime_env=runtime_env, **resources)
+                actor = cls_with_init(
+                    pg, bundle, env_vars=env, name=name, detached=self.detached, runtime_env=runtime_env, **resources
+                )
                 self._workers.append(actor)
                 self._worker_names.append(name)
                 self._actor_ids.append(actor._actor_id.hex())
                 if publishes:
-                    self.master_address, self.master_port = self._wait_rendezvous(rendezvous_key, actor,
-                                                                                  deadline, world_size)
+                    self.master_address, self.master_port = self._wait_rendezvous(
+                        rendezvous_key, actor, deadline, world_size
+                    )
         finally:
             clear_rendezvous(rendezvous_key)
 
@@ -213,14 +237,24 @@ class RayWorkerGroup(WorkerGroup):
                 try:
                     ray.get(done[0])
                 except Exception as err:
-                    raise translate_ray_error(err, role=self.role, rank=0, method="__init__",
-                                              actor_id=self._actor_ids[0], worker_names=self._worker_names) from err
+                    raise translate_ray_error(
+                        err,
+                        role=self.role,
+                        rank=0,
+                        method="__init__",
+                        actor_id=self._actor_ids[0],
+                        worker_names=self._worker_names,
+                    ) from err
                 found = read_rendezvous(key)
                 if found:
                     return found
                 raise RuntimeError(f"{self.role} rank 0 started but published no MASTER_ADDR/MASTER_PORT")
         raise startup_timeout_error(
-            self.role, self.startup_timeout_s, 0, world_size, [0],
+            self.role,
+            self.startup_timeout_s,
+            0,
+            world_size,
+            [0],
             f"rank 0 ({self._worker_names[0]}) never ran, so the other ranks were not created; its pool slot may be "
             "full (more groups than max_colocate_count share it) or the cluster lacks resources",
         )
@@ -256,9 +290,15 @@ class RayWorkerGroup(WorkerGroup):
 
     def _wait(self, method_name: str, handles: list, ranks: list[int]) -> list:
         try:
-            return wait_for_workers(handles, ranks=ranks, method=method_name, role=self.role,
-                                    timeout_s=self.call_timeout_s, actor_ids=self._actor_ids,
-                                    worker_names=self._worker_names)
+            return wait_for_workers(
+                handles,
+                ranks=ranks,
+                method=method_name,
+                role=self.role,
+                timeout_s=self.call_timeout_s,
+                actor_ids=self._actor_ids,
+                worker_names=self._worker_names,
+            )
         except WorkerDiedError as err:
             self._health["failure"] = err
             raise
@@ -268,8 +308,13 @@ class RayWorkerGroup(WorkerGroup):
 
         return RayDataProtoFuture(
             collect_fn=functools.partial(concat_and_unpad, pad_size=pad_size, ranks=list(ranks)),
-            futures=list(handles), role=self.role, method=method_name, ranks=list(ranks),
-            timeout_s=self.call_timeout_s, actor_ids=list(self._actor_ids), worker_names=list(self._worker_names),
+            futures=list(handles),
+            role=self.role,
+            method=method_name,
+            ranks=list(ranks),
+            timeout_s=self.call_timeout_s,
+            actor_ids=list(self._actor_ids),
+            worker_names=list(self._worker_names),
         )
 
     def _check_usable(self) -> None:
@@ -279,7 +324,9 @@ class RayWorkerGroup(WorkerGroup):
         if failure is not None:
             raise WorkerDiedError(
                 f"{self.role} worker group is unusable: {failure.role} rank {failure.rank} died earlier.\n{failure}",
-                role=failure.role, rank=failure.rank, method=failure.method,
+                role=failure.role,
+                rank=failure.rank,
+                method=failure.method,
                 first_logged_error=getattr(failure, "first_logged_error", None),
                 node_id=getattr(failure, "node_id", None),
             )
@@ -316,10 +363,25 @@ class RayWorkerGroup(WorkerGroup):
         group = object.__new__(type(self))
         WorkerGroup.__init__(group, None, role=role)
         group._is_init_with_detached_workers = False
-        for attr in ("call_timeout_s", "startup_timeout_s", "ray_cls_with_init", "resource_pool", "detached",
-                     "name_prefix", "master_address", "master_port", "_health", "customized_worker_env",
-                     "_explicit_master", "_master_port_range", "use_gpu", "device_name", "profile_steps",
-                     "worker_nsight_options", "fused_worker_used"):
+        for attr in (
+            "call_timeout_s",
+            "startup_timeout_s",
+            "ray_cls_with_init",
+            "resource_pool",
+            "detached",
+            "name_prefix",
+            "master_address",
+            "master_port",
+            "_health",
+            "customized_worker_env",
+            "_explicit_master",
+            "_master_port_range",
+            "use_gpu",
+            "device_name",
+            "profile_steps",
+            "worker_nsight_options",
+            "fused_worker_used",
+        ):
             setattr(group, attr, getattr(self, attr))
         group.sub_cls_name = role
         group.wg_dict = None
@@ -334,12 +396,22 @@ class RayWorkerGroup(WorkerGroup):
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     @classmethod
-    def from_detached(cls, name_prefix: str | None = None, worker_names: list[str] | None = None,
-                      worker_handles: list[Any] | None = None, ray_cls_with_init: RayClassWithInitArgs | None = None,
-                      **kwargs) -> RayWorkerGroup:
+    def from_detached(
+        cls,
+        name_prefix: str | None = None,
+        worker_names: list[str] | None = None,
+        worker_handles: list[Any] | None = None,
+        ray_cls_with_init: RayClassWithInitArgs | None = None,
+        **kwargs,
+    ) -> RayWorkerGroup:
         """Attach to actors started elsewhere (e.g. by another driver with detached=True)."""
-        return cls(name_prefix=name_prefix, worker_names=worker_names, worker_handles=worker_handles,
-                   ray_cls_with_init=ray_cls_with_init, **kwargs)
+        return cls(
+            name_prefix=name_prefix,
+            worker_names=worker_names,
+            worker_handles=worker_handles,
+            ray_cls_with_init=ray_cls_with_init,
+            **kwargs,
+        )
 
     def shutdown(self) -> None:
         """Kill this group's actors and forget their recorded errors."""
@@ -349,5 +421,6 @@ class RayWorkerGroup(WorkerGroup):
             except Exception:
                 pass
             clear_first_error(actor_id)
-        self._health["failure"] = WorkerDiedError(f"{self.role} worker group was shut down", role=self.role,
-                                                  rank=None, method="shutdown")
+        self._health["failure"] = WorkerDiedError(
+            f"{self.role} worker group was shut down", role=self.role, rank=None, method="shutdown"
+        )

@@ -76,13 +76,27 @@ def _set_limits(settings: dict, uid: int) -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
-_NETWORK_EVENTS = frozenset({
-    "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex", "socket.gethostbyaddr",
-    "socket.getnameinfo", "urllib.Request",
-})
-_PROCESS_EVENTS = frozenset({
-    "os.fork", "os.forkpty", "os.posix_spawn", "os.system", "os.exec", "subprocess.Popen", "os.startfile",
-})
+_NETWORK_EVENTS = frozenset(
+    {
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "socket.gethostbyname_ex",
+        "socket.gethostbyaddr",
+        "socket.getnameinfo",
+        "urllib.Request",
+    }
+)
+_PROCESS_EVENTS = frozenset(
+    {
+        "os.fork",
+        "os.forkpty",
+        "os.posix_spawn",
+        "os.system",
+        "os.exec",
+        "subprocess.Popen",
+        "os.startfile",
+    }
+)
 
 
 def _install_audit_hook(block_network: bool, block_processes: bool) -> None:
@@ -129,8 +143,10 @@ def _check_reachable(folder: str, uid: int, gid: int | None) -> None:
         else:
             ok = info.st_mode & (need >> 6) == need >> 6
         if not ok:
-            raise OSError(f"uid {uid} cannot reach the standard library at {folder} without the minimal root "
-                          f"({path} is closed to other users)")
+            raise OSError(
+                f"uid {uid} cannot reach the standard library at {folder} without the minimal root "
+                f"({path} is closed to other users)"
+            )
         if part is not None:
             path = os.path.join(path, part)
 

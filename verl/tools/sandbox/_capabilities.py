@@ -43,8 +43,9 @@ def capability_sets() -> tuple[int, int, int]:
     if libc.capget(ctypes.byref(header), data) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"sandbox: capget failed: {os.strerror(err)}")
-    return tuple(getattr(data[0], name) | (getattr(data[1], name) << 32)
-                 for name in ("effective", "permitted", "inheritable"))
+    return tuple(
+        getattr(data[0], name) | (getattr(data[1], name) << 32) for name in ("effective", "permitted", "inheritable")
+    )
 
 
 def _effective_caps() -> int:

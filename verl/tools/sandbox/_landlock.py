@@ -26,8 +26,9 @@ _PR_SET_NO_NEW_PRIVS = 38
 
 # filesystem rights (linux/landlock.h) and the ABI that introduced them
 EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
-_MAKE_AND_REMOVE = (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (
-    1 << 12)  # remove_dir/file, make_char/dir/reg/sock/fifo/block/sym
+_MAKE_AND_REMOVE = (
+    (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12)
+)  # remove_dir/file, make_char/dir/reg/sock/fifo/block/sym
 _REFER = 1 << 13  # ABI 2
 _TRUNCATE = 1 << 14  # ABI 3
 _IOCTL_DEV = 1 << 15  # ABI 5
@@ -48,15 +49,23 @@ def _libc() -> ctypes.CDLL:
 def abi_version() -> int:
     """The kernel's Landlock ABI version, 0 when Landlock is missing or disabled (or blocked by a seccomp policy)."""
     libc = _libc()
-    version = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), None, ctypes.c_size_t(0),
-                           ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    version = libc.syscall(
+        ctypes.c_long(_SYS_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)
+    )
     return max(int(version), 0)
 
 
 def handled_fs_rights(abi: int) -> int:
     """Every filesystem right ABI ``abi`` knows (the ruleset handles them all: no rule, no access)."""
-    return EXECUTE | READ | WRITE_FILE | _MAKE_AND_REMOVE | (_REFER if abi >= 2 else 0) | (
-        _TRUNCATE if abi >= 3 else 0) | (_IOCTL_DEV if abi >= 5 else 0)
+    return (
+        EXECUTE
+        | READ
+        | WRITE_FILE
+        | _MAKE_AND_REMOVE
+        | (_REFER if abi >= 2 else 0)
+        | (_TRUNCATE if abi >= 3 else 0)
+        | (_IOCTL_DEV if abi >= 5 else 0)
+    )
 
 
 def _check(result: int, what: str) -> int:
@@ -85,8 +94,10 @@ def restrict(rules: list[tuple[str, int]], *, block_tcp: bool = True, scope: boo
         attr = struct.pack("=Q", fs_rights)
     libc = _libc()
     buffer = ctypes.create_string_buffer(attr, len(attr))
-    ruleset = _check(libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), buffer, ctypes.c_size_t(len(attr)),
-                                  ctypes.c_uint32(0)), "create_ruleset")
+    ruleset = _check(
+        libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), buffer, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)),
+        "create_ruleset",
+    )
     try:
         for path, rights in rules:
             try:
@@ -100,13 +111,22 @@ def restrict(rules: list[tuple[str, int]], *, block_tcp: bool = True, scope: boo
                 if not granted:
                     continue
                 rule = ctypes.create_string_buffer(struct.pack("=Qi", granted, fd), 12)
-                _check(libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(ruleset),
-                                    ctypes.c_int(_RULE_PATH_BENEATH), rule, ctypes.c_uint32(0)), f"add_rule {path}")
+                _check(
+                    libc.syscall(
+                        ctypes.c_long(_SYS_ADD_RULE),
+                        ctypes.c_int(ruleset),
+                        ctypes.c_int(_RULE_PATH_BENEATH),
+                        rule,
+                        ctypes.c_uint32(0),
+                    ),
+                    f"add_rule {path}",
+                )
             finally:
                 os.close(fd)
         _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
-        _check(libc.syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)),
-               "restrict_self")
+        _check(
+            libc.syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)), "restrict_self"
+        )
     finally:
         os.close(ruleset)
     return ["fs"] + (["net"] if net_rights else []) + (["scope"] if scoped else [])

@@ -26,8 +26,14 @@ MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x200000
 MNT_DETACH = 0x2
 # statvfs f_flag bit -> mount flag that a remount must keep (the kernel locks them on mounts a user namespace
 # inherits, and refuses a remount that would clear one)
-_KEPT_FLAGS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
-               (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME), (os.ST_RELATIME, MS_RELATIME))
+_KEPT_FLAGS = (
+    (os.ST_NOSUID, MS_NOSUID),
+    (os.ST_NODEV, MS_NODEV),
+    (os.ST_NOEXEC, MS_NOEXEC),
+    (os.ST_NOATIME, MS_NOATIME),
+    (os.ST_NODIRATIME, MS_NODIRATIME),
+    (os.ST_RELATIME, MS_RELATIME),
+)
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 
 
@@ -125,12 +131,15 @@ def enter(*, user: bool | None, mount: bool, network: bool, also: tuple[int, int
         _enter_user_namespace(libc, also)
         if libc.unshare(flags) == 0:
             return
-    _fail(f"unshare({'mount, ipc, uts' if mount else ''}{', ' if mount and network else ''}"
-          f"{'net' if network else ''} namespaces)")
+    _fail(
+        f"unshare({'mount, ipc, uts' if mount else ''}{', ' if mount and network else ''}"
+        f"{'net' if network else ''} namespaces)"
+    )
 
 
-def _mount(libc: ctypes.CDLL, source: str | None, target: str, fstype: str | None, flags: int,
-           data: str | None = None) -> None:
+def _mount(
+    libc: ctypes.CDLL, source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
     def encode(text: str | None) -> bytes | None:
         return None if text is None else text.encode()
 
@@ -178,13 +187,20 @@ def build_root(plan: dict, new_root: str, folder_mb: int, owner: tuple[int, int]
             _remount(libc, target, MS_NOSUID | MS_NODEV | MS_NOEXEC)
     folder = new_root + plan["folder"]
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    _mount(libc, "tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-           f"size={int(folder_mb)}m,mode=0700,uid={int(owner[0])},gid={int(owner[1])}")
+    _mount(
+        libc,
+        "tmpfs",
+        folder,
+        "tmpfs",
+        MS_NOSUID | MS_NODEV | MS_NOEXEC,
+        f"size={int(folder_mb)}m,mode=0700,uid={int(owner[0])},gid={int(owner[1])}",
+    )
     for path, target in plan["symlinks"]:
         os.symlink(target, new_root + path)
     for folder in plan["hide"]:
-        _mount(libc, "tmpfs", new_root + folder, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
-               "mode=0755,size=4k")
+        _mount(
+            libc, "tmpfs", new_root + folder, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "mode=0755,size=4k"
+        )
     put_old = new_root + "/.old-root"
     os.mkdir(put_old, 0o700)
     if libc.syscall(ctypes.c_long(_SYS_PIVOT_ROOT[machine]), new_root.encode(), put_old.encode()) != 0:

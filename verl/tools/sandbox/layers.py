@@ -19,8 +19,15 @@ import threading
 from verl.tools.sandbox.limits import REQUIRED_LAYERS, SandboxLimits
 from verl.tools.sandbox.rundir import RunDir
 
-__all__ = ["ALWAYS_LAYERS", "SandboxUnavailableError", "available_layers", "check_layers", "layer_report",
-           "missing_layers", "wanted_layers"]
+__all__ = [
+    "ALWAYS_LAYERS",
+    "SandboxUnavailableError",
+    "available_layers",
+    "check_layers",
+    "layer_report",
+    "missing_layers",
+    "wanted_layers",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +79,15 @@ def _probe(limits: SandboxLimits) -> tuple[tuple[str, str], ...]:
     wanted = wanted_layers(limits)
     try:
         with RunDir(limits, wanted, probe=True) as run:
-            done = subprocess.run(run.argv, cwd=run.workdir, env=run.env, capture_output=True, text=True,
-                                  timeout=_PROBE_TIMEOUT_S, start_new_session=True)
+            done = subprocess.run(
+                run.argv,
+                cwd=run.workdir,
+                env=run.env,
+                capture_output=True,
+                text=True,
+                timeout=_PROBE_TIMEOUT_S,
+                start_new_session=True,
+            )
     except (OSError, subprocess.SubprocessError) as err:
         return tuple((name, f"the probe could not run: {err}") for name in wanted)
     lines = done.stdout.strip().splitlines()
@@ -92,11 +106,18 @@ def _probe(limits: SandboxLimits) -> tuple[tuple[str, str], ...]:
 
 def _probe_key(limits: SandboxLimits) -> SandboxLimits:
     """The limits with every field that cannot change a layer's outcome reset, so the probe is cached widely."""
-    return SandboxLimits(network=limits.network, allow_subprocesses=limits.allow_subprocesses,
-                         python_guards=limits.python_guards, seccomp=limits.seccomp,
-                         network_namespace=limits.network_namespace, minimal_root=limits.minimal_root,
-                         unprivileged_user=limits.unprivileged_user, landlock=limits.landlock,
-                         drop_capabilities=limits.drop_capabilities, allowed_packages=limits.allowed_packages)
+    return SandboxLimits(
+        network=limits.network,
+        allow_subprocesses=limits.allow_subprocesses,
+        python_guards=limits.python_guards,
+        seccomp=limits.seccomp,
+        network_namespace=limits.network_namespace,
+        minimal_root=limits.minimal_root,
+        unprivileged_user=limits.unprivileged_user,
+        landlock=limits.landlock,
+        drop_capabilities=limits.drop_capabilities,
+        allowed_packages=limits.allowed_packages,
+    )
 
 
 def layer_report(limits: SandboxLimits | None = None) -> dict[str, str]:
@@ -111,8 +132,9 @@ def available_layers(limits: SandboxLimits | None = None) -> list[str]:
 
 def missing_layers(limits: SandboxLimits | None = None) -> dict[str, str]:
     """The required layers ``limits`` asks for that this machine cannot provide -> the reason."""
-    return {name: outcome for name, outcome in layer_report(limits).items()
-            if outcome != "ok" and name in REQUIRED_LAYERS}
+    return {
+        name: outcome for name, outcome in layer_report(limits).items() if outcome != "ok" and name in REQUIRED_LAYERS
+    }
 
 
 def check_layers(limits: SandboxLimits | None = None, where: str = "python sandbox") -> list[str]:
@@ -126,9 +148,14 @@ def check_layers(limits: SandboxLimits | None = None, where: str = "python sandb
         raise SandboxUnavailableError(
             f"{where}: this machine cannot provide the sandbox layer(s) {refused}:\n{lines}\n"
             f"Refusing to run model-written code. To run it anyway with the weaker sandbox, set "
-            f"allow_missing_layers: {refused} (or true) in the tool's config; see docs/sandbox.md.")
+            f"allow_missing_layers: {refused} (or true) in the tool's config; see docs/sandbox.md."
+        )
     if missing and tuple(sorted(missing.items())) not in _warned:
         _warned.add(tuple(sorted(missing.items())))
-        logger.warning("%s: running WITHOUT the sandbox layer(s) %s (allowed by allow_missing_layers): %s", where,
-                       sorted(missing), "; ".join(f"{k}: {v}" for k, v in missing.items()))
+        logger.warning(
+            "%s: running WITHOUT the sandbox layer(s) %s (allowed by allow_missing_layers): %s",
+            where,
+            sorted(missing),
+            "; ".join(f"{k}: {v}" for k, v in missing.items()),
+        )
     return available_layers(limits)

@@ -71,8 +71,15 @@ class SandboxLimits:
     allow_missing_layers: bool | tuple[str, ...] = False
 
     def __post_init__(self) -> None:
-        positive = ("wall_timeout_s", "cpu_time_s", "memory_mb", "max_file_mb", "max_open_files", "max_output_bytes",
-                    "max_folder_mb")
+        positive = (
+            "wall_timeout_s",
+            "cpu_time_s",
+            "memory_mb",
+            "max_file_mb",
+            "max_open_files",
+            "max_output_bytes",
+            "max_folder_mb",
+        )
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
@@ -80,20 +87,28 @@ class SandboxLimits:
         if isinstance(self.max_processes, bool) or not isinstance(self.max_processes, int) or self.max_processes < 0:
             raise ValueError(f"SandboxLimits.max_processes must be an int >= 0, got {self.max_processes!r}")
         packages = self.allowed_packages
-        if isinstance(packages, str) or not isinstance(packages, list | tuple) or not all(
-                isinstance(p, str) and p.isidentifier() for p in packages):
-            raise ValueError(f"SandboxLimits.allowed_packages must be a list of top-level import names, "
-                             f"got {packages!r}")
+        if (
+            isinstance(packages, str)
+            or not isinstance(packages, list | tuple)
+            or not all(isinstance(p, str) and p.isidentifier() for p in packages)
+        ):
+            raise ValueError(
+                f"SandboxLimits.allowed_packages must be a list of top-level import names, got {packages!r}"
+            )
         object.__setattr__(self, "allowed_packages", tuple(packages))
         allowed = self.allow_missing_layers
         if not isinstance(allowed, bool):
             if isinstance(allowed, str) or not isinstance(allowed, list | tuple):
-                raise ValueError(f"SandboxLimits.allow_missing_layers must be true, false or a list of layer names "
-                                 f"from {list(REQUIRED_LAYERS)}, got {allowed!r}")
+                raise ValueError(
+                    f"SandboxLimits.allow_missing_layers must be true, false or a list of layer names "
+                    f"from {list(REQUIRED_LAYERS)}, got {allowed!r}"
+                )
             unknown = [name for name in allowed if name not in REQUIRED_LAYERS]
             if unknown:
-                raise ValueError(f"SandboxLimits.allow_missing_layers: unknown layer(s) {unknown}; the layers a run "
-                                 f"can go without are {list(REQUIRED_LAYERS)}")
+                raise ValueError(
+                    f"SandboxLimits.allow_missing_layers: unknown layer(s) {unknown}; the layers a run "
+                    f"can go without are {list(REQUIRED_LAYERS)}"
+                )
             object.__setattr__(self, "allow_missing_layers", tuple(allowed))
 
     def accepts_missing(self, layer: str) -> bool:

@@ -31,13 +31,31 @@ __all__ = ["SANDBOX_DIR", "PACKAGES_DIR", "RootPlan", "package_entries", "root_p
 SANDBOX_DIR = "/sandbox"  # the run's folder inside the minimal root (cwd, HOME, TMPDIR)
 PACKAGES_DIR = "/packages"  # the allowed packages inside the minimal root (on sys.path)
 
-_LIB_DIRS = ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/libx32",
-             "/usr/local/lib")
+_LIB_DIRS = (
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/libx32",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/lib32",
+    "/usr/libx32",
+    "/usr/local/lib",
+)
 _DATA_DIRS = ("/usr/share/zoneinfo",)
 _SYSTEM_FILES = ("/etc/ld.so.cache",)
 _LOCALTIME = "/etc/localtime"
-_NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf", "/etc/host.conf",
-                  "/etc/services", "/etc/protocols", "/etc/ssl", "/etc/ca-certificates")
+_NETWORK_FILES = (
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/gai.conf",
+    "/etc/host.conf",
+    "/etc/services",
+    "/etc/protocols",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+)
 _EXEC_DIRS = ("/bin", "/usr/bin", "/sbin", "/usr/sbin", "/usr/local/bin")
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 _WRITABLE_DEVICES = ("/dev/null", "/dev/full")
@@ -113,12 +131,15 @@ def package_entries(name: str) -> list[str]:
         raise ValueError(f"allowed_packages: no installed package {name!r}")
     locations = list(spec.submodule_search_locations or [])
     if len(locations) > 1:
-        raise ValueError(f"allowed_packages: {name!r} is a namespace package spread over {len(locations)} folders "
-                         f"({locations}); list one of its installed packages instead")
+        raise ValueError(
+            f"allowed_packages: {name!r} is a namespace package spread over {len(locations)} folders "
+            f"({locations}); list one of its installed packages instead"
+        )
     path = os.path.realpath(locations[0] if locations else spec.origin)
     stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
-    if spec.origin in ("built-in", "frozen") or (_beneath(path, stdlib) and not any(
-            _beneath(path, d) for d in _site_dirs())):
+    if spec.origin in ("built-in", "frozen") or (
+        _beneath(path, stdlib) and not any(_beneath(path, d) for d in _site_dirs())
+    ):
         raise ValueError(f"allowed_packages: {name!r} is part of the standard library, which is always importable")
     parent = os.path.dirname(path)
     entries = [path]
@@ -200,8 +221,9 @@ def root_plan(packages: tuple[str, ...] = (), *, network: bool = False, executab
         binds.append((entry, f"{PACKAGES_DIR}/{base}", False))
 
     read = _landlock.READ | (_landlock.EXECUTE if executables else 0)
-    device_rules = [(d, _landlock.READ | (_landlock.WRITE if d in _WRITABLE_DEVICES else 0))
-                    for d in _DEVICES if os.path.exists(d)]
+    device_rules = [
+        (d, _landlock.READ | (_landlock.WRITE if d in _WRITABLE_DEVICES else 0)) for d in _DEVICES if os.path.exists(d)
+    ]
     rules_in_root = [(dst, read) for _, dst, _ in binds if not dst.startswith("/dev/")] + device_rules
     if entries:
         rules_in_root.append((PACKAGES_DIR, _landlock.READ))
@@ -212,7 +234,12 @@ def root_plan(packages: tuple[str, ...] = (), *, network: bool = False, executab
     package_parents = sorted({os.path.dirname(e) for e in entries})
     rules_on_host += [(p, _landlock.READ_DIR) for p in package_parents]  # so the import system can list them
     return RootPlan(
-        binds=tuple(binds), symlinks=tuple(links), hide=tuple(hide), rules_in_root=tuple(rules_in_root),
-        rules_on_host=tuple(rules_on_host), sys_path_in_root=(PACKAGES_DIR,) if entries else (),
-        sys_path_on_host=tuple(package_parents), packages=tuple(entries),
+        binds=tuple(binds),
+        symlinks=tuple(links),
+        hide=tuple(hide),
+        rules_in_root=tuple(rules_in_root),
+        rules_on_host=tuple(rules_on_host),
+        sys_path_in_root=(PACKAGES_DIR,) if entries else (),
+        sys_path_on_host=tuple(package_parents),
+        packages=tuple(entries),
     )

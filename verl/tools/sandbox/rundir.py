@@ -30,7 +30,7 @@ __all__ = ["BOOTSTRAP", "RunDir", "sandbox_ids"]
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap.py")
 # The child imports the bootstrap as a module rather than running it as a script, so its bytecode is cached
 # (a script is compiled on every start); the bootstrap takes its own folder off sys.path before user code.
-_LAUNCH = ("import sys; sys.path.insert(0, {folder!r}); import _bootstrap; sys.exit(_bootstrap.main())")
+_LAUNCH = "import sys; sys.path.insert(0, {folder!r}); import _bootstrap; sys.exit(_bootstrap.main())"
 _NOBODY = 65534
 
 
@@ -92,8 +92,7 @@ class RunDir:
             elif uid is not None:
                 os.chown(self.workdir, uid, gid)
                 os.chown(code_file, uid, gid)
-            plan = root_plan(limits.allowed_packages, network=limits.network,
-                             executables=limits.allow_subprocesses)
+            plan = root_plan(limits.allowed_packages, network=limits.network, executables=limits.allow_subprocesses)
             settings = {
                 "probe": self.probe,
                 "layers": [name for name in layers if name not in ("rlimits", "process_group", "tempdir")],

@@ -119,9 +119,13 @@ async def run_python(code: str, limits: SandboxLimits | None = None, *, stdin: s
 async def _supervise(run: RunDir, limits: SandboxLimits, layers: list[str], stdin: str | None) -> SandboxResult:
     start = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
-        *run.argv, cwd=run.workdir, env=run.env, start_new_session=True,
+        *run.argv,
+        cwd=run.workdir,
+        env=run.env,
+        start_new_session=True,
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = _Capture(limits.max_output_bytes), _Capture(limits.max_output_bytes)
     pumps = [asyncio.ensure_future(_pump(proc.stdout, out)), asyncio.ensure_future(_pump(proc.stderr, err))]
@@ -152,13 +156,23 @@ async def _supervise(run: RunDir, limits: SandboxLimits, layers: list[str], stdi
             task.cancel()
     duration = time.perf_counter() - start
     code = proc.returncode
-    result = SandboxResult(status="ok", exit_code=code, stdout=out.text(), stderr=err.text(), duration_s=duration,
-                           stdout_truncated=out.truncated, stderr_truncated=err.truncated, layers=layers,
-                           pid=proc.pid)
+    result = SandboxResult(
+        status="ok",
+        exit_code=code,
+        stdout=out.text(),
+        stderr=err.text(),
+        duration_s=duration,
+        stdout_truncated=out.truncated,
+        stderr_truncated=err.truncated,
+        layers=layers,
+        pid=proc.pid,
+    )
     if timed_out:
         result.status, result.timeout_kind = "timeout", "wall"
-    elif code is not None and code < 0 and (
-        -code == signal.SIGXCPU or (-code == signal.SIGKILL and duration >= limits.cpu_time_s)
+    elif (
+        code is not None
+        and code < 0
+        and (-code == signal.SIGXCPU or (-code == signal.SIGKILL and duration >= limits.cpu_time_s))
     ):
         # SIGXCPU at the soft CPU limit; SIGKILL at the hard one when the code ignored SIGXCPU (CPU time never
         # exceeds wall time, so a SIGKILL sooner than the CPU limit came from elsewhere)

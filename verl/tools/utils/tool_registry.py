@@ -14,6 +14,8 @@ from verl.utils.extras import unavailable_function
 __all__ = ["ToolType", "get_tool_class", "initialize_mcp_tool", "initialize_tools_from_config"]
 
 initialize_mcp_tool = unavailable_function(
-    "initialize_mcp_tool", __name__, "MCP (Model Context Protocol) tools",
+    "initialize_mcp_tool",
+    __name__,
+    "MCP (Model Context Protocol) tools",
     reason="tools run in-process here (config.type: native); wrap the MCP call in a BaseTool subclass instead",
 )

@@ -51,16 +51,28 @@ class RolloutCorrectionConfig(BaseConfig):
     loss_type: str = "ppo_clip"
 
     def __post_init__(self) -> None:
-        check(self.loss_type in ROLLOUT_CORRECTION_LOSS_TYPES, "loss_type",
-              f"must be one of {list(ROLLOUT_CORRECTION_LOSS_TYPES)}, got {self.loss_type!r}")
-        check(self.rollout_is in (None, "token", "sequence"), "rollout_is",
-              f"must be null, 'token' or 'sequence', got {self.rollout_is!r}")
-        check(self.rollout_rs in (None, "token", "sequence", "geometric"), "rollout_rs",
-              f"must be null, 'token', 'sequence' or 'geometric', got {self.rollout_rs!r}")
+        check(
+            self.loss_type in ROLLOUT_CORRECTION_LOSS_TYPES,
+            "loss_type",
+            f"must be one of {list(ROLLOUT_CORRECTION_LOSS_TYPES)}, got {self.loss_type!r}",
+        )
+        check(
+            self.rollout_is in (None, "token", "sequence"),
+            "rollout_is",
+            f"must be null, 'token' or 'sequence', got {self.rollout_is!r}",
+        )
+        check(
+            self.rollout_rs in (None, "token", "sequence", "geometric"),
+            "rollout_rs",
+            f"must be null, 'token', 'sequence' or 'geometric', got {self.rollout_rs!r}",
+        )
         check(self.rollout_is_threshold > 0, "rollout_is_threshold", f"must be > 0, got {self.rollout_is_threshold}")
         if self.rollout_rs is not None:
-            check(self.rollout_rs_threshold is not None, "rollout_rs_threshold",
-                  f"must be set when rollout_rs={self.rollout_rs!r}")
+            check(
+                self.rollout_rs_threshold is not None,
+                "rollout_rs_threshold",
+                f"must be set when rollout_rs={self.rollout_rs!r}",
+            )
         if self.rollout_rs_threshold is not None and self.rollout_rs_threshold_lower is None:
             object.__setattr__(self, "rollout_rs_threshold_lower", 1.0 / self.rollout_rs_threshold)
 
@@ -77,8 +89,11 @@ class PFPPOConfig(BaseConfig):
     weight_pow: float = 2.0
 
     def __post_init__(self) -> None:
-        check(self.reweight_method in PF_PPO_REWEIGHT_METHODS, "reweight_method",
-              f"must be one of {list(PF_PPO_REWEIGHT_METHODS)}, got {self.reweight_method!r}")
+        check(
+            self.reweight_method in PF_PPO_REWEIGHT_METHODS,
+            "reweight_method",
+            f"must be one of {list(PF_PPO_REWEIGHT_METHODS)}, got {self.reweight_method!r}",
+        )
 
 
 @dataclass
@@ -118,5 +133,8 @@ class AlgoConfig(BaseConfig):
         check(bool(self.adv_estimator), "adv_estimator", "must name an advantage estimator")
         check_kl_type("kl_penalty", self.kl_penalty)
         keys, weights = self.gdpo_reward_keys, self.gdpo_reward_weights
-        check(weights is None or (keys is not None and len(weights) == len(keys)), "gdpo_reward_weights",
-              f"needs one weight per entry of gdpo_reward_keys ({keys}), got {weights}")
+        check(
+            weights is None or (keys is not None and len(weights) == len(keys)),
+            "gdpo_reward_weights",
+            f"needs one weight per entry of gdpo_reward_keys ({keys}), got {weights}",
+        )

@@ -31,6 +31,9 @@ class AsyncTrainingConfig(BaseConfig):
 
     def __post_init__(self) -> None:
         check(self.staleness_threshold >= 0, "staleness_threshold", f"must be >= 0, got {self.staleness_threshold}")
-        check(self.trigger_parameter_sync_step >= 1, "trigger_parameter_sync_step",
-              f"must be >= 1, got {self.trigger_parameter_sync_step}")
+        check(
+            self.trigger_parameter_sync_step >= 1,
+            "trigger_parameter_sync_step",
+            f"must be >= 1, got {self.trigger_parameter_sync_step}",
+        )
         check(self.require_batches >= 1, "require_batches", f"must be >= 1, got {self.require_batches}")

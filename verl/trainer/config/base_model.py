@@ -38,8 +38,11 @@ class BaseModelConfig(BaseConfig):
         from verl.workers.config.model import HFModelConfig
 
         values: dict[str, Any] = {
-            "path": self.path, "tokenizer_path": self.tokenizer_path, "override_config": dict(self.override_config),
-            "external_lib": self.external_lib, "trust_remote_code": self.trust_remote_code,
+            "path": self.path,
+            "tokenizer_path": self.tokenizer_path,
+            "override_config": dict(self.override_config),
+            "external_lib": self.external_lib,
+            "trust_remote_code": self.trust_remote_code,
         }
         lora = dict(self.lora or {})
         for source, target in (("rank", "lora_rank"), ("alpha", "lora_alpha"), ("target_modules", "target_modules")):

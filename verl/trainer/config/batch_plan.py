@@ -71,21 +71,38 @@ def _plan(cfg: PPOConfig) -> dict[str, Any]:
         "forward_samples_per_rank": (samples + pad) // world,
     }
     plan["actor"] = _update_plan("actor", cfg.actor, cfg, world)
-    plan["actor"].update(_forward_plan("actor.log_prob_micro_batch_size_per_gpu",
-                                       cfg.actor.log_prob_micro_batch_size_per_gpu, cfg.actor.log_prob_use_dynamic_bsz,
-                                       cfg.actor.log_prob_max_token_len_per_gpu, plan["forward_samples_per_rank"]))
+    plan["actor"].update(
+        _forward_plan(
+            "actor.log_prob_micro_batch_size_per_gpu",
+            cfg.actor.log_prob_micro_batch_size_per_gpu,
+            cfg.actor.log_prob_use_dynamic_bsz,
+            cfg.actor.log_prob_max_token_len_per_gpu,
+            plan["forward_samples_per_rank"],
+        )
+    )
     use_ref = cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
     plan["ref"] = (
-        _forward_plan("ref.log_prob_micro_batch_size_per_gpu", cfg.ref.log_prob_micro_batch_size_per_gpu,
-                      cfg.ref.log_prob_use_dynamic_bsz, cfg.ref.log_prob_max_token_len_per_gpu,
-                      plan["forward_samples_per_rank"])
-        if use_ref else None
+        _forward_plan(
+            "ref.log_prob_micro_batch_size_per_gpu",
+            cfg.ref.log_prob_micro_batch_size_per_gpu,
+            cfg.ref.log_prob_use_dynamic_bsz,
+            cfg.ref.log_prob_max_token_len_per_gpu,
+            plan["forward_samples_per_rank"],
+        )
+        if use_ref
+        else None
     )
     if cfg.critic.is_enabled(cfg.algorithm.adv_estimator):
         critic = _update_plan("critic", cfg.critic, cfg, world)
-        critic.update(_forward_plan("critic.forward_micro_batch_size_per_gpu",
-                                    cfg.critic.forward_micro_batch_size_per_gpu, cfg.critic.use_dynamic_bsz,
-                                    cfg.critic.forward_max_token_len_per_gpu, plan["forward_samples_per_rank"]))
+        critic.update(
+            _forward_plan(
+                "critic.forward_micro_batch_size_per_gpu",
+                cfg.critic.forward_micro_batch_size_per_gpu,
+                cfg.critic.use_dynamic_bsz,
+                cfg.critic.forward_max_token_len_per_gpu,
+                plan["forward_samples_per_rank"],
+            )
+        )
         plan["critic"] = critic
     else:
         plan["critic"] = None
@@ -138,8 +155,10 @@ def _update_plan(group: str, role: Any, cfg: PPOConfig, world: int) -> dict[str,
 
 def _forward_plan(key: str, micro: int | None, dynamic: bool, max_tokens: int, per_rank: int) -> dict[str, Any]:
     if dynamic:
-        return {"forward_micro_batch_size_per_gpu": None,
-                "forward_micro_batches_per_rank": f"dynamic (<= {max_tokens} tokens each)"}
+        return {
+            "forward_micro_batch_size_per_gpu": None,
+            "forward_micro_batches_per_rank": f"dynamic (<= {max_tokens} tokens each)",
+        }
     micro = micro or per_rank
     return {"forward_micro_batch_size_per_gpu": micro, "forward_micro_batches_per_rank": math.ceil(per_rank / micro)}
 

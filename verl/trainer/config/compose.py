@@ -38,8 +38,9 @@ def _user_search_path(config_dir: str | os.PathLike, config_name: str) -> list[s
     return [str(entry) for entry in entries]
 
 
-def search_path_override(config_dir: str | os.PathLike | None, config_name: str,
-                         extra_dirs: Sequence[str | os.PathLike] = ()) -> list[str]:
+def search_path_override(
+    config_dir: str | os.PathLike | None, config_name: str, extra_dirs: Sequence[str | os.PathLike] = ()
+) -> list[str]:
     """A ``hydra.searchpath=[...]`` override (or none) that keeps the user's entries and adds ``extra_dirs`` and the
     packaged configs, so that a user's config can list ``ppo_trainer`` in its ``defaults``. ``file://`` entries that
     do not exist are left out (Hydra would only warn about them)."""
@@ -50,7 +51,7 @@ def search_path_override(config_dir: str | os.PathLike | None, config_name: str,
     else:
         entries = _user_search_path(config_dir, config_name)
     entries += [f"file://{Path(d).resolve()}" for d in extra_dirs]
-    entries = [e for e in entries if not e.startswith("file://") or Path(e[len("file://"):]).is_dir()]
+    entries = [e for e in entries if not e.startswith("file://") or Path(e[len("file://") :]).is_dir()]
     if _PACKAGED not in entries:
         entries.append(_PACKAGED)
     return ["hydra.searchpath=[" + ",".join(entries) + "]"]
@@ -78,8 +79,11 @@ def compose_ppo_config(
     if GlobalHydra.instance().is_initialized():
         cfg = compose(config_name=config_name, overrides=[*search, *new_overrides])
     else:
-        init = (initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base=None) if config_dir
-                else initialize_config_module(config_module=CONFIG_MODULE, version_base=None))
+        init = (
+            initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base=None)
+            if config_dir
+            else initialize_config_module(config_module=CONFIG_MODULE, version_base=None)
+        )
         with init:
             cfg = compose(config_name=config_name, overrides=[*search, *new_overrides])
     defaults = default_ppo_config()

@@ -88,14 +88,26 @@ class DataConfig(BaseConfig):
         check(self.max_prompt_length >= 1, "max_prompt_length", f"must be >= 1, got {self.max_prompt_length}")
         check(self.max_response_length >= 1, "max_response_length", f"must be >= 1, got {self.max_response_length}")
         check(self.train_batch_size >= 1, "train_batch_size", f"must be >= 1, got {self.train_batch_size}")
-        check(self.val_batch_size is None or self.val_batch_size >= 1, "val_batch_size",
-              f"must be >= 1 or null, got {self.val_batch_size}")
-        check(self.truncation in TRUNCATION_MODES, "truncation",
-              f"must be one of {list(TRUNCATION_MODES)}, got {self.truncation!r}")
-        check(self.filter_overlong_prompts_workers >= 1, "filter_overlong_prompts_workers",
-              f"must be >= 1, got {self.filter_overlong_prompts_workers}")
-        check(self.dataloader_num_workers >= 0, "dataloader_num_workers",
-              f"must be >= 0, got {self.dataloader_num_workers}")
+        check(
+            self.val_batch_size is None or self.val_batch_size >= 1,
+            "val_batch_size",
+            f"must be >= 1 or null, got {self.val_batch_size}",
+        )
+        check(
+            self.truncation in TRUNCATION_MODES,
+            "truncation",
+            f"must be one of {list(TRUNCATION_MODES)}, got {self.truncation!r}",
+        )
+        check(
+            self.filter_overlong_prompts_workers >= 1,
+            "filter_overlong_prompts_workers",
+            f"must be >= 1, got {self.filter_overlong_prompts_workers}",
+        )
+        check(
+            self.dataloader_num_workers >= 0,
+            "dataloader_num_workers",
+            f"must be >= 0, got {self.dataloader_num_workers}",
+        )
 
     @property
     def train_file_list(self) -> list[str]:

@@ -41,7 +41,7 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "image_patch_size": _MM,
         "return_multi_modal_inputs": _MM,
         "gen_batch_size": "each step generates for data.train_batch_size prompts (DAPO's larger generation batch "
-                          "is not implemented; main_generation_server reads it as its batch size)",
+        "is not implemented; main_generation_server reads it as its batch size)",
         "tool_config_path": "tools come from rollout.multi_turn.tool_config_path",
         "function_tool_path": "tools come from rollout.multi_turn",
     },
@@ -91,7 +91,7 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
     "FSDPCriticConfig": {"ulysses_sequence_parallel_size": _SP},
     "HFModelConfig": {
         "fused_kernel_options": "model.use_fused_kernels runs this build's own chunked kernel; there is no backend "
-                                "to pick",
+        "to pick",
         "tiled_mlp": "tiled MLP is not implemented",
         "mtp": "multi-token prediction and speculative decoding are not implemented",
         "lora": "this is verl's Megatron LoRA block; FSDP LoRA is model.lora_rank / lora_alpha / target_modules",
@@ -239,8 +239,11 @@ def check_inert_keys(config: Any, skip: Iterable[str] = ()) -> list[str]:
         parts = key.split(".")
         return any(".".join(parts[:i]) in skipped for i in range(1, len(parts) + 1))
 
-    messages = [f"config: {key}={value!r} has no effect in this build ({reason})"
-                for key, value, reason in inert_settings(config) if not derived(key)]
+    messages = [
+        f"config: {key}={value!r} has no effect in this build ({reason})"
+        for key, value, reason in inert_settings(config)
+        if not derived(key)
+    ]
     for message in messages:
         warnings.warn(message, InertConfigWarning, stacklevel=2)
     return messages

@@ -49,8 +49,10 @@ class Refuse:
 
 Rule = Rename | Drop | Refuse
 
-_NO_RM_MODULE = ("custom reward-manager classes are not imported by path here; register the class with "
-                 "verl.workers.reward_manager.register in a module you import and name it in reward.reward_manager")
+_NO_RM_MODULE = (
+    "custom reward-manager classes are not imported by path here; register the class with "
+    "verl.workers.reward_manager.register in a module you import and name it in reward.reward_manager"
+)
 
 RULES: tuple[Rule, ...] = (
     # verl's nested layout (old log-probs are an actor computation, so those rollout keys move to the actor).
@@ -65,13 +67,30 @@ RULES: tuple[Rule, ...] = (
     Rename("actor_rollout_ref.rollout", "rollout"),
     Rename("actor_rollout_ref.model", "model"),
     # verl 0.9.1's top-level reward keys, which its own trainer moves under `reward` at start-up.
-    *(Rename(f"reward_model.{old}", f"reward.{new}", deprecated=False, null_is_unset=True) for old, new in (
-        ("reward_manager", "reward_manager"), ("reward_kwargs", "reward_kwargs"), ("num_workers", "num_workers"),
-        ("reward_loop_source", "reward_manager.source"), ("reward_loop_module_path", "reward_manager.module.path"),
-        ("reward_loop_class_name", "reward_manager.module.name"))),
-    *(Rename(f"reward_model.{key}", f"reward.reward_model.{key}", deprecated=False, null_is_unset=True)
-      for key in ("enable", "enable_resource_pool", "n_gpus_per_node", "nnodes", "model.path", "model.external_lib",
-                  "model.trust_remote_code", "rollout")),
+    *(
+        Rename(f"reward_model.{old}", f"reward.{new}", deprecated=False, null_is_unset=True)
+        for old, new in (
+            ("reward_manager", "reward_manager"),
+            ("reward_kwargs", "reward_kwargs"),
+            ("num_workers", "num_workers"),
+            ("reward_loop_source", "reward_manager.source"),
+            ("reward_loop_module_path", "reward_manager.module.path"),
+            ("reward_loop_class_name", "reward_manager.module.name"),
+        )
+    ),
+    *(
+        Rename(f"reward_model.{key}", f"reward.reward_model.{key}", deprecated=False, null_is_unset=True)
+        for key in (
+            "enable",
+            "enable_resource_pool",
+            "n_gpus_per_node",
+            "nnodes",
+            "model.path",
+            "model.external_lib",
+            "model.trust_remote_code",
+            "rollout",
+        )
+    ),
     Rename("reward_model.launch_reward_fn_async", "reward.launch_reward_fn_async"),
     Rename("reward_model.sandbox_fusion_url", "reward.sandbox_fusion.url"),
     Drop("reward_model.use_reward_loop", "rewards are always computed by the reward manager (reward.*)", True),
@@ -87,8 +106,11 @@ RULES: tuple[Rule, ...] = (
     Drop("reward.reward_manager._target_", None),
     Rename("reward.reward_model.model_path", "reward.reward_model.model.path", deprecated=False),
     Rename("critic.fsdp", "critic.fsdp_config", deprecated=False),
-    Rename("rollout.checkpoint_engine.update_weights_bucket_megabytes", "rollout.checkpoint_engine.bucket_megabytes",
-           deprecated=False),
+    Rename(
+        "rollout.checkpoint_engine.update_weights_bucket_megabytes",
+        "rollout.checkpoint_engine.bucket_megabytes",
+        deprecated=False,
+    ),
     # Spellings older verl releases used.
     Rename("critic.model.fsdp_config", "critic.fsdp_config"),
     Rename("model.use_rmpad", "model.use_remove_padding"),
@@ -96,10 +118,14 @@ RULES: tuple[Rule, ...] = (
     Rename("actor.checkpoint.contents", "actor.checkpoint.save_contents"),
     Rename("critic.checkpoint.contents", "critic.checkpoint.save_contents"),
     Rename("ref.param_offload", "ref.fsdp_config.param_offload"),
-    *(Drop(f"{group}.fsdp_config.grad_offload", "verl removed it: gradients are sharded with the parameters", False)
-      for group in ("actor", "ref", "critic")),
-    *(Drop(f"ref.{key}", "the reference policy stays the initial model (no periodic sync with the actor)", default)
-      for key, default in (("sync_ref_model", False), ("ref_model_sync_steps", ANY), ("ref_model_mixup_alpha", ANY))),
+    *(
+        Drop(f"{group}.fsdp_config.grad_offload", "verl removed it: gradients are sharded with the parameters", False)
+        for group in ("actor", "ref", "critic")
+    ),
+    *(
+        Drop(f"ref.{key}", "the reference policy stays the initial model (no periodic sync with the actor)", default)
+        for key, default in (("sync_ref_model", False), ("ref_model_sync_steps", ANY), ("ref_model_mixup_alpha", ANY))
+    ),
     Drop("reward.reward_model.model.fsdp_config", "the reward model's processes hold it whole; nothing is sharded"),
     Drop("reward.reward_model.model.use_remove_padding", "the reward model scores padded batches"),
 )
@@ -121,6 +147,8 @@ def backend_error(key: str) -> str | None:
     """Why ``key`` cannot be accepted because it configures a backend this build lacks; None when it can."""
     parts = key.split(".")
     if "megatron" in parts:
-        return ("a setting of verl's Megatron-LM engine, which this build does not include (the trainer engine is "
-                "FSDP/FSDP2: actor.strategy=fsdp|fsdp2, sharding under *.fsdp_config)")
+        return (
+            "a setting of verl's Megatron-LM engine, which this build does not include (the trainer engine is "
+            "FSDP/FSDP2: actor.strategy=fsdp|fsdp2, sharding under *.fsdp_config)"
+        )
     return None

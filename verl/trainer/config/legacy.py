@@ -54,9 +54,14 @@ class LegacyConfigWarning(FutureWarning):
 LEGACY_ROOTS = ("actor_rollout_ref", "reward_model", "custom_reward_function", "sandbox_fusion")
 # Mappings whose keys are the user's own (engine arguments, reward kwargs, ray.init arguments, ...).
 FREE_FORM_KEYS = (
-    "rollout.engine_kwargs", "rollout.checkpoint_engine.engine_kwargs", "reward.reward_kwargs",
-    "reward.custom_reward_function.reward_kwargs", "model.override_config", "critic.model.override_config",
-    "data.apply_chat_template_kwargs", "ray_kwargs",
+    "rollout.engine_kwargs",
+    "rollout.checkpoint_engine.engine_kwargs",
+    "reward.reward_kwargs",
+    "reward.custom_reward_function.reward_kwargs",
+    "model.override_config",
+    "critic.model.override_config",
+    "data.apply_chat_template_kwargs",
+    "ray_kwargs",
 )
 _DROPPED = object()
 _MAX_CHAIN = 4
@@ -73,7 +78,7 @@ def _resolve_rule_chain(key: str) -> tuple[str | object, list[Any]]:
         applied.append(rule)
         if not isinstance(rule, Rename):
             return _DROPPED, applied
-        key = rule.new + key[len(rule.old):]
+        key = rule.new + key[len(rule.old) :]
     return key, applied
 
 
@@ -99,12 +104,19 @@ class _Reporter:
         self._seen: set[str] = set()
 
     def rename(self, old: str, new: str) -> None:
-        self._emit(old, f"config key '{old}' is deprecated; use '{new}' instead (translated automatically)",
-                   LegacyConfigWarning)
+        self._emit(
+            old,
+            f"config key '{old}' is deprecated; use '{new}' instead (translated automatically)",
+            LegacyConfigWarning,
+        )
 
     def rename_block(self, old: str, new: str, count: int) -> None:
-        self._emit(old, f"config block '{old}' ({count} key{'s' if count != 1 else ''}) is deprecated; its keys "
-                        f"moved under '{new}' (translated automatically)", LegacyConfigWarning)
+        self._emit(
+            old,
+            f"config block '{old}' ({count} key{'s' if count != 1 else ''}) is deprecated; its keys "
+            f"moved under '{new}' (translated automatically)",
+            LegacyConfigWarning,
+        )
 
     def inert(self, key: str, value: Any, reason: str) -> None:
         from verl.trainer.config.inert_keys import InertConfigWarning
@@ -180,8 +192,11 @@ def translate_legacy_overrides(overrides: Sequence[str]) -> tuple[list[str], lis
             prefix = "++"
         new_override = f"{prefix}{new_key}" + (f"={value}" if value is not None else "")
         previous = origin.get(str(new_key))
-        if previous is not None and previous != override and (rules or find_rule(override_key(previous))
-                                                               or override_key(previous) != new_key):
+        if (
+            previous is not None
+            and previous != override
+            and (rules or find_rule(override_key(previous)) or override_key(previous) != new_key)
+        ):
             if _parsed_value(previous) != _parsed_value(override):
                 raise ConfigError(
                     f"set twice with different values: '{previous}' and '{override}'; keep one of them",
@@ -226,7 +241,7 @@ def _is_untouched_mirror(key: str, value: Any, raw_defaults: Any) -> bool:
         return False
     from verl.trainer.config.compose import packaged_mirror_defaults  # compose imports this module
 
-    mirrored = key[len(MIRROR_ROOT) + 1:]
+    mirrored = key[len(MIRROR_ROOT) + 1 :]
     packaged = _raw_select(packaged_mirror_defaults(), mirrored)
     if packaged is not _UNSET:
         return value == packaged
@@ -338,7 +353,8 @@ def translate_legacy_config(
         file_set = new_key in written or (raw_defaults is not None and current is not _UNSET and current != default)
         if file_set and current != value:
             raise ConfigError(
-                f"set twice with different values: '{old_key}: {value}' and '{other_key}: {current}'", key=new_key)
+                f"set twice with different values: '{old_key}: {value}' and '{other_key}: {current}'", key=new_key
+            )
         written[new_key] = (old_key, value)
         with open_dict(cfg):
             OmegaConf.update(cfg, new_key, value, merge=False, force_add=True)
@@ -370,10 +386,12 @@ def apply_global_micro_batch_sizes(cfg: DictConfig, explicit_keys: Iterable[str]
         if size is None:
             continue
         if per_gpu_key in explicit:
-            raise ConfigError(f"set only one of {global_key} (deprecated, all processes) and {per_gpu_key}",
-                              key=global_key)
+            raise ConfigError(
+                f"set only one of {global_key} (deprecated, all processes) and {per_gpu_key}", key=global_key
+            )
         processes = int(OmegaConf.select(cfg, "trainer.nnodes", default=1)) * int(
-            OmegaConf.select(cfg, "trainer.n_gpus_per_node", default=1))
+            OmegaConf.select(cfg, "trainer.n_gpus_per_node", default=1)
+        )
         with open_dict(cfg):
             OmegaConf.update(cfg, per_gpu_key, max(1, int(size) // max(1, processes)), merge=False, force_add=True)
             OmegaConf.update(cfg, global_key, None, merge=False, force_add=True)

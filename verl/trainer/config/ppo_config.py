@@ -32,8 +32,12 @@ __all__ = ["GROUPS", "PPOConfig", "build_ppo_config"]
 
 GROUPS = ("data", "model", "actor", "ref", "rollout", "critic", "reward", "algorithm", "trainer", "async_training")
 # verl's `model_engine` config group picks the training engine; only its FSDP one ("dp") exists here.
-_ENGINES = {"megatron": "verl's Megatron-LM engine", "torchtitan": "verl's TorchTitan engine",
-            "veomni": "verl's VeOmni engine", "automodel": "verl's AutoModel engine"}
+_ENGINES = {
+    "megatron": "verl's Megatron-LM engine",
+    "torchtitan": "verl's TorchTitan engine",
+    "veomni": "verl's VeOmni engine",
+    "automodel": "verl's AutoModel engine",
+}
 
 
 @dataclass
@@ -65,16 +69,26 @@ class PPOConfig(BaseConfig):
     def __post_init__(self) -> None:
         if self.model_engine != "dp":
             engine = _ENGINES.get(self.model_engine)
-            detail = f"{self.model_engine!r} selects {engine}, which this build does not include" if engine else (
-                f"{self.model_engine!r} is not an engine of this build")
-            raise ConfigError(f"{detail}; the only engine is dp (FSDP/FSDP2, actor.strategy=fsdp|fsdp2)",
-                              key="model_engine")
+            detail = (
+                f"{self.model_engine!r} selects {engine}, which this build does not include"
+                if engine
+                else (f"{self.model_engine!r} is not an engine of this build")
+            )
+            raise ConfigError(
+                f"{detail}; the only engine is dp (FSDP/FSDP2, actor.strategy=fsdp|fsdp2)", key="model_engine"
+            )
         for group in ("actor", "ref", "critic"):
             value = getattr(self, group).rollout_n
-            check(value == self.rollout.n, f"{group}.rollout_n",
-                  f"({value}) must equal rollout.n ({self.rollout.n}); set rollout.n only")
-        check(self.rollout.prompt_length >= self.data.max_prompt_length, "rollout.prompt_length",
-              f"({self.rollout.prompt_length}) must be >= data.max_prompt_length ({self.data.max_prompt_length})")
+            check(
+                value == self.rollout.n,
+                f"{group}.rollout_n",
+                f"({value}) must equal rollout.n ({self.rollout.n}); set rollout.n only",
+            )
+        check(
+            self.rollout.prompt_length >= self.data.max_prompt_length,
+            "rollout.prompt_length",
+            f"({self.rollout.prompt_length}) must be >= data.max_prompt_length ({self.data.max_prompt_length})",
+        )
         from verl.trainer.config.batch_plan import _plan
 
         _plan(self)  # raises ConfigError for an impossible batch plan

@@ -75,22 +75,37 @@ class TrainerConfig(BaseConfig):
         check(not bad, "logger", f"unknown logger(s) {bad}; allowed: {list(LOGGERS)}")
         check(self.nnodes >= 1, "nnodes", f"must be >= 1, got {self.nnodes}")
         check(self.n_gpus_per_node >= 1, "n_gpus_per_node", f"must be >= 1, got {self.n_gpus_per_node}")
-        check(self.device not in _OTHER_DEVICES, "device",
-              f"{self.device!r}: {_OTHER_DEVICES.get(self.device)} are not supported by this build; use cpu or cuda")
+        check(
+            self.device not in _OTHER_DEVICES,
+            "device",
+            f"{self.device!r}: {_OTHER_DEVICES.get(self.device)} are not supported by this build; use cpu or cuda",
+        )
         check(self.device in DEVICES, "device", f"must be one of {list(DEVICES)}, got {self.device!r}")
         check(self.total_epochs >= 1, "total_epochs", f"must be >= 1, got {self.total_epochs}")
-        check(self.total_training_steps is None or self.total_training_steps >= 1, "total_training_steps",
-              f"must be >= 1 or null, got {self.total_training_steps}")
+        check(
+            self.total_training_steps is None or self.total_training_steps >= 1,
+            "total_training_steps",
+            f"must be >= 1 or null, got {self.total_training_steps}",
+        )
         check(self.critic_warmup >= 0, "critic_warmup", f"must be >= 0, got {self.critic_warmup}")
-        check(self.resume_mode in RESUME_MODES, "resume_mode",
-              f"must be one of {list(RESUME_MODES)}, got {self.resume_mode!r}")
-        check(self.resume_mode != "resume_path" or bool(self.resume_from_path), "resume_from_path",
-              "must be set when resume_mode=resume_path")
+        check(
+            self.resume_mode in RESUME_MODES,
+            "resume_mode",
+            f"must be one of {list(RESUME_MODES)}, got {self.resume_mode!r}",
+        )
+        check(
+            self.resume_mode != "resume_path" or bool(self.resume_from_path),
+            "resume_from_path",
+            "must be set when resume_mode=resume_path",
+        )
         for key in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep"):
             value = getattr(self, key)
             check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
-        check(self.ray_wait_register_center_timeout > 0, "ray_wait_register_center_timeout",
-              f"must be > 0 seconds, got {self.ray_wait_register_center_timeout}")
+        check(
+            self.ray_wait_register_center_timeout > 0,
+            "ray_wait_register_center_timeout",
+            f"must be > 0 seconds, got {self.ray_wait_register_center_timeout}",
+        )
         check(self.max_restarts >= 0, "max_restarts", f"must be >= 0, got {self.max_restarts}")
         check(self.log_val_generations >= 0, "log_val_generations", f"must be >= 0, got {self.log_val_generations}")
 

@@ -49,13 +49,22 @@ class DistillationLossConfig(BaseConfig):
         from verl.trainer.distillation.losses import get_distillation_loss_settings
 
         get_distillation_loss_settings(self.loss_mode)  # ValueError naming the registered modes
-        check(self.policy_loss_mode == "vanilla", "policy_loss_mode",
-              f"only 'vanilla' is supported with use_policy_gradient, got {self.policy_loss_mode!r}")
-        check(self.use_policy_gradient or self.loss_mode not in ("k1", "kl"), "loss_mode",
-              f"{self.loss_mode!r} as a supervised loss (use_policy_gradient=false) has a gradient that does not "
-              "depend on the teacher; use k3 or forward_kl_topk, or set use_policy_gradient=true")
-        check(self.chunked_topk_chunk_size >= 1, "chunked_topk_chunk_size",
-              f"must be >= 1, got {self.chunked_topk_chunk_size}")
+        check(
+            self.policy_loss_mode == "vanilla",
+            "policy_loss_mode",
+            f"only 'vanilla' is supported with use_policy_gradient, got {self.policy_loss_mode!r}",
+        )
+        check(
+            self.use_policy_gradient or self.loss_mode not in ("k1", "kl"),
+            "loss_mode",
+            f"{self.loss_mode!r} as a supervised loss (use_policy_gradient=false) has a gradient that does not "
+            "depend on the teacher; use k3 or forward_kl_topk, or set use_policy_gradient=true",
+        )
+        check(
+            self.chunked_topk_chunk_size >= 1,
+            "chunked_topk_chunk_size",
+            f"must be >= 1, got {self.chunked_topk_chunk_size}",
+        )
         check(self.topk is None or self.topk >= 1, "topk", f"must be >= 1 or null, got {self.topk}")
 
     @property

@@ -78,8 +78,10 @@ class DistillationLossSettings(BaseConfig):
         if isinstance(self.names, str):
             object.__setattr__(self, "names", [self.names])
         if self.use_topk == self.use_estimator:
-            raise ValueError(f"DistillationLossSettings: set exactly one of use_topk / use_estimator, got "
-                             f"use_topk={self.use_topk}, use_estimator={self.use_estimator}")
+            raise ValueError(
+                f"DistillationLossSettings: set exactly one of use_topk / use_estimator, got "
+                f"use_topk={self.use_topk}, use_estimator={self.use_estimator}"
+            )
 
 
 DISTILLATION_LOSS_REGISTRY: dict[str, DistillationLossFn] = {}
@@ -104,8 +106,10 @@ def register_distillation_loss(
 
 def get_distillation_loss_fn(loss_name: str) -> DistillationLossFn:
     if loss_name not in DISTILLATION_LOSS_REGISTRY:
-        raise ValueError(f"unknown distillation loss {loss_name!r} (distillation.distillation_loss.loss_mode); "
-                         f"registered: {sorted(DISTILLATION_LOSS_REGISTRY)}")
+        raise ValueError(
+            f"unknown distillation loss {loss_name!r} (distillation.distillation_loss.loss_mode); "
+            f"registered: {sorted(DISTILLATION_LOSS_REGISTRY)}"
+        )
     return DISTILLATION_LOSS_REGISTRY[loss_name]
 
 
@@ -244,10 +248,14 @@ def compute_topk_loss(
     if strategy not in ("fsdp", "fsdp2", "veomni"):
         from verl.utils.extras import MissingExtraError, missing_message
 
-        raise MissingExtraError(missing_message(
-            "verl.trainer.distillation.losses.compute_topk_loss", f"the {strategy!r} engine",
-            extra="megatron" if strategy == "megatron" else None,
-            reason="only the FSDP engine's top-k distillation loss is part of this build"))
+        raise MissingExtraError(
+            missing_message(
+                "verl.trainer.distillation.losses.compute_topk_loss",
+                f"the {strategy!r} engine",
+                extra="megatron" if strategy == "megatron" else None,
+                reason="only the FSDP engine's top-k distillation loss is part of this build",
+            )
+        )
     from verl.trainer.distillation.fsdp.losses import compute_forward_kl_topk as fsdp_forward_kl_topk
 
     outputs = fsdp_forward_kl_topk(
@@ -283,9 +291,11 @@ def compute_forward_kl_topk(
     teacher_mass = no_padding_2_padding(model_output["teacher_mass"], data)
     mask = _padded_bool(data["response_mask"])
     if not losses.shape == student_mass.shape == teacher_mass.shape == mask.shape:
-        raise ValueError(f"forward_kl_topk: shapes differ: losses {tuple(losses.shape)}, student_mass "
-                         f"{tuple(student_mass.shape)}, teacher_mass {tuple(teacher_mass.shape)}, "
-                         f"response_mask {tuple(mask.shape)}")
+        raise ValueError(
+            f"forward_kl_topk: shapes differ: losses {tuple(losses.shape)}, student_mass "
+            f"{tuple(student_mass.shape)}, teacher_mass {tuple(teacher_mass.shape)}, "
+            f"response_mask {tuple(mask.shape)}"
+        )
     student, teacher = student_mass[mask], teacher_mass[mask]
     metrics: dict[str, Any] = {
         "distillation/student_mass": student.mean().item(),
@@ -326,8 +336,10 @@ def compute_distillation_loss_reverse_kl_estimator(
         teacher = teacher.squeeze(-1)
     mask = _padded_bool(data["response_mask"])
     if not teacher.shape == student.shape == mask.shape:
-        raise ValueError(f"distillation estimator: teacher_logprobs {tuple(teacher.shape)}, student log_probs "
-                         f"{tuple(student.shape)} and response_mask {tuple(mask.shape)} must have one shape")
+        raise ValueError(
+            f"distillation estimator: teacher_logprobs {tuple(teacher.shape)}, student log_probs "
+            f"{tuple(student.shape)} and response_mask {tuple(mask.shape)} must have one shape"
+        )
     mode = str(cfg_get(_loss_config(distillation_config), "loss_mode", "k3"))
     losses = kl_penalty(logprob=student, ref_logprob=teacher, kl_penalty=mode)
     selected = losses[mask]

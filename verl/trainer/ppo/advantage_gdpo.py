@@ -90,8 +90,12 @@ def compute_gdpo_outcome_advantage(
     total = torch.zeros_like(token_level_rewards)
     for weight, rewards in zip(weights, components):
         normalised, _ = compute_grpo_outcome_advantage(
-            rewards.to(token_level_rewards.dtype), response_mask, index=index, epsilon=epsilon,
-            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, config=config,
+            rewards.to(token_level_rewards.dtype),
+            response_mask,
+            index=index,
+            epsilon=epsilon,
+            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+            config=config,
         )
         total = total + weight * normalised
     advantages = masked_whiten(total, mask) * mask

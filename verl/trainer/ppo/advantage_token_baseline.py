@@ -32,8 +32,11 @@ __all__ = ["compute_optimal_token_baseline_advantage", "compute_multi_turn_optim
 
 
 def _check_inputs(
-    name: str, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-    old_log_probs: torch.Tensor | None, sum_pi_squared: torch.Tensor | None,
+    name: str,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    old_log_probs: torch.Tensor | None,
+    sum_pi_squared: torch.Tensor | None,
 ) -> None:
     _check_shapes(name, token_level_rewards, response_mask)
     if old_log_probs is None or sum_pi_squared is None:
@@ -43,13 +46,18 @@ def _check_inputs(
         )
     for key, value in (("old_log_probs", old_log_probs), ("sum_pi_squared", sum_pi_squared)):
         if value.shape != token_level_rewards.shape:
-            raise ValueError(f"{name}: {key} shape {tuple(value.shape)} != token_level_rewards shape "
-                             f"{tuple(token_level_rewards.shape)}")
+            raise ValueError(
+                f"{name}: {key} shape {tuple(value.shape)} != token_level_rewards shape "
+                f"{tuple(token_level_rewards.shape)}"
+            )
 
 
 def _returns_and_energy(
-    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, old_log_probs: torch.Tensor,
-    sum_pi_squared: torch.Tensor, rollout_is_weights: torch.Tensor | None,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    rollout_is_weights: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Reward-to-go G_t and the cumulative energy W_t, both [N, R]."""
     mask = response_mask.to(token_level_rewards.dtype)
@@ -61,8 +69,13 @@ def _returns_and_energy(
 
 
 def _group_token_baseline(
-    returns: torch.Tensor, energy: torch.Tensor, mask: torch.Tensor, ids: torch.Tensor, slots: torch.Tensor,
-    handle_zero_tail: bool, epsilon: float,
+    returns: torch.Tensor,
+    energy: torch.Tensor,
+    mask: torch.Tensor,
+    ids: torch.Tensor,
+    slots: torch.Tensor,
+    handle_zero_tail: bool,
+    epsilon: float,
 ) -> torch.Tensor:
     """Per-token baseline [N, R]: responses of a group share one baseline per slot (their aligned position)."""
     valid = mask > 0

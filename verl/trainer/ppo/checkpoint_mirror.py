@@ -45,8 +45,10 @@ class CheckpointMirror:
                 shutil.copytree(step_dir, target / step_dir.name, dirs_exist_ok=True)
                 shutil.copy2(tracker, target / tracker.name)
         except (OSError, subprocess.CalledProcessError) as exc:
-            raise RuntimeError(f"{_KEY}={self.target}: copying {step_dir} failed ({exc}); the checkpoint in "
-                               f"{step_dir.parent} is complete") from exc
+            raise RuntimeError(
+                f"{_KEY}={self.target}: copying {step_dir} failed ({exc}); the checkpoint in "
+                f"{step_dir.parent} is complete"
+            ) from exc
 
     def _hdfs(self, *args: str) -> None:
         subprocess.run(["hdfs", "dfs", *args], check=True, capture_output=True, text=True)

@@ -36,7 +36,7 @@ def _newest(steps: list[int], limit: int | None) -> set[int]:
     """The last ``limit`` of ``steps`` (all of them when the limit is unset or not positive)."""
     if not limit or int(limit) <= 0:
         return set(steps)
-    return set(steps[-int(limit):])
+    return set(steps[-int(limit) :])
 
 
 class TrainerCheckpointer:

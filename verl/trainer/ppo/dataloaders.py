@@ -15,9 +15,15 @@ from verl.utils.dataset.dataloader import create_stateful_dataloader
 __all__ = ["build_dataloaders"]
 
 
-def build_dataloaders(config: Any, tokenizer: Any, processor: Any = None, train_dataset: Any = None,
-                      val_dataset: Any = None, collate_fn: Callable | None = None,
-                      train_sampler: Any = None) -> tuple[Any, Any, Any, Any]:
+def build_dataloaders(
+    config: Any,
+    tokenizer: Any,
+    processor: Any = None,
+    train_dataset: Any = None,
+    val_dataset: Any = None,
+    collate_fn: Callable | None = None,
+    train_sampler: Any = None,
+) -> tuple[Any, Any, Any, Any]:
     """(train set, val set, train loader, val loader) from ``config.data``; given data sets and samplers win."""
     from verl.utils.dataset.factory import create_rl_dataset
     from verl.utils.dataset.sampler import create_rl_sampler, create_val_sampler
@@ -26,17 +32,33 @@ def build_dataloaders(config: Any, tokenizer: Any, processor: Any = None, train_
     # data.seed orders the prompts when set; otherwise trainer.seed does
     order_seed = data.get("seed") if data.get("seed") is not None else config.trainer.get("seed")
     if train_dataset is None:
-        train_dataset = create_rl_dataset(data.train_files, data, tokenizer, processor, is_train=True,
-                                          max_samples=int(data.get("train_max_samples") or -1))
+        train_dataset = create_rl_dataset(
+            data.train_files,
+            data,
+            tokenizer,
+            processor,
+            is_train=True,
+            max_samples=int(data.get("train_max_samples") or -1),
+        )
     if val_dataset is None and data.get("val_files"):
-        val_dataset = create_rl_dataset(data.val_files, data, tokenizer, processor, is_train=False,
-                                        max_samples=int(data.get("val_max_samples") or -1))
+        val_dataset = create_rl_dataset(
+            data.val_files,
+            data,
+            tokenizer,
+            processor,
+            is_train=False,
+            max_samples=int(data.get("val_max_samples") or -1),
+        )
     if train_sampler is None:
         train_sampler = create_rl_sampler(data, train_dataset, seed=order_seed)
     collate_fn = collate_fn or default_collate_fn
     train_dataloader = create_stateful_dataloader(
-        train_dataset, batch_size=int(data.train_batch_size), sampler=train_sampler, collate_fn=collate_fn,
-        num_workers=int(data.get("dataloader_num_workers", 0)), drop_last=True,
+        train_dataset,
+        batch_size=int(data.train_batch_size),
+        sampler=train_sampler,
+        collate_fn=collate_fn,
+        num_workers=int(data.get("dataloader_num_workers", 0)),
+        drop_last=True,
     )
     if len(train_dataloader) == 0:
         raise ValueError(
@@ -48,6 +70,10 @@ def build_dataloaders(config: Any, tokenizer: Any, processor: Any = None, train_
         val_batch_size = data.get("val_batch_size") or len(val_dataset)
         val_sampler = create_val_sampler(data, val_dataset, seed=order_seed)
         val_dataloader = create_stateful_dataloader(
-            val_dataset, batch_size=int(val_batch_size), sampler=val_sampler, collate_fn=collate_fn, drop_last=False,
+            val_dataset,
+            batch_size=int(val_batch_size),
+            sampler=val_sampler,
+            collate_fn=collate_fn,
+            drop_last=False,
         )
     return train_dataset, val_dataset, train_dataloader, val_dataloader

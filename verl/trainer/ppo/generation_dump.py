@@ -27,8 +27,9 @@ def decode_samples(tokenizer: Any, batch: DataProto) -> tuple[list[str], list[st
     prompt_width = prompts.shape[1]
     attention = tensors["attention_mask"]
     prompt_mask = attention[:, :prompt_width].bool()
-    response_mask = (tensors["response_mask"] if "response_mask" in tensors.keys()
-                     else attention[:, prompt_width:]).bool()
+    response_mask = (
+        tensors["response_mask"] if "response_mask" in tensors.keys() else attention[:, prompt_width:]
+    ).bool()
     inputs = [tokenizer.decode(prompts[i][prompt_mask[i]].tolist()) for i in range(len(batch))]
     outputs = [tokenizer.decode(responses[i][response_mask[i]].tolist()) for i in range(len(batch))]
     return inputs, outputs
@@ -49,8 +50,9 @@ def _scalar(value: Any) -> Any:
     return _SKIP
 
 
-def dump_generations(directory: str | Path, step: int, tokenizer: Any, batch: DataProto,
-                     scores: torch.Tensor | list[float]) -> Path:
+def dump_generations(
+    directory: str | Path, step: int, tokenizer: Any, batch: DataProto, scores: torch.Tensor | list[float]
+) -> Path:
     """Write ``<directory>/<step>.jsonl`` with one line per row of ``batch``; returns the file's path."""
     inputs, outputs = decode_samples(tokenizer, batch)
     scores = scores.tolist() if isinstance(scores, torch.Tensor) else list(scores)
@@ -71,8 +73,9 @@ def dump_generations(directory: str | Path, step: int, tokenizer: Any, batch: Da
     return path
 
 
-def pick_samples(inputs: list[str], outputs: list[str], scores: list[float], count: int,
-                 seed: int = 42) -> list[dict[str, Any]]:
+def pick_samples(
+    inputs: list[str], outputs: list[str], scores: list[float], count: int, seed: int = 42
+) -> list[dict[str, Any]]:
     """``count`` samples for ``trainer.log_val_generations``: the same prompts at every validation (a fixed
     permutation of the samples sorted by prompt), so their answers can be followed across steps."""
     order = sorted(range(len(inputs)), key=lambda i: inputs[i])

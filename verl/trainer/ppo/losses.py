@@ -44,8 +44,10 @@ def _denominator(given: Count | None, local: torch.Tensor, dp_size: int, what: s
     if given is not None:
         return given
     if dp_size > 1:
-        raise ValueError(f"agg_loss({mode!r}) with dp_size={dp_size} needs the global {what}: the local count "
-                         "would normalise each rank by its own shard")
+        raise ValueError(
+            f"agg_loss({mode!r}) with dp_size={dp_size} needs the global {what}: the local count "
+            "would normalise each rank by its own shard"
+        )
     # An all-masked micro-batch has a zero sum; dividing it by 1 keeps the loss 0 instead of nan.
     return local.clamp(min=1.0)
 

@@ -71,8 +71,11 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
     if values.numel() == 0:
         return {f"{prefix}/{stat}": float("nan") for stat in ("mean", "max", "min")}
     values = values.float()
-    return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(),
-            f"{prefix}/min": values.min().item()}
+    return {
+        f"{prefix}/mean": values.mean().item(),
+        f"{prefix}/max": values.max().item(),
+        f"{prefix}/min": values.min().item(),
+    }
 
 
 def _has(tensors: Any, key: str) -> bool:
@@ -213,18 +216,24 @@ def compute_spec_decode_metrics(
     if not any(given):
         return {}
     if not all(given):
-        raise ValueError("compute_spec_decode_metrics needs all of spec_drafts, spec_accepts and spec_verifies "
-                         f"(got drafts={given[0]}, accepts={given[1]}, verifies={given[2]})")
-    drafts, accepts, verifies = (np.asarray(x, dtype=np.float64).reshape(-1)
-                                 for x in (spec_drafts, spec_accepts, spec_verifies))
+        raise ValueError(
+            "compute_spec_decode_metrics needs all of spec_drafts, spec_accepts and spec_verifies "
+            f"(got drafts={given[0]}, accepts={given[1]}, verifies={given[2]})"
+        )
+    drafts, accepts, verifies = (
+        np.asarray(x, dtype=np.float64).reshape(-1) for x in (spec_drafts, spec_accepts, spec_verifies)
+    )
     if not (len(drafts) == len(accepts) == len(verifies)):
-        raise ValueError(f"compute_spec_decode_metrics: lengths differ (drafts {len(drafts)}, accepts "
-                         f"{len(accepts)}, verifies {len(verifies)})")
+        raise ValueError(
+            f"compute_spec_decode_metrics: lengths differ (drafts {len(drafts)}, accepts "
+            f"{len(accepts)}, verifies {len(verifies)})"
+        )
     if non_padding_mask is not None:
         keep = np.asarray(non_padding_mask, dtype=bool).reshape(-1)
         if len(keep) != len(drafts):
-            raise ValueError(f"compute_spec_decode_metrics: non_padding_mask has {len(keep)} entries for "
-                             f"{len(drafts)} requests")
+            raise ValueError(
+                f"compute_spec_decode_metrics: non_padding_mask has {len(keep)} entries for {len(drafts)} requests"
+            )
         drafts, accepts, verifies = drafts[keep], accepts[keep], verifies[keep]
     if len(drafts) == 0:
         return {}
@@ -323,8 +332,11 @@ def infer_rollout_moe_num_experts(model_config: Any) -> int | None:
     num_experts = infer_moe_num_experts(model_config)
     if num_experts is not None:
         return num_experts
-    path = (_read(model_config, "local_hf_config_path") or _read(model_config, "hf_config_path")
-            or _read(model_config, "path"))
+    path = (
+        _read(model_config, "local_hf_config_path")
+        or _read(model_config, "hf_config_path")
+        or _read(model_config, "path")
+    )
     if path is None:
         return None
     local = copy_to_local(path, use_shm=bool(_read(model_config, "use_shm", False)))
@@ -356,15 +368,19 @@ def _compute_rollout_moe_load_counts(
         logger.warning("routed_experts must be [batch, seq, layers, top-k], got shape %s", tuple(routed_experts.shape))
         return None
     if response_mask.dim() != 2 or response_mask.shape[0] != routed_experts.shape[0]:
-        logger.warning("response_mask shape %s does not fit routed_experts %s", tuple(response_mask.shape),
-                       tuple(routed_experts.shape))
+        logger.warning(
+            "response_mask shape %s does not fit routed_experts %s",
+            tuple(response_mask.shape),
+            tuple(routed_experts.shape),
+        )
         return None
     width = response_mask.shape[1]
     if width == 0:
         return None
     if routed_experts.shape[1] < width:
-        logger.warning("routed_experts covers %d positions, fewer than the %d response positions",
-                       routed_experts.shape[1], width)
+        logger.warning(
+            "routed_experts covers %d positions, fewer than the %d response positions", routed_experts.shape[1], width
+        )
         return None
     routed = routed_experts[:, -width:]
     mask = response_mask.to(device=routed.device, dtype=torch.bool)
@@ -376,11 +392,16 @@ def _compute_rollout_moe_load_counts(
         return None
     low, high = int(selected.min()), int(selected.max())
     if low < 0 or high >= num_experts:
-        logger.warning("skipping rollout MoE load-balance metrics: expert ids span [%d, %d], outside [0, %d)",
-                       low, high, num_experts)
+        logger.warning(
+            "skipping rollout MoE load-balance metrics: expert ids span [%d, %d], outside [0, %d)",
+            low,
+            high,
+            num_experts,
+        )
         return None
-    return torch.stack([torch.bincount(selected[:, layer].reshape(-1), minlength=num_experts)
-                        for layer in range(selected.shape[1])])
+    return torch.stack(
+        [torch.bincount(selected[:, layer].reshape(-1), minlength=num_experts) for layer in range(selected.shape[1])]
+    )
 
 
 def _load_balance_metrics(counts: torch.Tensor | None, prefix: str = "rollout/moe") -> dict[str, float]:
@@ -388,8 +409,11 @@ def _load_balance_metrics(counts: torch.Tensor | None, prefix: str = "rollout/mo
         return {}
     share = counts.float() / counts.float().sum(dim=1, keepdim=True).clamp_min(1.0)
     deviation = share * counts.shape[1] - 1.0
-    per_layer = {"max_vio": deviation.max(dim=1).values, "min_vio": deviation.min(dim=1).values,
-                 "avg_vio": deviation.abs().mean(dim=1)}
+    per_layer = {
+        "max_vio": deviation.max(dim=1).values,
+        "min_vio": deviation.min(dim=1).values,
+        "avg_vio": deviation.abs().mean(dim=1),
+    }
     metrics: dict[str, float] = {}
     for layer in range(counts.shape[0]):
         for name, values in per_layer.items():
@@ -444,12 +468,15 @@ class RolloutMoELoadBalanceMetricsAccumulator:
                 try:
                     self.num_experts = infer_rollout_moe_num_experts(self.model_config)
                 except Exception as exc:  # a broken config only costs the metric
-                    self.warn_skip_once("num_experts_exception",
-                                        f"could not infer the rollout model's number of MoE experts: {exc}")
+                    self.warn_skip_once(
+                        "num_experts_exception", f"could not infer the rollout model's number of MoE experts: {exc}"
+                    )
             if self.num_experts is None:
-                self.warn_skip_once("num_experts_missing",
-                                    "skipping rollout MoE load-balance metrics: the number of experts could not be "
-                                    "inferred from the model config or its Hugging Face config")
+                self.warn_skip_once(
+                    "num_experts_missing",
+                    "skipping rollout MoE load-balance metrics: the number of experts could not be "
+                    "inferred from the model config or its Hugging Face config",
+                )
         return self.num_experts
 
     def update(
@@ -465,8 +492,11 @@ class RolloutMoELoadBalanceMetricsAccumulator:
             self.load_counts = self.load_counts + counts
         else:
             if self.load_counts is not None:
-                logger.warning("rollout MoE counts changed shape from %s to %s; restarting the accumulation",
-                               tuple(self.load_counts.shape), tuple(counts.shape))
+                logger.warning(
+                    "rollout MoE counts changed shape from %s to %s; restarting the accumulation",
+                    tuple(self.load_counts.shape),
+                    tuple(counts.shape),
+                )
             self.load_counts = counts
         return True
 
@@ -532,6 +562,7 @@ def compute_moe_lb_metrics(
     metrics["rollout/moe/routed_experts_found"] = float(assignments > 0)
     metrics["rollout/moe/routed_expert_assignments"] = assignments
     if not updated and assignments == 0:
-        accumulator.warn_skip_once("no_routed_expert_counts",
-                                   "skipping rollout MoE load-balance metrics: no routed expert counts were found")
+        accumulator.warn_skip_once(
+            "no_routed_expert_counts", "skipping rollout MoE load-balance metrics: no routed expert counts were found"
+        )
     return metrics

@@ -33,8 +33,9 @@ IS_LEVELS = ("token", "sequence", "geometric")
 IS_MODES = ("truncate", "mask")
 
 
-def _weights(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, level: str,
-             cap: float) -> torch.Tensor:
+def _weights(
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, level: str, cap: float
+) -> torch.Tensor:
     if level != "geometric":
         return compute_rollout_is_weights(old_log_prob, rollout_log_prob, response_mask, level, cap)
     mask = response_mask.to(old_log_prob.dtype)
@@ -82,24 +83,28 @@ def compute_mismatch_metrics(
     if not response_mask.any():
         raise ValueError("compute_mismatch_metrics: response_mask selects no token")
     trainer_mean = masked_mean(old_log_prob, response_mask, axis=-1)
-    metrics = {"mismatch_training_ppl": _item(torch.exp(-trainer_mean).mean()),
-               "mismatch_training_log_ppl": _item((-trainer_mean).mean())}
+    metrics = {
+        "mismatch_training_ppl": _item(torch.exp(-trainer_mean).mean()),
+        "mismatch_training_log_ppl": _item((-trainer_mean).mean()),
+    }
     if rollout_log_prob is None:
         return metrics
     log_ratio = old_log_prob - rollout_log_prob
     rollout_mean = masked_mean(rollout_log_prob, response_mask, axis=-1)
     log_ppl_diff = rollout_mean - trainer_mean
-    metrics.update({
-        "mismatch_kl": _item(masked_mean(-log_ratio, response_mask)),
-        "mismatch_k3_kl": _item(masked_mean(torch.exp(log_ratio) - log_ratio - 1, response_mask)),
-        "mismatch_rollout_ppl": _item(torch.exp(-rollout_mean).mean()),
-        "mismatch_rollout_log_ppl": _item((-rollout_mean).mean()),
-        "mismatch_log_ppl_diff": _item(log_ppl_diff.mean()),
-        "mismatch_log_ppl_abs_diff": _item(log_ppl_diff.abs().mean()),
-        "mismatch_log_ppl_diff_max": _item(log_ppl_diff.max()),
-        "mismatch_log_ppl_diff_min": _item(log_ppl_diff.min()),
-        "mismatch_ppl_ratio": _item(torch.exp(log_ppl_diff).mean()),
-    })
+    metrics.update(
+        {
+            "mismatch_kl": _item(masked_mean(-log_ratio, response_mask)),
+            "mismatch_k3_kl": _item(masked_mean(torch.exp(log_ratio) - log_ratio - 1, response_mask)),
+            "mismatch_rollout_ppl": _item(torch.exp(-rollout_mean).mean()),
+            "mismatch_rollout_log_ppl": _item((-rollout_mean).mean()),
+            "mismatch_log_ppl_diff": _item(log_ppl_diff.mean()),
+            "mismatch_log_ppl_abs_diff": _item(log_ppl_diff.abs().mean()),
+            "mismatch_log_ppl_diff_max": _item(log_ppl_diff.max()),
+            "mismatch_log_ppl_diff_min": _item(log_ppl_diff.min()),
+            "mismatch_ppl_ratio": _item(torch.exp(log_ppl_diff).mean()),
+        }
+    )
     return metrics
 
 
@@ -138,7 +143,8 @@ def compute_rollout_importance_weights(
         kept = rejection_mask(old_log_prob, rollout_log_prob, response_mask, rollout_is_level, upper, lower, None)
         metrics["rollout_is_masked_fraction"] = _item(masked_mean(1.0 - kept.float(), response_mask))
         metrics["rollout_is_seq_masked_fraction"] = _item(
-            (valid_rows & (response_mask.bool() & ~kept.bool()).any(-1)).float().mean())
+            (valid_rows & (response_mask.bool() & ~kept.bool()).any(-1)).float().mean()
+        )
         modified_mask = kept * vetoed
     metrics.update(compute_mismatch_metrics(old_log_prob, rollout_log_prob, response_mask))
     weights_proto = DataProto.from_dict(tensors={"rollout_is_weights": weights * response_mask})

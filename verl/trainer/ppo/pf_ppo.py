@@ -42,8 +42,10 @@ def compute_pf_ppo_reweight_data(data: Any, reweight_method: str = "pow", weight
     drawn rows; ``meta_info`` lists with one entry per row are resampled too, other entries are kept.
     """
     if "token_level_scores" not in data.batch.keys():
-        raise KeyError("compute_pf_ppo_reweight_data needs data.batch['token_level_scores']; present keys: "
-                       f"{sorted(data.batch.keys())}")
+        raise KeyError(
+            "compute_pf_ppo_reweight_data needs data.batch['token_level_scores']; present keys: "
+            f"{sorted(data.batch.keys())}"
+        )
     scores = data.batch["token_level_scores"].sum(dim=-1)
     weights = _sampling_weights(scores, reweight_method, weight_pow)
     rows = torch.multinomial(weights.float().cpu(), len(scores), replacement=True)

@@ -50,9 +50,7 @@ PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
 
 
-def registering_into(
-    registry: MutableMapping[str, PolicyLossFn], name: str
-) -> Callable[[PolicyLossFn], PolicyLossFn]:
+def registering_into(registry: MutableMapping[str, PolicyLossFn], name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """The decorator :func:`register_policy_loss` returns, writing into ``registry``.
 
     Re-registering the same function is a no-op; a different function under a taken name raises.
@@ -74,9 +72,7 @@ def registering_into(
 def lookup_in(registry: Mapping[str, PolicyLossFn], name: str) -> PolicyLossFn:
     """``registry[name]``; an unknown name raises ValueError listing the registered ones."""
     if name not in registry:
-        raise ValueError(
-            f"Unknown policy loss {name!r} (actor.policy_loss.loss_mode); registered: {sorted(registry)}"
-        )
+        raise ValueError(f"Unknown policy loss {name!r} (actor.policy_loss.loss_mode); registered: {sorted(registry)}")
     return registry[name]
 
 

@@ -51,8 +51,10 @@ def compute_policy_loss_reinforce(
     ``actor/ppo_kl`` is the k1 estimate of KL(rollout || current) over the mask.
     """
     if rollout_log_prob.shape != log_prob.shape or log_prob.shape != response_mask.shape:
-        raise ValueError(f"reinforce: rollout_log_prob {tuple(rollout_log_prob.shape)}, log_prob "
-                         f"{tuple(log_prob.shape)} and response_mask {tuple(response_mask.shape)} must match")
+        raise ValueError(
+            f"reinforce: rollout_log_prob {tuple(rollout_log_prob.shape)}, log_prob "
+            f"{tuple(log_prob.shape)} and response_mask {tuple(response_mask.shape)} must match"
+        )
     pg_losses = -advantages * log_prob
     if rollout_is_weights is not None:
         pg_losses = pg_losses * rollout_is_weights.detach()
@@ -75,9 +77,15 @@ def _correction(
         lower = cfg_get(spec, "rollout_rs_threshold_lower", None)
         if lower is None and upper is not None:
             lower = 1.0 / float(upper)
-        mask = rejection_mask(current, rollout_log_prob, response_mask, rs_level or None,
-                              None if upper is None else float(upper), None if lower is None else float(lower),
-                              None if veto is None else float(veto))
+        mask = rejection_mask(
+            current,
+            rollout_log_prob,
+            response_mask,
+            rs_level or None,
+            None if upper is None else float(upper),
+            None if lower is None else float(lower),
+            None if veto is None else float(veto),
+        )
         metrics["rollout_corr/rs_rejected_token_frac"] = (1 - mask.sum() / response_mask.sum().clamp(min=1)).item()
     level = cfg_get(spec, "rollout_is", None)
     if not level:

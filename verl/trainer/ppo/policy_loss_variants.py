@@ -91,8 +91,10 @@ def compute_policy_loss_geo_mean(
     del loss_agg_mode
     low, high = _bounds(config)
     if old_log_prob.shape != log_prob.shape or log_prob.shape != response_mask.shape:
-        raise ValueError(f"geo_mean: old_log_prob {tuple(old_log_prob.shape)}, log_prob {tuple(log_prob.shape)} "
-                         f"and response_mask {tuple(response_mask.shape)} must have the same shape")
+        raise ValueError(
+            f"geo_mean: old_log_prob {tuple(old_log_prob.shape)}, log_prob {tuple(log_prob.shape)} "
+            f"and response_mask {tuple(response_mask.shape)} must have the same shape"
+        )
     mask = response_mask.to(log_prob.dtype)
     log_ratio = log_prob - old_log_prob
     sign = torch.sign(advantages)
@@ -128,8 +130,10 @@ def compute_policy_loss_dro(
     if beta is None or float(beta) <= 0:
         raise ValueError(f"actor.policy_loss.dro_beta must be a positive number for loss_mode=dro, got {beta!r}")
     if old_log_prob.shape != log_prob.shape or log_prob.shape != response_mask.shape:
-        raise ValueError(f"dro: old_log_prob {tuple(old_log_prob.shape)}, log_prob {tuple(log_prob.shape)} and "
-                         f"response_mask {tuple(response_mask.shape)} must have the same shape")
+        raise ValueError(
+            f"dro: old_log_prob {tuple(old_log_prob.shape)}, log_prob {tuple(log_prob.shape)} and "
+            f"response_mask {tuple(response_mask.shape)} must have the same shape"
+        )
     log_ratio = log_prob - old_log_prob
     pg_losses = -(log_prob * advantages - 0.5 * float(beta) * log_ratio.square())
     pg_losses = _apply_is_weights(pg_losses, rollout_is_weights)
@@ -141,8 +145,14 @@ TrustRegion = Callable[[torch.Tensor, torch.Tensor, float, float], tuple[torch.T
 
 
 def _dppo_loss(
-    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
-    loss_agg_mode: str, config: Any, rollout_is_weights: torch.Tensor | None, inside: TrustRegion,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str,
+    config: Any,
+    rollout_is_weights: torch.Tensor | None,
+    inside: TrustRegion,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     low, high = _bounds(config)
     clip_c = float(cfg_get(config, "clip_ratio_c", 20.0))
@@ -186,8 +196,16 @@ def compute_policy_loss_dppo_tv(
     """DPPO (binary total variation): drop tokens whose probability moved more than ``clip_ratio_high``
     up (A > 0) or ``clip_ratio_low`` down (A <= 0). ``pg_clipfrac`` counts dropped tokens,
     ``pg_clipfrac_lower`` kept tokens whose ratio was truncated at ``clip_ratio_c``."""
-    return _dppo_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
-                      rollout_is_weights, _total_variation_region)
+    return _dppo_loss(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode,
+        config,
+        rollout_is_weights,
+        _total_variation_region,
+    )
 
 
 @register_policy_loss("dppo_kl")
@@ -202,5 +220,6 @@ def compute_policy_loss_dppo_kl(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """DPPO (binary KL): like ``dppo_tv`` with the binary KL of the token's probability as the divergence;
     a token is only dropped when it moved past the bound in the direction the advantage pushes."""
-    return _dppo_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
-                      rollout_is_weights, _binary_kl_region)
+    return _dppo_loss(
+        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights, _binary_kl_region
+    )

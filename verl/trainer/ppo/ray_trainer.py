@@ -165,8 +165,9 @@ class RayPPOTrainer:
         self.ray_worker_group_cls = ray_worker_group_cls
         self.device_name = device_name or config.trainer.get("device", "auto")
         if not any(role in role_worker_mapping for role in ACTOR_ROLES):
-            raise ValueError("role_worker_mapping needs an actor role: Role.ActorRollout, Role.ActorRolloutRef or "
-                             "Role.Actor")
+            raise ValueError(
+                "role_worker_mapping needs an actor role: Role.ActorRollout, Role.ActorRolloutRef or Role.Actor"
+            )
         if need_teacher_policy(config):
             raise ValueError("distillation.enabled=true: this build has no distillation trainer (teacher policy)")
         self.reward_fn, self.val_reward_fn = self._reward_functions(reward_fn, val_reward_fn)
@@ -204,8 +205,9 @@ class RayPPOTrainer:
         return reward_fn, val_reward_fn
 
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler) -> None:
-        loaders = build_dataloaders(self.config, self.tokenizer, self.processor, train_dataset, val_dataset,
-                                    collate_fn, train_sampler)
+        loaders = build_dataloaders(
+            self.config, self.tokenizer, self.processor, train_dataset, val_dataset, collate_fn, train_sampler
+        )
         self.train_dataset, self.val_dataset, self.train_dataloader, self.val_dataloader = loaders
         total = len(self.train_dataloader) * int(self.config.trainer.total_epochs)
         if self.config.trainer.get("total_training_steps") is not None:
@@ -223,8 +225,10 @@ class RayPPOTrainer:
         role = self.actor_role
         if role == Role.Actor:
             if self.ref_in_actor:
-                raise ValueError("a reference policy is needed (actor.use_kl_loss or algorithm.use_kl_in_reward) but "
-                                 "Role.Actor cannot host it: add Role.RefPolicy to role_worker_mapping")
+                raise ValueError(
+                    "a reference policy is needed (actor.use_kl_loss or algorithm.use_kl_in_reward) but "
+                    "Role.Actor cannot host it: add Role.RefPolicy to role_worker_mapping"
+                )
             return "actor"
         return "actor_rollout_ref" if self.ref_in_actor else "actor_rollout"
 
@@ -261,8 +265,9 @@ class RayPPOTrainer:
         startup_timeout_s = float(self.config.trainer.get("ray_wait_register_center_timeout", 300))
         for pool, class_dict in pool_to_roles.items():
             colocated = create_colocated_worker_cls(class_dict)
-            group = self.ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=colocated,
-                                              startup_timeout_s=startup_timeout_s)
+            group = self.ray_worker_group_cls(
+                resource_pool=pool, ray_cls_with_init=colocated, startup_timeout_s=startup_timeout_s
+            )
             all_groups.update(group.spawn(prefix_set=class_dict.keys()))
 
         if self.use_critic:
@@ -319,8 +324,9 @@ class RayPPOTrainer:
         """One critic update over the batch; the output's ``meta_info["metrics"]`` holds its metrics."""
         return self.critic_wg.update_critic(batch)
 
-    def _balance_batch(self, batch: DataProto, metrics: dict, logging_prefix: str = "global_seqlen",
-                       keep_minibatch: bool = False) -> None:
+    def _balance_batch(
+        self, batch: DataProto, metrics: dict, logging_prefix: str = "global_seqlen", keep_minibatch: bool = False
+    ) -> None:
         """Reorder samples so every data-parallel rank receives about the same number of tokens; with
         ``keep_minibatch`` each mini-batch is balanced on its own (samples never change mini-batch)."""
         world_size = self.actor_rollout_wg.world_size
@@ -334,8 +340,9 @@ class RayPPOTrainer:
                 blocks = [range(start, start + size) for start in range(0, len(seqlens), size)]
         partitions: list[list[int]] = [[] for _ in range(world_size)]
         for block in blocks:
-            local = get_seqlen_balanced_partitions([seqlens[i] for i in block], k_partitions=world_size,
-                                                   equal_size=True)
+            local = get_seqlen_balanced_partitions(
+                [seqlens[i] for i in block], k_partitions=world_size, equal_size=True
+            )
             for rank, part in enumerate(local):
                 partitions[rank].extend(block[i] for i in part)
         batch.reorder(torch.tensor([i for part in partitions for i in part]))
@@ -463,8 +470,7 @@ class RayPPOTrainer:
         """Rewards (with the in-reward KL penalty), the rollout correction, then advantages on the driver."""
         algorithm = self.config.algorithm
         if algorithm.use_kl_in_reward:
-            batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward,
-                                                 kl_penalty=algorithm.kl_penalty)
+            batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algorithm.kl_penalty)
             self.metrics.update(kl_metrics)
         else:
             batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
@@ -660,13 +666,15 @@ class RayPPOTrainer:
         for batch_dict in self.val_dataloader:
             batch = self._fit_get_batch(batch_dict)
             gen_batch = self._step_gen_batch(batch, self.global_steps)
-            gen_batch.meta_info.update({
-                "do_sample": bool(val_kwargs.do_sample),
-                "temperature": float(val_kwargs.temperature),
-                "top_p": float(val_kwargs.top_p),
-                "top_k": int(val_kwargs.top_k),
-                "validate": True,
-            })
+            gen_batch.meta_info.update(
+                {
+                    "do_sample": bool(val_kwargs.do_sample),
+                    "temperature": float(val_kwargs.temperature),
+                    "top_p": float(val_kwargs.top_p),
+                    "top_k": int(val_kwargs.top_k),
+                    "validate": True,
+                }
+            )
             output = self._generate_validation(gen_batch.repeat(repeat_times=n, interleave=True))
             batch = batch.repeat(repeat_times=n, interleave=True)
             for key in PROMPT_KEYS:

@@ -84,16 +84,22 @@ class RestartPolicy:
         """The config of the next attempt after ``err``; re-raises ``err`` when no restart is allowed or useful."""
         if not is_lost_process(err) or self.restarts >= self.max_restarts:
             if self.restarts and is_lost_process(err):
-                logger.error("run failed after %d restart(s) (trainer.max_restarts=%d)", self.restarts,
-                             self.max_restarts)
+                logger.error(
+                    "run failed after %d restart(s) (trainer.max_restarts=%d)", self.restarts, self.max_restarts
+                )
             raise err
         self.restarts += 1
         wait_until_confirmed_dead(err)
         cause = str(err).splitlines()[0] if str(err) else type(err).__name__
         self.causes.append(cause)
         resume_dir = self._resume_dir()
-        logger.warning("restart %d of %d (trainer.max_restarts) after: %s; resuming from %s", self.restarts,
-                       self.max_restarts, cause, resume_dir or "the run's own start")
+        logger.warning(
+            "restart %d of %d (trainer.max_restarts) after: %s; resuming from %s",
+            self.restarts,
+            self.max_restarts,
+            cause,
+            resume_dir or "the run's own start",
+        )
         if resume_dir is None:
             return self.config
         attempt = copy.deepcopy(self.config)

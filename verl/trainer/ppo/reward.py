@@ -157,8 +157,9 @@ def resolve_reward_manager_cls(config: Any) -> type:
     if source == "importlib":
         if not module_path:
             raise ValueError("reward.reward_manager.source=importlib needs reward.reward_manager.module.path")
-        return load_extern_object(module_path, name, config_key="reward.reward_manager.module.path",
-                                  what="reward manager class")
+        return load_extern_object(
+            module_path, name, config_key="reward.reward_manager.module.path", what="reward manager class"
+        )
     if source != "register":
         raise ValueError(f"reward.reward_manager.source={source!r}; expected 'register' or 'importlib'")
     if name in REWARD_LOOP_MANAGER_REGISTRY:
@@ -216,11 +217,13 @@ def _build_loop_adapter(
     from verl.experimental.reward_loop.adapter import RewardLoopAdapter, build_on_reward_loop
     from verl.utils.reward_score import default_compute_score
 
-    manager = build_on_reward_loop(cls, config=config, tokenizer=tokenizer,
-                                   compute_score=compute_score or default_compute_score, **reward_kwargs)
+    manager = build_on_reward_loop(
+        cls, config=config, tokenizer=tokenizer, compute_score=compute_score or default_compute_score, **reward_kwargs
+    )
     timeout_s = _section(_reward_config(config), "timeout_s")
-    return RewardLoopAdapter(manager, num_examine=num_examine,
-                             timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s))
+    return RewardLoopAdapter(
+        manager, num_examine=num_examine, timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
+    )
 
 
 def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **reward_kwargs: Any) -> Any:

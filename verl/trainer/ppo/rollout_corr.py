@@ -35,7 +35,10 @@ def _get(config: Any, key: str, default: Any) -> Any:
 
 
 def compute_rollout_is_weights(
-    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, level: str,
+    old_log_prob: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    level: str,
     threshold: float,
 ) -> torch.Tensor:
     """Truncated importance weights pi_old / pi_rollout at token or sequence level, zero outside the mask."""
@@ -64,8 +67,13 @@ def mismatch_metrics(
 
 
 def rejection_mask(
-    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, level: str | None,
-    upper: float | None, lower: float | None, veto: float | None = None,
+    old_log_prob: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    level: str | None,
+    upper: float | None,
+    lower: float | None,
+    veto: float | None = None,
 ) -> torch.Tensor:
     """``response_mask`` without the tokens that rejection sampling (``level``) and the token veto drop."""
     if level is not None and level not in RS_LEVELS:
@@ -93,8 +101,10 @@ def rejection_mask(
 
 
 def _weight_metrics(weights: torch.Tensor, response_mask: torch.Tensor, threshold: float) -> dict[str, float]:
-    return {"rollout_corr/is_truncated_frac": masked_mean((weights >= threshold).float(), response_mask).item(),
-            "rollout_corr/is_weight_mean": masked_mean(weights, response_mask).item()}
+    return {
+        "rollout_corr/is_truncated_frac": masked_mean((weights >= threshold).float(), response_mask).item(),
+        "rollout_corr/is_weight_mean": masked_mean(weights, response_mask).item(),
+    }
 
 
 def _normalized(weights: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
@@ -122,9 +132,15 @@ def apply_rollout_correction(batch: DataProto, config: Any) -> dict[str, float]:
         lower = _get(config, "rollout_rs_threshold_lower", None)
         if lower is None and upper is not None:
             lower = 1.0 / float(upper)  # as RolloutCorrectionConfig fills it in
-        kept = rejection_mask(old_log_prob, rollout_log_prob, response_mask, rs_level or None,
-                              None if upper is None else float(upper), None if lower is None else float(lower),
-                              None if veto is None else float(veto))
+        kept = rejection_mask(
+            old_log_prob,
+            rollout_log_prob,
+            response_mask,
+            rs_level or None,
+            None if upper is None else float(upper),
+            None if lower is None else float(lower),
+            None if veto is None else float(veto),
+        )
         valid_tokens = response_mask.sum().clamp(min=1)
         valid_rows = (response_mask.sum(-1) > 0).sum().clamp(min=1)
         metrics["rollout_corr/rs_rejected_token_frac"] = (1 - kept.sum() / valid_tokens).item()
@@ -157,22 +173,27 @@ def in_update_spec(config: Any) -> dict[str, Any] | None:
     if _get(config, "rollout_is_batch_normalize", False) or _get(config, "bypass_mode", False):
         return None
     level = _get(config, "rollout_is", None)
-    return {"rollout_is": None if level is None else str(level),
-            "rollout_is_threshold": float(_get(config, "rollout_is_threshold", 2.0))}
+    return {
+        "rollout_is": None if level is None else str(level),
+        "rollout_is_threshold": float(_get(config, "rollout_is_threshold", 2.0)),
+    }
 
 
-def in_update_weights(log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor,
-                      spec: dict[str, Any]) -> torch.Tensor | None:
+def in_update_weights(
+    log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, spec: dict[str, Any]
+) -> torch.Tensor | None:
     """The truncated weights of one micro-batch from the update's own (detached) log-probs; None without
     ``rollout_is``. On an on-policy update they equal what a separate pass would have given."""
     if not spec.get("rollout_is"):
         return None
-    return compute_rollout_is_weights(log_prob.detach(), rollout_log_prob, response_mask, spec["rollout_is"],
-                                      spec["rollout_is_threshold"])
+    return compute_rollout_is_weights(
+        log_prob.detach(), rollout_log_prob, response_mask, spec["rollout_is"], spec["rollout_is_threshold"]
+    )
 
 
-def in_update_metrics(log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor,
-                      spec: dict[str, Any]) -> dict[str, float]:
+def in_update_metrics(
+    log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, spec: dict[str, Any]
+) -> dict[str, float]:
     """The mismatch and weight metrics :func:`apply_rollout_correction` reports, over the rows an update saw."""
     metrics = mismatch_metrics(log_prob, rollout_log_prob, response_mask)
     weights = in_update_weights(log_prob, rollout_log_prob, response_mask, spec)

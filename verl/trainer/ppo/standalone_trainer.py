@@ -41,9 +41,10 @@ class StandaloneRolloutTrainer(SeparateRayPPOTrainer):
         )
 
         self.replicas = start_rollout_replicas(self.config, pool)
-        self.generator = ray.remote(StandaloneAgentLoopManager).options(
-            num_cpus=0, max_concurrency=1000, **on_this_node()).remote(
-            self.config, self.replicas
+        self.generator = (
+            ray.remote(StandaloneAgentLoopManager)
+            .options(num_cpus=0, max_concurrency=1000, **on_this_node())
+            .remote(self.config, self.replicas)
         )
         ray.get(self.generator.ready.remote(), timeout=self.generate_timeout_s)
 
@@ -51,8 +52,10 @@ class StandaloneRolloutTrainer(SeparateRayPPOTrainer):
         try:
             return ray.get(self.generator.generate_sequences.remote(gen_batch), timeout=self.generate_timeout_s)
         except ray.exceptions.GetTimeoutError:
-            raise TimeoutError(f"standalone rollout: {what} did not finish within {self.generate_timeout_s:g}s "
-                               f"on {len(self.replicas)} replica(s)") from None
+            raise TimeoutError(
+                f"standalone rollout: {what} did not finish within {self.generate_timeout_s:g}s "
+                f"on {len(self.replicas)} replica(s)"
+            ) from None
 
     def _generate_sequences(self, gen_batch: DataProto) -> DataProto:
         gen_batch = gen_batch.repeat(repeat_times=int(self.config.rollout.n), interleave=True)

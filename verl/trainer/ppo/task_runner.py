@@ -22,8 +22,7 @@ from verl.trainer.ppo.utils import Role, need_critic, need_reward_model
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TASK_RUNNER_CPUS", "TaskRunner", "build_role_worker_mapping", "pool_spec", "run_ppo",
-           "standalone_rollout"]
+__all__ = ["TASK_RUNNER_CPUS", "TaskRunner", "build_role_worker_mapping", "pool_spec", "run_ppo", "standalone_rollout"]
 
 TASK_RUNNER_CPUS = 0.1
 GLOBAL_POOL = "global_pool"
@@ -123,8 +122,11 @@ class TaskRunner:
         ``rollout.nnodes x rollout.n_gpus_per_node`` for a standalone rollout (placed on nodes of its own first)."""
         from verl.single_controller.ray import ResourcePoolManager
 
-        return ResourcePoolManager(resource_pool_spec=pool_spec(config), mapping=dict(self.mapping),
-                                   device=str(config.trainer.get("device", "auto")))
+        return ResourcePoolManager(
+            resource_pool_spec=pool_spec(config),
+            mapping=dict(self.mapping),
+            device=str(config.trainer.get("device", "auto")),
+        )
 
     def run(self, config: DictConfig | dict) -> str:
         """Build everything from ``config`` and train; returns the run folder (``trainer.default_local_dir``).
@@ -221,8 +223,9 @@ def _as_actor_class(task_runner_class: Any) -> Any:
     if hasattr(task_runner_class, "remote"):
         return task_runner_class
     if not (isinstance(task_runner_class, type) and callable(getattr(task_runner_class, "run", None))):
-        raise TypeError(f"run_ppo: task_runner_class must be a class with a run(config) method, got "
-                        f"{task_runner_class!r}")
+        raise TypeError(
+            f"run_ppo: task_runner_class must be a class with a run(config) method, got {task_runner_class!r}"
+        )
     return ray.remote(num_cpus=TASK_RUNNER_CPUS)(task_runner_class)
 
 

@@ -32,8 +32,9 @@ def _group(config: Any, name: str) -> Any:
     """``config.<name>``, or ``config.actor_rollout_ref.<name>`` in a legacy-spelled config; None when absent."""
     value = config.get(name) if hasattr(config, "get") else getattr(config, name, None)
     if value is None:
-        legacy = config.get("actor_rollout_ref") if hasattr(config, "get") else getattr(config, "actor_rollout_ref",
-                                                                                          None)
+        legacy = (
+            config.get("actor_rollout_ref") if hasattr(config, "get") else getattr(config, "actor_rollout_ref", None)
+        )
         if legacy is not None:
             value = legacy.get(name) if hasattr(legacy, "get") else getattr(legacy, name, None)
     return value

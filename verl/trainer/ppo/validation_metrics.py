@@ -47,8 +47,9 @@ def bootstrap_metric(
     if len(data) == 0:
         raise ValueError("bootstrap_metric needs at least one data point")
     if subset_size < 1 or n_bootstrap < 1:
-        raise ValueError(f"bootstrap_metric: subset_size and n_bootstrap must be >= 1, got {subset_size}, "
-                         f"{n_bootstrap}")
+        raise ValueError(
+            f"bootstrap_metric: subset_size and n_bootstrap must be >= 1, got {subset_size}, {n_bootstrap}"
+        )
     values = np.empty(len(data), dtype=object)
     values[:] = list(data)
     draws = np.random.default_rng(seed).integers(0, len(values), size=(n_bootstrap, subset_size))
@@ -92,8 +93,14 @@ def _prompt_metrics(values: list[Any], preds: list[Any] | None, seed: int) -> di
         votes = [{"val": v, "pred": p} for v, p in zip(values, preds)]
     for k in _bootstrap_sizes(n):
         (best_mean, best_std), (worst_mean, worst_std) = bootstrap_metric(values, k, [np.max, np.min], seed=seed)
-        metrics.update({f"best@{k}/mean": best_mean, f"best@{k}/std": best_std,
-                        f"worst@{k}/mean": worst_mean, f"worst@{k}/std": worst_std})
+        metrics.update(
+            {
+                f"best@{k}/mean": best_mean,
+                f"best@{k}/std": best_std,
+                f"worst@{k}/mean": worst_mean,
+                f"worst@{k}/std": worst_std,
+            }
+        )
         if votes is not None:
             majority = partial(calc_maj_val, vote_key="pred", val_key="val")
             [(maj_mean, maj_std)] = bootstrap_metric(votes, k, [majority], seed=seed)
@@ -109,7 +116,8 @@ def _count_missing_as_failures(
     Only data sources that report ``acc`` at all take part, so a reward-only source gets no made-up accuracy.
     """
     with_acc = {
-        source for source, prompts in grouped.items()
+        source
+        for source, prompts in grouped.items()
         if any(v is not None for per_var in prompts.values() for v in per_var.get("acc", []))
     }
     for (source, uid), expected in expected_acc_counts.items():
@@ -162,8 +170,10 @@ def process_validation_metrics(
                 for metric, value in _prompt_metrics(values, preds, seed).items():
                     collected.setdefault(name, {}).setdefault(metric, []).append(value)
     return {
-        source: {name: {metric: float(np.mean(vals)) for metric, vals in metrics.items()}
-                 for name, metrics in variables.items()}
+        source: {
+            name: {metric: float(np.mean(vals)) for metric, vals in metrics.items()}
+            for name, metrics in variables.items()
+        }
         for source, variables in per_source.items()
     }
 
@@ -176,11 +186,7 @@ def flatten_validation_metrics(nested: Mapping[str, Mapping[str, Mapping[str, fl
         for name, metrics in variables.items():
             largest = max(int(metric.split("@")[-1].split("/")[0]) for metric in metrics)
             for metric, value in metrics.items():
-                headline = (
-                    name == core_var
-                    and metric.startswith(("mean", "maj", "best"))
-                    and f"@{largest}" in metric
-                )
+                headline = name == core_var and metric.startswith(("mean", "maj", "best")) and f"@{largest}" in metric
                 flat[f"{'val-core' if headline else 'val-aux'}/{source}/{name}/{metric}"] = value
     return flat
 
@@ -201,7 +207,5 @@ def validation_reward_metrics(
         if n > 1:
             metrics[f"val-aux/{source}/reward/best@{n}"] = float(np.mean([v.max() for v in per_prompt]))
             metrics[f"val-aux/{source}/reward/worst@{n}"] = float(np.mean([v.min() for v in per_prompt]))
-        metrics[f"val-aux/{source}/reward/pass@{n}"] = float(
-            np.mean([(v >= pass_threshold).any() for v in per_prompt])
-        )
+        metrics[f"val-aux/{source}/reward/pass@{n}"] = float(np.mean([(v >= pass_threshold).any() for v in per_prompt]))
     return metrics

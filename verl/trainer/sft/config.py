@@ -191,12 +191,21 @@ class SFTTrainerConfig(BaseConfig):
         check(self.nnodes is None or self.nnodes >= 1, "nnodes", f"must be >= 1 or null, got {self.nnodes}")
         for key in ("save_freq", "test_freq"):
             value = getattr(self, key)
-            check(isinstance(value, int) or value == AFTER_EACH_EPOCH, key,
-                  f"must be an integer or {AFTER_EACH_EPOCH!r}, got {value!r}")
-        check(self.resume_mode in RESUME_MODES, "resume_mode",
-              f"must be one of {list(RESUME_MODES)}, got {self.resume_mode!r}")
-        check(self.resume_mode != "resume_path" or bool(self.resume_from_path), "resume_from_path",
-              "must name a global_step_<k> folder when resume_mode=resume_path")
+            check(
+                isinstance(value, int) or value == AFTER_EACH_EPOCH,
+                key,
+                f"must be an integer or {AFTER_EACH_EPOCH!r}, got {value!r}",
+            )
+        check(
+            self.resume_mode in RESUME_MODES,
+            "resume_mode",
+            f"must be one of {list(RESUME_MODES)}, got {self.resume_mode!r}",
+        )
+        check(
+            self.resume_mode != "resume_path" or bool(self.resume_from_path),
+            "resume_from_path",
+            "must name a global_step_<k> folder when resume_mode=resume_path",
+        )
         check(
             self.n_gpus_per_node is None or self.n_gpus_per_node >= 1,
             "n_gpus_per_node",

@@ -229,8 +229,9 @@ def tokenize_conversation(
     while index <= last:
         if messages[index]["role"] == "assistant":
             before = _render(tokenizer, messages[:index], tools=tools or None, add_generation_prompt=True, **kwargs)
-            after = _render(tokenizer, messages[: index + 1], tools=tools or None, add_generation_prompt=False,
-                            **kwargs)
+            after = _render(
+                tokenizer, messages[: index + 1], tools=tools or None, add_generation_prompt=False, **kwargs
+            )
             if after[: len(before)] != before:
                 raise SFTDataError(
                     f"the chat template renders assistant message {index} in a way that changes the tokens before "

@@ -22,8 +22,9 @@ def resolve_device_type(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("is 'cuda' but no CUDA device is visible; use trainer.device=cpu or auto",
-                          key="trainer.device")
+        raise ConfigError(
+            "is 'cuda' but no CUDA device is visible; use trainer.device=cpu or auto", key="trainer.device"
+        )
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"must be one of ['auto', 'cpu', 'cuda'], got {device!r}", key="trainer.device")
     return device

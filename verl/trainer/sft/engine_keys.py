@@ -76,8 +76,10 @@ def read_optim(keys: KeyReader, prefix: str = "optim") -> dict[str, Any]:
         raise ConfigError(f"is {impl}.{name}: this trainer uses torch.optim.AdamW", key=f"{prefix}.optimizer")
     override = keys.take(f"{prefix}.override_optimizer_config", None)
     if override:
-        raise ConfigError(f"is {override!r}: AdamW takes lr, betas and weight_decay from the optim group only",
-                          key=f"{prefix}.override_optimizer_config")
+        raise ConfigError(
+            f"is {override!r}: AdamW takes lr, betas and weight_decay from the optim group only",
+            key=f"{prefix}.override_optimizer_config",
+        )
     scheduler = keys.take(f"{prefix}.lr_scheduler_type", "constant")
     legacy_style = keys.take(f"{prefix}.warmup_style", None)  # verl's deprecated name of lr_scheduler_type
     keys.ignore(f"{prefix}.zero_indexed_step", True, "the schedule counts steps from 0")
@@ -105,24 +107,38 @@ def _read_engine(keys: KeyReader) -> str:
         raise ConfigError(MEGATRON_MESSAGE, key="engine")
     if strategy not in ("fsdp", "fsdp2"):
         raise ConfigError(f"is {strategy!r}: this trainer shards with FSDP2 (fsdp or fsdp2)", key="engine.strategy")
-    keys.refuse("engine.ulysses_sequence_parallel_size", (1,),
-                "sequence parallelism is not implemented here; use 1 (each rank holds whole sequences)")
+    keys.refuse(
+        "engine.ulysses_sequence_parallel_size",
+        (1,),
+        "sequence parallelism is not implemented here; use 1 (each rank holds whole sequences)",
+    )
     fsdp_size = keys.take("engine.fsdp_size", -1)
     world = _world_size()
     if fsdp_size not in (-1, world):
-        raise ConfigError(f"is {fsdp_size} but {world} process(es) run: this trainer shards over all of them "
-                          "(use -1)", key="engine.fsdp_size")
+        raise ConfigError(
+            f"is {fsdp_size} but {world} process(es) run: this trainer shards over all of them (use -1)",
+            key="engine.fsdp_size",
+        )
     dtype = keys.take("engine.dtype", "bfloat16")
     precision = {"bfloat16": "auto", "bf16": "auto", "float32": "none", "fp32": "none"}.get(dtype)
     if precision is None:
-        raise ConfigError(f"is {dtype!r}: mixed precision runs in bfloat16 (or float32 for none)",
-                          key="engine.dtype")
+        raise ConfigError(f"is {dtype!r}: mixed precision runs in bfloat16 (or float32 for none)", key="engine.dtype")
     keys.ignore("engine.model_dtype", "fp32", "master weights are always float32 here")
-    for name, default in (("param_offload", False), ("optimizer_offload", False), ("offload_policy", False),
-                          ("reshard_after_forward", True), ("forward_prefetch", False), ("use_orig_params", False),
-                          ("use_torch_compile", True), ("entropy_from_logits_with_chunking", False),
-                          ("entropy_checkpointing", False), ("use_no_sync_for_gradient_accumulation", False),
-                          ("pad_to_length", False), ("forward_only", False), ("full_determinism", False)):
+    for name, default in (
+        ("param_offload", False),
+        ("optimizer_offload", False),
+        ("offload_policy", False),
+        ("reshard_after_forward", True),
+        ("forward_prefetch", False),
+        ("use_orig_params", False),
+        ("use_torch_compile", True),
+        ("entropy_from_logits_with_chunking", False),
+        ("entropy_checkpointing", False),
+        ("use_no_sync_for_gradient_accumulation", False),
+        ("pad_to_length", False),
+        ("forward_only", False),
+        ("full_determinism", False),
+    ):
         keys.ignore(f"engine.{name}", default, _SPEED_ONLY)
     qat = keys.take("engine.qat", None) or {}
     if qat.get("enable"):
@@ -177,10 +193,13 @@ def engine_tree_to_sft_config(tree: dict[str, Any]) -> SFTConfig:
     keys.ignore("trainer.profile_interval", [-1, -1], "profiling is not wired into this trainer")
     keys.take("profiler", None)
     model = keys.take("model")
-    checkpoint = {"save_contents": list(keys.take("checkpoint.save_contents", ["model", "optimizer", "extra"])),
-                  "load_contents": keys.take("checkpoint.load_contents", None),
-                  "async_save": keys.take("checkpoint.async_save", False)}
+    checkpoint = {
+        "save_contents": list(keys.take("checkpoint.save_contents", ["model", "optimizer", "extra"])),
+        "load_contents": keys.take("checkpoint.load_contents", None),
+        "async_save": keys.take("checkpoint.async_save", False),
+    }
     keys.take("checkpoint._target_", None)
     keys.finish("verl.trainer.sft_trainer")
-    return build_sft_config({"data": data, "model": model, "optim": optim, "checkpoint": checkpoint,
-                             "trainer": trainer})
+    return build_sft_config(
+        {"data": data, "model": model, "optim": optim, "checkpoint": checkpoint, "trainer": trainer}
+    )

@@ -35,8 +35,9 @@ def _dotted(keys: KeyReader, column_key: str, fields_key: str) -> str:
 
 def _read_data(keys: KeyReader) -> tuple[dict[str, Any], str | None]:
     if keys.take("data.micro_batch_size", None) is not None:
-        raise ConfigError("is deprecated in verl and not read here; set data.micro_batch_size_per_gpu",
-                          key="data.micro_batch_size")
+        raise ConfigError(
+            "is deprecated in verl and not read here; set data.micro_batch_size_per_gpu", key="data.micro_batch_size"
+        )
     data = {
         "train_files": keys.take("data.train_files"),
         "val_files": keys.take("data.val_files", None),
@@ -108,12 +109,18 @@ def legacy_tree_to_sft_config(tree: dict[str, Any]) -> SFTConfig:
     data, chat_template = _read_data(keys)
     model = _read_model(keys, chat_template)
     optim = _read_optim(keys)
-    keys.refuse("ulysses_sequence_parallel_size", (1,),
-                "sequence parallelism is not implemented here; use 1 (each rank holds whole sequences)")
+    keys.refuse(
+        "ulysses_sequence_parallel_size",
+        (1,),
+        "sequence parallelism is not implemented here; use 1 (each rank holds whole sequences)",
+    )
     keys.ignore("use_remove_padding", False, "each micro-batch is cut to its longest row instead")
     trainer = read_trainer(keys, "auto")
-    checkpoint = {"save_contents": list(keys.take("trainer.checkpoint.save_contents", ["model", "optimizer", "extra"])),
-                  "load_contents": keys.take("trainer.checkpoint.load_contents", None)}
+    checkpoint = {
+        "save_contents": list(keys.take("trainer.checkpoint.save_contents", ["model", "optimizer", "extra"])),
+        "load_contents": keys.take("trainer.checkpoint.load_contents", None),
+    }
     keys.finish("verl.trainer.fsdp_sft_trainer")
-    return build_sft_config({"data": data, "model": model, "optim": optim, "checkpoint": checkpoint,
-                             "trainer": trainer})
+    return build_sft_config(
+        {"data": data, "model": model, "optim": optim, "checkpoint": checkpoint, "trainer": trainer}
+    )

@@ -88,8 +88,14 @@ class SFTCheckpointer:
 
             self.mirror = CheckpointMirror(trainer_config.default_hdfs_dir)
         self.manager = FSDPCheckpointManager(
-            model, optimizer, lr_scheduler, processing_class=tokenizer, checkpoint_config=checkpoint_config,
-            hf_config=hf_config, export_weights=export_weights, role="sft",
+            model,
+            optimizer,
+            lr_scheduler,
+            processing_class=tokenizer,
+            checkpoint_config=checkpoint_config,
+            hf_config=hf_config,
+            export_weights=export_weights,
+            role="sft",
         )
         self._pending: int | None = None
 
@@ -104,8 +110,9 @@ class SFTCheckpointer:
         self.wait()
         step_dir = self.step_dir(step)
         with _quiet_single_process():
-            self.manager.save_checkpoint(str(step_dir), global_step=step, max_ckpt_to_keep=self.max_to_keep,
-                                         extra_state=extra_state)
+            self.manager.save_checkpoint(
+                str(step_dir), global_step=step, max_ckpt_to_keep=self.max_to_keep, extra_state=extra_state
+            )
         if self.is_main and self.lora_meta is not None:
             (step_dir / LORA_META_FILE).write_text(json.dumps(self.lora_meta, indent=2) + "\n")
         self._pending = step
@@ -146,15 +153,17 @@ class SFTCheckpointer:
             return self.latest()
         path = Path(os.path.expanduser(str(self.resume_from_path)))
         if step_of(path) is None:
-            raise ConfigError(f"{self.resume_from_path!r} must be a global_step_<k> folder",
-                              key="trainer.resume_from_path")
+            raise ConfigError(
+                f"{self.resume_from_path!r} must be a global_step_<k> folder", key="trainer.resume_from_path"
+            )
         if not (path / _META_FILE).is_file():
-            raise ConfigError(f"{self.resume_from_path!r} is not a complete SFT checkpoint (no {_META_FILE})",
-                              key="trainer.resume_from_path")
+            raise ConfigError(
+                f"{self.resume_from_path!r} is not a complete SFT checkpoint (no {_META_FILE})",
+                key="trainer.resume_from_path",
+            )
         return path
 
     def load(self, step_dir: Path) -> dict[str, Any]:
         """Restore what ``load_contents`` names; returns ``{"global_step", "extra_state"}``."""
         with _quiet_single_process():
             return self.manager.load_checkpoint(str(step_dir))
-

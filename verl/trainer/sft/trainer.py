@@ -129,9 +129,7 @@ class SFTTrainer:
         if mcfg.custom_chat_template:
             tokenizer.chat_template = mcfg.custom_chat_template
         if tokenizer.chat_template is None:
-            raise ValueError(
-                f"the tokenizer of {tokenizer_path} has no chat template; set model.custom_chat_template"
-            )
+            raise ValueError(f"the tokenizer of {tokenizer_path} has no chat template; set model.custom_chat_template")
         return tokenizer
 
     def _build_dataset(self, files: list[str], files_key: str, max_samples: int) -> torch.utils.data.Dataset:
@@ -142,10 +140,14 @@ class SFTTrainer:
 
             from verl.utils.import_utils import load_extern_object
 
-            cls = load_extern_object(dcfg.custom_cls.path, dcfg.custom_cls.name, config_key="data.custom_cls.path",
-                                     what="dataset class")
-            kwargs: dict[str, Any] = {"parquet_files": files, "tokenizer": self.tokenizer,
-                                      "config": OmegaConf.create(dcfg.to_dict())}
+            cls = load_extern_object(
+                dcfg.custom_cls.path, dcfg.custom_cls.name, config_key="data.custom_cls.path", what="dataset class"
+            )
+            kwargs: dict[str, Any] = {
+                "parquet_files": files,
+                "tokenizer": self.tokenizer,
+                "config": OmegaConf.create(dcfg.to_dict()),
+            }
             if "max_samples" in inspect.signature(cls).parameters:
                 kwargs["max_samples"] = max_samples
             dataset = cls(**kwargs)
@@ -171,8 +173,12 @@ class SFTTrainer:
             )
         self.grad_accum = self.batch_per_rank // dcfg.micro_batch_size_per_gpu
         self.train_sampler = DistributedSampler(
-            self.train_dataset, num_replicas=world, rank=self.ctx.rank, shuffle=dcfg.shuffle,
-            seed=self.config.trainer.seed, drop_last=True,
+            self.train_dataset,
+            num_replicas=world,
+            rank=self.ctx.rank,
+            shuffle=dcfg.shuffle,
+            seed=self.config.trainer.seed,
+            drop_last=True,
         )
         self.train_loader = DataLoader(
             self.train_dataset, batch_size=self.batch_per_rank, sampler=self.train_sampler, drop_last=True
@@ -228,8 +234,13 @@ class SFTTrainer:
             from peft import LoraConfig, get_peft_model
 
             lora = LoraConfig(
-                r=mcfg.lora_rank, lora_alpha=mcfg.lora_alpha, target_modules=mcfg.target_modules,
-                exclude_modules=mcfg.exclude_modules, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
+                r=mcfg.lora_rank,
+                lora_alpha=mcfg.lora_alpha,
+                target_modules=mcfg.target_modules,
+                exclude_modules=mcfg.exclude_modules,
+                lora_dropout=0.0,
+                bias="none",
+                task_type="CAUSAL_LM",
             )
             model = get_peft_model(model, lora)
             self.lora_scaling = mcfg.lora_alpha / mcfg.lora_rank
@@ -287,14 +298,27 @@ class SFTTrainer:
         if mcfg.lora_rank > 0:
             lora_meta = {"r": mcfg.lora_rank, "lora_alpha": mcfg.lora_alpha, "task_type": "CAUSAL_LM"}
         return SFTCheckpointer(
-            self.config.trainer, self.config.checkpoint, self.model, self.optimizer, self.lr_scheduler,
-            self.tokenizer, self.hf_config, self._export_hf_weights, is_main=self.ctx.is_main, lora_meta=lora_meta,
+            self.config.trainer,
+            self.config.checkpoint,
+            self.model,
+            self.optimizer,
+            self.lr_scheduler,
+            self.tokenizer,
+            self.hf_config,
+            self._export_hf_weights,
+            is_main=self.ctx.is_main,
+            lora_meta=lora_meta,
         )
 
     def _export_hf_weights(self, out_dir: str) -> None:
         save_hf_checkpoint(
-            self.model, self.tokenizer, out_dir, distributed=self.ctx.is_distributed, is_main=self.ctx.is_main,
-            lora_scaling=self.lora_scaling, dtype=self.save_dtype,
+            self.model,
+            self.tokenizer,
+            out_dir,
+            distributed=self.ctx.is_distributed,
+            is_main=self.ctx.is_main,
+            lora_scaling=self.lora_scaling,
+            dtype=self.save_dtype,
         )
 
     def _resume(self) -> None:
@@ -313,8 +337,13 @@ class SFTTrainer:
         self.global_step = int(state["global_step"])
         saved_batch = (state.get("extra_state") or {}).get("train_batch_size")
         if saved_batch is not None and saved_batch != self.config.data.train_batch_size:
-            logger.warning("resumed from %s, saved with data.train_batch_size=%s (now %s): the data position is "
-                           "counted in steps of the new size", step_dir, saved_batch, self.config.data.train_batch_size)
+            logger.warning(
+                "resumed from %s, saved with data.train_batch_size=%s (now %s): the data position is "
+                "counted in steps of the new size",
+                step_dir,
+                saved_batch,
+                self.config.data.train_batch_size,
+            )
         if self.ctx.is_main:
             print(f"[sft] resumed from {step_dir} at step {self.global_step}", flush=True)
 
@@ -329,8 +358,13 @@ class SFTTrainer:
         from verl.utils.tracking import Tracking
 
         tcfg = self.config.trainer
-        return Tracking(tcfg.project_name, tcfg.experiment_name, default_backend=tcfg.logger,
-                        config=self.config.to_dict(), local_dir=os.path.expanduser(tcfg.default_local_dir))
+        return Tracking(
+            tcfg.project_name,
+            tcfg.experiment_name,
+            default_backend=tcfg.logger,
+            config=self.config.to_dict(),
+            local_dir=os.path.expanduser(tcfg.default_local_dir),
+        )
 
     # ----------------------------------------------------------------------------------------------- steps
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -344,8 +378,10 @@ class SFTTrainer:
         batch = {k: v[:, :length].to(self.ctx.device) for k, v in batch.items()}
         with self._autocast():
             logits = self.model(
-                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"], use_cache=False,
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                position_ids=batch["position_ids"],
+                use_cache=False,
             ).logits
         return response_token_loss(logits, batch["input_ids"], batch["loss_mask"])
 
@@ -360,13 +396,15 @@ class SFTTrainer:
         counts = self.ctx.all_reduce_sum(counts.to(torch.float64).to(self.ctx.device)).tolist()
         global_tokens, sequence_tokens = counts
         if global_tokens == 0:
-            raise ValueError("a training batch has no response tokens (every loss_mask is 0): check data.response_key "
-                             "and data.truncation")
+            raise ValueError(
+                "a training batch has no response tokens (every loss_mask is 0): check data.response_key "
+                "and data.truncation"
+            )
         micro = self.config.data.micro_batch_size_per_gpu
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.ctx.device)
         for i in range(self.grad_accum):
             self._set_grad_sync(i == self.grad_accum - 1)
-            part = {k: v[i * micro:(i + 1) * micro] for k, v in batch.items()}
+            part = {k: v[i * micro : (i + 1) * micro] for k, v in batch.items()}
             summed = self._forward_loss_sum(part)
             # FSDP averages gradients over ranks; scaling by world size turns that into the global token mean.
             (summed * (self.ctx.world_size / global_tokens)).backward()
@@ -383,8 +421,13 @@ class SFTTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.lr_scheduler.step()
         loss = float(self.ctx.all_reduce_sum(loss_sum).item()) / global_tokens
-        return {"train/loss": loss, "train/lr": lr, "train/grad_norm": grad_norm,
-                "train/skipped_step": float(not math.isfinite(grad_norm)), "train/global_tokens": sequence_tokens}
+        return {
+            "train/loss": loss,
+            "train/lr": lr,
+            "train/grad_norm": grad_norm,
+            "train/skipped_step": float(not math.isfinite(grad_norm)),
+            "train/global_tokens": sequence_tokens,
+        }
 
     @torch.no_grad()
     def validate(self) -> float:
@@ -402,8 +445,13 @@ class SFTTrainer:
     def save_checkpoint(self, out_dir: str | os.PathLike) -> Path:
         """Export an HF folder (merged weights + tokenizer) to ``out_dir``; collective under torchrun."""
         path = save_hf_checkpoint(
-            self.model, self.tokenizer, out_dir, distributed=self.ctx.is_distributed, is_main=self.ctx.is_main,
-            lora_scaling=self.lora_scaling, dtype=self.save_dtype,
+            self.model,
+            self.tokenizer,
+            out_dir,
+            distributed=self.ctx.is_distributed,
+            is_main=self.ctx.is_main,
+            lora_scaling=self.lora_scaling,
+            dtype=self.save_dtype,
         )
         self.ctx.barrier()
         return path
@@ -420,7 +468,7 @@ class SFTTrainer:
             self.train_sampler.set_epoch(epoch)
             loader = self.train_loader
             if skip:
-                rest = list(self.train_sampler)[skip * self.batch_per_rank:]
+                rest = list(self.train_sampler)[skip * self.batch_per_rank :]
                 loader = DataLoader(self.train_dataset, batch_size=self.batch_per_rank, sampler=rest, drop_last=True)
             for batch in loader:
                 yield epoch, batch

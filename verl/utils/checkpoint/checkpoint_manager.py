@@ -72,8 +72,14 @@ class BaseCheckpointManager:
             ``save_lora_only`` (keep only adapter tensors of a LoRA model).
     """
 
-    def __init__(self, model: Any, optimizer: Any = None, lr_scheduler: Any = None, processing_class: Any = None,
-                 checkpoint_config: Any = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        optimizer: Any = None,
+        lr_scheduler: Any = None,
+        processing_class: Any = None,
+        checkpoint_config: Any = None,
+    ) -> None:
         self.checkpoint_config = checkpoint_config
         self.checkpoint_save_contents = list(config_value(checkpoint_config, "save_contents", DEFAULT_CONTENTS))
         self.checkpoint_load_contents = list(config_value(checkpoint_config, "load_contents", DEFAULT_CONTENTS))
@@ -138,12 +144,18 @@ class BaseCheckpointManager:
         return {k: v for k, v in state_dict.items() if any(marker in k for marker in _LORA_KEY_MARKERS)}
 
     # -- layout-specific ------------------------------------------------------------------------------------------
-    def load_checkpoint(self, local_path: str | None, hdfs_path: str | None = None,
-                        del_local_after_load: bool = False) -> Any:
+    def load_checkpoint(
+        self, local_path: str | None, hdfs_path: str | None = None, del_local_after_load: bool = False
+    ) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not implement load_checkpoint")
 
-    def save_checkpoint(self, local_path: str | None, hdfs_path: str | None = None, global_step: int = 0,
-                        max_ckpt_to_keep: int | None = None) -> Any:
+    def save_checkpoint(
+        self,
+        local_path: str | None,
+        hdfs_path: str | None = None,
+        global_step: int = 0,
+        max_ckpt_to_keep: int | None = None,
+    ) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not implement save_checkpoint")
 
     # -- paths and retention --------------------------------------------------------------------------------------
@@ -188,8 +200,11 @@ class BaseCheckpointManager:
     @staticmethod
     def get_rng_state() -> dict[str, Any]:
         """torch (``cpu``), numpy, python (``random``) and, when CUDA is in use, ``cuda`` RNG states."""
-        state: dict[str, Any] = {"cpu": torch.get_rng_state(), "numpy": np.random.get_state(),
-                                 "random": random.getstate()}
+        state: dict[str, Any] = {
+            "cpu": torch.get_rng_state(),
+            "numpy": np.random.get_state(),
+            "random": random.getstate(),
+        }
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             state["cuda"] = torch.cuda.get_rng_state()
         return state
@@ -227,8 +242,7 @@ def find_latest_ckpt_path(path: str | None, directory_format: str = "global_step
     return ckpt_path
 
 
-def should_save_ckpt_esi(max_steps_duration: float, save_ckpt_duration: float = 60,
-                         redundant_time: float = 0) -> bool:
+def should_save_ckpt_esi(max_steps_duration: float, save_ckpt_duration: float = 60, redundant_time: float = 0) -> bool:
     """True when the machine's capacity reservation (expiration in $MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP
     or $SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP, seconds since the epoch) ends before another step
     plus a save would finish: save now, or the work since the last checkpoint is lost."""

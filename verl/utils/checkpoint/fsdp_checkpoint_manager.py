@@ -76,18 +76,34 @@ class FSDPCheckpointManager(BaseCheckpointManager):
         export_weights: ``fn(out_dir)`` writing full Hugging Face weights (collective); default gathers the model.
     """
 
-    def __init__(self, model: Any, optimizer: Any = None, lr_scheduler: Any = None, processing_class: Any = None,
-                 checkpoint_config: Any = None, trust_remote_code: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: Any,
+        optimizer: Any = None,
+        lr_scheduler: Any = None,
+        processing_class: Any = None,
+        checkpoint_config: Any = None,
+        trust_remote_code: bool = False,
+        **kwargs: Any,
+    ) -> None:
         if processing_class is None and "tokenizer" in kwargs:
-            warnings.warn("FSDPCheckpointManager(tokenizer=...) is deprecated; pass processing_class",
-                          DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "FSDPCheckpointManager(tokenizer=...) is deprecated; pass processing_class",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             processing_class = kwargs.pop("tokenizer")
         self.hf_config = kwargs.pop("hf_config", None)
         self.export_weights: Callable[[str], None] | None = kwargs.pop("export_weights", None)
         if kwargs:
             raise TypeError(f"FSDPCheckpointManager got unexpected keyword arguments {sorted(kwargs)}")
-        super().__init__(model, optimizer, lr_scheduler=lr_scheduler, processing_class=processing_class,
-                         checkpoint_config=checkpoint_config)
+        super().__init__(
+            model,
+            optimizer,
+            lr_scheduler=lr_scheduler,
+            processing_class=processing_class,
+            checkpoint_config=checkpoint_config,
+        )
         self.trust_remote_code = trust_remote_code
 
     # -- file names ------------------------------------------------------------------------------------------------
@@ -105,12 +121,20 @@ class FSDPCheckpointManager(BaseCheckpointManager):
         if rank <= 0:
             return None
         task_type = getattr(peft_config, "task_type", None) or "CAUSAL_LM"
-        return {"r": rank, "lora_alpha": int(getattr(peft_config, "lora_alpha", rank) or 0),
-                "task_type": str(getattr(task_type, "value", task_type))}
+        return {
+            "r": rank,
+            "lora_alpha": int(getattr(peft_config, "lora_alpha", rank) or 0),
+            "task_type": str(getattr(task_type, "value", task_type)),
+        }
 
     # -- save --------------------------------------------------------------------------------------------------------
-    def save_checkpoint(self, local_path: str | None, hdfs_path: str | None = None, global_step: int = 0,
-                        max_ckpt_to_keep: int | None = None) -> str | None:
+    def save_checkpoint(
+        self,
+        local_path: str | None,
+        hdfs_path: str | None = None,
+        global_step: int = 0,
+        max_ckpt_to_keep: int | None = None,
+    ) -> str | None:
         """Write this rank's files into ``local_path`` (collective: every rank calls), then apply retention."""
         if local_path is None:
             return None
@@ -150,8 +174,12 @@ class FSDPCheckpointManager(BaseCheckpointManager):
                 f"checkpoint.save_lora_only is set and the model has a peft_config, but none of its {len(state)} "
                 "state-dict keys is a LoRA/adapter tensor"
             )
-        logger.info("LoRA-only checkpoint: %d of %d tensors (%.1f MiB)", len(adapters), len(state),
-                    sum(_nbytes(v) for v in adapters.values()) / 2**20)
+        logger.info(
+            "LoRA-only checkpoint: %d of %d tensors (%.1f MiB)",
+            len(adapters),
+            len(state),
+            sum(_nbytes(v) for v in adapters.values()) / 2**20,
+        )
         return adapters
 
     def _save_metadata(self, local_path: str) -> None:
@@ -167,8 +195,9 @@ class FSDPCheckpointManager(BaseCheckpointManager):
         if self.processing_class is not None:
             self.processing_class.save_pretrained(hf_dir)
         with open(os.path.join(local_path, "fsdp_config.json"), "w") as f:
-            json.dump(asdict(FSDPConfig(FSDP_version=fsdp_version(self.model), world_size=self.world_size)), f,
-                      indent=4)
+            json.dump(
+                asdict(FSDPConfig(FSDP_version=fsdp_version(self.model), world_size=self.world_size)), f, indent=4
+            )
         meta = self._lora_train_meta()
         if meta is not None:
             with open(os.path.join(local_path, "lora_train_meta.json"), "w", encoding="utf-8") as f:
@@ -179,15 +208,18 @@ class FSDPCheckpointManager(BaseCheckpointManager):
             self.export_weights(hf_dir)
             return
         if not isinstance(self.model, torch.nn.Module):
-            raise TypeError("checkpoint.save_contents includes 'hf_model' but the model is not a torch module; pass "
-                            "export_weights=fn(out_dir)")
+            raise TypeError(
+                "checkpoint.save_contents includes 'hf_model' but the model is not a torch module; pass "
+                "export_weights=fn(out_dir)"
+            )
         from verl.workers.fsdp.hf_export import export_hf_weights
 
         export_hf_weights(self.model, hf_dir)
 
     # -- load --------------------------------------------------------------------------------------------------------
-    def load_checkpoint(self, local_path: str | None, hdfs_path: str | None = None,
-                        del_local_after_load: bool = False) -> Any:
+    def load_checkpoint(
+        self, local_path: str | None, hdfs_path: str | None = None, del_local_after_load: bool = False
+    ) -> Any:
         """Restore what ``checkpoint.load_contents`` names from ``local_path`` (collective)."""
         if local_path is None:
             return None
@@ -217,8 +249,10 @@ class FSDPCheckpointManager(BaseCheckpointManager):
         pattern = re.compile(rf"^{part}_world_size_(\d+)_rank_\d+\.pt$")
         sizes = sorted({int(m.group(1)) for name in os.listdir(local_path) if (m := pattern.match(name))})
         found = f"it holds {part} files of world size {sizes}" if sizes else f"it holds no {part} files"
-        raise FileNotFoundError(f"checkpoint {local_path!r} has no {os.path.basename(path)} for rank {self.rank} of "
-                                f"{self.world_size}; {found}")
+        raise FileNotFoundError(
+            f"checkpoint {local_path!r} has no {os.path.basename(path)} for rank {self.rank} of "
+            f"{self.world_size}; {found}"
+        )
 
     def _load_model(self, path: str) -> None:
         state = torch.load(path, weights_only=False)
@@ -228,15 +262,20 @@ class FSDPCheckpointManager(BaseCheckpointManager):
         result = self.model.load_state_dict(state, strict=False)
         unexpected = list(getattr(result, "unexpected_keys", None) or [])
         if unexpected:
-            raise ValueError(f"LoRA-only checkpoint {path!r} has keys the model does not: {unexpected}; the model "
-                             "needs the same LoRA adapters (model.lora_rank, model.target_modules)")
+            raise ValueError(
+                f"LoRA-only checkpoint {path!r} has keys the model does not: {unexpected}; the model "
+                "needs the same LoRA adapters (model.lora_rank, model.target_modules)"
+            )
         logger.info("loaded LoRA-only checkpoint %s (%d tensors; base weights kept)", path, len(state))
 
     def _load_worker_layout(self, local_path: str, del_local_after_load: bool) -> dict[str, Any]:
         from verl.workers.fsdp.checkpoint_manager import FSDPCheckpointManager as WorkerCheckpointManager
 
         manager = WorkerCheckpointManager(
-            self.model, self.optimizer, self.lr_scheduler, processing_class=self.processing_class,
+            self.model,
+            self.optimizer,
+            self.lr_scheduler,
+            processing_class=self.processing_class,
             checkpoint_config=_Contents(self.checkpoint_save_contents, self.checkpoint_load_contents),
         )
         return manager.load_checkpoint(local_path, del_local_after_load=del_local_after_load)

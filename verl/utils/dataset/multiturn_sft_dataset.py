@@ -48,9 +48,13 @@ class MultiTurnSFTDataset(_SFTDataset):
         max_samples: int = -1,
     ) -> None:
         if processor is not None:
-            raise MissingExtraError(missing_message(
-                "verl.utils.dataset.multiturn_sft_dataset.MultiTurnSFTDataset", "images/videos in SFT conversations",
-                reason="this package's SFT trainer is text-only; pass processor=None"))
+            raise MissingExtraError(
+                missing_message(
+                    "verl.utils.dataset.multiturn_sft_dataset.MultiTurnSFTDataset",
+                    "images/videos in SFT conversations",
+                    reason="this package's SFT trainer is text-only; pass processor=None",
+                )
+            )
         config = config or {}
         self.pad_mode = str(read_key(config, "pad_mode", "right"))
         if self.pad_mode not in PAD_MODES:

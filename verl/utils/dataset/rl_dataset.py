@@ -31,8 +31,7 @@ from verl.utils.torch_functional import compute_position_id_with_mask
 
 # collate_fn and process_image are verl's names in this module (defined in collate.py and vision_utils.py); recipes
 # also import the DataProto padding helpers from here.
-__all__ = ["RLHFDataset", "collate_fn", "pad_dataproto_to_divisor", "process_image", "truncate_ids",
-           "unpad_dataproto"]
+__all__ = ["RLHFDataset", "collate_fn", "pad_dataproto_to_divisor", "process_image", "truncate_ids", "unpad_dataproto"]
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +198,7 @@ class RLHFDataset(Dataset):
         from concurrent.futures import ProcessPoolExecutor
 
         size = -(-len(prompts) // workers)
-        chunks = [prompts[start:start + size] for start in range(0, len(prompts), size)]
+        chunks = [prompts[start : start + size] for start in range(0, len(prompts), size)]
         # fork where the platform has it: no re-import of the caller's main module, no start-up imports
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method)) as pool:

@@ -28,10 +28,20 @@ class RMDataset(Dataset):
     ones, or a random choice (``shuffle``, seeded by ``seed``).
     """
 
-    def __init__(self, parquet_files: str | Sequence[str], tokenizer: Any, prompt_key: str = "prompt",
-                 chosen_key: str = "chosen", rejected_key: str = "rejected", max_length: int = 1024,
-                 add_eos: bool = True, cache_dir: str = "~/.cache/verl/rm", max_samples: int = -1,
-                 shuffle: bool = False, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        parquet_files: str | Sequence[str],
+        tokenizer: Any,
+        prompt_key: str = "prompt",
+        chosen_key: str = "chosen",
+        rejected_key: str = "rejected",
+        max_length: int = 1024,
+        add_eos: bool = True,
+        cache_dir: str = "~/.cache/verl/rm",
+        max_samples: int = -1,
+        shuffle: bool = False,
+        seed: int | None = None,
+    ) -> None:
         from verl.utils.fs import copy_to_local
 
         files = [parquet_files] if isinstance(parquet_files, str | os.PathLike) else list(parquet_files)
@@ -92,6 +102,8 @@ class RMDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         prompt = self._ids(self.prompts[index])
         eos = torch.tensor([self.tokenizer.eos_token_id], dtype=torch.long) if self.add_eos else prompt[:0]
-        pairs = [self._fit(torch.cat([prompt, self._ids(response), eos]))
-                 for response in (self.chosen_responses[index], self.rejected_responses[index])]
+        pairs = [
+            self._fit(torch.cat([prompt, self._ids(response), eos]))
+            for response in (self.chosen_responses[index], self.rejected_responses[index])
+        ]
         return {"input_ids": torch.stack([p[0] for p in pairs]), "attention_mask": torch.stack([p[1] for p in pairs])}

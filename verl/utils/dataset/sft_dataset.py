@@ -26,8 +26,11 @@ def read_key(config: Any, key: str, default: Any = None) -> Any:
     """``config[key]`` of a DictConfig, dict or attribute config; ``default`` when missing or null."""
     if config is None:
         return default
-    value = config.get(key, default) if isinstance(config, Mapping) or hasattr(config, "get") else getattr(
-        config, key, default)
+    value = (
+        config.get(key, default)
+        if isinstance(config, Mapping) or hasattr(config, "get")
+        else getattr(config, key, default)
+    )
     return default if value is None else value
 
 

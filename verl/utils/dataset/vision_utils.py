@@ -34,13 +34,15 @@ def _pil() -> Any:
     try:
         from PIL import Image
     except ImportError as exc:
-        raise MissingExtraError(missing_message("verl.utils.dataset.vision_utils", "image decoding",
-                                                package="pillow")) from exc
+        raise MissingExtraError(
+            missing_message("verl.utils.dataset.vision_utils", "image decoding", package="pillow")
+        ) from exc
     return Image
 
 
-def smart_resize(height: int, width: int, factor: int = 28, min_pixels: int | None = None,
-                 max_pixels: int | None = None) -> tuple[int, int]:
+def smart_resize(
+    height: int, width: int, factor: int = 28, min_pixels: int | None = None, max_pixels: int | None = None
+) -> tuple[int, int]:
     """``(height, width)`` rounded to multiples of ``factor`` with ``min_pixels <= h * w <= max_pixels``, keeping
     the aspect ratio as closely as the rounding allows."""
     min_pixels = min_pixels if min_pixels is not None else _MIN_MERGED_PATCHES * factor * factor
@@ -95,11 +97,13 @@ def process_image(image: Any, image_patch_size: int = 14) -> Any:
     picture = _open(image["bytes"] if "bytes" in image else image.get("image")).convert("RGB")
     factor = 2 * image_patch_size
     if "resized_height" in image and "resized_width" in image:  # an explicit size, only snapped to the grid
-        height, width = (max(factor, round(int(image[k]) / factor) * factor) for k in ("resized_height",
-                                                                                        "resized_width"))
+        height, width = (
+            max(factor, round(int(image[k]) / factor) * factor) for k in ("resized_height", "resized_width")
+        )
     else:
-        height, width = smart_resize(picture.height, picture.width, factor, image.get("min_pixels"),
-                                     image.get("max_pixels"))
+        height, width = smart_resize(
+            picture.height, picture.width, factor, image.get("min_pixels"), image.get("max_pixels")
+        )
     return picture.resize((width, height)) if (width, height) != picture.size else picture
 
 
@@ -112,9 +116,16 @@ def _frame_indices(total: int, nframes: int | None, fps: float | None, min_frame
     return [round(i * (total - 1) / max(1, nframes - 1)) for i in range(nframes)]
 
 
-def process_video(video: dict, image_patch_size: int = 14, nframes: int | None = None, fps: float | None = None,
-                  fps_min_frames: int | None = None, fps_max_frames: int | None = None,
-                  return_video_sample_fps: bool = False, return_video_metadata: bool = False) -> Any:
+def process_video(
+    video: dict,
+    image_patch_size: int = 14,
+    nframes: int | None = None,
+    fps: float | None = None,
+    fps_min_frames: int | None = None,
+    fps_max_frames: int | None = None,
+    return_video_sample_fps: bool = False,
+    return_video_metadata: bool = False,
+) -> Any:
     """A video as a ``[n_frames, 3, H, W]`` uint8 tensor (see :data:`VIDEO_FORMAT_HELP` for the input format).
 
     ``nframes`` or ``fps`` (with ``fps_min_frames``/``fps_max_frames``) pick frames when the dict itself does not;
@@ -138,15 +149,27 @@ def process_video(video: dict, image_patch_size: int = 14, nframes: int | None =
         try:
             from qwen_vl_utils import fetch_video
         except ImportError as exc:
-            raise MissingExtraError(missing_message("verl.utils.dataset.vision_utils.process_video",
-                                                    "decoding video files", package="qwen-vl-utils")) from exc
-        return fetch_video(spec, image_patch_size=image_patch_size, return_video_sample_fps=return_video_sample_fps,
-                           return_video_metadata=return_video_metadata)
+            raise MissingExtraError(
+                missing_message(
+                    "verl.utils.dataset.vision_utils.process_video", "decoding video files", package="qwen-vl-utils"
+                )
+            ) from exc
+        return fetch_video(
+            spec,
+            image_patch_size=image_patch_size,
+            return_video_sample_fps=return_video_sample_fps,
+            return_video_metadata=return_video_metadata,
+        )
     frames = list(spec["video"])
     if not frames:
         raise ValueError("process_video: the frame list is empty")
-    picks = _frame_indices(len(frames), spec.get("nframes"), spec.get("fps"), int(spec.get("min_frames", 1)),
-                           int(spec.get("max_frames", len(frames))))
+    picks = _frame_indices(
+        len(frames),
+        spec.get("nframes"),
+        spec.get("fps"),
+        int(spec.get("min_frames", 1)),
+        int(spec.get("max_frames", len(frames))),
+    )
     first = process_image(frames[picks[0]], image_patch_size)
     images = [first] + [process_image(frames[i], image_patch_size).resize(first.size) for i in picks[1:]]
     import numpy as np

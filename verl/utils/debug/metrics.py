@@ -30,8 +30,12 @@ def calculate_token_list_diff(tensor1: torch.Tensor, tensor2: torch.Tensor, mask
     if tensor1.numel() == 0 or tensor2.numel() == 0:
         return torch.zeros(tensor1.shape[0], dtype=torch.long, device=tensor1.device)
     if not (tensor1.shape == tensor2.shape == mask.shape):
-        logger.warning("calculate_token_list_diff: shapes differ: %s, %s, mask %s", tuple(tensor1.shape),
-                       tuple(tensor2.shape), tuple(mask.shape))
+        logger.warning(
+            "calculate_token_list_diff: shapes differ: %s, %s, mask %s",
+            tuple(tensor1.shape),
+            tuple(tensor2.shape),
+            tuple(mask.shape),
+        )
         return torch.ones_like(tensor1)
     differs = (tensor1 != tensor2.to(tensor1.device)) & (mask.to(tensor1.device) == 1)
     return differs.sum(dim=1)
@@ -59,7 +63,7 @@ def _response_mask(data: Any, like: torch.Tensor) -> torch.Tensor:
     else:
         logger.warning("calculate_debug_metrics: no response_mask/attention_mask in the batch; using every token")
         mask = torch.ones_like(like)
-    return mask[:, -batch["responses"].size(1):].bool()
+    return mask[:, -batch["responses"].size(1) :].bool()
 
 
 def calculate_debug_metrics(data: Any) -> dict[str, float]:
@@ -76,9 +80,13 @@ def calculate_debug_metrics(data: Any) -> dict[str, float]:
     if not mask.any():
         logger.warning("calculate_debug_metrics: the batch has no response token")
         nan = float("nan")
-        return {f"{_PREFIX}rollout_probs_diff_valid": 0, f"{_PREFIX}rollout_probs_diff_max": nan,
-                f"{_PREFIX}rollout_probs_diff_mean": nan, f"{_PREFIX}rollout_probs_diff_std": nan,
-                f"{_PREFIX}rollout_actor_probs_pearson_corr": nan}
+        return {
+            f"{_PREFIX}rollout_probs_diff_valid": 0,
+            f"{_PREFIX}rollout_probs_diff_max": nan,
+            f"{_PREFIX}rollout_probs_diff_mean": nan,
+            f"{_PREFIX}rollout_probs_diff_std": nan,
+            f"{_PREFIX}rollout_actor_probs_pearson_corr": nan,
+        }
     actor_probs, rollout_probs = actor.exp(), rollout.exp()
     diff = calculate_log_prob_diff(actor_probs, rollout_probs, mask)
     return {
@@ -86,6 +94,5 @@ def calculate_debug_metrics(data: Any) -> dict[str, float]:
         f"{_PREFIX}rollout_probs_diff_max": diff.max().item(),
         f"{_PREFIX}rollout_probs_diff_mean": diff.mean().item(),
         f"{_PREFIX}rollout_probs_diff_std": diff.std().item(),
-        f"{_PREFIX}rollout_actor_probs_pearson_corr": pearson_correlation_coefficient(actor_probs, rollout_probs,
-                                                                                      mask),
+        f"{_PREFIX}rollout_actor_probs_pearson_corr": pearson_correlation_coefficient(actor_probs, rollout_probs, mask),
     }

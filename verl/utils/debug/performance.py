@@ -10,5 +10,12 @@ from verl.utils.profiler.performance import (
     simple_timer,
 )
 
-__all__ = ["GPUMemoryLogger", "_timer", "log_gpu_memory_usage", "log_print", "marked_timer", "reduce_timing",
-           "simple_timer"]
+__all__ = [
+    "GPUMemoryLogger",
+    "_timer",
+    "log_gpu_memory_usage",
+    "log_print",
+    "marked_timer",
+    "reduce_timing",
+    "simple_timer",
+]

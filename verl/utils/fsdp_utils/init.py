@@ -54,8 +54,9 @@ def _builds_real_weights(mesh: DeviceMesh | None) -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
 
 
-def get_init_weight_context_manager(use_meta_tensor: bool = True, mesh: DeviceMesh | None = None
-                                    ) -> Callable[[], contextlib.AbstractContextManager]:
+def get_init_weight_context_manager(
+    use_meta_tensor: bool = True, mesh: DeviceMesh | None = None
+) -> Callable[[], contextlib.AbstractContextManager]:
     """A factory of the context to build a model in: the CPU on the rank that holds real weights (global rank 0,
     or the first rank of the last ``mesh`` dimension), ``meta`` elsewhere; the CPU everywhere without
     ``use_meta_tensor``. Use as ``with get_init_weight_context_manager(...)(): model = ...``."""

@@ -42,8 +42,11 @@ def _peft_state_dict(peft_model: nn.Module, state_dict: dict[str, torch.Tensor] 
 def _own_parameters(unit: nn.Module) -> dict[str, torch.Tensor]:
     """Parameters of ``unit`` that no nested FSDP unit manages (those are gathered with their own unit)."""
     nested = [name for name, sub in unit.named_modules() if name and isinstance(sub, FSDPModule)]
-    return {name: param for name, param in unit.named_parameters()
-            if not any(name.startswith(f"{prefix}.") for prefix in nested)}
+    return {
+        name: param
+        for name, param in unit.named_parameters()
+        if not any(name.startswith(f"{prefix}.") for prefix in nested)
+    }
 
 
 def layered_summon_lora_params(fsdp_module: nn.Module) -> OrderedDict[str, torch.Tensor]:
@@ -68,8 +71,9 @@ def layered_summon_lora_params(fsdp_module: nn.Module) -> OrderedDict[str, torch
     return collected
 
 
-def collect_lora_params(module: nn.Module, layered_summon: bool, base_sync_done: bool
-                        ) -> OrderedDict[str, torch.Tensor]:
+def collect_lora_params(
+    module: nn.Module, layered_summon: bool, base_sync_done: bool
+) -> OrderedDict[str, torch.Tensor]:
     """What a LoRA model sends its rollout; collective, full tensors on the CPU.
 
     Once the rollout holds the base weights (``base_sync_done``) that is the adapters (one unit at a time with
@@ -80,8 +84,10 @@ def collect_lora_params(module: nn.Module, layered_summon: bool, base_sync_done:
     reject_fsdp1(module, "collect_lora_params")
     if layered_summon:
         if not base_sync_done:
-            raise ValueError("collect_lora_params: layered_summon needs the base model in the rollout first "
-                             "(base_sync_done=False); sync the full weights once, e.g. rollout.load_format=safetensors")
+            raise ValueError(
+                "collect_lora_params: layered_summon needs the base model in the rollout first "
+                "(base_sync_done=False); sync the full weights once, e.g. rollout.load_format=safetensors"
+            )
         params = layered_summon_lora_params(module)
         if params:
             return params
@@ -90,8 +96,11 @@ def collect_lora_params(module: nn.Module, layered_summon: bool, base_sync_done:
         adapters = _peft_state_dict(module)
         return OrderedDict((name, _full_cpu(tensor)) for name, tensor in adapters.items())
     base = module.base_model.model
-    return OrderedDict((name.replace(".base_layer", ""), _full_cpu(tensor))
-                       for name, tensor in base.state_dict().items() if "lora_" not in name)
+    return OrderedDict(
+        (name.replace(".base_layer", ""), _full_cpu(tensor))
+        for name, tensor in base.state_dict().items()
+        if "lora_" not in name
+    )
 
 
 def replace_lora_wrapper(k: str, peft_config: Any) -> str:

@@ -83,8 +83,12 @@ def _move_state(optimizer: torch.optim.Optimizer, device: torch.device) -> bool:
 @torch.no_grad()
 def offload_fsdp_optimizer(optimizer: torch.optim.Optimizer) -> None:
     """Move every tensor of the optimizer's state (Adam moments, steps) to host memory."""
-    sources = {value.device for state in optimizer.state.values() for value in state.values()
-               if isinstance(value, torch.Tensor)}
+    sources = {
+        value.device
+        for state in optimizer.state.values()
+        for value in state.values()
+        if isinstance(value, torch.Tensor)
+    }
     if _move_state(optimizer, _CPU):
         for device in sources:
             empty_device_cache(device)
@@ -170,8 +174,7 @@ def offload_fsdp_param_and_grad(module: nn.Module, offload_grad: bool = False) -
 
 
 @torch.no_grad()
-def load_fsdp_param_and_grad(module: nn.Module, device_id: int | str | torch.device, load_grad: bool = False
-                             ) -> None:
+def load_fsdp_param_and_grad(module: nn.Module, device_id: int | str | torch.device, load_grad: bool = False) -> None:
     """Move parameters to ``device_id``; gradients in host memory come along with ``load_grad`` (otherwise they
     stay there, detached, until :func:`load_fsdp_grad`). Gradients kept on the accelerator by
     :func:`offload_fsdp_param_and_grad` are put back either way."""

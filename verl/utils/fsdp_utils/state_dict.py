@@ -22,16 +22,18 @@ from verl.utils.fsdp_utils.common import local_device, reject_fsdp1
 __all__ = ["get_fsdp_state_ctx", "get_fsdp_full_state_dict", "fsdp2_load_full_state_dict", "fsdp2_clip_grad_norm_"]
 
 
-def get_fsdp_state_ctx(model: nn.Module, state_type: Any, state_cfg: Any, optim_cfg: Any
-                       ) -> contextlib.AbstractContextManager:
+def get_fsdp_state_ctx(
+    model: nn.Module, state_type: Any, state_cfg: Any, optim_cfg: Any
+) -> contextlib.AbstractContextManager:
     """The context to call ``model.state_dict()`` in. FSDP1 needed ``FSDP.state_dict_type`` here; an FSDP2 (or
     plain) module's ``state_dict()`` already returns its DTensor shards, so the context does nothing."""
     reject_fsdp1(model, "get_fsdp_state_ctx")
     return contextlib.nullcontext()
 
 
-def get_fsdp_full_state_dict(model: nn.Module, offload_to_cpu: bool = True, rank0_only: bool = True
-                             ) -> dict[str, torch.Tensor]:
+def get_fsdp_full_state_dict(
+    model: nn.Module, offload_to_cpu: bool = True, rank0_only: bool = True
+) -> dict[str, torch.Tensor]:
     """The model's full state dict (gathered tensors, clean names); collective.
 
     With ``offload_to_cpu`` the tensors are gathered to host memory, and then only rank 0 keeps them when
@@ -50,8 +52,9 @@ def get_fsdp_full_state_dict(model: nn.Module, offload_to_cpu: bool = True, rank
     return state
 
 
-def fsdp2_load_full_state_dict(model: nn.Module, full_state: dict[str, torch.Tensor], device_mesh: Any = None,
-                               cpu_offload: Any = None) -> None:
+def fsdp2_load_full_state_dict(
+    model: nn.Module, full_state: dict[str, torch.Tensor], device_mesh: Any = None, cpu_offload: Any = None
+) -> None:
     """Load a full state dict that only rank 0 needs to hold into the sharded ``model``, in place; collective.
 
     Rank 0 moves its (real) model to the local device; the other ranks allocate theirs there (``to_empty``, so a
@@ -81,8 +84,13 @@ def fsdp2_load_full_state_dict(model: nn.Module, full_state: dict[str, torch.Ten
             buffer.data = buffer.data.to(device)
 
 
-def fsdp2_clip_grad_norm_(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0,
-                          error_if_nonfinite: bool = False, foreach: bool | None = None) -> torch.Tensor:
+def fsdp2_clip_grad_norm_(
+    parameters: torch.Tensor | Iterable[torch.Tensor],
+    max_norm: float,
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+) -> torch.Tensor:
     """``clip_grad_norm_`` that also works when the (DTensor) gradients sit in host memory under CPU offload.
 
     Returns the total norm over all ranks' shards, on the local device.

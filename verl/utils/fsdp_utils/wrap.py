@@ -67,11 +67,17 @@ def get_fsdp_wrap_policy(module: nn.Module, config: Any = None, is_lora: bool = 
         classes = {type(m) for m in module.modules() if type(m).__name__ in set(names)}
         missing = sorted(set(names) - {cls.__name__ for cls in classes})
         if not classes:
-            raise ValueError(f"wrap_policy.transformer_layer_cls_to_wrap: none of {names} is a module class of "
-                             f"{type(module).__name__}")
+            raise ValueError(
+                f"wrap_policy.transformer_layer_cls_to_wrap: none of {names} is a module class of "
+                f"{type(module).__name__}"
+            )
         if missing:
-            logger.warning("wrap_policy: layer classes %s are not in %s; wrapping %s", missing,
-                           type(module).__name__, sorted(cls.__name__ for cls in classes))
+            logger.warning(
+                "wrap_policy: layer classes %s are not in %s; wrapping %s",
+                missing,
+                type(module).__name__,
+                sorted(cls.__name__ for cls in classes),
+            )
         policies.append(functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=classes))
     return functools.partial(_or_policy, policies=policies) if policies else None
 
@@ -100,8 +106,10 @@ def apply_fsdp2(model: nn.Module, fsdp_kwargs: Mapping[str, Any], config: Any) -
     reject_fsdp1(model, "apply_fsdp2")
     layers = layers_to_shard(model, _setting(config, "wrap_policy", None), key="fsdp_config.wrap_policy")
     if not layers:
-        raise ValueError(f"apply_fsdp2: fsdp_config.wrap_policy selects no layer of {type(model).__name__}; name "
-                         "its decoder layer class in transformer_layer_cls_to_wrap")
+        raise ValueError(
+            f"apply_fsdp2: fsdp_config.wrap_policy selects no layer of {type(model).__name__}; name "
+            "its decoder layer class in transformer_layer_cls_to_wrap"
+        )
     chosen = {id(m) for m in layers}
     targets = layers + [m for m in _embedding_targets(model) if id(m) not in chosen and m is not model]
     order = {id(m): i for i, (_, m) in enumerate(model.named_modules())}

@@ -48,8 +48,14 @@ class DecoratorLoggerBase:
     """Base of logging decorators: writes ``"<role> <message>"`` through ``logger`` at ``level`` (or ``print``
     when no logger is given), only on rank 0 when ``log_only_rank_0``."""
 
-    def __init__(self, role: str, logger: logging.Logger | None = None, level: int = logging.DEBUG, rank: int = 0,
-                 log_only_rank_0: bool = True) -> None:
+    def __init__(
+        self,
+        role: str,
+        logger: logging.Logger | None = None,
+        level: int = logging.DEBUG,
+        rank: int = 0,
+        log_only_rank_0: bool = True,
+    ) -> None:
         self.role = role
         self.logger = logger
         self.level = level
@@ -96,8 +102,9 @@ def print_with_rank_and_timer(message: str, rank: int = 0, log_only_rank_0: bool
         print(f"[{stamp}] [Rank {rank}] {message}", flush=True)
 
 
-def log_with_rank(message: str, rank: int, logger: logging.Logger, level: int = logging.INFO,
-                  log_only_rank_0: bool = False) -> None:
+def log_with_rank(
+    message: str, rank: int, logger: logging.Logger, level: int = logging.INFO, log_only_rank_0: bool = False
+) -> None:
     """``logger.log(level, "[Rank r] message")`` (only for rank 0 when ``log_only_rank_0``)."""
     if not log_only_rank_0 or rank == 0:
         logger.log(level, f"[Rank {rank}] {message}")

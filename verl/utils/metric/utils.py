@@ -68,8 +68,9 @@ class Metric:
         if isinstance(aggregation, str):
             aggregation = AggregationType(aggregation)  # ValueError names the bad string
         if not isinstance(aggregation, AggregationType):
-            raise ValueError(f"Metric aggregation must be one of {[a.value for a in AggregationType]}, "
-                             f"got {aggregation!r}")
+            raise ValueError(
+                f"Metric aggregation must be one of {[a.value for a in AggregationType]}, got {aggregation!r}"
+            )
         self.aggregation = aggregation
         self.values: list[int | float] = []
         if value is not None:
@@ -89,8 +90,9 @@ class Metric:
         """Add several values, or all values of another Metric with the same aggregation."""
         if isinstance(values, Metric):
             if values.aggregation != self.aggregation:
-                raise ValueError(f"cannot merge a {values.aggregation.value!r} metric into a "
-                                 f"{self.aggregation.value!r} one")
+                raise ValueError(
+                    f"cannot merge a {values.aggregation.value!r} metric into a {self.aggregation.value!r} one"
+                )
             values = values.values
         for value in values:
             self.append(value)

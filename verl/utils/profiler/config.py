@@ -29,8 +29,9 @@ NPU_LEVELS = ("level_none", "level0", "level1", "level2")
 
 def _check_token_window(start: int | None, end: int | None) -> None:
     for key, value in (("profile_token_start", start), ("profile_token_end", end)):
-        check(value is None or (isinstance(value, int) and value >= 0), key,
-              f"must be an int >= 0 or None, got {value!r}")
+        check(
+            value is None or (isinstance(value, int) and value >= 0), key, f"must be an int >= 0 or None, got {value!r}"
+        )
     if start is not None and end is not None:
         check(end > start, "profile_token_end", f"({end}) must be > profile_token_start ({start})")
 
@@ -65,8 +66,11 @@ class TorchProfilerScheduleConfig(BaseConfig):
     def __post_init__(self) -> None:
         for key in ("skip_first", "wait", "warmup", "active", "repeat"):
             value = getattr(self, key)
-            check(isinstance(value, int) and not isinstance(value, bool) and value >= 0, key,
-                  f"must be an int >= 0, got {value!r}")
+            check(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                key,
+                f"must be an int >= 0, got {value!r}",
+            )
 
     @property
     def enabled(self) -> bool:
@@ -106,8 +110,11 @@ class TorchMemoryToolConfig(BaseConfig):
     def __post_init__(self) -> None:
         for key in ("trace_alloc_max_entries", "stack_depth", "memory_snapshot_num_steps"):
             value = getattr(self, key)
-            check(isinstance(value, int) and not isinstance(value, bool) and value > 0, key,
-                  f"must be a positive int, got {value!r}")
+            check(
+                isinstance(value, int) and not isinstance(value, bool) and value > 0,
+                key,
+                f"must be a positive int, got {value!r}",
+            )
 
 
 @dataclass
@@ -123,12 +130,19 @@ class PrecisionDebuggerToolConfig(BaseConfig):
     strict: bool = False
 
     def __post_init__(self) -> None:
-        check(self.config_path is None or isinstance(self.config_path, str), "config_path",
-              f"must be a str or None, got {self.config_path!r}")
-        check(self.steps is None or isinstance(self.steps, list), "steps",
-              f"must be a list of ints, got {self.steps!r}")
-        check(self.stages is None or isinstance(self.stages, list), "stages",
-              f"must be a list of stage names, got {self.stages!r}")
+        check(
+            self.config_path is None or isinstance(self.config_path, str),
+            "config_path",
+            f"must be a str or None, got {self.config_path!r}",
+        )
+        check(
+            self.steps is None or isinstance(self.steps, list), "steps", f"must be a list of ints, got {self.steps!r}"
+        )
+        check(
+            self.stages is None or isinstance(self.stages, list),
+            "stages",
+            f"must be a list of stage names, got {self.stages!r}",
+        )
         check(isinstance(self.strict, bool), "strict", f"must be a bool, got {self.strict!r}")
 
 
@@ -176,10 +190,16 @@ class ProfilerConfig(BaseConfig):
 
     def __post_init__(self) -> None:
         check(isinstance(self.ranks, list | tuple | set), "ranks", f"must be a list of ints, got {self.ranks!r}")
-        check(isinstance(self.finish_hook_ranks, list | tuple | set), "finish_hook_ranks",
-              f"must be a list of ints, got {self.finish_hook_ranks!r}")
-        check(self.finish_hook_cmd is None or isinstance(self.finish_hook_cmd, str), "finish_hook_cmd",
-              f"must be a shell command string or None, got {self.finish_hook_cmd!r}")
+        check(
+            isinstance(self.finish_hook_ranks, list | tuple | set),
+            "finish_hook_ranks",
+            f"must be a list of ints, got {self.finish_hook_ranks!r}",
+        )
+        check(
+            self.finish_hook_cmd is None or isinstance(self.finish_hook_cmd, str),
+            "finish_hook_cmd",
+            f"must be a shell command string or None, got {self.finish_hook_cmd!r}",
+        )
 
     def _combine(self, other: ProfilerConfig, both: bool) -> ProfilerConfig:
         if self.tool != other.tool:

@@ -47,16 +47,19 @@ def _get_current_mem_info(unit: str = "GB", precision: int = 2) -> tuple[str, st
 
 def _memory_line(head: str) -> str:
     allocated, reserved, used, total = _get_current_mem_info()
-    return (f"{head}, memory allocated (GB): {allocated}, memory reserved (GB): {reserved}, "
-            f"device memory used/total (GB): {used}/{total}")
+    return (
+        f"{head}, memory allocated (GB): {allocated}, memory reserved (GB): {reserved}, "
+        f"device memory used/total (GB): {used}/{total}"
+    )
 
 
 def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def log_gpu_memory_usage(head: str, logger: logging.Logger | None = None, level: int = logging.DEBUG,
-                         rank: int | None = 0) -> None:
+def log_gpu_memory_usage(
+    head: str, logger: logging.Logger | None = None, level: int = logging.DEBUG, rank: int | None = 0
+) -> None:
     """Report device memory with the prefix ``head`` through ``logger`` (or ``print``), on process rank ``rank``
     only (``None``: every rank)."""
     if rank is not None and _rank() != rank:
@@ -71,8 +74,9 @@ def log_gpu_memory_usage(head: str, logger: logging.Logger | None = None, level:
 class GPUMemoryLogger(DecoratorLoggerBase):
     """Decorator reporting device memory before and after each call, e.g. ``@GPUMemoryLogger(role="actor")``."""
 
-    def __init__(self, role: str, logger: logging.Logger | None = None, level: int = logging.DEBUG,
-                 log_only_rank_0: bool = True) -> None:
+    def __init__(
+        self, role: str, logger: logging.Logger | None = None, level: int = logging.DEBUG, log_only_rank_0: bool = True
+    ) -> None:
         super().__init__(role, logger, level, _rank(), log_only_rank_0)
 
     def __call__(self, decorated_function: Callable) -> Callable:
@@ -93,14 +97,22 @@ def log_print(ctn: Any) -> None:
     """Print ``ctn`` prefixed with the time and the caller's file, line and function."""
     frame = inspect.currentframe()
     caller = frame.f_back if frame is not None else None
-    where = (f"{caller.f_code.co_filename.rsplit('/', 1)[-1]}:{caller.f_lineno}:{caller.f_code.co_name}"
-             if caller is not None else "?")
+    where = (
+        f"{caller.f_code.co_filename.rsplit('/', 1)[-1]}:{caller.f_lineno}:{caller.f_code.co_name}"
+        if caller is not None
+        else "?"
+    )
     print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S}-{where}]: {ctn}")
 
 
 @contextmanager
-def marked_timer(name: str, timing_raw: dict[str, float], color: str | None = None, domain: str | None = None,
-                 category: str | None = None) -> Iterator[None]:
+def marked_timer(
+    name: str,
+    timing_raw: dict[str, float],
+    color: str | None = None,
+    domain: str | None = None,
+    category: str | None = None,
+) -> Iterator[None]:
     """Add the wall time of the block to ``timing_raw[name]`` (seconds) and mark it as ``name`` in a running
     ``torch.profiler`` trace. ``color``/``domain``/``category`` style Nsight ranges in verl and are ignored."""
     from verl.trainer.ppo.ray_trainer import marked_timer as trainer_timer

@@ -46,8 +46,9 @@ _NOT_HERE = {
 }
 
 
-def mark_start_range(message: str | None = None, color: str | None = None, domain: str | None = None,
-                     category: str | None = None) -> int | None:
+def mark_start_range(
+    message: str | None = None, color: str | None = None, domain: str | None = None, category: str | None = None
+) -> int | None:
     """Open an NVTX range named ``message`` (visible in Nsight); returns its id for :func:`mark_end_range`, or None
     without CUDA. ``color``/``domain``/``category`` are accepted for verl compatibility."""
     if not torch.cuda.is_available():
@@ -61,8 +62,9 @@ def mark_end_range(range_id: int | None) -> None:
         torch.cuda.nvtx.range_end(range_id)
 
 
-def mark_annotate(message: str | None = None, color: str | None = None, domain: str | None = None,
-                  category: str | None = None) -> Callable:
+def mark_annotate(
+    message: str | None = None, color: str | None = None, domain: str | None = None, category: str | None = None
+) -> Callable:
     """Decorator naming every call of the function in ``torch.profiler`` traces (``record_function``)."""
 
     def decorator(func: Callable) -> Callable:
@@ -99,12 +101,15 @@ def _backend(tool: str | None, rank: int, config: Any, tool_config: Any, save_fi
     if tool == "torch_memory":
         from verl.utils.profiler.torch_memory_profile import TorchMemoryProfiler
 
-        return TorchMemoryProfiler(rank=rank, config=config, tool_config=tool_config,
-                                   save_file_prefix=save_file_prefix)
+        return TorchMemoryProfiler(rank=rank, config=config, tool_config=tool_config, save_file_prefix=save_file_prefix)
     if tool in _NOT_HERE:
-        raise MissingExtraError(missing_message(
-            f"profiler tool {tool!r}", _NOT_HERE[tool],
-            reason="use tool 'torch' (torch.profiler traces) or 'torch_memory' (CUDA memory snapshots)"))
+        raise MissingExtraError(
+            missing_message(
+                f"profiler tool {tool!r}",
+                _NOT_HERE[tool],
+                reason="use tool 'torch' (torch.profiler traces) or 'torch_memory' (CUDA memory snapshots)",
+            )
+        )
     if tool is None:
         raise ValueError("profiler enabled without a tool; set tool to 'torch' or 'torch_memory'")
     raise ValueError(f"unknown profiler tool {tool!r}; this build runs 'torch' and 'torch_memory'")
@@ -117,8 +122,14 @@ class DistProfiler:
     name so that roles sharing ``save_path`` do not collide.
     """
 
-    def __init__(self, rank: int, config: ProfilerConfig | None = None, tool_config: Any = None,
-                 save_file_prefix: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        rank: int,
+        config: ProfilerConfig | None = None,
+        tool_config: Any = None,
+        save_file_prefix: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         config = config if config is not None else ProfilerConfig(enable=False)
         self.rank = rank
         self.config = config
@@ -193,8 +204,13 @@ class DistProfiler:
         if not cmd or not self._finish_hook_this_rank:
             return
         save_path = getattr(self.config, "save_path", None)
-        env = dict(os.environ, VERL_PROFILE_SAVE_PATH=str(save_path or ""), VERL_PROFILE_TOOL=str(self._tool or ""),
-                   VERL_PROFILE_RANK=str(self.rank), VERL_PROFILE_PID=str(os.getpid()))
+        env = dict(
+            os.environ,
+            VERL_PROFILE_SAVE_PATH=str(save_path or ""),
+            VERL_PROFILE_TOOL=str(self._tool or ""),
+            VERL_PROFILE_RANK=str(self.rank),
+            VERL_PROFILE_PID=str(os.getpid()),
+        )
         if self.save_file_prefix:
             env["VERL_PROFILE_ROLE"] = str(self.save_file_prefix)
         try:  # a failing upload must never stop training
@@ -203,12 +219,23 @@ class DistProfiler:
             logger.warning("rank %d: profiler finish_hook_cmd %r could not start: %s", self.rank, cmd, exc)
             return
         if result.returncode != 0:
-            logger.warning("rank %d: profiler finish_hook_cmd %r exited with %d: %s", self.rank, cmd,
-                           result.returncode, (result.stdout + result.stderr).strip()[-2000:])
+            logger.warning(
+                "rank %d: profiler finish_hook_cmd %r exited with %d: %s",
+                self.rank,
+                cmd,
+                result.returncode,
+                (result.stdout + result.stderr).strip()[-2000:],
+            )
 
     @classmethod
-    def annotate(cls, message: str | None = None, color: str | None = None, domain: str | None = None,
-                 category: str | None = None, **kwargs_outer: Any) -> Callable:
+    def annotate(
+        cls,
+        message: str | None = None,
+        color: str | None = None,
+        domain: str | None = None,
+        category: str | None = None,
+        **kwargs_outer: Any,
+    ) -> Callable:
         """Decorator for worker methods: while ``self.profiler`` profiles a step on this rank, the call is a named
         stage of the trace (its own trace in discrete mode); otherwise the method runs unchanged."""
 
@@ -216,13 +243,16 @@ class DistProfiler:
             @functools.wraps(func)
             def wrapper(self_instance: Any, *args: Any, **kwargs: Any) -> Any:
                 profiler = getattr(self_instance, "profiler", None)
-                active = (isinstance(profiler, DistProfiler) and profiler.check_enable()
-                          and profiler.check_this_rank() and profiler.check_this_step())
+                active = (
+                    isinstance(profiler, DistProfiler)
+                    and profiler.check_enable()
+                    and profiler.check_this_rank()
+                    and profiler.check_this_step()
+                )
                 annotate = getattr(profiler._impl, "annotate", None) if active else None
                 if annotate is None:
                     return func(self_instance, *args, **kwargs)
-                wrapped = annotate(message=message, color=color, domain=domain, category=category,
-                                   **kwargs_outer)(func)
+                wrapped = annotate(message=message, color=color, domain=domain, category=category, **kwargs_outer)(func)
                 return wrapped(self_instance, *args, **kwargs)
 
             return wrapper
@@ -230,8 +260,9 @@ class DistProfiler:
         return decorator
 
 
-def build_rollout_dist_profiler(replica_rank: int, replica_world_size: int, config: Any = None,
-                                tool_config: Any = None) -> DistProfiler:
+def build_rollout_dist_profiler(
+    replica_rank: int, replica_world_size: int, config: Any = None, tool_config: Any = None
+) -> DistProfiler:
     """A :class:`DistProfiler` for rollout replica ``replica_rank``, whose engine spans ``replica_world_size``
     GPUs: ``config.ranks`` lists global GPU ranks, so a replica is profiled when it owns one of them."""
     if config is not None and not getattr(config, "all_ranks", False):

@@ -20,8 +20,9 @@ __all__ = ["TorchMemoryProfiler"]
 class TorchMemoryProfiler:
     """One process's CUDA memory-history recorder, driven by :class:`~verl.utils.profiler.profile.DistProfiler`."""
 
-    def __init__(self, rank: int, config: Any, tool_config: Any = None, save_file_prefix: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, rank: int, config: Any, tool_config: Any = None, save_file_prefix: str | None = None, **kwargs: Any
+    ) -> None:
         from verl.utils.profiler.config import TorchMemoryToolConfig
 
         self.rank = rank
@@ -35,13 +36,16 @@ class TorchMemoryProfiler:
 
     def start(self, profile_step: Any = None, **kwargs: Any) -> None:
         if not torch.cuda.is_available():
-            raise RuntimeError(f"rank {self.rank}: profiler tool 'torch_memory' records the CUDA allocator, and no "
-                               "CUDA device is visible; use tool 'torch' (with contents: [memory]) on CPU")
+            raise RuntimeError(
+                f"rank {self.rank}: profiler tool 'torch_memory' records the CUDA allocator, and no "
+                "CUDA device is visible; use tool 'torch' (with contents: [memory]) on CPU"
+            )
         if profile_step is not None:
             self._step_label = str(profile_step)
         if not self._recording:
-            torch.cuda.memory._record_memory_history(max_entries=self.tool_config.trace_alloc_max_entries,
-                                                     stacks="python")
+            torch.cuda.memory._record_memory_history(
+                max_entries=self.tool_config.trace_alloc_max_entries, stacks="python"
+            )
             self._recording = True
 
     def stop(self) -> None:

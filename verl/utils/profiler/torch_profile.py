@@ -32,8 +32,9 @@ def _activities(contents: list[str]) -> list[ProfilerActivity]:
 class Profiler:
     """One process's ``torch.profiler`` session, driven by :class:`~verl.utils.profiler.profile.DistProfiler`."""
 
-    def __init__(self, rank: int, config: Any, tool_config: Any = None, save_file_prefix: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, rank: int, config: Any, tool_config: Any = None, save_file_prefix: str | None = None, **kwargs: Any
+    ) -> None:
         from verl.utils.profiler.config import TorchProfilerToolConfig
 
         self.rank = rank
@@ -59,9 +60,12 @@ class Profiler:
         kwargs: dict[str, Any] = {}
         if schedule_cfg is not None and int(getattr(schedule_cfg, "active", 0) or 0) > 0 and stage is None:
             kwargs["schedule"] = torch.profiler.schedule(  # a TorchProfilerScheduleConfig or a DictConfig alike
-                wait=int(getattr(schedule_cfg, "wait", 0)), warmup=int(getattr(schedule_cfg, "warmup", 0)),
-                active=int(schedule_cfg.active), repeat=int(getattr(schedule_cfg, "repeat", 0)),
-                skip_first=int(getattr(schedule_cfg, "skip_first", 0)))
+                wait=int(getattr(schedule_cfg, "wait", 0)),
+                warmup=int(getattr(schedule_cfg, "warmup", 0)),
+                active=int(schedule_cfg.active),
+                repeat=int(getattr(schedule_cfg, "repeat", 0)),
+                skip_first=int(getattr(schedule_cfg, "skip_first", 0)),
+            )
             kwargs["on_trace_ready"] = self._save_window
         return torch.profiler.profile(
             activities=_activities(contents),

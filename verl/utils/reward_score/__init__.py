@@ -36,17 +36,38 @@ MATH_SOURCES = (
 # Data sources whose names start with one of these are competition-math sets scored like MATH.
 MATH_SOURCE_PREFIXES = ("aime",)
 MATH_BACKENDS = ("light", "math_verify")
-PRIME_MATH_SOURCES = ("numina_aops_forum", "numina_synthetic_math", "numina_amc_aime", "numina_synthetic_amc",
-                      "numina_cn_k12", "numina_olympiads")
+PRIME_MATH_SOURCES = (
+    "numina_aops_forum",
+    "numina_synthetic_math",
+    "numina_amc_aime",
+    "numina_synthetic_amc",
+    "numina_cn_k12",
+    "numina_olympiads",
+)
 CODE_SOURCES = ("codecontests", "apps", "codeforces", "taco")
 GEO3K_SOURCES = ("hiyouga/geometry3k",)
-SEARCH_R1_SOURCES = ("searchR1_nq", "searchR1_triviaqa", "searchR1_popqa", "searchR1_hotpotqa",
-                     "searchR1_2wikimultihopqa", "searchR1_musique", "searchR1_bamboogle")
+SEARCH_R1_SOURCES = (
+    "searchR1_nq",
+    "searchR1_triviaqa",
+    "searchR1_popqa",
+    "searchR1_hotpotqa",
+    "searchR1_2wikimultihopqa",
+    "searchR1_musique",
+    "searchR1_bamboogle",
+)
 
 
 def known_data_sources() -> list[str]:
-    return [*SYNTHETIC_SCORERS, *GSM8K_SOURCES, *MATH_SOURCES, *(f"{p}*" for p in MATH_SOURCE_PREFIXES),
-            *PRIME_MATH_SOURCES, *CODE_SOURCES, *GEO3K_SOURCES, *SEARCH_R1_SOURCES]
+    return [
+        *SYNTHETIC_SCORERS,
+        *GSM8K_SOURCES,
+        *MATH_SOURCES,
+        *(f"{p}*" for p in MATH_SOURCE_PREFIXES),
+        *PRIME_MATH_SOURCES,
+        *CODE_SOURCES,
+        *GEO3K_SOURCES,
+        *SEARCH_R1_SOURCES,
+    ]
 
 
 def _score_math(solution_str: str, ground_truth: str, backend: str) -> float:
@@ -59,13 +80,19 @@ def _score_math(solution_str: str, ground_truth: str, backend: str) -> float:
     raise ValueError(f"math_backend must be one of {MATH_BACKENDS}, got {backend!r}")
 
 
-def _score_code(solution_str: str, ground_truth: Any, sandbox_fusion_url: str | None, concurrent_semaphore: Any,
-                memory_limit_mb: int | None) -> float:
+def _score_code(
+    solution_str: str,
+    ground_truth: Any,
+    sandbox_fusion_url: str | None,
+    concurrent_semaphore: Any,
+    memory_limit_mb: int | None,
+) -> float:
     if sandbox_fusion_url:
         from . import sandbox_fusion
 
-        return sandbox_fusion.compute_score(sandbox_fusion_url, concurrent_semaphore, memory_limit_mb, solution_str,
-                                            ground_truth, continuous=True)[0]
+        return sandbox_fusion.compute_score(
+            sandbox_fusion_url, concurrent_semaphore, memory_limit_mb, solution_str, ground_truth, continuous=True
+        )[0]
     from . import prime_code
 
     return float(prime_code.compute_score(solution_str, ground_truth, continuous=True)[0])
@@ -78,8 +105,13 @@ def _score_other(data_source: str, solution_str: str, ground_truth: Any, kwargs:
 
         return float(prime_math.compute_score(solution_str, ground_truth)[0])
     if data_source in CODE_SOURCES:
-        return _score_code(solution_str, ground_truth, kwargs.get("sandbox_fusion_url"),
-                           kwargs.get("concurrent_semaphore"), kwargs.get("memory_limit_mb"))
+        return _score_code(
+            solution_str,
+            ground_truth,
+            kwargs.get("sandbox_fusion_url"),
+            kwargs.get("concurrent_semaphore"),
+            kwargs.get("memory_limit_mb"),
+        )
     if data_source in GEO3K_SOURCES:
         from . import geo3k
 
@@ -127,5 +159,14 @@ def default_compute_score(
 # verl's older name for the same function.
 _default_compute_score = default_compute_score
 
-__all__ = ["default_compute_score", "known_data_sources", "SYNTHETIC_SCORERS", "GSM8K_SOURCES", "MATH_SOURCES",
-           "PRIME_MATH_SOURCES", "CODE_SOURCES", "GEO3K_SOURCES", "SEARCH_R1_SOURCES"]
+__all__ = [
+    "default_compute_score",
+    "known_data_sources",
+    "SYNTHETIC_SCORERS",
+    "GSM8K_SOURCES",
+    "MATH_SOURCES",
+    "PRIME_MATH_SOURCES",
+    "CODE_SOURCES",
+    "GEO3K_SOURCES",
+    "SEARCH_R1_SOURCES",
+]

@@ -35,7 +35,7 @@ _FLOAT_TOLERANCE = 1e-6
 
 # Call-based harness: the user's program, then a driver that calls the named function with the case's arguments
 # (read from stdin) and prints the result as JSON.
-_DRIVER = '''
+_DRIVER = """
 
 def __verl_call():
     import json as _json
@@ -54,7 +54,7 @@ def __verl_call():
 
 
 __verl_call()
-'''
+"""
 
 
 @dataclass
@@ -159,13 +159,21 @@ def outputs_match(actual: str, expected: Any, call_based: bool) -> bool:
 def _verdict(run: Execution, expected: Any, call_based: bool) -> tuple[Any, str]:
     if run.status == "ok":
         return (PASS, "success") if outputs_match(run.stdout, expected, call_based) else (WRONG, "wrong_answer")
-    return {"timeout": (TIMEOUT, "timeout"), "runtime_error": (RUNTIME_ERROR, "runtime_error"),
-            "compile_error": (COMPILE_ERROR, "compile_error")}.get(run.status, (ERROR, run.status))
+    return {
+        "timeout": (TIMEOUT, "timeout"),
+        "runtime_error": (RUNTIME_ERROR, "runtime_error"),
+        "compile_error": (COMPILE_ERROR, "compile_error"),
+    }.get(run.status, (ERROR, run.status))
 
 
-def run_test_cases(executor: Executor, code: str, test_cases: Any, timeout: float = 10.0,
-                   max_cases: int | None = None, stop_at_first_failure: bool = False
-                   ) -> tuple[list[Any], list[dict[str, Any]]]:
+def run_test_cases(
+    executor: Executor,
+    code: str,
+    test_cases: Any,
+    timeout: float = 10.0,
+    max_cases: int | None = None,
+    stop_at_first_failure: bool = False,
+) -> tuple[list[Any], list[dict[str, Any]]]:
     """Run ``code`` on the (first ``max_cases``) test cases; returns the result codes and per-case metadata."""
     cases = parse_test_cases(test_cases)
     fn_name = cases.get("fn_name")
@@ -177,9 +185,17 @@ def run_test_cases(executor: Executor, code: str, test_cases: Any, timeout: floa
         run = executor(program, stdin, timeout)
         verdict, status = _verdict(run, expected, bool(fn_name))
         results.append(verdict)
-        metadata.append({"case_index": index, "status": status, "stdout": run.stdout[-2000:],
-                         "stderr": run.stderr[-2000:], "input": str(case_input)[:2000],
-                         "expected_output": str(expected)[:2000], **run.detail})
+        metadata.append(
+            {
+                "case_index": index,
+                "status": status,
+                "stdout": run.stdout[-2000:],
+                "stderr": run.stderr[-2000:],
+                "input": str(case_input)[:2000],
+                "expected_output": str(expected)[:2000],
+                **run.detail,
+            }
+        )
         if stop_at_first_failure and verdict is not PASS:
             break
     return results, metadata
@@ -192,8 +208,9 @@ def local_executor(memory_mb: int = 1024) -> Executor:
         from verl.tools.sandbox import SandboxLimits
         from verl.utils.reward_score.sandbox_runner import run_sandboxed
 
-        limits = SandboxLimits(wall_timeout_s=float(timeout), cpu_time_s=max(1, math.ceil(timeout)),
-                               memory_mb=int(memory_mb))
+        limits = SandboxLimits(
+            wall_timeout_s=float(timeout), cpu_time_s=max(1, math.ceil(timeout)), memory_mb=int(memory_mb)
+        )
         result = run_sandboxed(code, limits, stdin)
         if result.status == "ok":
             return Execution("ok", result.stdout, result.stderr)
@@ -201,8 +218,9 @@ def local_executor(memory_mb: int = 1024) -> Executor:
             return Execution("timeout", result.stdout, result.stderr, {"timeout_kind": result.timeout_kind})
         if result.error_type == "SandboxSetupError":  # the sandbox, not the program, failed
             return Execution("sandbox_error", result.stdout, result.stderr, {"error_type": result.error_type})
-        status = "compile_error" if result.error_type in ("SyntaxError", "IndentationError", "TabError") \
-            else "runtime_error"
+        status = (
+            "compile_error" if result.error_type in ("SyntaxError", "IndentationError", "TabError") else "runtime_error"
+        )
         return Execution(status, result.stdout, result.stderr, {"error_type": result.error_type})
 
     return run

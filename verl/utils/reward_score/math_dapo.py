@@ -29,17 +29,66 @@ INVALID = "[INVALID]"
 
 # Minerva's normalisation: literal replacements first, then text removed wherever it occurs.
 SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
-    ("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"),
-    (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}"),
+    ("an ", ""),
+    ("a ", ""),
+    (".$", "$"),
+    ("\\$", ""),
+    ("\\ ", ""),
+    (" ", ""),
+    ("mbox", "text"),
+    (",\\text{and}", ","),
+    ("\\text{and}", ","),
+    ("\\text{m}", "\\text{}"),
 )
 REMOVED_EXPRESSIONS: tuple[str, ...] = (
-    "square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue", "points",
-    "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals", "edges", "students",
-    "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}", "\\text{}^2", "\\text{}^3",
-    "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;", ",\\!", "{,}", '"', "\\dots",
+    "square",
+    "ways",
+    "integers",
+    "dollars",
+    "mph",
+    "inches",
+    "hours",
+    "km",
+    "units",
+    "\\ldots",
+    "sue",
+    "points",
+    "feet",
+    "minutes",
+    "digits",
+    "cents",
+    "degrees",
+    "cm",
+    "gm",
+    "pounds",
+    "meters",
+    "meals",
+    "edges",
+    "students",
+    "childrentickets",
+    "multiples",
+    "\\text{s}",
+    "\\text{.}",
+    "\\text{\ns}",
+    "\\text{}^2",
+    "\\text{}^3",
+    "\\text{\n}",
+    "\\text{}",
+    "\\mathrm{th}",
+    "^\\circ",
+    "^{\\circ}",
+    "\\;",
+    ",\\!",
+    "{,}",
+    '"',
+    "\\dots",
 )
-_UNWRAP = (re.compile(r"\\text\{(.*?)\}"), re.compile(r"\\textbf\{(.*?)\}"), re.compile(r"\\overline\{(.*?)\}"),
-           re.compile(r"\\boxed\{(.*)\}"))
+_UNWRAP = (
+    re.compile(r"\\text\{(.*?)\}"),
+    re.compile(r"\\textbf\{(.*?)\}"),
+    re.compile(r"\\overline\{(.*?)\}"),
+    re.compile(r"\\boxed\{(.*)\}"),
+)
 
 
 def last_boxed_only_string(string: str) -> str | None:
@@ -83,8 +132,9 @@ def normalize_final_answer(final_answer: str) -> str:
     return answer.strip()
 
 
-def is_correct_minerva(solution_str: str, gt: str, gt_need_extract: bool = False,
-                       answer_pattern: str = r"(?i)Answer\s*:\s*([^\n]+)") -> tuple[bool, str]:
+def is_correct_minerva(
+    solution_str: str, gt: str, gt_need_extract: bool = False, answer_pattern: str = r"(?i)Answer\s*:\s*([^\n]+)"
+) -> tuple[bool, str]:
     """``(correct, prediction)`` from the last ``answer_pattern`` match (``[INVALID]`` when there is none);
     ``gt_need_extract``: the ground truth is a solution whose last ``\\boxed{}`` holds the answer."""
     matches = re.findall(answer_pattern, solution_str)
@@ -97,8 +147,7 @@ def is_correct_minerva(solution_str: str, gt: str, gt_need_extract: bool = False
     return prediction == normalize_final_answer(gt), prediction
 
 
-def is_correct_strict_box(pred: str, gt: str, pause_tokens_index: list[int] | None = None
-                          ) -> tuple[int, str | None]:
+def is_correct_strict_box(pred: str, gt: str, pause_tokens_index: list[int] | None = None) -> tuple[int, str | None]:
     """``(1 or -1, boxed content)``: the last ``\\boxed{}`` of the response's end must equal ``gt`` verbatim.
     The end is the last 100 characters, or from 100 characters before the fourth pause token when given."""
     if pause_tokens_index is not None:
@@ -112,8 +161,9 @@ def is_correct_strict_box(pred: str, gt: str, pause_tokens_index: list[int] | No
     return (1 if extracted == gt else -1), extracted
 
 
-def verify(solution_str: str, answer: str, strict_box_verify: bool = False,
-           pause_tokens_index: list[int] | None = None) -> tuple[bool, str | None]:
+def verify(
+    solution_str: str, answer: str, strict_box_verify: bool = False, pause_tokens_index: list[int] | None = None
+) -> tuple[bool, str | None]:
     """``(correct, prediction)``: the ``Answer:`` line first, the last ``\\boxed{}`` when there is none;
     ``strict_box_verify`` uses only the box, compared verbatim."""
     if strict_box_verify:
@@ -128,8 +178,9 @@ def verify(solution_str: str, answer: str, strict_box_verify: bool = False,
     return correct, prediction
 
 
-def compute_score(solution_str: str, ground_truth: str, strict_box_verify: bool = False,
-                  pause_tokens_index: list[int] | None = None) -> dict[str, Any]:
+def compute_score(
+    solution_str: str, ground_truth: str, strict_box_verify: bool = False, pause_tokens_index: list[int] | None = None
+) -> dict[str, Any]:
     """``{"score": 1.0 | -1.0, "acc": bool, "pred": str | None}`` for the response's last 300 characters."""
     correct, prediction = verify(solution_str[-_TAIL_CHARS:], ground_truth, strict_box_verify, pause_tokens_index)
     return {"score": 1.0 if correct else -1.0, "acc": correct, "pred": prediction}

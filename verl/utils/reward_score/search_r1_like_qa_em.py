@@ -60,8 +60,13 @@ def count_answer_tags(text: str) -> tuple[int, int]:
     return text.count("<answer>"), text.count("</answer>")
 
 
-def compute_score(solution_str: str, ground_truth: dict[str, Any], method: str = "strict", format_score: float = 0.0,
-                  score: float = 1.0) -> float:
+def compute_score(
+    solution_str: str,
+    ground_truth: dict[str, Any],
+    method: str = "strict",
+    format_score: float = 0.0,
+    score: float = 1.0,
+) -> float:
     """``score`` for an exact match (a quarter of it under tag spamming), ``format_score`` for a wrong answer in
     an answer block, 0 without one. ``method`` is verl's argument; only strict extraction exists."""
     answer = extract_solution(solution_str)
@@ -73,8 +78,13 @@ def compute_score(solution_str: str, ground_truth: dict[str, Any], method: str =
     return score / 4 if max(opening, closing) > MAX_ANSWER_TAGS else score
 
 
-def compute_score_subem(solution_str: str, ground_truth: dict[str, Any], method: str = "strict",
-                        format_score: float = 0.0, score: float = 1.0) -> float:
+def compute_score_subem(
+    solution_str: str,
+    ground_truth: dict[str, Any],
+    method: str = "strict",
+    format_score: float = 0.0,
+    score: float = 1.0,
+) -> float:
     """As :func:`compute_score` with the substring match and no tag-spam penalty."""
     answer = extract_solution(solution_str)
     if answer is None:

@@ -16,11 +16,19 @@ from verl.utils.skip.rollout_skip import RolloutSkip
 from verl.utils.skip.skip_manager import SkipManager
 
 RolloutTqSkip = unavailable_class(
-    "RolloutTqSkip", __name__, "verl's TransferQueue trainer", base=RolloutSkip,
-    reason="this build's trainer does not use TransferQueue; use RolloutSkip (skip.rollout)")
+    "RolloutTqSkip",
+    __name__,
+    "verl's TransferQueue trainer",
+    base=RolloutSkip,
+    reason="this build's trainer does not use TransferQueue; use RolloutSkip (skip.rollout)",
+)
 AsyncRolloutSkip = unavailable_class(
-    "AsyncRolloutSkip", __name__, "rollout skipping in the fully-async trainer", base=RolloutSkip,
-    reason="only the synchronous trainer's generation can be skipped here (skip.rollout)")
+    "AsyncRolloutSkip",
+    __name__,
+    "rollout skipping in the fully-async trainer",
+    base=RolloutSkip,
+    reason="only the synchronous trainer's generation can be skipped here (skip.rollout)",
+)
 
 __all__ = [
     "SKIP_REGISTRY",

@@ -38,8 +38,10 @@ class BaseSkip:
         self.steps = list(local_config.steps)
         self.global_config = global_config
         if self.action not in self.support_actions:
-            raise ValueError(f"{type(self).__name__}: action {self.action.value!r} is not supported; use one of "
-                             f"{[a.value for a in self.support_actions]}")
+            raise ValueError(
+                f"{type(self).__name__}: action {self.action.value!r} is not supported; use one of "
+                f"{[a.value for a in self.support_actions]}"
+            )
 
     def is_enabled(self) -> bool:
         return self.enable

@@ -24,9 +24,11 @@ class RolloutSkipConfig(BaseConfig):
     def __post_init__(self) -> None:
         check(isinstance(self.enable, bool), "enable", f"must be a bool, got {self.enable!r}")
         check(isinstance(self.dump_dir, str), "dump_dir", f"must be a path string, got {self.dump_dir!r}")
-        check(isinstance(self.steps, list) and all(isinstance(s, int) and not isinstance(s, bool)
-                                                    for s in self.steps), "steps",
-              f"must be a list of ints, got {self.steps!r}")
+        check(
+            isinstance(self.steps, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in self.steps),
+            "steps",
+            f"must be a list of ints, got {self.steps!r}",
+        )
         check(self.action in _ACTIONS, "action", f"must be one of {list(_ACTIONS)}, got {self.action!r}")
 
 

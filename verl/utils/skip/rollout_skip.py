@@ -88,8 +88,9 @@ class RolloutSkip(BaseSkip):
     def meet_precondition(self, step: int, func: Callable | None = None, *args: Any, **kwargs: Any) -> bool:
         found = self.source_step(step) is not None
         if not found:
-            logger.warning("rollout skip: no dump for step %d under %s; generating and dumping it", step,
-                           self.project_dump_dir())
+            logger.warning(
+                "rollout skip: no dump for step %d under %s; generating and dumping it", step, self.project_dump_dir()
+            )
         return found
 
     def load(self, step: int) -> Any:
@@ -97,8 +98,9 @@ class RolloutSkip(BaseSkip):
 
         source = self.source_step(step)
         if source is None:
-            raise FileNotFoundError(f"rollout skip ({self.action.value}): no dump serves step {step} under "
-                                    f"{self.project_dump_dir()}")
+            raise FileNotFoundError(
+                f"rollout skip ({self.action.value}): no dump serves step {step} under {self.project_dump_dir()}"
+            )
         path = self.step_dump_dir(source) / GEN_BATCH_FILE
         logger.warning("rollout skip: step %d served from %s", step, path)
         return DataProto.load_from_disk(path)

@@ -21,8 +21,9 @@ __all__ = [
 
 
 def _ids(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool, **kwargs: Any) -> list[int]:
-    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True,
-                                             **kwargs)
+    rendered = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=True, **kwargs
+    )
     return normalize_token_ids(rendered)
 
 
@@ -41,15 +42,16 @@ def initialize_system_prompt(tokenizer: Any, **apply_chat_template_kwargs: Any) 
     return one[:-turn]
 
 
-def extract_system_prompt_and_generation(tokenizer: Any, **apply_chat_template_kwargs: Any
-                                         ) -> tuple[list[int], list[int]]:
+def extract_system_prompt_and_generation(
+    tokenizer: Any, **apply_chat_template_kwargs: Any
+) -> tuple[list[int], list[int]]:
     """``(prefix, generation_prompt)``: :func:`initialize_system_prompt`, and the ids
     ``add_generation_prompt=True`` appends after the last message (e.g. ``<|im_start|>assistant\\n``)."""
     prefix = initialize_system_prompt(tokenizer, **apply_chat_template_kwargs)
     user = [{"role": "user", "content": ""}]
     plain = _ids(tokenizer, user, False, **apply_chat_template_kwargs)
     with_prompt = _ids(tokenizer, user, True, **apply_chat_template_kwargs)
-    return prefix, with_prompt[len(plain):]
+    return prefix, with_prompt[len(plain) :]
 
 
 def _eos_ids(tokenizer: Any) -> set[int]:
@@ -72,8 +74,10 @@ def initialize_turn_separator(tokenizer: Any, **apply_chat_template_kwargs: Any)
     rendered = None
     for body_empty, body_full in (("", "x"), ([{"type": "text", "text": ""}], [{"type": "text", "text": "x"}])):
         try:  # some processors only accept content as a list of typed parts
-            rendered = (_ids(tokenizer, [{"role": "user", "content": body_empty}], False, **apply_chat_template_kwargs),
-                        _ids(tokenizer, [{"role": "user", "content": body_full}], False, **apply_chat_template_kwargs))
+            rendered = (
+                _ids(tokenizer, [{"role": "user", "content": body_empty}], False, **apply_chat_template_kwargs),
+                _ids(tokenizer, [{"role": "user", "content": body_full}], False, **apply_chat_template_kwargs),
+            )
             break
         except Exception:  # noqa: BLE001 - any template failure means "try the other content form"
             continue
@@ -83,21 +87,21 @@ def initialize_turn_separator(tokenizer: Any, **apply_chat_template_kwargs: Any)
     common = 0
     while common < min(len(empty), len(full)) and empty[-1 - common] == full[-1 - common]:
         common += 1
-    tail = empty[len(empty) - common:]
+    tail = empty[len(empty) - common :]
     if not tail:
         return []
     eos = _eos_ids(tokenizer)
     closing = [i for i, token in enumerate(tail) if token in eos]
-    return tail[closing[-1] + 1:] if closing else tail[1:]
+    return tail[closing[-1] + 1 :] if closing else tail[1:]
 
 
 def _strip_prefix(output: Any, prefix: Any, tokenize: bool, return_dict: bool) -> Any:
     if not tokenize:
-        return output[len(prefix):]
+        return output[len(prefix) :]
     if not return_dict:
         nested = bool(output) and isinstance(output[0], list)
         out, pre = (output[0], prefix[0]) if nested else (output, prefix)
-        return out[len(pre):]
+        return out[len(pre) :]
     out = dict(output)
     cut = dict(prefix)["input_ids"].shape[1]
     for key in ("input_ids", "attention_mask", "mm_token_type_ids"):
@@ -106,9 +110,16 @@ def _strip_prefix(output: Any, prefix: Any, tokenize: bool, return_dict: bool) -
     return out
 
 
-def apply_chat_template(processor: Any, messages: list[dict[str, Any]], *, tokenize: bool = True,
-                        add_generation_prompt: bool = True, tools: list[dict[str, Any]] | None = None,
-                        return_dict: bool = False, **kwargs: Any) -> Any:
+def apply_chat_template(
+    processor: Any,
+    messages: list[dict[str, Any]],
+    *,
+    tokenize: bool = True,
+    add_generation_prompt: bool = True,
+    tools: list[dict[str, Any]] | None = None,
+    return_dict: bool = False,
+    **kwargs: Any,
+) -> Any:
     """``processor.apply_chat_template(messages, ...)``, also for templates that refuse a conversation without a
     user message (Qwen3.5 rendering a lone tool result): such a conversation is rendered after an empty user turn,
     and that turn's rendering is cut off the result."""
@@ -120,6 +131,7 @@ def apply_chat_template(processor: Any, messages: list[dict[str, Any]], *, token
             raise
     dummy = [{"role": "user", "content": [{"type": "text", "text": ""}]}]
     prefix = processor.apply_chat_template(dummy, add_generation_prompt=False, **common)
-    output = processor.apply_chat_template(dummy + list(messages), add_generation_prompt=add_generation_prompt,
-                                           **common)
+    output = processor.apply_chat_template(
+        dummy + list(messages), add_generation_prompt=add_generation_prompt, **common
+    )
     return _strip_prefix(output, prefix, tokenize, return_dict)

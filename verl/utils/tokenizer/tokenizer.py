@@ -82,9 +82,16 @@ def _videos_and_metadata(videos: Any) -> tuple[list | None, list | None]:
     return videos, None
 
 
-def build_multimodal_processor_inputs(processor: Any, *, text: Any, images: Any = None, videos: Any = None,
-                                      audio: Any = None, mm_processor_kwargs: Mapping[str, Any] | None = None,
-                                      return_tensors: str = "pt") -> Any:
+def build_multimodal_processor_inputs(
+    processor: Any,
+    *,
+    text: Any,
+    images: Any = None,
+    videos: Any = None,
+    audio: Any = None,
+    mm_processor_kwargs: Mapping[str, Any] | None = None,
+    return_tensors: str = "pt",
+) -> Any:
     """Call ``processor`` on text plus media with the keyword arguments each modality needs.
 
     ``mm_processor_kwargs`` (``data.mm_processor_kwargs``) are passed through; audio gets the feature extractor's
@@ -117,15 +124,15 @@ def set_pad_token_id(tokenizer: Any) -> None:
         warnings.warn(f"tokenizer has no pad_token; using eos_token={tokenizer.eos_token!r}", stacklevel=2)
 
 
-def hf_tokenizer(name_or_path: Any, correct_pad_token: bool = True, correct_gemma2: bool = True,
-                 **kwargs: Any) -> Any:
+def hf_tokenizer(name_or_path: Any, correct_pad_token: bool = True, correct_gemma2: bool = True, **kwargs: Any) -> Any:
     """``AutoTokenizer.from_pretrained(name_or_path, **kwargs)`` with a pad token guaranteed
     (``correct_pad_token``) and Gemma-2-2b-it's EOS set to ``<end_of_turn>`` (``correct_gemma2``)."""
     from transformers import AutoTokenizer
 
     if correct_gemma2 and isinstance(name_or_path, str) and _GEMMA2_MARKER in name_or_path:
-        warnings.warn(f"{name_or_path}: using eos_token={_GEMMA2_EOS[0]!r} (id {_GEMMA2_EOS[1]}) as Gemma-2's EOS",
-                      stacklevel=2)
+        warnings.warn(
+            f"{name_or_path}: using eos_token={_GEMMA2_EOS[0]!r} (id {_GEMMA2_EOS[1]}) as Gemma-2's EOS", stacklevel=2
+        )
         kwargs["eos_token"], kwargs["eos_token_id"] = _GEMMA2_EOS
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
     if correct_pad_token:

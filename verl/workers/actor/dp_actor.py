@@ -119,8 +119,13 @@ class DataParallelPPOActor(BasePPOActor):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``_forward_micro_batch`` with the head computing log-probs and entropy itself (``use_fused_kernels``)."""
         with_grad = entropy_grad and torch.is_grad_enabled()
-        with fused_lm_head(self._fused_head, micro["responses"], temperature, calculate_entropy=calculate_entropy,
-                           entropy_grad=with_grad):
+        with fused_lm_head(
+            self._fused_head,
+            micro["responses"],
+            temperature,
+            calculate_entropy=calculate_entropy,
+            entropy_grad=with_grad,
+        ):
             flat, slots = self._forward_slots(micro)
         per_slot = slots.take(flat)
         entropy = slots.clean(per_slot[..., 1]) if calculate_entropy else None
@@ -128,8 +133,14 @@ class DataParallelPPOActor(BasePPOActor):
 
     def _forward_slots(self, micro: TensorDict) -> tuple[torch.Tensor, ResponseSlots]:
         """The module's flat per-slot output for ``micro`` and where each response slot lies in it."""
-        return forward_for_responses(self.actor_module, micro["input_ids"], micro["attention_mask"],
-                                     micro["position_ids"], micro["responses"].shape[-1], self.use_remove_padding)
+        return forward_for_responses(
+            self.actor_module,
+            micro["input_ids"],
+            micro["attention_mask"],
+            micro["position_ids"],
+            micro["responses"].shape[-1],
+            self.use_remove_padding,
+        )
 
     def _entropy(self, logits: torch.Tensor) -> torch.Tensor:
         """Per-token entropy ([B, R]) of ``logits`` ([B, R, V])."""
@@ -231,8 +242,9 @@ class DataParallelPPOActor(BasePPOActor):
             rollout_is_weights = micro.get("rollout_is_weights", None)
             if correction is not None:
                 seen.append((old_log_prob, micro["rollout_log_probs"], micro["response_mask"]))
-                rollout_is_weights = in_update_weights(old_log_prob, micro["rollout_log_probs"], response_mask,
-                                                       correction)
+                rollout_is_weights = in_update_weights(
+                    old_log_prob, micro["rollout_log_probs"], response_mask, correction
+                )
             pg_loss, pg_metrics = policy_loss_fn(
                 old_log_prob,
                 log_prob,
@@ -269,4 +281,3 @@ def _loss_mode(cfg: Any) -> str:
     policy_loss = getattr(cfg, "policy_loss", None)
     mode = getattr(policy_loss, "loss_mode", None) if policy_loss is not None else None
     return "vanilla" if mode is None else str(mode)
-

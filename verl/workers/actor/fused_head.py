@@ -40,25 +40,38 @@ def check_fused_head(module: nn.Module, key: str = FUSED_KERNELS_KEY) -> nn.Line
     base = _base_model(module)
     name = type(base).__name__
     if not keeps_selected_logits(module):
-        raise ValueError(f"{key}=true needs a causal LM whose forward takes logits_to_keep; {name} does not "
-                         "(set it to false for this model)")
+        raise ValueError(
+            f"{key}=true needs a causal LM whose forward takes logits_to_keep; {name} does not "
+            "(set it to false for this model)"
+        )
     get_head = getattr(base, "get_output_embeddings", None)
     head = get_head() if callable(get_head) else None
     if not isinstance(head, nn.Linear):
-        raise ValueError(f"{key}=true needs the model's output head to be a torch.nn.Linear; {name} has "
-                         f"{type(head).__name__} (a LoRA adapter on the head, or no head): set it to false")
+        raise ValueError(
+            f"{key}=true needs the model's output head to be a torch.nn.Linear; {name} has "
+            f"{type(head).__name__} (a LoRA adapter on the head, or no head): set it to false"
+        )
     config = getattr(base, "config", None)
     for attr, neutral in _LOGIT_TRANSFORMS.items():
         value = getattr(config, attr, neutral)
         if value != neutral:
-            raise ValueError(f"{key}=true: {name} applies {attr}={value!r} to its logits after the head, which the "
-                             "fused kernel does not; set it to false for this model")
+            raise ValueError(
+                f"{key}=true: {name} applies {attr}={value!r} to its logits after the head, which the "
+                "fused kernel does not; set it to false for this model"
+            )
     return head
 
 
 @contextlib.contextmanager
-def fused_lm_head(head: nn.Linear, labels: torch.Tensor, temperature: float, *, calculate_entropy: bool = False,
-                  entropy_grad: bool = False, key: str = FUSED_KERNELS_KEY) -> Iterator[None]:
+def fused_lm_head(
+    head: nn.Linear,
+    labels: torch.Tensor,
+    temperature: float,
+    *,
+    calculate_entropy: bool = False,
+    entropy_grad: bool = False,
+    key: str = FUSED_KERNELS_KEY,
+) -> Iterator[None]:
     """Inside the block, ``head`` (the model's output head, as :func:`check_fused_head` returned it) returns
     ``[..., 2]`` (log-prob of ``labels``, entropy) instead of logits, or ``[..., 1]`` (log-prob) without
     ``calculate_entropy``.
@@ -70,10 +83,13 @@ def fused_lm_head(head: nn.Linear, labels: torch.Tensor, temperature: float, *, 
 
     def forward(hidden: torch.Tensor) -> torch.Tensor:
         if hidden.shape[:-1].numel() != labels.numel():
-            raise ValueError(f"{key}: the head received {hidden.shape[:-1].numel()} positions for {labels.numel()} "
-                             "labels; the model must apply logits_to_keep before its head")
-        log_probs, entropy = linear_logprobs_and_entropy(hidden, head.weight, labels.reshape(hidden.shape[:-1]),
-                                                         bias=head.bias, temperature=temperature)
+            raise ValueError(
+                f"{key}: the head received {hidden.shape[:-1].numel()} positions for {labels.numel()} "
+                "labels; the model must apply logits_to_keep before its head"
+            )
+        log_probs, entropy = linear_logprobs_and_entropy(
+            hidden, head.weight, labels.reshape(hidden.shape[:-1]), bias=head.bias, temperature=temperature
+        )
         if not calculate_entropy:
             return log_probs.unsqueeze(-1)
         return torch.stack([log_probs, entropy if entropy_grad else entropy.detach()], dim=-1)

@@ -172,11 +172,20 @@ def forward_for_responses(
             input_ids, attention_mask = input_ids[:, cut:], attention_mask[:, cut:]
             position_ids = position_ids[..., cut:]
             seqlen -= cut
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
-                  "use_cache": False}
+        inputs = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "use_cache": False,
+        }
         device = input_ids.device
-        return _forward_slots(module, inputs, _response_columns(seqlen, response_length, device),
-                              _response_index(batch_size, seqlen, response_length, device), None)
+        return _forward_slots(
+            module,
+            inputs,
+            _response_columns(seqlen, response_length, device),
+            _response_index(batch_size, seqlen, response_length, device),
+            None,
+        )
 
     padded_index = _response_index(batch_size, seqlen, response_length, input_ids.device)
     if position_ids.dim() != 2:

@@ -33,8 +33,11 @@ CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 
 def check_kl_type(key: str, value: str) -> None:
     """Shared by ``actor.kl_loss_type`` and ``algorithm.kl_penalty``."""
-    check(value.rstrip("+") in KL_LOSS_TYPES, key,
-          f"must be one of {list(KL_LOSS_TYPES)} (optionally with a trailing '+'), got {value!r}")
+    check(
+        value.rstrip("+") in KL_LOSS_TYPES,
+        key,
+        f"must be one of {list(KL_LOSS_TYPES)} (optionally with a trailing '+'), got {value!r}",
+    )
 
 
 def check_loss_agg_mode(key: str, value: str) -> None:
@@ -99,8 +102,12 @@ class ActorConfig(BaseConfig):
     """
 
     _mutable_fields = frozenset(
-        {"ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
-         "log_prob_micro_batch_size_per_gpu"}
+        {
+            "ppo_mini_batch_size",
+            "ppo_micro_batch_size",
+            "ppo_micro_batch_size_per_gpu",
+            "log_prob_micro_batch_size_per_gpu",
+        }
     )
 
     strategy: str = "fsdp"
@@ -146,15 +153,24 @@ class ActorConfig(BaseConfig):
     def __post_init__(self) -> None:
         check(bool(self.strategy), "strategy", "must not be empty")
         check(self.ppo_mini_batch_size >= 1, "ppo_mini_batch_size", f"must be >= 1, got {self.ppo_mini_batch_size}")
-        check(self.ppo_micro_batch_size is None or self.ppo_micro_batch_size_per_gpu is None,
-              "ppo_micro_batch_size", "set only one of ppo_micro_batch_size (deprecated) and "
-              "ppo_micro_batch_size_per_gpu")
-        for key in ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu",
-                    "log_prob_micro_batch_size"):
+        check(
+            self.ppo_micro_batch_size is None or self.ppo_micro_batch_size_per_gpu is None,
+            "ppo_micro_batch_size",
+            "set only one of ppo_micro_batch_size (deprecated) and ppo_micro_batch_size_per_gpu",
+        )
+        for key in (
+            "ppo_micro_batch_size",
+            "ppo_micro_batch_size_per_gpu",
+            "log_prob_micro_batch_size_per_gpu",
+            "log_prob_micro_batch_size",
+        ):
             value = getattr(self, key)
             check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
-        check(self.loss_scale_factor is None or self.loss_scale_factor > 0, "loss_scale_factor",
-              f"must be > 0 or null, got {self.loss_scale_factor}")
+        check(
+            self.loss_scale_factor is None or self.loss_scale_factor > 0,
+            "loss_scale_factor",
+            f"must be > 0 or null, got {self.loss_scale_factor}",
+        )
         for key in ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu"):
             check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
         check(self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
@@ -165,8 +181,11 @@ class ActorConfig(BaseConfig):
             object.__setattr__(self, "clip_ratio_high", self.clip_ratio)
         check(self.clip_ratio_low >= 0, "clip_ratio_low", f"must be >= 0, got {self.clip_ratio_low}")
         check(self.clip_ratio_high >= 0, "clip_ratio_high", f"must be >= 0, got {self.clip_ratio_high}")
-        check(self.clip_ratio_c > 1.0, "clip_ratio_c",
-              f"must be > 1 (dual-clip bound on the ratio for negative advantages), got {self.clip_ratio_c}")
+        check(
+            self.clip_ratio_c > 1.0,
+            "clip_ratio_c",
+            f"must be > 1 (dual-clip bound on the ratio for negative advantages), got {self.clip_ratio_c}",
+        )
         check_loss_agg_mode("loss_agg_mode", self.loss_agg_mode)
         check_kl_type("kl_loss_type", self.kl_loss_type)
         check(self.kl_loss_coef >= 0, "kl_loss_coef", f"must be >= 0, got {self.kl_loss_coef}")
@@ -205,5 +224,8 @@ class FSDPActorConfig(ActorConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_strategy("strategy", self.strategy)
-        check(self.ulysses_sequence_parallel_size >= 1, "ulysses_sequence_parallel_size",
-              f"must be >= 1, got {self.ulysses_sequence_parallel_size}")
+        check(
+            self.ulysses_sequence_parallel_size >= 1,
+            "ulysses_sequence_parallel_size",
+            f"must be >= 1, got {self.ulysses_sequence_parallel_size}",
+        )

@@ -27,8 +27,12 @@ class CriticConfig(BaseConfig):
     ``forward_micro_batch_size_per_gpu``. ``loss_scale_factor`` and ``profiler`` have no effect here."""
 
     _mutable_fields = frozenset(
-        {"ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
-         "forward_micro_batch_size_per_gpu"}
+        {
+            "ppo_mini_batch_size",
+            "ppo_micro_batch_size",
+            "ppo_micro_batch_size_per_gpu",
+            "forward_micro_batch_size_per_gpu",
+        }
     )
 
     enable: bool | None = None
@@ -58,11 +62,17 @@ class CriticConfig(BaseConfig):
         check(bool(self.strategy), "strategy", "must not be empty")
         check(self.rollout_n >= 1, "rollout_n", f"must be >= 1, got {self.rollout_n}")
         check(self.ppo_mini_batch_size >= 1, "ppo_mini_batch_size", f"must be >= 1, got {self.ppo_mini_batch_size}")
-        check(self.ppo_micro_batch_size is None or self.ppo_micro_batch_size_per_gpu is None,
-              "ppo_micro_batch_size", "set only one of ppo_micro_batch_size (deprecated) and "
-              "ppo_micro_batch_size_per_gpu")
-        for key in ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "forward_micro_batch_size_per_gpu",
-                    "forward_micro_batch_size"):
+        check(
+            self.ppo_micro_batch_size is None or self.ppo_micro_batch_size_per_gpu is None,
+            "ppo_micro_batch_size",
+            "set only one of ppo_micro_batch_size (deprecated) and ppo_micro_batch_size_per_gpu",
+        )
+        for key in (
+            "ppo_micro_batch_size",
+            "ppo_micro_batch_size_per_gpu",
+            "forward_micro_batch_size_per_gpu",
+            "forward_micro_batch_size",
+        ):
             value = getattr(self, key)
             check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
         check(self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
@@ -93,5 +103,8 @@ class FSDPCriticConfig(CriticConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_strategy("strategy", self.strategy)
-        check(self.ulysses_sequence_parallel_size >= 1, "ulysses_sequence_parallel_size",
-              f"must be >= 1, got {self.ulysses_sequence_parallel_size}")
+        check(
+            self.ulysses_sequence_parallel_size >= 1,
+            "ulysses_sequence_parallel_size",
+            f"must be >= 1, got {self.ulysses_sequence_parallel_size}",
+        )

@@ -28,8 +28,11 @@ def check_strategy(key: str, value: str) -> None:
     if value in TRAINING_STRATEGIES:
         return
     backend = _OTHER_BACKENDS.get(str(value).lower())
-    what = f"{value!r} selects {backend}, which this build does not include" if backend else (
-        f"{value!r} is not a training backend")
+    what = (
+        f"{value!r} selects {backend}, which this build does not include"
+        if backend
+        else (f"{value!r} is not a training backend")
+    )
     raise ConfigError(f"{what}; use fsdp or fsdp2 (FSDP2 either way)", key=key)
 
 
@@ -73,13 +76,22 @@ class FSDPEngineConfig(BaseConfig):
         unknown = sorted(set(self.wrap_policy) - set(WRAP_POLICY_KEYS))
         check(not unknown, "wrap_policy", f"unknown key(s) {unknown}; allowed: {list(WRAP_POLICY_KEYS)}")
         min_params = self.wrap_policy.get("min_num_params") or 0
-        check(isinstance(min_params, int) and min_params >= 0, "wrap_policy.min_num_params",
-              f"must be an integer >= 0, got {min_params!r}")
+        check(
+            isinstance(min_params, int) and min_params >= 0,
+            "wrap_policy.min_num_params",
+            f"must be an integer >= 0, got {min_params!r}",
+        )
         names = self.wrap_policy.get("transformer_layer_cls_to_wrap")
         names = [names] if isinstance(names, str) else names
-        check(names is None or all(isinstance(n, str) for n in names), "wrap_policy.transformer_layer_cls_to_wrap",
-              f"must be a list of class names, got {names!r}")
+        check(
+            names is None or all(isinstance(n, str) for n in names),
+            "wrap_policy.transformer_layer_cls_to_wrap",
+            f"must be a list of class names, got {names!r}",
+        )
         check(self.fsdp_size == -1 or self.fsdp_size >= 1, "fsdp_size", f"must be -1 or >= 1, got {self.fsdp_size}")
-        check(self.model_dtype in MODEL_DTYPES, "model_dtype",
-              f"must be one of {list(MODEL_DTYPES)}, got {self.model_dtype!r}")
+        check(
+            self.model_dtype in MODEL_DTYPES,
+            "model_dtype",
+            f"must be one of {list(MODEL_DTYPES)}, got {self.model_dtype!r}",
+        )
         check_strategy("strategy", self.strategy)

@@ -24,10 +24,19 @@ class EngineCommonFields(BaseConfig):
     :data:`ROUTER_REPLAY_MODES`.
     """
 
-    _mutable_fields = frozenset({
-        "use_dynamic_bsz", "max_token_len_per_gpu", "micro_batch_size_per_gpu", "infer_max_token_len_per_gpu",
-        "infer_micro_batch_size_per_gpu", "use_fused_kernels", "use_remove_padding", "forward_only", "param_offload",
-    })
+    _mutable_fields = frozenset(
+        {
+            "use_dynamic_bsz",
+            "max_token_len_per_gpu",
+            "micro_batch_size_per_gpu",
+            "infer_max_token_len_per_gpu",
+            "infer_micro_batch_size_per_gpu",
+            "use_fused_kernels",
+            "use_remove_padding",
+            "forward_only",
+            "param_offload",
+        }
+    )
 
     param_offload: bool = False
     optimizer_offload: bool = False
@@ -44,9 +53,13 @@ class EngineCommonFields(BaseConfig):
     seed: int = 42
     full_determinism: bool = False
     router_replay: dict[str, Any] = field(
-        default_factory=lambda: {"mode": "disabled", "record_file": None, "replay_file": None})
+        default_factory=lambda: {"mode": "disabled", "record_file": None, "replay_file": None}
+    )
 
     def __post_init__(self) -> None:
         mode = dict(self.router_replay or {}).get("mode", "disabled")
-        check(mode in ROUTER_REPLAY_MODES, "router_replay.mode", f"must be one of {list(ROUTER_REPLAY_MODES)}, got "
-              f"{mode!r}")
+        check(
+            mode in ROUTER_REPLAY_MODES,
+            "router_replay.mode",
+            f"must be one of {list(ROUTER_REPLAY_MODES)}, got {mode!r}",
+        )

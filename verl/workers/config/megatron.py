@@ -66,19 +66,28 @@ class McoreEngineConfig(EngineCommonFields):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.strategy == "megatron", "strategy", f"must be 'megatron' for a Megatron config, got "
-              f"{self.strategy!r}")
+        check(
+            self.strategy == "megatron", "strategy", f"must be 'megatron' for a Megatron config, got {self.strategy!r}"
+        )
         check(self.dtype in _MCORE_DTYPES, "dtype", f"must be one of {list(_MCORE_DTYPES)}, got {self.dtype!r}")
-        for key in ("tensor_model_parallel_size", "expert_model_parallel_size", "pipeline_model_parallel_size",
-                    "context_parallel_size"):
+        for key in (
+            "tensor_model_parallel_size",
+            "expert_model_parallel_size",
+            "pipeline_model_parallel_size",
+            "context_parallel_size",
+        ):
             check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
         if self.dynamic_context_parallel:
             size = self.max_seqlen_per_dp_cp_rank
-            check(isinstance(size, int) and not isinstance(size, bool) and size > 0, "max_seqlen_per_dp_cp_rank",
-                  f"must be a positive integer with dynamic_context_parallel=true, got {size!r}")
+            check(
+                isinstance(size, int) and not isinstance(size, bool) and size > 0,
+                "max_seqlen_per_dp_cp_rank",
+                f"must be a positive integer with dynamic_context_parallel=true, got {size!r}",
+            )
         if self.tensor_model_parallel_size == 1 and self.sequence_parallel:
-            warnings.warn("McoreEngineConfig: tensor_model_parallel_size=1, so sequence_parallel is set to false",
-                          stacklevel=2)
+            warnings.warn(
+                "McoreEngineConfig: tensor_model_parallel_size=1, so sequence_parallel is set to false", stacklevel=2
+            )
             self.sequence_parallel = False
 
 
@@ -139,8 +148,9 @@ class McoreActorConfig(ActorConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.strategy == "megatron", "strategy", f"must be 'megatron' for a Megatron actor, got "
-              f"{self.strategy!r}")
+        check(
+            self.strategy == "megatron", "strategy", f"must be 'megatron' for a Megatron actor, got {self.strategy!r}"
+        )
         object.__setattr__(self, "megatron", _as_engine(self.megatron))
         object.__setattr__(self, "engine", self.megatron)
 
@@ -155,8 +165,9 @@ class McoreCriticConfig(CriticConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.strategy == "megatron", "strategy", f"must be 'megatron' for a Megatron critic, got "
-              f"{self.strategy!r}")
+        check(
+            self.strategy == "megatron", "strategy", f"must be 'megatron' for a Megatron critic, got {self.strategy!r}"
+        )
         check(self.nccl_timeout > 0, "nccl_timeout", f"must be > 0 seconds, got {self.nccl_timeout}")
         object.__setattr__(self, "megatron", _as_engine(self.megatron))
         object.__setattr__(self, "engine", self.megatron)

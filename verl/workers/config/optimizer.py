@@ -41,22 +41,37 @@ class OptimizerConfig(BaseConfig):
 
     def __post_init__(self) -> None:
         if self.warmup_style is not None:
-            check(self.lr_scheduler_type in ("constant", self.warmup_style), "warmup_style",
-                  f"({self.warmup_style!r}) and lr_scheduler_type ({self.lr_scheduler_type!r}) disagree; "
-                  "set lr_scheduler_type only")
-            check(self.warmup_style in LR_SCHEDULER_TYPES, "warmup_style",
-                  f"must be one of {list(LR_SCHEDULER_TYPES)}, got {self.warmup_style!r}")
+            check(
+                self.lr_scheduler_type in ("constant", self.warmup_style),
+                "warmup_style",
+                f"({self.warmup_style!r}) and lr_scheduler_type ({self.lr_scheduler_type!r}) disagree; "
+                "set lr_scheduler_type only",
+            )
+            check(
+                self.warmup_style in LR_SCHEDULER_TYPES,
+                "warmup_style",
+                f"must be one of {list(LR_SCHEDULER_TYPES)}, got {self.warmup_style!r}",
+            )
             object.__setattr__(self, "lr_scheduler_type", self.warmup_style)
-        check(self.optimizer_impl == "torch.optim", "optimizer_impl",
-              f"{self.optimizer_impl!r} is not available: optimizers are built from torch.optim (optimizer=AdamW)")
+        check(
+            self.optimizer_impl == "torch.optim",
+            "optimizer_impl",
+            f"{self.optimizer_impl!r} is not available: optimizers are built from torch.optim (optimizer=AdamW)",
+        )
         check(self.lr >= 0, "lr", f"must be >= 0, got {self.lr}")
-        check(0.0 <= self.lr_warmup_steps_ratio <= 1.0, "lr_warmup_steps_ratio", f"must be in [0, 1], got "
-              f"{self.lr_warmup_steps_ratio}")
+        check(
+            0.0 <= self.lr_warmup_steps_ratio <= 1.0,
+            "lr_warmup_steps_ratio",
+            f"must be in [0, 1], got {self.lr_warmup_steps_ratio}",
+        )
         check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
         check(all(0.0 <= b < 1.0 for b in self.betas), "betas", f"each beta must be in [0, 1), got {self.betas}")
         check(self.clip_grad > 0, "clip_grad", f"must be > 0, got {self.clip_grad}")
-        check(self.lr_scheduler_type in LR_SCHEDULER_TYPES, "lr_scheduler_type",
-              f"must be one of {list(LR_SCHEDULER_TYPES)}, got {self.lr_scheduler_type!r}")
+        check(
+            self.lr_scheduler_type in LR_SCHEDULER_TYPES,
+            "lr_scheduler_type",
+            f"must be one of {list(LR_SCHEDULER_TYPES)}, got {self.lr_scheduler_type!r}",
+        )
         check(0.0 <= self.min_lr_ratio <= 1.0, "min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
 
     def warmup_steps(self, total_steps: int) -> int:

@@ -64,8 +64,11 @@ class RewardModelConfig(BaseConfig):
     rollout: dict[str, Any] = field(default_factory=lambda: inert_block("reward_rollout"))
 
     def __post_init__(self) -> None:
-        check(not self.enable or bool(self.model.path), "model.path",
-              "must be set when the reward model is enabled (enable=true)")
+        check(
+            not self.enable or bool(self.model.path),
+            "model.path",
+            "must be set when the reward model is enabled (enable=true)",
+        )
         value = self.micro_batch_size_per_gpu
         check(value is None or value >= 1, "micro_batch_size_per_gpu", f"must be >= 1 or null, got {value}")
 
@@ -83,7 +86,8 @@ class RewardConfig(BaseConfig):
     num_workers: int = 1
     timeout_s: float = 300.0
     sandbox_fusion: dict[str, Any] = field(
-        default_factory=lambda: {"url": None, "max_concurrent": 64, "memory_limit_mb": 1024})
+        default_factory=lambda: {"url": None, "max_concurrent": 64, "memory_limit_mb": 1024}
+    )
 
     def __post_init__(self) -> None:
         check(bool(self.reward_manager), "reward_manager", "must name a registered reward manager")

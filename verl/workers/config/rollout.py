@@ -85,11 +85,16 @@ class MultiTurnConfig(BaseConfig):
             value = getattr(self, key)
             check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
         check(self.max_parallel_calls >= 1, "max_parallel_calls", f"must be >= 1, got {self.max_parallel_calls}")
-        check(self.tool_response_truncate_side in ("left", "right", "middle"), "tool_response_truncate_side",
-              f"must be left, right or middle, got {self.tool_response_truncate_side!r}")
-        check(self.tokenization_sanity_check_mode in ("strict", "ignore_strippable", "disable"),
-              "tokenization_sanity_check_mode",
-              f"must be strict, ignore_strippable or disable, got {self.tokenization_sanity_check_mode!r}")
+        check(
+            self.tool_response_truncate_side in ("left", "right", "middle"),
+            "tool_response_truncate_side",
+            f"must be left, right or middle, got {self.tool_response_truncate_side!r}",
+        )
+        check(
+            self.tokenization_sanity_check_mode in ("strict", "ignore_strippable", "disable"),
+            "tokenization_sanity_check_mode",
+            f"must be strict, ignore_strippable or disable, got {self.tokenization_sanity_check_mode!r}",
+        )
 
 
 @dataclass
@@ -128,13 +133,19 @@ class CheckpointEngineConfig(BaseConfig):
     custom_backend_module: str | None = None
 
     def __post_init__(self) -> None:
-        check(self.backend in CHECKPOINT_ENGINE_BACKENDS, "backend",
-              f"must be one of {list(CHECKPOINT_ENGINE_BACKENDS)}, got {self.backend!r}")
+        check(
+            self.backend in CHECKPOINT_ENGINE_BACKENDS,
+            "backend",
+            f"must be one of {list(CHECKPOINT_ENGINE_BACKENDS)}, got {self.backend!r}",
+        )
         check(self.bucket_megabytes >= 1, "bucket_megabytes", f"must be >= 1, got {self.bucket_megabytes}")
         check(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")
-        check(self.custom_backend_module is None, "custom_backend_module",
-              f"({self.custom_backend_module!r}) cannot be loaded: weight transfer uses one of the built-in backends "
-              f"{list(CHECKPOINT_ENGINE_BACKENDS)} (rollout.checkpoint_engine.backend)")
+        check(
+            self.custom_backend_module is None,
+            "custom_backend_module",
+            f"({self.custom_backend_module!r}) cannot be loaded: weight transfer uses one of the built-in backends "
+            f"{list(CHECKPOINT_ENGINE_BACKENDS)} (rollout.checkpoint_engine.backend)",
+        )
 
 
 @dataclass
@@ -217,29 +228,49 @@ class RolloutConfig(BaseConfig):
         _check_sampling(self.temperature, self.top_k, self.top_p, self.n)
         check(self.prompt_length >= 1, "prompt_length", f"must be >= 1, got {self.prompt_length}")
         check(self.response_length >= 1, "response_length", f"must be >= 1, got {self.response_length}")
-        check(self.prompt_truncation in ("error", "left", "right"), "prompt_truncation",
-              f"must be error, left or right, got {self.prompt_truncation!r}")
+        check(
+            self.prompt_truncation in ("error", "left", "right"),
+            "prompt_truncation",
+            f"must be error, left or right, got {self.prompt_truncation!r}",
+        )
         check(self.dtype in ROLLOUT_DTYPES, "dtype", f"must be one of {list(ROLLOUT_DTYPES)}, got {self.dtype!r}")
-        check(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization",
-              f"must be in (0, 1], got {self.gpu_memory_utilization}")
+        check(
+            0 < self.gpu_memory_utilization <= 1,
+            "gpu_memory_utilization",
+            f"must be in (0, 1], got {self.gpu_memory_utilization}",
+        )
         check(self.max_num_seqs >= 1, "max_num_seqs", f"must be >= 1, got {self.max_num_seqs}")
-        check(self.max_num_batched_tokens >= 1, "max_num_batched_tokens",
-              f"must be >= 1, got {self.max_num_batched_tokens}")
-        check(self.max_model_len is None or self.max_model_len >= self.prompt_length + 1, "max_model_len",
-              f"must exceed prompt_length ({self.prompt_length}), got {self.max_model_len}")
-        check(self.tensor_model_parallel_size >= 1, "tensor_model_parallel_size",
-              f"must be >= 1, got {self.tensor_model_parallel_size}")
+        check(
+            self.max_num_batched_tokens >= 1,
+            "max_num_batched_tokens",
+            f"must be >= 1, got {self.max_num_batched_tokens}",
+        )
+        check(
+            self.max_model_len is None or self.max_model_len >= self.prompt_length + 1,
+            "max_model_len",
+            f"must exceed prompt_length ({self.prompt_length}), got {self.max_model_len}",
+        )
+        check(
+            self.tensor_model_parallel_size >= 1,
+            "tensor_model_parallel_size",
+            f"must be >= 1, got {self.tensor_model_parallel_size}",
+        )
         check(self.data_parallel_size >= 1, "data_parallel_size", f"must be >= 1, got {self.data_parallel_size}")
-        check(self.data_parallel_size == 1 or self.name != "hf" or bool(self.agent.custom_async_server.path),
-              "data_parallel_size",
-              f"is {self.data_parallel_size}, but the hf engine serves one model copy per rollout process and has no "
-              "data parallelism: keep it at 1 and get more replicas from more rollout processes "
-              "(trainer.n_gpus_per_node / trainer.nnodes when colocated, rollout.n_gpus_per_node / rollout.nnodes "
-              "when standalone), or use rollout.name=vllm|sglang")
+        check(
+            self.data_parallel_size == 1 or self.name != "hf" or bool(self.agent.custom_async_server.path),
+            "data_parallel_size",
+            f"is {self.data_parallel_size}, but the hf engine serves one model copy per rollout process and has no "
+            "data parallelism: keep it at 1 and get more replicas from more rollout processes "
+            "(trainer.n_gpus_per_node / trainer.nnodes when colocated, rollout.n_gpus_per_node / rollout.nnodes "
+            "when standalone), or use rollout.name=vllm|sglang",
+        )
         check(self.nnodes >= 0, "nnodes", f"must be >= 0 (0 = share the actor's processes), got {self.nnodes}")
         check(self.n_gpus_per_node >= 1, "n_gpus_per_node", f"must be >= 1, got {self.n_gpus_per_node}")
-        check(self.update_weights_bucket_megabytes >= 1, "update_weights_bucket_megabytes",
-              f"must be >= 1, got {self.update_weights_bucket_megabytes}")
+        check(
+            self.update_weights_bucket_megabytes >= 1,
+            "update_weights_bucket_megabytes",
+            f"must be >= 1, got {self.update_weights_bucket_megabytes}",
+        )
 
     @property
     def standalone(self) -> bool:

@@ -53,17 +53,33 @@ class TorchtitanEngineConfig(EngineCommonFields):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.strategy == "torchtitan", "strategy", f"must be 'torchtitan' for a TorchTitan config, got "
-              f"{self.strategy!r}")
-        for key, allowed in (("attn_type", _ATTN_TYPES), ("spmd_backend", _SPMD_BACKENDS),
-                             ("activation_checkpoint", _ACTIVATION_CHECKPOINT),
-                             ("reshard_after_forward", _RESHARD_POLICIES)):
+        check(
+            self.strategy == "torchtitan",
+            "strategy",
+            f"must be 'torchtitan' for a TorchTitan config, got {self.strategy!r}",
+        )
+        for key, allowed in (
+            ("attn_type", _ATTN_TYPES),
+            ("spmd_backend", _SPMD_BACKENDS),
+            ("activation_checkpoint", _ACTIVATION_CHECKPOINT),
+            ("reshard_after_forward", _RESHARD_POLICIES),
+        ):
             check(getattr(self, key) in allowed, key, f"must be one of {list(allowed)}, got {getattr(self, key)!r}")
-        for key in ("data_parallel_size", "data_parallel_replicate_size", "data_parallel_shard_size",
-                    "tensor_parallel_size", "expert_parallel_size", "expert_tensor_parallel_size",
-                    "pipeline_parallel_size", "context_parallel_size"):
-            check(getattr(self, key) >= 1 or getattr(self, key) == -1, key,
-                  f"must be >= 1 (or -1: the rest of the world), got {getattr(self, key)}")
+        for key in (
+            "data_parallel_size",
+            "data_parallel_replicate_size",
+            "data_parallel_shard_size",
+            "tensor_parallel_size",
+            "expert_parallel_size",
+            "expert_tensor_parallel_size",
+            "pipeline_parallel_size",
+            "context_parallel_size",
+        ):
+            check(
+                getattr(self, key) >= 1 or getattr(self, key) == -1,
+                key,
+                f"must be >= 1 (or -1: the rest of the world), got {getattr(self, key)}",
+            )
 
 
 @dataclass
@@ -78,7 +94,10 @@ class TorchtitanOptimizerConfig(OptimizerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.decay_type in ("linear", "sqrt", "cosine"), "decay_type",
-              f"must be one of ['linear', 'sqrt', 'cosine'], got {self.decay_type!r}")
+        check(
+            self.decay_type in ("linear", "sqrt", "cosine"),
+            "decay_type",
+            f"must be one of ['linear', 'sqrt', 'cosine'], got {self.decay_type!r}",
+        )
         check(0.0 <= self.min_lr_factor <= 1.0, "min_lr_factor", f"must be in [0, 1], got {self.min_lr_factor}")
         check(self.eps > 0, "eps", f"must be > 0, got {self.eps}")

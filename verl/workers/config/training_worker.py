@@ -34,7 +34,13 @@ class TrainingWorkerConfig(BaseConfig):
     extra_context: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        check(self.model_type is None or self.model_type in MODEL_TYPES, "model_type",
-              f"must be one of {list(MODEL_TYPES)}, got {self.model_type!r}")
-        check(self.auto_select_engine_optim_fn is None or callable(self.auto_select_engine_optim_fn),
-              "auto_select_engine_optim_fn", f"must be callable, got {self.auto_select_engine_optim_fn!r}")
+        check(
+            self.model_type is None or self.model_type in MODEL_TYPES,
+            "model_type",
+            f"must be one of {list(MODEL_TYPES)}, got {self.model_type!r}",
+        )
+        check(
+            self.auto_select_engine_optim_fn is None or callable(self.auto_select_engine_optim_fn),
+            "auto_select_engine_optim_fn",
+            f"must be callable, got {self.auto_select_engine_optim_fn!r}",
+        )

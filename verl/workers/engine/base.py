@@ -59,8 +59,9 @@ class BaseEngine:
         """Advance the LR schedule one step; returns the new learning rate."""
         raise NotImplementedError(f"{type(self).__name__}.lr_scheduler_step")
 
-    def forward_backward_batch(self, data: TensorDict, loss_function: Callable | None,
-                               forward_only: bool = False) -> Any:
+    def forward_backward_batch(
+        self, data: TensorDict, loss_function: Callable | None, forward_only: bool = False
+    ) -> Any:
         """Run every micro-batch of ``data``; with ``forward_only`` false, also backward (gradients accumulate)."""
         raise NotImplementedError(f"{type(self).__name__}.forward_backward_batch")
 
@@ -76,8 +77,9 @@ class BaseEngine:
         if self.is_mp_src_rank_with_outputs():
             metrics = outputs.setdefault("metrics", {})
             if "grad_norm" in metrics:
-                raise ValueError("train_batch: the loss function reported a 'grad_norm' metric, which is the "
-                                 "engine's own")
+                raise ValueError(
+                    "train_batch: the loss function reported a 'grad_norm' metric, which is the engine's own"
+                )
             metrics["grad_norm"] = grad_norm
         return outputs
 
@@ -105,12 +107,19 @@ class BaseEngine:
         if grad and not model:
             raise ValueError("BaseEngine.to: gradients move with the model (grad=True needs model=True)")
 
-    def save_checkpoint(self, local_path: str, hdfs_path: str | None = None, global_step: int = 0,
-                        max_ckpt_to_keep: int | None = None, **kwargs: Any) -> Any:
+    def save_checkpoint(
+        self,
+        local_path: str,
+        hdfs_path: str | None = None,
+        global_step: int = 0,
+        max_ckpt_to_keep: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.save_checkpoint")
 
-    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = True,
-                        **kwargs: Any) -> Any:
+    def load_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = True, **kwargs: Any
+    ) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.load_checkpoint")
 
     def is_mp_src_rank_with_outputs(self) -> bool:
@@ -166,8 +175,13 @@ class EngineRegistry:
     _engines: dict[str, dict[str, dict[Any, type[BaseEngine]]]] = {}
 
     @classmethod
-    def register(cls, model_type: str, backend: list[str] | str, device: list[str] | str = "cuda",
-                 vendor: list[str] | str | None = None) -> Callable[[type[BaseEngine]], type[BaseEngine]]:
+    def register(
+        cls,
+        model_type: str,
+        backend: list[str] | str,
+        device: list[str] | str = "cuda",
+        vendor: list[str] | str | None = None,
+    ) -> Callable[[type[BaseEngine]], type[BaseEngine]]:
         """Class decorator registering an engine for every (backend, device[, vendor]) combination given."""
 
         def decorator(engine_class: type[BaseEngine]) -> type[BaseEngine]:
@@ -181,8 +195,10 @@ class EngineRegistry:
                         key = (device_name, vendor_name) if vendor_name else device_name
                         existing = slots.get(key)
                         if existing is not None and existing is not engine_class:
-                            raise ValueError(f"engine for model_type={model_type!r} backend={backend_name!r} "
-                                             f"device={key!r} is already registered to {existing.__qualname__}")
+                            raise ValueError(
+                                f"engine for model_type={model_type!r} backend={backend_name!r} "
+                                f"device={key!r} is already registered to {existing.__qualname__}"
+                            )
                         slots[key] = engine_class
             return engine_class
 
@@ -195,16 +211,17 @@ class EngineRegistry:
             raise ValueError(f"no engine registered for model_type={model_type!r}; known: {sorted(cls._engines)}")
         backends = cls._engines[model_type]
         if backend not in backends:
-            raise ValueError(f"no {model_type!r} engine registered for backend={backend!r}; known: "
-                             f"{sorted(backends)}")
+            raise ValueError(f"no {model_type!r} engine registered for backend={backend!r}; known: {sorted(backends)}")
         device = os.getenv("VERL_ENGINE_DEVICE") or get_device_name()
         vendor = os.getenv("VERL_ENGINE_VENDOR") or ("nvidia" if device == "cuda" else None)
         slots = backends[backend]
         for key in ((device, vendor), device, (device, "nvidia")):
             if key in slots:
                 return slots[key]
-        raise ValueError(f"no {model_type!r} engine for backend={backend!r} on device={device!r} "
-                         f"(vendor={vendor!r}); registered: {sorted(map(str, slots))}")
+        raise ValueError(
+            f"no {model_type!r} engine for backend={backend!r} on device={device!r} "
+            f"(vendor={vendor!r}); registered: {sorted(map(str, slots))}"
+        )
 
     @classmethod
     def new(cls, model_type: str, backend: str, *args: Any, **kwargs: Any) -> BaseEngine:

@@ -29,8 +29,10 @@ def sequence_lengths(data: TensorDict) -> torch.Tensor:
     if "attention_mask" in data.keys():
         mask = data.get("attention_mask")
         return mask.reshape(mask.shape[0], -1).sum(dim=1)
-    raise KeyError(f"cannot count tokens per sample: need nested 'input_ids' or 'attention_mask', the batch has "
-                   f"{sorted(data.keys())}")
+    raise KeyError(
+        f"cannot count tokens per sample: need nested 'input_ids' or 'attention_mask', the batch has "
+        f"{sorted(data.keys())}"
+    )
 
 
 def _positive(value: Any, key: str) -> int:
@@ -63,8 +65,11 @@ def prepare_micro_batches(
         width = int(lengths.max().item()) if rows else 0
         mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.int8)
         _, parts = rearrange_micro_batches(
-            TensorDict({"attention_mask": mask}, batch_size=[rows]), budget, dp_group=dp_group,
-            num_batches_divided_by=num_batches_divided_by, same_micro_num_in_dp=same_micro_num_in_dp,
+            TensorDict({"attention_mask": mask}, batch_size=[rows]),
+            budget,
+            dp_group=dp_group,
+            num_batches_divided_by=num_batches_divided_by,
+            same_micro_num_in_dp=same_micro_num_in_dp,
             min_num_micro_batch=min_num_micro_batch,
         )
         return [tu.index_select_tensor_dict(data, part) for part in parts], parts
@@ -101,8 +106,9 @@ def _restore(tensor: torch.Tensor, indices: list[list[int]]) -> torch.Tensor:
     return nested_tensor_from_tensor_list(restored)
 
 
-def postprocess_batch_func(output_lst: list[dict[str, Any]], indices: list[list[int]] | None,
-                           data: TensorDict) -> dict[str, Any]:
+def postprocess_batch_func(
+    output_lst: list[dict[str, Any]], indices: list[list[int]] | None, data: TensorDict
+) -> dict[str, Any]:
     """``{"model_output": {key: rows of every micro-batch, in sample order}, "loss": [per micro-batch],
     "metrics": {key: values per micro-batch}}`` from the per-micro-batch outputs."""
     collected: dict[str, list[torch.Tensor]] = {}

@@ -141,8 +141,10 @@ class ActorRolloutRefWorker(Worker):
         """Load, shard and set up optimizer, reference policy and rollout engine as the role asks."""
         self.tokenizer = load_tokenizer(self.model_config, self.model_path)
         # model-level switches the actor and reference policy read as their own attributes
-        forward_flags = {"use_remove_padding": bool(self.model_config.use_remove_padding),
-                         "use_fused_kernels": bool(self.model_config.use_fused_kernels)}
+        forward_flags = {
+            "use_remove_padding": bool(self.model_config.use_remove_padding),
+            "use_fused_kernels": bool(self.model_config.use_fused_kernels),
+        }
         if self._is_actor:
             module = load_causal_lm(self.model_config, self.model_path, self._model_dtype(self.actor_config, "actor"))
             self.hf_config = export_config(module)
@@ -243,8 +245,9 @@ class ActorRolloutRefWorker(Worker):
             log_probs, _ = ref.compute_log_prob(data, calculate_entropy=False)
         if shares_actor:
             self._offload_actor()
-        out = DataProto.from_dict(tensors={"ref_log_prob": log_probs},
-                                  meta_info={"temperature": data.meta_info["temperature"]})
+        out = DataProto.from_dict(
+            tensors={"ref_log_prob": log_probs}, meta_info={"temperature": data.meta_info["temperature"]}
+        )
         return _to_cpu(out)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -300,8 +303,9 @@ class ActorRolloutRefWorker(Worker):
             # This method may run on Ray's event loop (the worker is an async actor); send_weights blocks, so it runs
             # on a helper thread that has no running loop.
             with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="send-weights") as pool:
-                return pool.submit(send_weights, module, request, rank=self.rank, local_replicas=local,
-                                   loop=loop).result()
+                return pool.submit(
+                    send_weights, module, request, rank=self.rank, local_replicas=local, loop=loop
+                ).result()
         finally:
             self._offload_actor()
 
@@ -344,8 +348,9 @@ class ActorRolloutRefWorker(Worker):
     async def rollout_generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> Any:
         """One request on this rank's engine (the ``RolloutServer.generate`` contract)."""
         rollout = self._require("rollout", "rollout_generate")
-        return await rollout.run_async(rollout.replica.generate(prompt_ids, sampling_params, request_id),
-                                       f"generate({request_id})")
+        return await rollout.run_async(
+            rollout.replica.generate(prompt_ids, sampling_params, request_id), f"generate({request_id})"
+        )
 
     @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
     async def rollout_generate_batch(
@@ -368,8 +373,9 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
     async def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
         rollout = self._require("rollout", "update_weights")
-        return await rollout.run_async(rollout.replica.update_weights(list(named_tensors), int(version)),
-                                       "update_weights")
+        return await rollout.run_async(
+            rollout.replica.update_weights(list(named_tensors), int(version)), "update_weights"
+        )
 
     @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
     async def sleep(self) -> None:

@@ -148,8 +148,12 @@ class FSDPCheckpointManager:
         (with ``async_save``: start writing it; :meth:`wait_for_save` completes it)."""
         self.wait_for_save()
         if hdfs_path is not None:
-            logger.warning("%s checkpoint: hdfs_path=%r is ignored here; the trainer copies complete checkpoints to "
-                           "trainer.default_hdfs_dir", self.role, hdfs_path)
+            logger.warning(
+                "%s checkpoint: hdfs_path=%r is ignored here; the trainer copies complete checkpoints to "
+                "trainer.default_hdfs_dir",
+                self.role,
+                hdfs_path,
+            )
         local_path = os.path.abspath(os.path.expanduser(str(local_path)))
         rank = _rank()
         if rank == 0:
@@ -175,15 +179,23 @@ class FSDPCheckpointManager:
         if "extra" in self.save_contents:
             torch.save(capture_rng_state(self.generators), os.path.join(local_path, f"rng_rank{rank}.pt"))
             if rank == 0:
-                torch.save({"global_step": int(global_step), "extra_state": extra_state},
-                           os.path.join(local_path, "extra_state.pt"))
+                torch.save(
+                    {"global_step": int(global_step), "extra_state": extra_state},
+                    os.path.join(local_path, "extra_state.pt"),
+                )
         hf_dir = os.path.join(local_path, "huggingface")
         if "hf_model" in self.save_contents and self.export_weights is not None:
             self.export_weights(hf_dir)  # collective
         if rank == 0:
             self._save_hf_metadata(hf_dir)
-        meta = {"global_step": int(global_step), "world_size": _world_size(), "contents": self.save_contents,
-                "role": self.role, "fresh_optimizer": fresh_optimizer, "lora_only": lora_only}
+        meta = {
+            "global_step": int(global_step),
+            "world_size": _world_size(),
+            "contents": self.save_contents,
+            "role": self.role,
+            "fresh_optimizer": fresh_optimizer,
+            "lora_only": lora_only,
+        }
 
         def finish() -> None:
             if rank == 0:
@@ -207,8 +219,10 @@ class FSDPCheckpointManager:
         try:
             shards.result()
         except Exception as exc:
-            raise RuntimeError(f"{self.role} checkpoint {local_path!r}: writing the model and optimizer shards in "
-                               f"the background failed: {type(exc).__name__}: {exc}") from exc
+            raise RuntimeError(
+                f"{self.role} checkpoint {local_path!r}: writing the model and optimizer shards in "
+                f"the background failed: {type(exc).__name__}: {exc}"
+            ) from exc
         finish()
         return True
 
@@ -281,8 +295,13 @@ class FSDPCheckpointManager:
             if os.path.isfile(rng_path):
                 restore_rng_state(torch.load(rng_path, weights_only=False), self.generators)
             else:
-                logger.warning("%s checkpoint %s has no RNG state for rank %d (saved with %s ranks)",
-                               self.role, local_path, _rank(), meta.get("world_size"))
+                logger.warning(
+                    "%s checkpoint %s has no RNG state for rank %d (saved with %s ranks)",
+                    self.role,
+                    local_path,
+                    _rank(),
+                    meta.get("world_size"),
+                )
             extra_path = os.path.join(local_path, "extra_state.pt")
             if os.path.isfile(extra_path):
                 result.update(torch.load(extra_path, weights_only=False))
@@ -321,8 +340,13 @@ class FSDPCheckpointManager:
             model_sd = state.get("model")
             if model_sd is None:
                 model_sd = get_model_state_dict(self.model)
-            set_state_dict(self.model, self.optimizer, model_state_dict=model_sd, optim_state_dict=state["optimizer"],
-                           options=options)
+            set_state_dict(
+                self.model,
+                self.optimizer,
+                model_state_dict=model_sd,
+                optim_state_dict=state["optimizer"],
+                options=options,
+            )
         elif "model" in state:
             set_model_state_dict(self.model, state["model"], options=options)
 
@@ -331,8 +355,10 @@ def _adapters_only(model_state: dict[str, Any]) -> dict[str, Any]:
     """The LoRA / adapter entries of a model state dict (peft names hold ``lora_`` or ``.adapter_``)."""
     kept = {k: v for k, v in model_state.items() if "lora_" in k or ".adapter_" in k}
     if not kept:
-        raise ValueError(f"checkpoint.save_lora_only: none of the model's {len(model_state)} state-dict keys is a "
-                         "LoRA/adapter tensor")
+        raise ValueError(
+            f"checkpoint.save_lora_only: none of the model's {len(model_state)} state-dict keys is a "
+            "LoRA/adapter tensor"
+        )
     return kept
 
 

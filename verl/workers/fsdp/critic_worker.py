@@ -46,8 +46,9 @@ class CriticWorker(Worker):
         full = has_group(config, "critic")
         self.config = config
         self.critic_config: CriticConfig = (
-            read_group(config, "critic", FSDPCriticConfig) if full else read_group({"critic": config}, "critic",
-                                                                                  FSDPCriticConfig)
+            read_group(config, "critic", FSDPCriticConfig)
+            if full
+            else read_group({"critic": config}, "critic", FSDPCriticConfig)
         )
         trainer = read_group(config, "trainer", TrainerConfig) if full else TrainerConfig()
         self.trainer_config = trainer
@@ -75,15 +76,19 @@ class CriticWorker(Worker):
         dtype = parse_dtype(getattr(fsdp_cfg, "model_dtype", "fp32"), key="critic.fsdp_config.model_dtype")
         module = load_critic_model(self.model_config, self.model_path, dtype)
         hf_config = export_config(module)
-        mesh = build_fsdp_mesh(self.device_type, self.world_size, getattr(fsdp_cfg, "fsdp_size", -1),
-                               key="critic.fsdp_config.fsdp_size")
+        mesh = build_fsdp_mesh(
+            self.device_type, self.world_size, getattr(fsdp_cfg, "fsdp_size", -1), key="critic.fsdp_config.fsdp_size"
+        )
         module.to(self.device)
         self.critic_module_fsdp = apply_fsdp2(
-            module, mesh, param_dtype=compute_dtype(self.device),
+            module,
+            mesh,
+            param_dtype=compute_dtype(self.device),
             reshard_after_forward=bool(getattr(fsdp_cfg, "reshard_after_forward", True)),
             cpu_offload=bool(getattr(fsdp_cfg, "offload_policy", False)) and self.device.type != "cpu",
             wrap_policy=getattr(fsdp_cfg, "wrap_policy", None),
-            forward_prefetch=bool(getattr(fsdp_cfg, "forward_prefetch", False)), key="critic.fsdp_config",
+            forward_prefetch=bool(getattr(fsdp_cfg, "forward_prefetch", False)),
+            key="critic.fsdp_config",
         )
         optim = optim_with_total_steps(self.critic_config.optim, self.trainer_config)
         self.critic_optimizer = build_optimizer(self.critic_module_fsdp.parameters(), optim, key="critic.optim")
@@ -92,11 +97,15 @@ class CriticWorker(Worker):
         view = ConfigView(self.critic_config, use_remove_padding=bool(self.model_config.use_remove_padding), **sizes)
         self.critic = DataParallelPPOCritic(view, self.critic_module_fsdp, self.critic_optimizer)
         self.checkpoint_manager = FSDPCheckpointManager(
-            self.critic_module_fsdp, self.critic_optimizer, self.critic_lr_scheduler,
+            self.critic_module_fsdp,
+            self.critic_optimizer,
+            self.critic_lr_scheduler,
             processing_class=load_tokenizer(self.model_config, self.model_path),
-            checkpoint_config=self.critic_config.checkpoint, hf_config=hf_config,
+            checkpoint_config=self.critic_config.checkpoint,
+            hf_config=hf_config,
             export_weights=lambda out_dir: export_hf_weights(self.critic_module_fsdp, out_dir),
-            generators={"critic_shuffle": self.critic._shuffle_generator}, role="critic",
+            generators={"critic_shuffle": self.critic._shuffle_generator},
+            role="critic",
         )
         self._offload()
 
@@ -147,14 +156,21 @@ class CriticWorker(Worker):
         return DataProto(meta_info={"metrics": metrics})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, local_path: str, hdfs_path: str | None = None, global_step: int = 0,
-                        max_ckpt_to_keep: int | None = None, extra_state: dict[str, Any] | None = None) -> str:
+    def save_checkpoint(
+        self,
+        local_path: str,
+        hdfs_path: str | None = None,
+        global_step: int = 0,
+        max_ckpt_to_keep: int | None = None,
+        extra_state: dict[str, Any] | None = None,
+    ) -> str:
         if self.checkpoint_manager is None:
             raise RuntimeError("CriticWorker.save_checkpoint: call init_model first")
         self._load(with_optimizer=True)
         try:
-            return self.checkpoint_manager.save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep,
-                                                           extra_state)
+            return self.checkpoint_manager.save_checkpoint(
+                local_path, hdfs_path, global_step, max_ckpt_to_keep, extra_state
+            )
         finally:
             self._offload()
 
@@ -166,8 +182,9 @@ class CriticWorker(Worker):
         return self.checkpoint_manager.wait_for_save()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, local_path: str | None, hdfs_path: str | None = None,
-                        del_local_after_load: bool = False) -> dict[str, Any]:
+    def load_checkpoint(
+        self, local_path: str | None, hdfs_path: str | None = None, del_local_after_load: bool = False
+    ) -> dict[str, Any]:
         if self.checkpoint_manager is None:
             raise RuntimeError("CriticWorker.load_checkpoint: call init_model first")
         self._load(with_optimizer=True)

@@ -42,8 +42,9 @@ def decoder_layer_classes(model: nn.Module) -> set[str]:
     return set(names)
 
 
-def layers_to_shard(model: nn.Module, wrap_policy: Mapping[str, Any] | None = None,
-                    key: str = "fsdp_config.wrap_policy") -> list[nn.Module]:
+def layers_to_shard(
+    model: nn.Module, wrap_policy: Mapping[str, Any] | None = None, key: str = "fsdp_config.wrap_policy"
+) -> list[nn.Module]:
     """The submodules ``wrap_policy`` shards on their own, in forward (registration) order.
 
     ``transformer_layer_cls_to_wrap`` (class names; default: the model's ``_no_split_modules``) picks the classes;
@@ -57,12 +58,17 @@ def layers_to_shard(model: nn.Module, wrap_policy: Mapping[str, Any] | None = No
         present = {type(m).__name__ for m in model.modules()}
         unknown = sorted(set(names) - present)
         if unknown:
-            raise ValueError(f"{key}.transformer_layer_cls_to_wrap: {unknown} not in the model; its module classes "
-                             f"are {sorted(present)}")
+            raise ValueError(
+                f"{key}.transformer_layer_cls_to_wrap: {unknown} not in the model; its module classes "
+                f"are {sorted(present)}"
+            )
     wanted = set(names) or decoder_layer_classes(model)
     min_params = int(policy.get("min_num_params") or 0)
-    return [m for m in model.modules() if m is not model and type(m).__name__ in wanted
-            and sum(p.numel() for p in m.parameters()) >= min_params]
+    return [
+        m
+        for m in model.modules()
+        if m is not model and type(m).__name__ in wanted and sum(p.numel() for p in m.parameters()) >= min_params
+    ]
 
 
 def _chain_forward_prefetch(layers: list[nn.Module]) -> None:
@@ -101,13 +107,15 @@ def apply_fsdp2(
         return model
     kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
     if param_dtype is not None:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype,
-                                                   cast_forward_inputs=True)
+        kwargs["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=param_dtype, reduce_dtype=reduce_dtype, cast_forward_inputs=True
+        )
     if cpu_offload:
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
     if not layers:
-        logger.warning("%s.wrap_policy selects no layer of %s; sharding the root module only", key,
-                       type(model).__name__)
+        logger.warning(
+            "%s.wrap_policy selects no layer of %s; sharding the root module only", key, type(model).__name__
+        )
     for layer in reversed(layers):  # innermost first: a parent takes every parameter no sharded child claimed
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)

@@ -35,8 +35,11 @@ def export_hf_weights(module: nn.Module, out_dir: str) -> None:
     if is_lora:
         adapter_dir = os.path.join(out_dir, "lora_adapter")
         os.makedirs(adapter_dir, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in adapter.items()},
-                  os.path.join(adapter_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
+        save_file(
+            {k: v.contiguous() for k, v in adapter.items()},
+            os.path.join(adapter_dir, "adapter_model.safetensors"),
+            metadata={"format": "pt"},
+        )
         peft_config = getattr(module, "peft_config", {}).get("default")
         if peft_config is not None:
             peft_config.save_pretrained(adapter_dir)

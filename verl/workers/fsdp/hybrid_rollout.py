@@ -86,8 +86,9 @@ class HybridRollout:
         call_timeout_s: bound on every engine call made from a sync method.
     """
 
-    def __init__(self, config: Any, model_path: str, device: torch.device, pad_token_id: int,
-                 call_timeout_s: float = 3600.0) -> None:
+    def __init__(
+        self, config: Any, model_path: str, device: torch.device, pad_token_id: int, call_timeout_s: float = 3600.0
+    ) -> None:
         self.config = config
         self.device = device
         self.pad_token_id = int(pad_token_id)
@@ -146,8 +147,10 @@ class HybridRollout:
         batch = prompts.batch
         missing = [k for k in ("input_ids", "attention_mask", "position_ids") if batch is None or k not in batch.keys()]
         if missing:
-            raise KeyError(f"generate_sequences needs batch keys {missing}; the batch has "
-                           f"{sorted(batch.keys()) if batch is not None else []}")
+            raise KeyError(
+                f"generate_sequences needs batch keys {missing}; the batch has "
+                f"{sorted(batch.keys()) if batch is not None else []}"
+            )
         params, n = self.sampling_params(prompts.meta_info)
         if n > 1:
             prompts = prompts.repeat(repeat_times=n, interleave=True)
@@ -195,8 +198,9 @@ class HybridRollout:
         meta = {k: v for k, v in prompts.meta_info.items() if k != "metrics"}
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
 
-    async def serve_requests(self, requests: list[tuple[list[int], dict[str, Any], str]] | bytes,
-                             batch_group: BatchGroup | None = None) -> list[Any] | bytes:
+    async def serve_requests(
+        self, requests: list[tuple[list[int], dict[str, Any], str]] | bytes, batch_group: BatchGroup | None = None
+    ) -> list[Any] | bytes:
         """Serve many token-level requests in one call: each entry's ``TokenOutput``, or the exception it raised.
 
         One hop onto the engine's loop for the whole list (instead of one per request) and every request reaches

@@ -19,11 +19,14 @@ __all__ = ["apply_liger"]
 def apply_liger(model: Any, key: str = "model.use_liger") -> None:
     """Swap Liger's kernels into ``model`` (a transformers causal LM); errors name ``key`` and what is missing."""
     if importlib.util.find_spec("liger_kernel") is None:
-        raise ImportError(f"{key}=true needs the 'liger-kernel' package, which is not installed: run "
-                          "`pip install verl[liger]` (or set it to false)")
+        raise ImportError(
+            f"{key}=true needs the 'liger-kernel' package, which is not installed: run "
+            "`pip install verl[liger]` (or set it to false)"
+        )
     if not torch.cuda.is_available():
-        raise RuntimeError(f"{key}=true needs a CUDA GPU (Liger's kernels are written in Triton); set it to false "
-                           "on this machine")
+        raise RuntimeError(
+            f"{key}=true needs a CUDA GPU (Liger's kernels are written in Triton); set it to false on this machine"
+        )
     from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
     _apply_liger_kernel_to_instance(model=model, fused_linear_cross_entropy=False)

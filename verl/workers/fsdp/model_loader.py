@@ -28,12 +28,20 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _DTYPES = {
-    "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
-    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-    "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "float": torch.float32,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "half": torch.float16,
 }
 _WEIGHT_FILES = (
-    "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
 )
 
 
@@ -109,8 +117,9 @@ def _hf_config(model_config: Any, model_path: str) -> Any:
     from transformers import AutoConfig
 
     trust = bool(getattr(model_config, "trust_remote_code", False))
-    hf_config = AutoConfig.from_pretrained(getattr(model_config, "hf_config_path", None) or model_path,
-                                           trust_remote_code=trust)
+    hf_config = AutoConfig.from_pretrained(
+        getattr(model_config, "hf_config_path", None) or model_path, trust_remote_code=trust
+    )
     for name, value in dict(getattr(model_config, "override_config", None) or {}).items():
         if name == "attn_implementation":
             continue
@@ -166,8 +175,11 @@ def load_critic_model(model_config: Any, model_path: str, dtype: torch.dtype) ->
     from verl.workers.critic.value_model import load_value_model
 
     _import_external_lib(model_config)
-    overrides = {k: v for k, v in dict(getattr(model_config, "override_config", None) or {}).items()
-                 if k != "attn_implementation"}
+    overrides = {
+        k: v
+        for k, v in dict(getattr(model_config, "override_config", None) or {}).items()
+        if k != "attn_implementation"
+    }
     model = load_value_model(
         model_path,
         torch_dtype=dtype,

@@ -32,8 +32,9 @@ class WorkerRolloutReplica(RolloutReplica):
         try:
             return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=self.call_timeout_s)
         except asyncio.TimeoutError:
-            raise TimeoutError(f"rollout replica {self.name}: {method} got no answer within "
-                               f"{self.call_timeout_s}s") from None
+            raise TimeoutError(
+                f"rollout replica {self.name}: {method} got no answer within {self.call_timeout_s}s"
+            ) from None
 
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
         return await self._call("rollout_generate", list(prompt_ids), dict(sampling_params or {}), request_id)
@@ -61,5 +62,6 @@ class WorkerRolloutReplica(RolloutReplica):
 def replicas_of(worker_group: Any, call_timeout_s: float = 600.0) -> list[WorkerRolloutReplica]:
     """One replica per rank of a hybrid actor/rollout worker group (rollout.tensor_model_parallel_size == 1)."""
     names = getattr(worker_group, "worker_names", None) or [f"rank{i}" for i in range(len(worker_group.workers))]
-    return [WorkerRolloutReplica(w, name=str(n), call_timeout_s=call_timeout_s)
-            for w, n in zip(worker_group.workers, names)]
+    return [
+        WorkerRolloutReplica(w, name=str(n), call_timeout_s=call_timeout_s) for w, n in zip(worker_group.workers, names)
+    ]

@@ -90,8 +90,9 @@ class PrimeRewardManager(AbstractRewardManager):
                     score = prime_score_value(outcome.value)
                 except (KeyError, TypeError, ValueError) as err:
                     outcome.error = f"{type(err).__name__}: {err}"
-                    logger.warning("reward function returned an unusable value on sample %d (scored 0.0): %s",
-                                   index, outcome.error)
+                    logger.warning(
+                        "reward function returned an unusable value on sample %d (scored 0.0): %s", index, outcome.error
+                    )
             scores.append(score)
         return scores, outcomes
 

@@ -147,8 +147,9 @@ class _Worker:
     def __init__(self, ctx: Any, fn: Callable[..., Any], needs_main: bool) -> None:
         parent, child = ctx.Pipe(duplex=True)
         self.progress = ctx.Array("d", [-1.0, 0.0], lock=False)  # [index being scored, its start (monotonic)]
-        self.process = ctx.Process(target=_worker_main, args=(child, fn, self.progress), daemon=True,
-                                   name="verl-reward-worker")
+        self.process = ctx.Process(
+            target=_worker_main, args=(child, fn, self.progress), daemon=True, name="verl-reward-worker"
+        )
         with _main_hidden(not needs_main):
             self.process.start()
         child.close()
@@ -338,9 +339,12 @@ class RewardRunner:
                 now = time.monotonic()
                 for worker in list(busy.values()):
                     if now - worker.current()[1] >= self.timeout_s:
-                        lose(worker, ScoreOutcome(
-                            error=f"timed out after {self.timeout_s:g} s (reward.timeout_s); worker killed",
-                            timed_out=True,
-                        ))
+                        lose(
+                            worker,
+                            ScoreOutcome(
+                                error=f"timed out after {self.timeout_s:g} s (reward.timeout_s); worker killed",
+                                timed_out=True,
+                            ),
+                        )
             fill()
         return [outcome if outcome is not None else ScoreOutcome(error="not scored") for outcome in outcomes]

@@ -10,6 +10,10 @@ from verl.utils.extras import unavailable_class
 __all__ = ["SGLangRewardModel"]
 
 SGLangRewardModel = unavailable_class(
-    "SGLangRewardModel", __name__, "an SGLang-served reward model", package="sglang", extra="sglang",
+    "SGLangRewardModel",
+    __name__,
+    "an SGLang-served reward model",
+    package="sglang",
+    extra="sglang",
     reason="reward models are scored with transformers here (verl.workers.reward_model.HFRewardModel)",
 )

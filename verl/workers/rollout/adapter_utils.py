@@ -37,8 +37,9 @@ def engine_kwargs_for(config: Any, name: str) -> dict[str, Any]:
     return {k: v for k, v in dict(chosen or {}).items() if v is not None}
 
 
-def engine_args_with_overrides(config: Any, name: str, args: dict[str, Any],
-                               engine_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def engine_args_with_overrides(
+    config: Any, name: str, args: dict[str, Any], engine_kwargs: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """``args`` (an engine's arguments mapped from verl's rollout keys) under ``rollout.engine_kwargs.<name>`` and
     then the caller's ``engine_kwargs``: the user's explicit engine settings win."""
     return {**args, **engine_kwargs_for(config, name), **dict(engine_kwargs or {})}

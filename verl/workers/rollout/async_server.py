@@ -14,7 +14,9 @@ from verl.utils.extras import unavailable_class
 __all__ = ["AsyncLLMServerManager", "ChatCompletionScheduler"]
 
 ChatCompletionScheduler = unavailable_class(
-    "ChatCompletionScheduler", __name__, "verl 0.4's chat-completion scheduler",
+    "ChatCompletionScheduler",
+    __name__,
+    "verl 0.4's chat-completion scheduler",
     reason="verl replaced it with the agent loops; use verl.experimental.agent_loop (ToolAgentLoop, or an "
-           "OpenAI-client agent through its openai_gateway)",
+    "OpenAI-client agent through its openai_gateway)",
 )

@@ -121,8 +121,9 @@ class BaseRollout(abc.ABC):
         from verl.workers.config import HFModelConfig, RolloutConfig
 
         self.config = config if not _is_mapping_node(config) else omega_conf_to_dataclass(config, RolloutConfig)
-        self.model_config = (model_config if not _is_mapping_node(model_config)
-                             else omega_conf_to_dataclass(model_config, HFModelConfig))
+        self.model_config = (
+            model_config if not _is_mapping_node(model_config) else omega_conf_to_dataclass(model_config, HFModelConfig)
+        )
         self.device_mesh = device_mesh
 
     @abc.abstractmethod
@@ -130,8 +131,9 @@ class BaseRollout(abc.ABC):
         """Bring back what ``release`` freed: ``tags`` holds ``"weights"`` and/or ``"kv_cache"``."""
 
     @abc.abstractmethod
-    async def update_weights(self, weights: Iterable[Any] | AsyncIterable[Any], wire_format: str = "named_tensors",
-                             **kwargs: Any) -> None:
+    async def update_weights(
+        self, weights: Iterable[Any] | AsyncIterable[Any], wire_format: str = "named_tensors", **kwargs: Any
+    ) -> None:
         """Load new weights: ``(name, tensor)`` pairs for ``wire_format="named_tensors"``, or
         ``(named_tensors, is_last)`` flushes for ``"delta_flush"``."""
 
@@ -141,8 +143,10 @@ class BaseRollout(abc.ABC):
 
     def generate_sequences(self, prompts: Any) -> Any:
         """Batch generation for adapters that support it; server-mode adapters generate through their replicas."""
-        raise NotImplementedError(f"{type(self).__qualname__} generates through its rollout replicas (server mode); "
-                                  "it has no batch generate_sequences")
+        raise NotImplementedError(
+            f"{type(self).__qualname__} generates through its rollout replicas (server mode); "
+            "it has no batch generate_sequences"
+        )
 
 
 def _is_mapping_node(value: Any) -> bool:

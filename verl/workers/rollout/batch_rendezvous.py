@@ -52,8 +52,9 @@ class BatchRendezvous:
         self._remember = int(remember)
         self.merged_calls: collections.deque[int] = collections.deque(maxlen=1024)  # calls per served batch
 
-    async def serve(self, group: BatchGroup | None, requests: list[Any],
-                    serve: Callable[[list[Any]], Awaitable[list[Any]]]) -> list[Any]:
+    async def serve(
+        self, group: BatchGroup | None, requests: list[Any], serve: Callable[[list[Any]], Awaitable[list[Any]]]
+    ) -> list[Any]:
         """``serve(requests)``'s results, with ``requests`` merged into the other calls of ``group`` first."""
         if group is None or group.calls <= 1 or group.id in self._closed:
             self.merged_calls.append(1)

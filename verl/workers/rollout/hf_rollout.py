@@ -44,8 +44,9 @@ class HFRollout(HybridRollout):
         call_timeout_s: bound on one batch.
     """
 
-    def __init__(self, module: nn.Module, config: Any, pad_token_id: int | None = None,
-                 call_timeout_s: float = 3600.0) -> None:
+    def __init__(
+        self, module: nn.Module, config: Any, pad_token_id: int | None = None, call_timeout_s: float = 3600.0
+    ) -> None:
         param = next(module.parameters())
         self.config = config
         self.device = param.device

@@ -41,13 +41,22 @@ class LLMServerManager:
         replicas: replica handles to use as they are.
     """
 
-    def __init__(self, config: Any = None, worker_group: Any = None, rollout_resource_pool: Any = None,
-                 start_rank: int = 0, load_balancer_cls: type | None = None, *,
-                 replicas: list[Any] | None = None) -> None:
-        if load_balancer_cls is not None and not (isinstance(load_balancer_cls, type)
-                                                  and issubclass(load_balancer_cls, AsyncLLMServerManager)):
-            raise TypeError(f"LLMServerManager: load_balancer_cls must subclass AsyncLLMServerManager, got "
-                            f"{load_balancer_cls!r}")
+    def __init__(
+        self,
+        config: Any = None,
+        worker_group: Any = None,
+        rollout_resource_pool: Any = None,
+        start_rank: int = 0,
+        load_balancer_cls: type | None = None,
+        *,
+        replicas: list[Any] | None = None,
+    ) -> None:
+        if load_balancer_cls is not None and not (
+            isinstance(load_balancer_cls, type) and issubclass(load_balancer_cls, AsyncLLMServerManager)
+        ):
+            raise TypeError(
+                f"LLMServerManager: load_balancer_cls must subclass AsyncLLMServerManager, got {load_balancer_cls!r}"
+            )
         self.config = config
         self.worker_group = worker_group
         self.rollout_resource_pool = rollout_resource_pool
@@ -89,13 +98,16 @@ class LLMServerManager:
         if self.worker_group is not None:
             method = rollout_method_name(self.worker_group)
             batch_method = rollout_batch_method_name(self.worker_group)
-            self.rollout_replicas = [WorkerRankReplica(handle, method, rank, batch_method_name=batch_method)
-                                     for rank, handle in enumerate(self.worker_group.workers)]
+            self.rollout_replicas = [
+                WorkerRankReplica(handle, method, rank, batch_method_name=batch_method)
+                for rank, handle in enumerate(self.worker_group.workers)
+            ]
         else:
             if self.config is None:
                 raise ValueError("LLMServerManager.start_replicas: give replicas, a worker_group or a config")
             self.owned_replicas = await AgentLoopManager._start_standalone_replicas(
-                self.config, self.rollout_resource_pool, None)
+                self.config, self.rollout_resource_pool, None
+            )
             self.rollout_replicas = list(self.owned_replicas)
         return self.rollout_replicas
 

@@ -34,8 +34,15 @@ from verl.workers.rollout.request_batching import (
 )
 
 __all__ = [
-    "RolloutMode", "RolloutReplica", "HybridReplica", "StandaloneReplica", "RolloutServerActor", "TokenOutput",
-    "build_server", "get_rollout_replica_class", "server_class",
+    "RolloutMode",
+    "RolloutReplica",
+    "HybridReplica",
+    "StandaloneReplica",
+    "RolloutServerActor",
+    "TokenOutput",
+    "build_server",
+    "get_rollout_replica_class",
+    "server_class",
 ]
 
 
@@ -65,11 +72,14 @@ def server_class(config: Any, name: str | None = None) -> type[RolloutServer]:
         return get_rollout_class(name or config_value(config, "name", "hf"))
     from verl.utils.import_utils import load_extern_object
 
-    cls = load_extern_object(str(path), config_value(custom, "name", None), config_key=f"{_CUSTOM_KEY}.path",
-                             what="rollout server class")
+    cls = load_extern_object(
+        str(path), config_value(custom, "name", None), config_key=f"{_CUSTOM_KEY}.path", what="rollout server class"
+    )
     if not (isinstance(cls, type) and issubclass(cls, RolloutServer)):
-        raise TypeError(f"{_CUSTOM_KEY}.name={config_value(custom, 'name', None)!r} in {path!r} must be a subclass of "
-                        f"verl.workers.rollout.base.RolloutServer, got {cls!r}")
+        raise TypeError(
+            f"{_CUSTOM_KEY}.name={config_value(custom, 'name', None)!r} in {path!r} must be a subclass of "
+            f"verl.workers.rollout.base.RolloutServer, got {cls!r}"
+        )
     return cls
 
 
@@ -159,8 +169,9 @@ class RolloutServerActor:
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
         return await self.server.generate(prompt_ids, sampling_params, request_id)
 
-    async def generate_batch(self, requests: list[Request] | bytes,
-                             batch_group: BatchGroup | None = None) -> list[Any] | bytes:
+    async def generate_batch(
+        self, requests: list[Request] | bytes, batch_group: BatchGroup | None = None
+    ) -> list[Any] | bytes:
         """Many requests in one call: per request its ``TokenOutput`` or the exception it raised."""
         return await serve_request_batch(requests, batch_group, self.rendezvous, gather_each(self.server.generate))
 
@@ -253,8 +264,14 @@ class StandaloneReplica(RolloutReplica):
 
         if not isinstance(err, RayActorError):
             return err
-        return translate_ray_error(err, role="rollout", rank=self.replica_rank, method=method,
-                                   actor_id=self.actor._actor_id.hex(), worker_names=None)
+        return translate_ray_error(
+            err,
+            role="rollout",
+            rank=self.replica_rank,
+            method=method,
+            actor_id=self.actor._actor_id.hex(),
+            worker_names=None,
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items() if key != "_coalescer"}
@@ -274,8 +291,9 @@ class StandaloneReplica(RolloutReplica):
 
     async def _send_batch(self, requests: list[Request]) -> list[Any]:
         try:
-            return await call_batch_method(self.actor.generate_batch, requests, self.call_timeout_s,
-                                           f"rollout replica {self.name!r} generate")
+            return await call_batch_method(
+                self.actor.generate_batch, requests, self.call_timeout_s, f"rollout replica {self.name!r} generate"
+            )
         except Exception as err:
             raise self._named_death(err, "generate") from err
 
@@ -323,10 +341,13 @@ def get_rollout_replica_class(rollout: str, disaggregation_enabled: bool = False
     if disaggregation_enabled:
         raise MissingExtraError(
             f"get_rollout_replica_class({rollout!r}, disaggregation_enabled=True): prefill/decode disaggregation is "
-            "not part of this build; set rollout.disaggregation.enabled=false")
+            "not part of this build; set rollout.disaggregation.enabled=false"
+        )
     if rollout == "trtllm":
-        raise MissingExtraError("rollout.name='trtllm': verl's TensorRT-LLM replica is not part of this build; use "
-                                f"one of {sorted(_REPLICA_CLASSES)}")
+        raise MissingExtraError(
+            "rollout.name='trtllm': verl's TensorRT-LLM replica is not part of this build; use "
+            f"one of {sorted(_REPLICA_CLASSES)}"
+        )
     target = _REPLICA_CLASSES.get(rollout)
     if target is None:
         raise ValueError(f"rollout.name={rollout!r} has no replica class; known: {sorted(_REPLICA_CLASSES)}")

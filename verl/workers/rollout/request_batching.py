@@ -109,8 +109,9 @@ def gather_each(generate: Callable[[list[int], dict[str, Any], str], Awaitable[A
     return serve
 
 
-async def serve_request_batch(requests: list[Request] | bytes, batch_group: BatchGroup | None,
-                              rendezvous: BatchRendezvous, serve: SendBatch) -> list[Any] | bytes:
+async def serve_request_batch(
+    requests: list[Request] | bytes, batch_group: BatchGroup | None, rendezvous: BatchRendezvous, serve: SendBatch
+) -> list[Any] | bytes:
     """``serve``'s per-request outputs (or exceptions) for ``requests`` merged with the other calls of
     ``batch_group``; requests packed with :func:`~verl.workers.rollout.batch_wire.pack_batch` get packed results."""
     packed = isinstance(requests, bytes)

@@ -30,8 +30,9 @@ DEFAULT_ROUTING_CACHE_SIZE = 10000
 class GlobalRequestLoadBalancer:
     """Sticky, least-in-flight routing over ``servers`` (server id -> handle)."""
 
-    def __init__(self, servers: dict[str, Any], max_cache_size: int = DEFAULT_ROUTING_CACHE_SIZE,
-                 full_determinism: bool = False) -> None:
+    def __init__(
+        self, servers: dict[str, Any], max_cache_size: int = DEFAULT_ROUTING_CACHE_SIZE, full_determinism: bool = False
+    ) -> None:
         if max_cache_size < 1:
             raise ValueError(f"GlobalRequestLoadBalancer: max_cache_size must be >= 1, got {max_cache_size}")
         self._servers: dict[str, Any] = dict(servers)

@@ -44,8 +44,9 @@ def get_max_position_embeddings(hf_config: Any) -> int:
     if value is None:
         value = getattr(getattr(hf_config, "text_config", None), "max_position_embeddings", None)
     if value is None:
-        raise ValueError(f"{type(hf_config).__name__} has no max_position_embeddings (nor text_config."
-                         "max_position_embeddings)")
+        raise ValueError(
+            f"{type(hf_config).__name__} has no max_position_embeddings (nor text_config.max_position_embeddings)"
+        )
     return int(value)
 
 
@@ -53,8 +54,9 @@ def engine_gpus(config: Any) -> int:
     """GPUs one replica of an external engine spans: ``tensor_model_parallel_size x data_parallel_size``."""
     from verl.workers.rollout.base import config_value
 
-    return int(config_value(config, "tensor_model_parallel_size", 1)) * int(config_value(config,
-                                                                                       "data_parallel_size", 1))
+    return int(config_value(config, "tensor_model_parallel_size", 1)) * int(
+        config_value(config, "data_parallel_size", 1)
+    )
 
 
 def model_path_of(model_config: Any) -> str:

@@ -25,7 +25,9 @@ class FSDPUlyssesShardingManager(BaseShardingManager):
     def __init__(self, device_mesh: Any = None) -> None:
         super().__init__()
         if device_mesh is not None and _sp_size(device_mesh) > 1:
-            raise NotImplementedError(f"FSDPUlyssesShardingManager: a sequence-parallel mesh of size "
-                                      f"{_sp_size(device_mesh)}; Ulysses sequence parallelism is not part of this "
-                                      "build (set ulysses_sequence_parallel_size=1)")
+            raise NotImplementedError(
+                f"FSDPUlyssesShardingManager: a sequence-parallel mesh of size "
+                f"{_sp_size(device_mesh)}; Ulysses sequence parallelism is not part of this "
+                "build (set ulysses_sequence_parallel_size=1)"
+            )
         self.device_mesh = device_mesh

@@ -11,7 +11,11 @@ from verl.workers.sharding_manager.base import BaseShardingManager
 __all__ = ["FSDPVLLMShardingManager"]
 
 FSDPVLLMShardingManager = unavailable_class(
-    "FSDPVLLMShardingManager", __name__, "verl's in-trainer (SPMD) vLLM engine", package="vllm", extra="vllm",
+    "FSDPVLLMShardingManager",
+    __name__,
+    "verl's in-trainer (SPMD) vLLM engine",
+    package="vllm",
+    extra="vllm",
     reason="vLLM runs as a rollout server here (rollout.name=vllm), fed by the checkpoint engine",
     base=BaseShardingManager,
 )

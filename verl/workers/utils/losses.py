@@ -46,8 +46,12 @@ def _global_counts(data: TensorDict) -> dict[str, Any]:
 
 def _aggregation(counts: dict[str, Any], loss_scale_factor: Any) -> AggregationType:
     """Sum when the loss is a share of a global-batch loss, else the mean over micro-batches."""
-    partial = (counts["dp_size"] > 1 or counts["batch_num_tokens"] is not None
-               or counts["global_batch_size"] is not None or loss_scale_factor is not None)
+    partial = (
+        counts["dp_size"] > 1
+        or counts["batch_num_tokens"] is not None
+        or counts["global_batch_size"] is not None
+        or loss_scale_factor is not None
+    )
     return AggregationType.SUM if partial else AggregationType.MEAN
 
 
@@ -63,8 +67,9 @@ def _loss_mode(config: Any) -> str:
     return str(getattr(policy_loss, "loss_mode", None) or "vanilla")
 
 
-def ppo_loss(config: Any, model_output: dict[str, torch.Tensor], data: TensorDict,
-             dp_group: Any = None) -> tuple[torch.Tensor, dict[str, Any]]:
+def ppo_loss(
+    config: Any, model_output: dict[str, torch.Tensor], data: TensorDict, dp_group: Any = None
+) -> tuple[torch.Tensor, dict[str, Any]]:
     """PPO policy loss of one micro-batch (``config``: the actor config).
 
     Reads ``response_mask``, ``old_log_probs``, ``advantages`` (and ``rollout_is_weights``, ``ref_log_prob`` when
@@ -111,8 +116,9 @@ def ppo_loss(config: Any, model_output: dict[str, torch.Tensor], data: TensorDic
     return loss, metrics
 
 
-def value_loss(config: Any, model_output: dict[str, torch.Tensor], data: TensorDict,
-               dp_group: Any = None) -> tuple[torch.Tensor, dict[str, Any]]:
+def value_loss(
+    config: Any, model_output: dict[str, torch.Tensor], data: TensorDict, dp_group: Any = None
+) -> tuple[torch.Tensor, dict[str, Any]]:
     """Clipped value loss of one micro-batch (``config``: the critic config; ``cliprange_value``,
     ``loss_agg_mode``). Reads ``values`` (rollout-time), ``returns`` and ``response_mask`` from ``data``."""
     vpreds = no_padding_2_padding(model_output["values"], data)
@@ -137,8 +143,9 @@ def value_loss(config: Any, model_output: dict[str, torch.Tensor], data: TensorD
     return vf_loss, metrics
 
 
-def sft_loss(config: Any, model_output: dict[str, torch.Tensor], data: TensorDict,
-             dp_group: Any = None) -> tuple[torch.Tensor, dict[str, Any]]:
+def sft_loss(
+    config: Any, model_output: dict[str, torch.Tensor], data: TensorDict, dp_group: Any = None
+) -> tuple[torch.Tensor, dict[str, Any]]:
     """Negative log-likelihood of the loss-masked tokens, as this micro-batch's share of the mini-batch mean.
 
     No-padding batches (the default ``pad_mode``) carry a jagged ``loss_mask`` over each whole sequence, which is

@@ -101,11 +101,15 @@ def no_padding_2_padding(tensor: torch.Tensor, data: TensorDict) -> torch.Tensor
     response_lens = response_lens.to(values.device, torch.long)
     ends = torch.cumsum(prompt_lens + response_lens, dim=0)
     if ends.numel() and int(ends[-1].item()) != values.shape[0]:
-        raise ValueError(f"no_padding_2_padding: the output has {values.shape[0]} tokens but prompts + responses "
-                         f"of the batch have {int(ends[-1].item())}")
+        raise ValueError(
+            f"no_padding_2_padding: the output has {values.shape[0]} tokens but prompts + responses "
+            f"of the batch have {int(ends[-1].item())}"
+        )
     if bool((prompt_lens == 0).any()):
-        raise ValueError("no_padding_2_padding: every sample needs at least one prompt token (the first response "
-                         "token is scored by the last prompt position)")
+        raise ValueError(
+            "no_padding_2_padding: every sample needs at least one prompt token (the first response "
+            "token is scored by the last prompt position)"
+        )
     steps = torch.arange(width, device=values.device)
     valid = steps.unsqueeze(0) < response_lens.unsqueeze(1)  # [B, W]
     index = (ends - response_lens - 1).unsqueeze(1) + steps.unsqueeze(0)
@@ -129,7 +133,7 @@ def response_from_nested(tensor: torch.Tensor, response_mask: torch.Tensor) -> t
     response_lens = response_mask.offsets().diff().tolist()
     rows = nested_rows(tensor)
     return nested_tensor_from_tensor_list(
-        [row[len(row) - r - 1: len(row) - 1] for row, r in zip(rows, response_lens, strict=True)]
+        [row[len(row) - r - 1 : len(row) - 1] for row, r in zip(rows, response_lens, strict=True)]
     )
 
 

@@ -93,7 +93,11 @@ class RateLimitedRewardManager(NaiveRewardManager):
                 logger.warning(
                     "%s: the rate limits are shared by the whole process and were already set to max_rpm=%s, "
                     "max_tpm=%s; the new reward.max_rpm=%s / reward.max_tpm=%s are ignored",
-                    cls.__name__, cls._max_rpm, cls._max_tpm, max_rpm, max_tpm,
+                    cls.__name__,
+                    cls._max_rpm,
+                    cls._max_tpm,
+                    max_rpm,
+                    max_tpm,
                 )
             return
         cls._max_concurrent = int(config_value(config, "reward", "max_concurrent", default=1))
@@ -106,8 +110,13 @@ class RateLimitedRewardManager(NaiveRewardManager):
         cls._estimated_tokens_per_request = float(
             config_value(config, "reward", "estimated_tokens_per_request", default=2000)
         )
-        logger.info("%s: max_concurrent=%d, max_rpm=%s, max_tpm=%s (shared by the process)",
-                    cls.__name__, cls._max_concurrent, max_rpm, max_tpm)
+        logger.info(
+            "%s: max_concurrent=%d, max_rpm=%s, max_tpm=%s (shared by the process)",
+            cls.__name__,
+            cls._max_concurrent,
+            max_rpm,
+            max_tpm,
+        )
         cls._class_initialized = True
 
     def __init__(
@@ -122,8 +131,13 @@ class RateLimitedRewardManager(NaiveRewardManager):
         # legacy_kwargs: num_examine / reward_fn_key of the batch-manager constructor, accepted and unused as in verl
         if tokenizer is None:
             raise TypeError("RateLimitedRewardManager needs a tokenizer")
-        super().__init__(config if config is not None else {"reward": {}}, tokenizer, compute_score,
-                         reward_router_address, reward_model_tokenizer)
+        super().__init__(
+            config if config is not None else {"reward": {}},
+            tokenizer,
+            compute_score,
+            reward_router_address,
+            reward_model_tokenizer,
+        )
         self.timeout = float(config_value(self.config, "reward", "timeout", default=300.0))
 
     async def run_single(self, data: DataProto) -> dict[str, Any]:
@@ -139,11 +153,11 @@ class RateLimitedRewardManager(NaiveRewardManager):
                 )
                 score, extra = split_score(result)
             except asyncio.TimeoutError:
-                logger.warning("reward function timed out after %gs (data_source=%s)", self.timeout,
-                               sample.data_source)
+                logger.warning("reward function timed out after %gs (data_source=%s)", self.timeout, sample.data_source)
                 score, extra = 0.0, {"timeout": True, "acc": 0.0}
             except Exception as err:  # a failing API call must not take the batch down
-                logger.error("reward function failed (data_source=%s): %s: %s", sample.data_source,
-                             type(err).__name__, err)
+                logger.error(
+                    "reward function failed (data_source=%s): %s: %s", sample.data_source, type(err).__name__, err
+                )
                 score, extra = 0.0, {"error": f"{type(err).__name__}: {err}", "acc": 0.0}
         return {"reward_score": score, "reward_extra_info": extra}

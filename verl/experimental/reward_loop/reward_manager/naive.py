@@ -38,8 +38,10 @@ class NaiveRewardManager(RewardManagerBase):
         """Extra ``compute_score`` arguments for a custom function that queries a served reward model."""
         if self.reward_router_address is None:
             return {}
-        return {"reward_router_address": self.reward_router_address,
-                "reward_model_tokenizer": self.reward_model_tokenizer}
+        return {
+            "reward_router_address": self.reward_router_address,
+            "reward_model_tokenizer": self.reward_model_tokenizer,
+        }
 
     async def run_single(self, data: DataProto) -> dict[str, Any]:
         sample = await self.read_sample(data)

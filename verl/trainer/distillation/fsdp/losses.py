@@ -68,13 +68,16 @@ def compute_forward_kl_topk(
     teacher_log_probs = _flat(teacher_topk_log_probs)
     teacher_ids = _flat(teacher_topk_ids).long()
     if teacher_log_probs.shape[:2] != student_logits.shape[:2] or teacher_ids.shape != teacher_log_probs.shape:
-        raise ValueError(f"forward_kl_topk: student logits {tuple(student_logits.shape)} do not line up with teacher "
-                         f"log-probs {tuple(teacher_log_probs.shape)} / ids {tuple(teacher_ids.shape)}")
+        raise ValueError(
+            f"forward_kl_topk: student logits {tuple(student_logits.shape)} do not line up with teacher "
+            f"log-probs {tuple(teacher_log_probs.shape)} / ids {tuple(teacher_ids.shape)}"
+        )
     k = teacher_ids.shape[-1]
     if cfg_get(loss_config, "use_chunked_topk", False):
         student_topk_ids = torch.topk(student_logits, k=k, dim=-1).indices
-        student_log_probs = chunked_topk_log_probs(student_logits, teacher_ids,
-                                                   int(cfg_get(loss_config, "chunked_topk_chunk_size", 4096)))
+        student_log_probs = chunked_topk_log_probs(
+            student_logits, teacher_ids, int(cfg_get(loss_config, "chunked_topk_chunk_size", 4096))
+        )
     else:
         log_softmax = F.log_softmax(student_logits, dim=-1)
         student_topk_ids = torch.topk(log_softmax, k=k, dim=-1).indices

@@ -52,8 +52,9 @@ def compute_advantage_for_multi_trajectories(
     GRPO runs on each session's final output only and broadcasts that output's advantage over all
     response tokens of the session's outputs; any other estimator runs on the whole batch as usual.
     """
-    kwargs = dict(gamma=gamma, lam=lam, num_repeat=num_repeat, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-                  config=config)
+    kwargs = dict(
+        gamma=gamma, lam=lam, num_repeat=num_repeat, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, config=config
+    )
     if estimator_name(adv_estimator) != AdvantageEstimator.GRPO.value:
         return compute_advantage(data, adv_estimator=adv_estimator, **kwargs)
     if len(batch_keys) != len(data):

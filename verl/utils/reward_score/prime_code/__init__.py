@@ -22,8 +22,9 @@ logger = logging.getLogger(__name__)
 CONTINUOUS_CASES = 10
 
 
-def compute_score(completion: str, test_cases: Any, continuous: bool = False, timeout: float = 10.0,
-                  memory_mb: int = 1024) -> tuple[bool | float, list[dict[str, Any]]]:
+def compute_score(
+    completion: str, test_cases: Any, continuous: bool = False, timeout: float = 10.0, memory_mb: int = 1024
+) -> tuple[bool | float, list[dict[str, Any]]]:
     """Score ``completion`` on ``test_cases`` (JSON string or dict with ``inputs``/``outputs``[/``fn_name``])."""
     code = extract_code(completion)
     code = completion if code is None else code

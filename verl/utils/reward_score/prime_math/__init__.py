@@ -19,8 +19,25 @@ from verl.utils.reward_score.prime_math.grader import _time_limit, latex_to_text
 __all__ = ["compute_score", "grade_answer", "match_answer", "remove_boxed", "should_allow_eval", "split_tuple"]
 
 _TUPLE_CHARS = "()[]"
-_UNITS = ("degree", "cm", "centimeter", "meter", "mile", "second", "minute", "hour", "day", "week", "month", "year",
-          "foot", "feet", "inch", "yard", "liter")
+_UNITS = (
+    "degree",
+    "cm",
+    "centimeter",
+    "meter",
+    "mile",
+    "second",
+    "minute",
+    "hour",
+    "day",
+    "week",
+    "month",
+    "year",
+    "foot",
+    "feet",
+    "inch",
+    "yard",
+    "liter",
+)
 _SCALES = {"million": "*10^6", "billion": "*10^9", "trillion": "*10^12"}
 _BAD_SUBSTRINGS = ("^{", "^(")
 _BAD_REGEXES = (r"\^[0-9]+\^", r"\^[0-9][0-9]+")
@@ -72,8 +89,7 @@ def match_answer(response: str) -> tuple[bool, str]:
     dot = text.rfind(". ")
     if dot != -1:
         text = text[:dot].strip()
-    found, text = _cut_after(text, ("be ", "is ", "are ", "=", ": ", "get ", "be\n", "is\n", "are\n", ":\n",
-                                    "get\n"))
+    found, text = _cut_after(text, ("be ", "is ", "are ", "=", ": ", "get ", "be\n", "is\n", "are\n", ":\n", "get\n"))
     matched = (matched or found) and any(c.isdigit() for c in text)
     return matched, text
 
@@ -131,8 +147,12 @@ def split_tuple(expr: str) -> list[str]:
     if not expr:
         return []
     inner = expr[1:-1]
-    if len(expr) > 2 and expr[0] in _TUPLE_CHARS and expr[-1] in _TUPLE_CHARS and not any(c in inner
-                                                                                              for c in _TUPLE_CHARS):
+    if (
+        len(expr) > 2
+        and expr[0] in _TUPLE_CHARS
+        and expr[-1] in _TUPLE_CHARS
+        and not any(c in inner for c in _TUPLE_CHARS)
+    ):
         return [e.strip() for e in inner.split(",")]
     return [expr]
 

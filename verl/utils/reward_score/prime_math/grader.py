@@ -20,8 +20,21 @@ __all__ = ["is_digit", "latex_to_text", "math_equal", "symbolic_equal"]
 
 _MAX_CHARS = 1000
 _SIMPLE_COMMANDS = {
-    "\\cdot": "*", "\\times": "*", "\\div": "/", "\\pi": "pi", "\\infty": "oo", "\\left": "", "\\right": "",
-    "\\!": "", "\\,": "", "\\;": "", "\\ ": "", "\\le": "<=", "\\ge": ">=", "\\dfrac": "\\frac", "\\tfrac": "\\frac",
+    "\\cdot": "*",
+    "\\times": "*",
+    "\\div": "/",
+    "\\pi": "pi",
+    "\\infty": "oo",
+    "\\left": "",
+    "\\right": "",
+    "\\!": "",
+    "\\,": "",
+    "\\;": "",
+    "\\ ": "",
+    "\\le": "<=",
+    "\\ge": ">=",
+    "\\dfrac": "\\frac",
+    "\\tfrac": "\\frac",
 }
 
 
@@ -106,7 +119,7 @@ def latex_to_text(expr: str) -> str:
         elif text[i] == "\\":
             name = re.match(r"\\([a-zA-Z]+)", text[i:])
             if name is None:
-                raise ValueError(f"cannot read LaTeX at {text[i:i + 10]!r}")
+                raise ValueError(f"cannot read LaTeX at {text[i : i + 10]!r}")
             out.append(name.group(1))  # \sin -> sin, \ln -> ln, ...
             i += len(name.group(0))
         else:
@@ -168,8 +181,14 @@ def _pieces(text: str) -> tuple[str, list[str], str] | None:
     return None
 
 
-def math_equal(prediction: Any, reference: Any, include_percentage: bool = True, tolerance: float = 1e-4,
-               timeout: float | bool = 10.0, pi: float = math.pi) -> bool:
+def math_equal(
+    prediction: Any,
+    reference: Any,
+    include_percentage: bool = True,
+    tolerance: float = 1e-4,
+    timeout: float | bool = 10.0,
+    pi: float = math.pi,
+) -> bool:
     """Whether ``prediction`` equals ``reference`` as text, number, tuple/interval or symbolic expression.
     ``timeout``: seconds for the symbolic step (``True``: 10 s, ``False``: no limit)."""
     seconds = 10.0 if timeout is True else (0.0 if timeout is False else float(timeout))
@@ -188,9 +207,14 @@ def math_equal(prediction: Any, reference: Any, include_percentage: bool = True,
     pred_parts, ref_parts = _pieces(pred_text), _pieces(ref_text)
     if pred_parts and ref_parts:
         same_brackets = pred_parts[0] == ref_parts[0] and pred_parts[2] == ref_parts[2]
-        return (same_brackets and len(pred_parts[1]) == len(ref_parts[1])
-                and all(math_equal(p, r, include_percentage, tolerance, timeout, pi)
-                        for p, r in zip(pred_parts[1], ref_parts[1], strict=True)))
+        return (
+            same_brackets
+            and len(pred_parts[1]) == len(ref_parts[1])
+            and all(
+                math_equal(p, r, include_percentage, tolerance, timeout, pi)
+                for p, r in zip(pred_parts[1], ref_parts[1], strict=True)
+            )
+        )
     if "=" in pred_text and "=" not in ref_text and pred_text.count("=") == 1:
         pred_text = pred_text.split("=")[1].strip()  # "x = 3" against "3"
     return symbolic_equal(pred_text, ref_text, tolerance, seconds)

@@ -36,15 +36,22 @@ def _assert_cases(test_cases: Any) -> dict[str, Any] | None:
     return None
 
 
-def compute_score(sandbox_fusion_url: str, concurrent_semaphore: threading.Semaphore | None,
-                  memory_limit_mb: int | None, completion: str, test_cases: Any, continuous: bool = False,
-                  timeout: int = 10) -> tuple[float, list[dict[str, Any]]]:
+def compute_score(
+    sandbox_fusion_url: str,
+    concurrent_semaphore: threading.Semaphore | None,
+    memory_limit_mb: int | None,
+    completion: str,
+    test_cases: Any,
+    continuous: bool = False,
+    timeout: int = 10,
+) -> tuple[float, list[dict[str, Any]]]:
     """Pass rate of ``completion``'s program on ``test_cases`` run by the service at ``sandbox_fusion_url``."""
     code = extract_code(completion)
     if code is None:
         return 0.0, [{"error": "the completion has no fenced code block"}]
-    executor = remote_executor(sandbox_fusion_url, int(memory_limit_mb or 1024),
-                               concurrent_semaphore=concurrent_semaphore)
+    executor = remote_executor(
+        sandbox_fusion_url, int(memory_limit_mb or 1024), concurrent_semaphore=concurrent_semaphore
+    )
     asserts = _assert_cases(test_cases)
     try:
         if asserts is not None:

@@ -86,8 +86,14 @@ class FSDPEngine(BaseEngine):
 
     model_role = "model"
 
-    def __init__(self, model_config: Any, engine_config: Any, optimizer_config: Any = None,
-                 checkpoint_config: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model_config: Any,
+        engine_config: Any,
+        optimizer_config: Any = None,
+        checkpoint_config: Any = None,
+        **kwargs: Any,
+    ) -> None:
         self.model_config = model_config
         self.engine_config = engine_config
         self.optimizer_config = optimizer_config
@@ -95,16 +101,17 @@ class FSDPEngine(BaseEngine):
         self.mode: str | None = None
         sp_size = int(_setting(engine_config, "ulysses_sequence_parallel_size", 1))
         if sp_size > 1:
-            raise NotImplementedError(f"ulysses_sequence_parallel_size={sp_size}: Ulysses sequence parallelism is "
-                                      "not part of this build; set it to 1")
+            raise NotImplementedError(
+                f"ulysses_sequence_parallel_size={sp_size}: Ulysses sequence parallelism is "
+                "not part of this build; set it to 1"
+            )
         self.ulysses_sequence_parallel_size = 1
         self.use_ulysses_sp = False
         self.ulysses_device_mesh = None
         self.ulysses_parallel_group = None
         self.device_type = get_device_name()
         if not dist.is_initialized():
-            init_distributed(self.device_type, int(os.environ.get("RANK", "0")),
-                             int(os.environ.get("WORLD_SIZE", "1")))
+            init_distributed(self.device_type, int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
         self.rank = dist.get_rank()
         self.device = device_for_rank(self.device_type, int(os.environ.get("LOCAL_RANK", "0")))
         self.device_mesh = create_device_mesh(dist.get_world_size(), int(_setting(engine_config, "fsdp_size", -1)))
@@ -117,8 +124,9 @@ class FSDPEngine(BaseEngine):
         self._compiled = bool(_setting(engine_config, "use_torch_compile", False)) and self.device.type != "cpu"
         if bool(_setting(engine_config, "entropy_from_logits_with_chunking", False)):
             chunk = int(_setting(engine_config, "entropy_from_logits_chunk_size", 2048))
-            self.compute_entropy_from_logits = functools.partial(entropy_from_logits_with_chunking,
-                                                                 chunk_size=chunk, compiled=self._compiled)
+            self.compute_entropy_from_logits = functools.partial(
+                entropy_from_logits_with_chunking, chunk_size=chunk, compiled=self._compiled
+            )
         else:
             self.compute_entropy_from_logits = functools.partial(entropy_from_logits, compiled=self._compiled)
         self.module: nn.Module | None = None
@@ -150,8 +158,9 @@ class FSDPEngine(BaseEngine):
         return parse_dtype(name, key=self._key("fsdp_config.model_dtype"))
 
     def _build_module(self, model_path: str) -> nn.Module:
-        raise NotImplementedError(f"{type(self).__name__} builds no model; use FSDPEngineWithLMHead or "
-                                  "FSDPEngineWithValueHead")
+        raise NotImplementedError(
+            f"{type(self).__name__} builds no model; use FSDPEngineWithLMHead or FSDPEngineWithValueHead"
+        )
 
     def initialize(self) -> None:
         """Load and shard the model; build optimizer and LR schedule unless ``forward_only``; set up checkpoints;
@@ -180,12 +189,16 @@ class FSDPEngine(BaseEngine):
         from verl.workers.fsdp.checkpoint_manager import FSDPCheckpointManager
 
         self.checkpoint_manager = FSDPCheckpointManager(
-            self.module, self.optimizer, self.lr_scheduler, processing_class=self.tokenizer,
-            checkpoint_config=self.checkpoint_config, hf_config=self.hf_config,
-            export_weights=lambda out_dir: export_hf_weights(self.module, out_dir), role=self.model_role,
+            self.module,
+            self.optimizer,
+            self.lr_scheduler,
+            processing_class=self.tokenizer,
+            checkpoint_config=self.checkpoint_config,
+            hf_config=self.hf_config,
+            export_weights=lambda out_dir: export_hf_weights(self.module, out_dir),
+            role=self.model_role,
         )
-        self.to("cpu", model=self._is_offload_param, optimizer=self._is_offload_optimizer,
-                grad=self._is_offload_param)
+        self.to("cpu", model=self._is_offload_param, optimizer=self._is_offload_optimizer, grad=self._is_offload_param)
 
     def _require_module(self, what: str) -> nn.Module:
         if self.module is None:
@@ -274,23 +287,27 @@ class FSDPEngine(BaseEngine):
 
     def _count_loss_tokens(self, data: TensorDict) -> int:
         if "loss_mask" not in data.keys():
-            raise KeyError(f"{type(self).__name__}.forward_backward_batch needs a 'loss_mask' (see "
-                           f"left_right_2_no_padding); the batch has {sorted(data.keys())}")
+            raise KeyError(
+                f"{type(self).__name__}.forward_backward_batch needs a 'loss_mask' (see "
+                f"left_right_2_no_padding); the batch has {sorted(data.keys())}"
+            )
         mask = data.get("loss_mask")
         count = (mask.values() if mask.is_nested else mask).sum().to(self.device, torch.float64)
         if dist.get_world_size() > 1:
             dist.all_reduce(count, op=dist.ReduceOp.SUM, group=self.get_data_parallel_group())
         return int(count.item())
 
-    def forward_backward_batch(self, data: TensorDict, loss_function: Callable | None,
-                               forward_only: bool = False) -> dict[str, Any]:
+    def forward_backward_batch(
+        self, data: TensorDict, loss_function: Callable | None, forward_only: bool = False
+    ) -> dict[str, Any]:
         """Run every micro-batch (backward too unless ``forward_only``); returns ``{"model_output", "loss",
         "metrics"}`` with the model outputs in the batch's sample order (dropped after a training pass unless the
         batch sets ``return_model_output``)."""
         self._require_module("forward_backward_batch")
         keep_output = bool(tu.get_non_tensor_data(data, "return_model_output", False))
-        tu.assign_non_tensor(data, sp_size=1, batch_num_tokens=self._count_loss_tokens(data),
-                             dp_size=self.get_data_parallel_size())
+        tu.assign_non_tensor(
+            data, sp_size=1, batch_num_tokens=self._count_loss_tokens(data), dp_size=self.get_data_parallel_size()
+        )
         group = self.get_data_parallel_group() if dist.get_world_size() > 1 else None
         micro_batches, indices = prepare_micro_batches(data, dp_group=group, same_micro_num_in_dp=True)
         outputs = []
@@ -306,8 +323,9 @@ class FSDPEngine(BaseEngine):
             outputs.append(output)
         return postprocess_batch_func(outputs, indices, data)
 
-    def forward_step(self, micro_batch: TensorDict, loss_function: Callable | None,
-                     forward_only: bool) -> tuple[torch.Tensor, dict[str, Any]]:
+    def forward_step(
+        self, micro_batch: TensorDict, loss_function: Callable | None, forward_only: bool
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         """One micro-batch: model forward, outputs, loss. ``(loss, {"model_output", "loss", "metrics"})``."""
         micro_batch = micro_batch.to(self.device)
         model_inputs, output_args = self.prepare_model_inputs(micro_batch, forward_only)
@@ -315,14 +333,18 @@ class FSDPEngine(BaseEngine):
             raw = self.module(**model_inputs, use_cache=False)
         model_output = self.prepare_model_outputs(raw, output_args, micro_batch, loss_function)
         if loss_function is not None:
-            loss, metrics = loss_function(model_output=model_output, data=micro_batch,
-                                          dp_group=self.get_data_parallel_group())
+            loss, metrics = loss_function(
+                model_output=model_output, data=micro_batch, dp_group=self.get_data_parallel_group()
+            )
         else:
             if not forward_only:
                 raise ValueError(f"{type(self).__name__}: a training pass needs a loss_function")
             loss, metrics = torch.zeros((), device=self.device), {}
-        return loss, {"model_output": detach_tree(model_output), "loss": float(loss.detach().item()),
-                      "metrics": metrics}
+        return loss, {
+            "model_output": detach_tree(model_output),
+            "loss": float(loss.detach().item()),
+            "metrics": metrics,
+        }
 
     def _head_context(self, micro_batch: TensorDict, output_args: dict[str, Any], forward_only: bool) -> Any:
         return nullcontext()
@@ -331,25 +353,36 @@ class FSDPEngine(BaseEngine):
         """Model kwargs for the micro-batch (packed row, or right-padded rows) and what reading the output needs."""
         pad_mode = tu.get_non_tensor_data(micro_batch, "pad_mode", "no_padding")
         if str(getattr(pad_mode, "value", pad_mode)) != "no_padding":
-            raise NotImplementedError(f"{type(self).__name__}: pad_mode={pad_mode!r}; only no_padding batches "
-                                      "(left_right_2_no_padding) are supported")
+            raise NotImplementedError(
+                f"{type(self).__name__}: pad_mode={pad_mode!r}; only no_padding batches "
+                "(left_right_2_no_padding) are supported"
+            )
         if micro_batch.get("multi_modal_inputs", None) is not None:
             raise NotImplementedError(f"{type(self).__name__}: multimodal inputs are not supported here")
         input_ids, position_ids = micro_batch.get("input_ids"), micro_batch.get("position_ids")
         if not (input_ids.is_nested and position_ids.is_nested):
-            raise ValueError(f"{type(self).__name__}: input_ids and position_ids must be nested (no-padding "
-                             "layout); convert the batch with left_right_2_no_padding")
+            raise ValueError(
+                f"{type(self).__name__}: input_ids and position_ids must be nested (no-padding "
+                "layout); convert the batch with left_right_2_no_padding"
+            )
         if position_ids.dim() == 3:
             raise NotImplementedError(f"{type(self).__name__}: 3-D (mRoPE) position_ids are not supported here")
         lengths = input_ids.offsets().diff()
         flat_ids = input_ids.values()
         labels = torch.roll(flat_ids, shifts=-1, dims=0)
         remove_padding = bool(tu.get_non_tensor_data(micro_batch, "use_remove_padding", self.use_remove_padding))
-        output_args: dict[str, Any] = {"lengths": lengths, "labels": labels, "remove_padding": remove_padding,
-                                       "temperature": self._token_temperature(micro_batch, lengths)}
+        output_args: dict[str, Any] = {
+            "lengths": lengths,
+            "labels": labels,
+            "remove_padding": remove_padding,
+            "temperature": self._token_temperature(micro_batch, lengths),
+        }
         if remove_padding:
-            inputs = {"input_ids": flat_ids.unsqueeze(0), "position_ids": position_ids.values().unsqueeze(0),
-                      "attention_mask": None}
+            inputs = {
+                "input_ids": flat_ids.unsqueeze(0),
+                "position_ids": position_ids.values().unsqueeze(0),
+                "attention_mask": None,
+            }
             return inputs, output_args
         pad = int(tu.get_non_tensor_data(micro_batch, "pad_token_id", 0) or 0)
         width = int(lengths.max().item())
@@ -388,8 +421,9 @@ class FSDPEngine(BaseEngine):
         torch.cumsum(lengths.to(flat.device, torch.long), dim=0, out=offsets[1:])
         return torch.nested.nested_tensor_from_jagged(flat, offsets=offsets)
 
-    def prepare_model_outputs(self, output: Any, output_args: dict[str, Any], micro_batch: TensorDict,
-                              logits_processor_func: Callable | None) -> dict[str, torch.Tensor]:
+    def prepare_model_outputs(
+        self, output: Any, output_args: dict[str, Any], micro_batch: TensorDict, logits_processor_func: Callable | None
+    ) -> dict[str, torch.Tensor]:
         raise NotImplementedError(f"{type(self).__name__}.prepare_model_outputs")
 
     # ------------------------------------------------------------------ weights and checkpoints
@@ -401,28 +435,39 @@ class FSDPEngine(BaseEngine):
         return iter_named_weights(module, device=None), None
 
     def get_per_tensor_param_shard(self, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__}.get_per_tensor_param_shard: sharded weight export (delta "
-                                  "checkpoint engines) is not part of this build")
+        raise NotImplementedError(
+            f"{type(self).__name__}.get_per_tensor_param_shard: sharded weight export (delta "
+            "checkpoint engines) is not part of this build"
+        )
 
     def get_per_tensor_param_delta_shard(self, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__}.get_per_tensor_param_delta_shard: delta weight export is "
-                                  "not part of this build")
+        raise NotImplementedError(
+            f"{type(self).__name__}.get_per_tensor_param_delta_shard: delta weight export is not part of this build"
+        )
 
     def lora_adapter_state(self) -> dict[str, torch.Tensor]:
         """The LoRA adapter tensors (full, collective); empty without LoRA."""
         module = self._require_module("lora_adapter_state")
         return adapter_state(module) if has_lora(module) else {}
 
-    def save_checkpoint(self, local_path: str, hdfs_path: str | None = None, global_step: int = 0,
-                        max_ckpt_to_keep: int | None = None, **kwargs: Any) -> Any:
+    def save_checkpoint(
+        self,
+        local_path: str,
+        hdfs_path: str | None = None,
+        global_step: int = 0,
+        max_ckpt_to_keep: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Save model, optimizer, schedule and RNG (what ``checkpoint_config.save_contents`` names)."""
         self._require_module("save_checkpoint")
         with self._loaded(optimizer=True):
-            return self.checkpoint_manager.save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep,
-                                                           kwargs.get("extra_state"))
+            return self.checkpoint_manager.save_checkpoint(
+                local_path, hdfs_path, global_step, max_ckpt_to_keep, kwargs.get("extra_state")
+            )
 
-    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = True,
-                        **kwargs: Any) -> Any:
+    def load_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = True, **kwargs: Any
+    ) -> Any:
         """Restore a checkpoint written by :meth:`save_checkpoint`; returns ``{global_step, extra_state}``."""
         self._require_module("load_checkpoint")
         with self._loaded(optimizer=True):
@@ -503,12 +548,17 @@ class FSDPEngineWithLMHead(FSDPEngine):
             labels = padded
         output_args["fused"] = True
         entropy = bool(tu.get_non_tensor_data(micro_batch, "calculate_entropy", False))
-        return fused_lm_head(self._fused_head, labels.reshape(1, -1) if output_args["remove_padding"] else labels,
-                             temperature, calculate_entropy=entropy,
-                             entropy_grad=entropy and not forward_only and torch.is_grad_enabled())
+        return fused_lm_head(
+            self._fused_head,
+            labels.reshape(1, -1) if output_args["remove_padding"] else labels,
+            temperature,
+            calculate_entropy=entropy,
+            entropy_grad=entropy and not forward_only and torch.is_grad_enabled(),
+        )
 
-    def prepare_model_outputs(self, output: Any, output_args: dict[str, Any], micro_batch: TensorDict,
-                              logits_processor_func: Callable | None) -> dict[str, torch.Tensor]:
+    def prepare_model_outputs(
+        self, output: Any, output_args: dict[str, Any], micro_batch: TensorDict, logits_processor_func: Callable | None
+    ) -> dict[str, torch.Tensor]:
         if tu.get_non_tensor_data(micro_batch, "distillation_use_topk", False):
             raise NotImplementedError("FSDPEngineWithLMHead: top-k distillation outputs are not part of this build")
         calculate_entropy = bool(tu.get_non_tensor_data(micro_batch, "calculate_entropy", False))
@@ -523,12 +573,16 @@ class FSDPEngineWithLMHead(FSDPEngine):
         temperature = output_args["temperature"]
         if isinstance(temperature, torch.Tensor) or temperature != 1.0:
             logits = logits / temperature
-        result = {"log_probs": self._jagged(logprobs_from_logits(logits, output_args["labels"],
-                                                                 compiled=self._compiled), lengths)}
+        result = {
+            "log_probs": self._jagged(
+                logprobs_from_logits(logits, output_args["labels"], compiled=self._compiled), lengths
+            )
+        }
         if calculate_entropy:
             if bool(_setting(self.engine_config, "entropy_checkpointing", False)) and torch.is_grad_enabled():
-                entropy = torch.utils.checkpoint.checkpoint(self.compute_entropy_from_logits, logits,
-                                                            use_reentrant=False)
+                entropy = torch.utils.checkpoint.checkpoint(
+                    self.compute_entropy_from_logits, logits, use_reentrant=False
+                )
             else:
                 entropy = self.compute_entropy_from_logits(logits)
             result["entropy"] = self._jagged(entropy, lengths)
@@ -547,8 +601,9 @@ class FSDPEngineWithValueHead(FSDPEngineWithLMHead):
     def _head_context(self, micro_batch: TensorDict, output_args: dict[str, Any], forward_only: bool) -> Any:
         return nullcontext()
 
-    def prepare_model_outputs(self, output: Any, output_args: dict[str, Any], micro_batch: TensorDict,
-                              logits_processor_func: Callable | None) -> dict[str, torch.Tensor]:
+    def prepare_model_outputs(
+        self, output: Any, output_args: dict[str, Any], micro_batch: TensorDict, logits_processor_func: Callable | None
+    ) -> dict[str, torch.Tensor]:
         values = output.logits if hasattr(output, "logits") else output[0]
         if values.dim() == 3:
             values = values.squeeze(-1)

@@ -31,5 +31,6 @@ def get_sharding_strategy(device_mesh: DeviceMesh, zero3_enable: bool = True) ->
         return ShardingStrategy.FULL_SHARD if zero3_enable else ShardingStrategy.SHARD_GRAD_OP
     if device_mesh.ndim == 2:
         return ShardingStrategy.HYBRID_SHARD if zero3_enable else ShardingStrategy._HYBRID_SHARD_ZERO2
-    raise NotImplementedError(f"get_sharding_strategy: a device mesh of {device_mesh.ndim} dims; only 1 (fsdp) or 2 "
-                              "(ddp, fsdp) are supported")
+    raise NotImplementedError(
+        f"get_sharding_strategy: a device mesh of {device_mesh.ndim} dims; only 1 (fsdp) or 2 (ddp, fsdp) are supported"
+    )

@@ -11,6 +11,8 @@ _DEVICES = ["cuda", "cpu"]
 
 MegatronEngine = megatron_class("MegatronEngine", __name__, base=BaseEngine)
 MegatronEngineWithLMHead = EngineRegistry.register("language_model", "megatron", device=_DEVICES)(
-    megatron_class("MegatronEngineWithLMHead", __name__, base=MegatronEngine))
+    megatron_class("MegatronEngineWithLMHead", __name__, base=MegatronEngine)
+)
 MegatronEngineWithValueHead = EngineRegistry.register("value_model", "megatron", device=_DEVICES)(
-    megatron_class("MegatronEngineWithValueHead", __name__, base=MegatronEngineWithLMHead))
+    megatron_class("MegatronEngineWithValueHead", __name__, base=MegatronEngineWithLMHead)
+)

@@ -12,7 +12,10 @@ _REASON = "this package trains with FSDP2 on CUDA or CPU only"
 
 repatch = unavailable_function("repatch", __name__, _FEATURE, reason=_REASON)
 MindspeedEngineWithLMHead = EngineRegistry.register("language_model", "megatron", device="npu")(
-    unavailable_class("MindspeedEngineWithLMHead", __name__, _FEATURE, reason=_REASON, base=MegatronEngineWithLMHead))
+    unavailable_class("MindspeedEngineWithLMHead", __name__, _FEATURE, reason=_REASON, base=MegatronEngineWithLMHead)
+)
 MindspeedEngineWithValueHead = EngineRegistry.register("value_model", "megatron", device="npu")(
-    unavailable_class("MindspeedEngineWithValueHead", __name__, _FEATURE, reason=_REASON,
-                      base=MegatronEngineWithValueHead))
+    unavailable_class(
+        "MindspeedEngineWithValueHead", __name__, _FEATURE, reason=_REASON, base=MegatronEngineWithValueHead
+    )
+)

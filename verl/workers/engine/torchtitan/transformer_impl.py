@@ -9,8 +9,11 @@ __all__ = ["TorchTitanEngine", "TorchTitanEngineWithLMHead"]
 _FEATURE = "verl's TorchTitan engine"
 _REASON = "this package trains Hugging Face models with its FSDP2 engine (backend fsdp/fsdp2)"
 
-TorchTitanEngine = unavailable_class("TorchTitanEngine", __name__, _FEATURE, package="torchtitan", reason=_REASON,
-                                     base=BaseEngine)
+TorchTitanEngine = unavailable_class(
+    "TorchTitanEngine", __name__, _FEATURE, package="torchtitan", reason=_REASON, base=BaseEngine
+)
 TorchTitanEngineWithLMHead = EngineRegistry.register("language_model", "torchtitan", device=["cuda", "cpu"])(
-    unavailable_class("TorchTitanEngineWithLMHead", __name__, _FEATURE, package="torchtitan", reason=_REASON,
-                      base=TorchTitanEngine))
+    unavailable_class(
+        "TorchTitanEngineWithLMHead", __name__, _FEATURE, package="torchtitan", reason=_REASON, base=TorchTitanEngine
+    )
+)

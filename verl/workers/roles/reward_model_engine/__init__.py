@@ -23,7 +23,9 @@ def get_reward_model_class(reward_model_name: str) -> type:
     known ones."""
     target = _REWARD_MODEL_CLASSES.get(reward_model_name)
     if target is None:
-        raise ValueError(f"reward_model.name={reward_model_name!r} is not a known reward model; known: "
-                         f"{sorted(_REWARD_MODEL_CLASSES)}")
+        raise ValueError(
+            f"reward_model.name={reward_model_name!r} is not a known reward model; known: "
+            f"{sorted(_REWARD_MODEL_CLASSES)}"
+        )
     module_name, class_name = target.split(":")
     return getattr(importlib.import_module(module_name), class_name)

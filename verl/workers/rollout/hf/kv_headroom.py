@@ -79,8 +79,9 @@ class HeadroomLayer(DynamicLayer):
             self.assign(key_states, value_states)
             return self.keys, self.values
         if key_states.shape[0] != self.rows:
-            raise ValueError(f"HeadroomLayer.update: {key_states.shape[0]} rows of new states for a cache of "
-                             f"{self.rows} rows")
+            raise ValueError(
+                f"HeadroomLayer.update: {key_states.shape[0]} rows of new states for a cache of {self.rows} rows"
+            )
         width = int(key_states.shape[-2])
         if self.end + width > self.capacity:
             self._grow(width)

@@ -29,8 +29,16 @@ class HFReplica(StandaloneReplica):
     ``is_teacher_model`` are accepted for verl's signature; extra keyword arguments go to :class:`StandaloneReplica`
     (placement, ``num_gpus``, timeouts)."""
 
-    def __init__(self, replica_rank: int, config: Any, model_config: Any, gpus_per_node: int = 8,
-                 is_reward_model: bool = False, is_teacher_model: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        replica_rank: int,
+        config: Any,
+        model_config: Any,
+        gpus_per_node: int = 8,
+        is_reward_model: bool = False,
+        is_teacher_model: bool = False,
+        **kwargs: Any,
+    ) -> None:
         self.gpus_per_node = int(gpus_per_node)
         self.is_reward_model = bool(is_reward_model)
         self.is_teacher_model = bool(is_teacher_model)

@@ -26,8 +26,15 @@ class SGLangReplica(StandaloneReplica):
     """One SGLang replica actor. ``replica_rank`` names it in errors; ``gpus_per_node`` and ``is_reward_model`` are
     accepted for verl's signature; extra keyword arguments go to :class:`StandaloneReplica` (placement, timeouts)."""
 
-    def __init__(self, replica_rank: int, config: Any, model_config: Any, gpus_per_node: int = 8,
-                 is_reward_model: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        replica_rank: int,
+        config: Any,
+        model_config: Any,
+        gpus_per_node: int = 8,
+        is_reward_model: bool = False,
+        **kwargs: Any,
+    ) -> None:
         require_package("sglang", extra="sglang", what=type(self).__qualname__, feature="the SGLang engine")
         self.replica_rank = int(replica_rank)
         self.is_reward_model = bool(is_reward_model)

@@ -113,8 +113,9 @@ def sglang_lora_target_modules(target_modules: Any) -> list[str]:
     return list(target_modules)
 
 
-def broadcast_pyobj(data: list[Any], rank: int, dist_group: Any = None, src: int = 0,
-                    force_cpu_device: bool = False) -> list[Any]:
+def broadcast_pyobj(
+    data: list[Any], rank: int, dist_group: Any = None, src: int = 0, force_cpu_device: bool = False
+) -> list[Any]:
     """Broadcast a picklable list from global rank ``src`` to the other ranks of ``dist_group``.
 
     ``rank`` is this process's global rank. The payload travels as one uint8 tensor after its length, on CUDA when

@@ -20,7 +20,6 @@ from verl.workers.rollout.vllm_rollout.vllm_rollout import (
     vLLMRollout,
 )
 
-__all__ = ["FIREvLLMRollout", "ServerAdapter", "load_dtensor_weights", "vLLMAsyncRollout", "vLLMRollout",
-           "vllm_mode"]
+__all__ = ["FIREvLLMRollout", "ServerAdapter", "load_dtensor_weights", "vLLMAsyncRollout", "vLLMRollout", "vllm_mode"]
 
 vllm_mode = "spmd"

@@ -14,5 +14,4 @@ _FEATURE = "verl's ZeroMQ / CUDA-IPC weight transfer to a colocated vLLM worker"
 _REASON = "weights reach the vLLM server through the checkpoint engine (verl.checkpoint_engine) here"
 
 BucketedWeightSender = unavailable_class("BucketedWeightSender", __name__, _FEATURE, extra="vllm", reason=_REASON)
-BucketedWeightReceiver = unavailable_class("BucketedWeightReceiver", __name__, _FEATURE, extra="vllm",
-                                           reason=_REASON)
+BucketedWeightReceiver = unavailable_class("BucketedWeightReceiver", __name__, _FEATURE, extra="vllm", reason=_REASON)

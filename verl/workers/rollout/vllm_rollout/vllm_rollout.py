@@ -44,9 +44,17 @@ class vLLMRollout(HybridRollout):  # noqa: N801 - verl's class name
         pad_token_id: overrides the tokenizer's pad token.
     """
 
-    def __init__(self, model_path_or_config: Any, config: Any = None, tokenizer: Any = None,
-                 model_hf_config: Any = None, *, device_mesh: Any = None, pad_token_id: int | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model_path_or_config: Any,
+        config: Any = None,
+        tokenizer: Any = None,
+        model_hf_config: Any = None,
+        *,
+        device_mesh: Any = None,
+        pad_token_id: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         require_package("vllm", extra="vllm", what=type(self).__qualname__, feature="the vLLM engine")
         if isinstance(model_path_or_config, str):
             model_path, rollout_config, model_config = model_path_or_config, config, None
@@ -68,15 +76,20 @@ vLLMAsyncRollout = vLLMRollout
 class ServerAdapter(vLLMRollout):
     """verl 0.9's worker-side vLLM adapter: ``ServerAdapter(config, model_config, device_mesh, replica_rank)``."""
 
-    def __init__(self, config: Any, model_config: Any, device_mesh: Any = None, replica_rank: int = -1,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, config: Any, model_config: Any, device_mesh: Any = None, replica_rank: int = -1, **kwargs: Any
+    ) -> None:
         self.replica_rank = int(replica_rank)
         super().__init__(config, model_config, device_mesh=device_mesh, **kwargs)
 
 
 FIREvLLMRollout = unavailable_class(
-    "FIREvLLMRollout", __name__, "FIRE sampling (a higher temperature for the first response token)",
-    package="vllm", extra="vllm", reason="the vLLM adapter here samples every token with the rollout's settings",
+    "FIREvLLMRollout",
+    __name__,
+    "FIRE sampling (a higher temperature for the first response token)",
+    package="vllm",
+    extra="vllm",
+    reason="the vLLM adapter here samples every token with the rollout's settings",
     base=vLLMRollout,
 )
 
@@ -89,7 +102,9 @@ def load_dtensor_weights(actor_weights: dict[str, torch.Tensor], vllm_model: Any
     load = getattr(vllm_model, "load_weights", None)
     if not callable(load):
         raise TypeError(f"load_dtensor_weights: {type(vllm_model).__name__} has no load_weights(weights) method")
-    weights = [(name, tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor)
-               for name, tensor in actor_weights.items()]
+    weights = [
+        (name, tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor)
+        for name, tensor in actor_weights.items()
+    ]
     load(weights=weights)
     return len(weights)
