@@ -70,3 +70,11 @@ def test_the_budget_and_other_errors_reraise(tmp_path):
         RestartPolicy(_config(tmp_path)).next_attempt(ValueError("bad row 7"))
     with pytest.raises(WorkerDiedError):
         RestartPolicy(_config(tmp_path, max_restarts=0)).next_attempt(_died())
+
+
+def test_the_async_recipes_refuse_max_restarts_naming_the_key(tmp_path):
+    from verl.experimental.fully_async_policy.main import run_async_training
+
+    config = OmegaConf.create({"trainer": {"max_restarts": 2, "default_local_dir": str(tmp_path)}})
+    with pytest.raises(ValueError, match=r"trainer.max_restarts=2: the fully_async recipe does not restart itself"):
+        run_async_training(config, "fully_async")

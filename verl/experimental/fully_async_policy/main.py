@@ -118,6 +118,13 @@ def run_async_training(config: DictConfig, kind: str) -> dict[str, Any]:
     from verl.single_controller.ray.node_placement import on_this_node
     from verl.trainer.ppo.task_runner import _ray_init_kwargs
 
+    max_restarts = int(config.trainer.get("max_restarts", 0) or 0)
+    if max_restarts:
+        raise ValueError(
+            f"trainer.max_restarts={max_restarts}: the {kind} recipe does not restart itself (main_ppo's task runner "
+            "does); set trainer.max_restarts=0 and rerun with trainer.resume_mode=auto to continue from the last "
+            "checkpoint after a lost worker"
+        )
     if not ray.is_initialized():
         ray.init(**_ray_init_kwargs(config))
     runner = AsyncTaskRunner.options(**on_this_node(0.1)).remote()
