@@ -79,8 +79,14 @@ def start_local_cluster(worker_nodes: int, head_cpus: int = NODE_CPUS, **head_ar
     if ray.is_initialized():
         ray.shutdown()
     previous = read_ray_address()
-    # a dashboard port of its own: another test process may run a cluster of its own at the same time
-    head_args = {"num_cpus": head_cpus, "dashboard_port": free_port(), **head_args}
+    # dashboard and dashboard-agent ports of its own: another test process may run a cluster of its own at the same
+    # time, and a head whose agent cannot bind the default port cannot run submitted jobs ("No available agent")
+    head_args = {
+        "num_cpus": head_cpus,
+        "dashboard_port": free_port(),
+        "dashboard_agent_listen_port": free_port(),
+        **head_args,
+    }
     cluster = Cluster(initialize_head=True, head_node_args=head_args)
     local = LocalCluster(cluster=cluster, head=cluster.head_node)
     for _ in range(worker_nodes):

@@ -115,6 +115,10 @@ def test_ray_job_submit_runs_the_demo_on_two_nodes(multinode_cluster, tmp_path):
         "--working-dir",
         str(repo_root),
         "--",
+        # Ray's job supervisor hands the driver RAY_ADDRESS=auto, which follows this machine's latest cluster: with
+        # another test process running a cluster beside this one, that is not ours, so the driver gets our address
+        # (on a real cluster, one Ray per machine, `auto` is this cluster and the prefix is not needed)
+        f"RAY_ADDRESS={multinode_cluster.address}",
         "python",
         "-m",
         "verl.trainer.main_ppo",
