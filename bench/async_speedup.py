@@ -18,9 +18,9 @@ would cost. Reported: each variant's speed-up over sync and its pipeline efficie
 
     python bench/async_speedup.py      # writes bench/results/async_speedup.{json,md}
 
-``--learning --seeds 1 2 3 --steps 120`` instead compares how well sync and fully async (staleness 0.5, partial
-rollout) learn per sample consumed: reward of the first 10 and last 20 steps per seed, written to
-``bench/results/async_speedup_learning.{json,md}``.
+``--learning --seeds 1 2 3 --steps 120 --triggers 1 3`` instead compares how well sync and fully async (staleness
+0.5, partial rollout, a weight sync every T updates for each T given) learn per sample consumed: reward of the first
+10 and last 20 steps per seed, written to ``bench/results/async_speedup_learning.{json,md}``.
 """
 
 from __future__ import annotations
@@ -104,7 +104,12 @@ def run_sync(args: argparse.Namespace, root: Path) -> dict[str, float]:
 
 
 def run_recipe(
-    kind: str, args: argparse.Namespace, root: Path, staleness: float = 0.5, name: str | None = None
+    kind: str,
+    args: argparse.Namespace,
+    root: Path,
+    staleness: float = 0.5,
+    name: str | None = None,
+    trigger: int = 1,
 ) -> dict[str, float]:
     from recipe._entry import compose_recipe_config
     from verl.experimental.fully_async_policy.main import run_async_training
@@ -117,6 +122,7 @@ def run_recipe(
         extra += [
             f"rollout.total_rollout_steps={args.steps * args.prompts}",
             f"async_training.staleness_threshold={staleness}",
+            f"async_training.trigger_parameter_sync_step={trigger}",
             "async_training.partial_rollout=true",
             "algorithm.rollout_correction.rollout_is=token",
         ]
@@ -127,6 +133,10 @@ def run_recipe(
     config = compose_recipe_config(CONFIG_DIR, CONFIG_NAME, _overrides(run_dir, args, 1) + extra)
     run_async_training(config, kind)
     return _loop_metrics(run_dir)
+
+
+def _async_name(trigger: int) -> str:
+    return f"fully_async_T{trigger}"
 
 
 def _scores(run_dir: Path) -> list[float]:
@@ -143,8 +153,11 @@ def learning(args: argparse.Namespace) -> None:
             args.seed = seed
             root = Path(tmp) / f"seed{seed}"
             run_sync(args, root)
-            run_recipe("fully_async", args, root)
-            curves = {"sync": _scores(root / "sync"), "fully_async": _scores(root / "fully_async")}
+            curves = {"sync": _scores(root / "sync")}
+            for trigger in args.triggers:
+                name = _async_name(trigger)
+                run_recipe("fully_async", args, root, name=name, trigger=trigger)
+                curves[name] = _scores(root / name)
             summary = {
                 name: {
                     "first10": statistics.fmean(c[:10]),
@@ -154,26 +167,39 @@ def learning(args: argparse.Namespace) -> None:
                 }
                 for name, c in curves.items()
             }
-            margin = summary["fully_async"]["last20"] - summary["sync"]["last20"]
-            payload["seeds"][seed] = {"curves": curves, "summary": summary, "last20_margin": margin}
-            rows.append(
-                [
-                    seed,
-                    summary["sync"]["first10"],
-                    summary["sync"]["last20"],
-                    summary["fully_async"]["first10"],
-                    summary["fully_async"]["last20"],
-                    margin,
-                ]
-            )
+            margins = {name: summary[name]["last20"] - summary["sync"]["last20"] for name in curves if name != "sync"}
+            payload["seeds"][seed] = {"curves": curves, "summary": summary, "last20_margin": margins}
+            for name in curves:
+                if name == "sync":
+                    continue
+                rows.append(
+                    [
+                        seed,
+                        name,
+                        summary["sync"]["first10"],
+                        summary["sync"]["last20"],
+                        summary[name]["first10"],
+                        summary[name]["last20"],
+                        margins[name],
+                    ]
+                )
             print(seed, summary, flush=True)
     samples_per_step = args.prompts * args.n
     markdown = (
-        f"# Learning per sample: sync vs fully async (staleness 0.5, partial rollout)\n\n"
+        "# Learning per sample: sync vs fully async (staleness 0.5, partial rollout, weight sync every T updates)\n\n"
         f"Target-digit GRPO, tiny model from random init, {args.steps} steps x {samples_per_step} samples "
-        "for both; mean reward (`critic/score/mean`).\n\n"
+        "for every run; mean reward (`critic/score/mean`).\n\n"
         + markdown_table(
-            ["seed", "sync first 10", "sync last 20", "async first 10", "async last 20", "async - sync (last 20)"], rows
+            [
+                "seed",
+                "async run",
+                "sync first 10",
+                "sync last 20",
+                "async first 10",
+                "async last 20",
+                "async - sync (last 20)",
+            ],
+            rows,
         )
         + "\n"
     )
@@ -191,6 +217,13 @@ def main() -> None:
     parser.add_argument("--ray-cpus", type=int, default=4)
     parser.add_argument("--learning", action="store_true", help="compare learning per sample instead of speed")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument(
+        "--triggers",
+        type=int,
+        nargs="+",
+        default=[1, 3],
+        help="with --learning: trigger_parameter_sync_step of each fully-async run",
+    )
     args = parser.parse_args()
 
     import os

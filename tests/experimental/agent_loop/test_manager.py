@@ -106,6 +106,23 @@ def test_routing_counters_show_both_replicas_and_sticky_turns(standalone):
         assert new.retries == 0 and new.dead == []
 
 
+def test_in_flight_bound_is_split_over_the_workers_and_loses_no_row(standalone):
+    from verl.experimental.agent_loop.concurrency import MAX_IN_FLIGHT_KEY
+
+    _, manager = standalone
+    rows = [[1, 70 + i] for i in range(24)]
+
+    def generate(meta: dict):
+        batch = prompt_batch(rows, data_source=["test"] * len(rows), meta={"validate": True, **meta})
+        return manager.generate_sequences(batch)
+
+    bounded = generate({MAX_IN_FLIGHT_KEY: 4})
+    unbounded = generate({})
+    assert bounded.meta_info["metrics"]["agent_loop/peak_in_flight"] == 4  # 2 workers x 2, never more
+    assert unbounded.meta_info["metrics"]["agent_loop/peak_in_flight"] == len(rows)  # every row at once
+    assert torch.equal(bounded.batch["responses"], unbounded.batch["responses"])  # same rows, same order
+
+
 def test_unknown_agent_name_fails_before_any_request(standalone):
     _, manager = standalone
     with pytest.raises(ValueError, match="agent_name 'missing_agent' is not a registered agent loop; registered: "):

@@ -70,3 +70,82 @@ def test_checkpoint_of_another_trainer_is_refused(ray_cluster, tmp_path):
     )
     with pytest.raises(Exception, match="no fully-async state"):
         run_async_training(config, "fully_async")
+
+
+def _stalls_mid_sync(marker: str, step: int) -> type:
+    """The fully-async trainer, stalled inside the weight sync of ``step``: the rollouter is paused (its requests
+    aborted) and the new weights are on the replicas, but it is not resumed. Defined here so Ray pickles it by
+    value to the task-runner actor."""
+    import time
+    from pathlib import Path
+
+    from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
+
+    class StallsMidSync(FullyAsyncTrainer):
+        def _push_weights(self, metrics: dict) -> None:
+            super()._push_weights(metrics)
+            if self.global_steps == step:
+                Path(marker).write_text(str(self.weight_version))
+                time.sleep(3600)
+
+    return StallsMidSync
+
+
+def test_a_run_killed_mid_sync_resumes_without_losing_or_repeating_a_prompt(ray_cluster, tmp_path):
+    """Partial rollout with staleness: the kill lands between pause/abort and resume of step 3's sync, after the
+    checkpoint of step 2. The resumed run trains on every prompt exactly once over both runs, and every replica
+    ends on the final, checksum-verified version."""
+    import time
+
+    import ray
+    from omegaconf import OmegaConf
+
+    from verl.experimental.fully_async_policy.main import AsyncTaskRunner
+    from verl.trainer.ppo.checkpointing import TRACKER_FILE
+
+    steps, groups, stall_at = 4, 4, 3
+    config = recipe_config(
+        "fully_async",
+        tmp_path,
+        "async_training.staleness_threshold=0.5",
+        "async_training.trigger_parameter_sync_step=1",
+        "async_training.partial_rollout=true",
+        f"data.train_batch_size={groups}",
+        f"actor.ppo_mini_batch_size={groups}",
+        "data.max_response_length=32",
+        "rollout.ignore_eos=true",
+        f"rollout.total_rollout_steps={steps * groups}",
+        "trainer.save_freq=1",
+        "trainer.resume_mode=auto",
+    )
+    marker = tmp_path / "stalled_mid_sync"
+    runner = AsyncTaskRunner.remote()
+    container = OmegaConf.to_container(config, resolve=True)
+    pending = runner.run.remote(container, "fully_async", _stalls_mid_sync(str(marker), stall_at))
+    deadline = time.monotonic() + 600
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the run never reached the weight sync of step 3"
+        ready, _ = ray.wait([pending], timeout=0.2)
+        if ready:
+            ray.get(pending)  # the run ended (or failed) before the stall: show why
+            pytest.fail("the run ended before the weight sync of step 3")
+    ray.kill(runner, no_restart=True)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(pending, timeout=120)
+    assert (tmp_path / TRACKER_FILE).read_text().strip() == str(stall_at - 1)
+    saved = TrainerCheckpointer.load_trainer_state(tmp_path / f"global_step_{stall_at - 1}")
+    consumed_before = expand_indices(saved["fully_async"]["consumed_indices"])
+    assert len(consumed_before) == (stall_at - 1) * groups
+
+    summary = run_async_training(config, "fully_async")
+    assert summary["global_steps"] == steps
+    consumed = summary["consumed_indices"]
+    assert len(consumed) == len(set(consumed)) == steps * groups, "a prompt was lost or trained on twice"
+    assert sorted(consumed) == list(range(steps * groups))
+    assert set(consumed_before) <= set(consumed)
+    assert summary["rollout"]["groups_skipped_consumed"] == len(consumed_before)
+    final = summary["weight_version"]
+    assert set(summary["replica_versions"]) == {final}
+    assert summary["weight_checksums"][final]  # every replica reported this checksum for the final version
+    assert summary["weight_checksums"][saved["weight_version"]] == saved["weight_checksum"]
+    assert [m["step"] for m in read_metrics(tmp_path)][-(steps - stall_at + 1) :] == list(range(stall_at, steps + 1))

@@ -63,9 +63,11 @@ def test_async_recipes_reuse_the_template_stages():
         "_compute_old_log_prob",
         "_update_actor",
     }
+    # the fully-async trainer chooses the weights the template's pass runs under (those that generated each row)
+    allowed = {FullyAsyncTrainer: {"_compute_old_log_prob"}, OneStepOffRayTrainer: set()}
     for cls in (FullyAsyncTrainer, OneStepOffRayTrainer):
         assert issubclass(cls, SeparateRayPPOTrainer)
-        assert not compute_stages & set(vars(cls)), f"{cls.__name__} rewrites a compute stage"
+        assert not (compute_stages - allowed[cls]) & set(vars(cls)), f"{cls.__name__} rewrites a compute stage"
 
 
 def test_separate_trainer_without_rollout_says_what_is_missing():

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from verl.experimental.agent_loop.concurrency import MAX_IN_FLIGHT_KEY, PEAK_IN_FLIGHT_KEY, share_of
 from verl.experimental.agent_loop.config import model_group, reward_in_loop_enabled, rollout_group
 from verl.experimental.agent_loop.hybrid_server import (
     WorkerRankReplica,
@@ -342,17 +343,21 @@ class AgentLoopManager:
         per_sample = output.meta_info.pop(AGENT_LOOP_METRICS_KEY)
         metrics = dict(output.meta_info.get("metrics") or {})
         metrics.update(summarize_metrics(per_sample))
+        metrics["agent_loop/peak_in_flight"] = float(output.meta_info.pop(PEAK_IN_FLIGHT_KEY, 0))
         metrics["agent_loop/generate_sequences_wall"] = time.perf_counter() - start
         output.meta_info["metrics"] = metrics
         return output
 
     async def _run_shards(self, batch: DataProto) -> DataProto:
         shards = batch.chunk_balanced(min(len(self.workers), len(batch)))
+        share = share_of(batch.meta_info.get(MAX_IN_FLIGHT_KEY), len(shards))
         # Hybrid engines merge the calls of one batch from several workers into one admission wave.
         group = BatchGroup(uuid.uuid4().hex, len(shards)) if self.worker_group is not None and len(shards) > 1 else None
         calls, offset = [], 0
         for i, shard in enumerate(shards):
             shard.meta_info = {**shard.meta_info, ROW_OFFSET_KEY: offset}
+            if share is not None:
+                shard.meta_info[MAX_IN_FLIGHT_KEY] = share
             if group is not None:
                 shard.meta_info[BATCH_GROUP_KEY] = group
             what = f"agent loop worker {i} (rows {offset}..{offset + len(shard) - 1})"
@@ -360,10 +365,13 @@ class AgentLoopManager:
             offset += len(shard)
         parts = await asyncio.gather(*calls)
         metrics: list[dict[str, float]] = []
+        peak = 0  # the workers' peaks summed: a bound of the trajectories in flight at once
         for part in parts:
             metrics.extend(part.meta_info.pop(AGENT_LOOP_METRICS_KEY))
+            peak += int(part.meta_info.pop(PEAK_IN_FLIGHT_KEY, 0))
         output = DataProto.concat(align_parts(parts))
         output.meta_info[AGENT_LOOP_METRICS_KEY] = metrics
+        output.meta_info[PEAK_IN_FLIGHT_KEY] = peak
         return output
 
     # ------------------------------------------------------------------ replicas

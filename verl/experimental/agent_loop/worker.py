@@ -15,6 +15,7 @@ finishes, while the other samples are still generating; the shard is stacked at 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ from verl.experimental.agent_loop.agent_loop import (
     ToolListWrap,
     _InternalAgentLoopOutput,
 )
+from verl.experimental.agent_loop.concurrency import MAX_IN_FLIGHT_KEY, PEAK_IN_FLIGHT_KEY, InFlightLimiter
 from verl.experimental.agent_loop.config import model_group, reward_in_loop_enabled, rollout_group, sampling_params_for
 from verl.experimental.agent_loop.hybrid_server import CURRENT_BATCH_GROUP
 from verl.experimental.agent_loop.postprocess import pad_token_id_of, pad_trajectory, stack_trajectories
@@ -214,6 +216,7 @@ class AgentLoopWorker:
         index = batch.non_tensor_batch.get("index")
         index = list(index) if index is not None else list(range(len(batch)))
         trajectories = await get_trajectory_info(meta.get("global_steps", -1), index, validate)
+        limiter = InFlightLimiter(meta.pop(MAX_IN_FLIGHT_KEY, None))
         group_token = CURRENT_BATCH_GROUP.set(meta.pop(BATCH_GROUP_KEY, None))  # tasks below copy this context
         tasks = []
         for i in range(len(batch)):
@@ -227,7 +230,8 @@ class AgentLoopWorker:
             do_sample = batch.non_tensor_batch.get(DO_SAMPLE_KEY)
             if not validate and do_sample is not None and not bool(do_sample[i]):
                 sample_params.update(temperature=0.0, top_p=1.0, top_k=-1, do_sample=False)
-            tasks.append(asyncio.ensure_future(self._run_agent_loop(sample_params, trajectories[i], **row)))
+            start = functools.partial(self._run_agent_loop, sample_params, trajectories[i], **row)
+            tasks.append(asyncio.ensure_future(limiter.run(start)))
         CURRENT_BATCH_GROUP.reset(group_token)
         try:
             outputs = await asyncio.gather(*tasks)
@@ -237,7 +241,7 @@ class AgentLoopWorker:
             raise
         output = self._postprocess(outputs, input_non_tensor_batch=batch.non_tensor_batch, validate=validate)
         meta.pop("metrics", None)
-        output.meta_info = {**meta, **output.meta_info}
+        output.meta_info = {**meta, **output.meta_info, PEAK_IN_FLIGHT_KEY: limiter.peak}
         return output
 
     # ------------------------------------------------------------------ one sample

@@ -29,6 +29,7 @@ from verl.experimental.fully_async_policy.message_queue import (
     QueueClosedError,
     resolve_refs,
 )
+from verl.experimental.fully_async_policy.policy_snapshots import PolicySnapshots, row_versions
 from verl.experimental.fully_async_policy.rollout_pool import start_rollout_replicas
 from verl.experimental.fully_async_policy.rollouter import Rollouter, groups_per_update
 from verl.experimental.fully_async_policy.sample import RolloutSample
@@ -103,6 +104,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.rollouter = None
         self.queue = None
         self._rollouter_ref = None
+        self.policy_snapshots: PolicySnapshots | None = None  # built with the workers
         # total prompts the rollouter will produce bounds the number of updates
         from verl.experimental.fully_async_policy.rollouter import total_rollout_prompts
 
@@ -112,6 +114,14 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.total_training_steps = total_updates
 
     # ------------------------------------------------------------------ set-up
+
+    def init_workers(self) -> None:
+        super().init_workers()
+        cfg = self.config.async_training
+        self.policy_snapshots = PolicySnapshots(
+            self.actor_rollout_wg, int(cfg.trigger_parameter_sync_step), float(cfg.staleness_threshold)
+        )
+        self.policy_snapshots.pushed(self.weight_version)
 
     def _init_rollout(self, pool: Any) -> None:
         max_queue = max(1, self._budget_groups() * 2)
@@ -265,6 +275,26 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.metrics.update(metrics)
         return batch
 
+    def _actor_version(self) -> int | None:
+        """The weight version the actor holds now; None once it was updated after its last push."""
+        return None if self._weights_unpushed else int(self.weight_version)
+
+    def _compute_old_log_prob(self, batch: DataProto) -> tuple[DataProto, float | None]:
+        """Old log-probs of each row under the weights that generated it (see ``policy_snapshots``)."""
+        versions = row_versions(batch, self.weight_version)
+        current = self._actor_version()
+        if self.policy_snapshots is None:
+            return super()._compute_old_log_prob(batch)
+        return self.policy_snapshots.compute(batch, versions, current, super()._compute_old_log_prob)
+
+    def _update_supplies_old_log_probs(self, batch: DataProto) -> bool:
+        """The update's own forward pass gives the old log-probs only when every row comes from the weights the
+        actor still holds."""
+        current = self._actor_version()
+        if current is None or not bool((row_versions(batch, current) == current).all()):
+            return False
+        return self._on_policy_update(batch)
+
     def _fit_update_actor(self, batch: DataProto) -> DataProto:
         batch = super()._fit_update_actor(batch)
         if not self._actor_warmed_up():  # critic warm-up: no new weights, but the period ends (the budget renews)
@@ -294,6 +324,11 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.stale_groups_per_sync.append(self._stale_this_period)
         self._stale_this_period = 0
         metrics["fully_async/sync_s"] = time.perf_counter() - start
+
+    def _push_weights(self, metrics: dict) -> None:
+        super()._push_weights(metrics)
+        if self.policy_snapshots is not None:
+            self.policy_snapshots.pushed(self.weight_version)
 
     def _generate_validation(self, gen_batch: DataProto) -> DataProto:
         return self._get(self.rollouter.generate_sequences.remote(gen_batch), "rollouter validation generation")

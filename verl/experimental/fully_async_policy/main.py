@@ -55,8 +55,9 @@ def build_async_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type
     return mapping, pools, spec
 
 
-def build_trainer(config: DictConfig, kind: str, **trainer_kwargs: Any) -> Any:
-    """Tokenizer, reward functions, pools and the recipe's trainer (workers not yet started)."""
+def build_trainer(config: DictConfig, kind: str, trainer_cls: type | None = None, **trainer_kwargs: Any) -> Any:
+    """Tokenizer, reward functions, pools and the recipe's trainer (workers not yet started); ``trainer_cls``
+    replaces the recipe's class (a subclass of it, for recipes built on this one)."""
     from verl.single_controller.ray import ResourcePoolManager
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.workers.fsdp.model_loader import load_tokenizer, resolve_model_path
@@ -68,7 +69,7 @@ def build_trainer(config: DictConfig, kind: str, **trainer_kwargs: Any) -> Any:
     manager = ResourcePoolManager(
         resource_pool_spec=spec, mapping=pools, device=str(config.trainer.get("device", "auto"))
     )
-    return _load(TRAINERS[kind])(
+    return (trainer_cls or _load(TRAINERS[kind]))(
         config=config,
         tokenizer=tokenizer,
         role_worker_mapping=mapping,
@@ -83,9 +84,9 @@ def build_trainer(config: DictConfig, kind: str, **trainer_kwargs: Any) -> Any:
 class AsyncTaskRunner:
     """Hosts the trainer; the rollouter and queue actors it creates die with it (Ray fate sharing)."""
 
-    def run(self, config_container: dict, kind: str) -> dict[str, Any]:
+    def run(self, config_container: dict, kind: str, trainer_cls: type | None = None) -> dict[str, Any]:
         config = OmegaConf.create(config_container)
-        trainer = build_trainer(config, kind)
+        trainer = build_trainer(config, kind, trainer_cls)
         try:
             trainer.init_workers()
             trainer.fit()

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from verl.experimental.agent_loop.concurrency import MAX_IN_FLIGHT_KEY, PEAK_IN_FLIGHT_KEY, validation_max_in_flight
 from verl.experimental.agent_loop.server_manager import AllReplicasDeadError
 from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, CoalescingQueueWriter
 from verl.experimental.fully_async_policy.rollout_pool import build_agent_worker
@@ -227,7 +228,9 @@ class Rollouter:
     async def generate_sequences(self, batch: DataProto) -> DataProto:
         """Generate one trajectory per row (validation on the trainer side uses it)."""
         out = await self.worker.generate_sequences(batch)
+        peak = out.meta_info.get(PEAK_IN_FLIGHT_KEY, 0)
         out.meta_info = {k: v for k, v in out.meta_info.items() if k in batch.meta_info}
+        out.meta_info["metrics"] = {"agent_loop/peak_in_flight": float(peak)}
         return out
 
     async def validate(self, val_reward_fn: Any = None) -> dict[str, float]:
@@ -242,18 +245,22 @@ class Rollouter:
         n = int(self.config.rollout.val_kwargs.get("n", 1))
         sources, uids, scores = [], [], []
         key = self.config.data.get("reward_fn_key", "data_source")
+        peak_in_flight = 0.0
         for batch_dict in self.val_dataloader:
             batch = DataProto.from_single_dict(batch_dict)
             batch.non_tensor_batch["uid"] = np.array([uuid.uuid4().hex for _ in range(len(batch))], dtype=object)
             batch.meta_info["validate"] = True
+            batch.meta_info[MAX_IN_FLIGHT_KEY] = validation_max_in_flight(self.config)
             batch = batch.repeat(repeat_times=n, interleave=True)
             out = await self.generate_sequences(batch)
+            peak_in_flight = max(peak_in_flight, out.meta_info["metrics"]["agent_loop/peak_in_flight"])
             reward, _ = await asyncio.to_thread(compute_reward, out, reward_fn)
             scores.extend(reward.sum(-1).tolist())
             uids.extend(out.non_tensor_batch["uid"].tolist())
             sources.extend(out.non_tensor_batch.get(key, np.array(["unknown"] * len(out), dtype=object)).tolist())
         metrics = process_validation_metrics(sources, uids, scores)
         metrics["val/param_version"] = float(self.version)
+        metrics["val-aux/peak_in_flight"] = peak_in_flight
         return metrics
 
     # ------------------------------------------------------------------ internals

@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 import torch
 from codetiming import Timer
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.utils.data import Dataset, Sampler
 from tqdm import tqdm
 
+from verl.experimental.agent_loop.concurrency import MAX_IN_FLIGHT_KEY, validation_max_in_flight
 from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 from verl.single_controller.ray import (
     RayClassWithInitArgs,
@@ -179,6 +180,8 @@ class RayPPOTrainer:
             core_algos.get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
         )
         self.bypass_mode = bool(config.algorithm.rollout_correction.get("bypass_mode", False))
+        if self.bypass_mode:
+            self._route_bypass_loss()
         self.global_steps = 0
         self.weight_version = 0
         self.restarts = 0  # how often the task runner rebuilt this run's workers after one died (trainer.max_restarts)
@@ -350,6 +353,10 @@ class RayPPOTrainer:
 
     # ------------------------------------------------------------------ stages of one step
     def _fit_get_batch(self, batch_dict: dict) -> DataProto:
+        """This step's prompts (a recipe whose prompts come from elsewhere overrides it)."""
+        return self._batch_from_dict(batch_dict)
+
+    def _batch_from_dict(self, batch_dict: dict) -> DataProto:
         """Turn a dataloader batch into a DataProto with one ``uid`` per prompt."""
         batch = DataProto.from_single_dict(batch_dict)
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
@@ -410,8 +417,26 @@ class RayPPOTrainer:
             scores = batch.batch["token_level_scores"].sum(-1)
             dump_generations(directory, self.global_steps, self.tokenizer, batch, scores)
 
+    def _route_bypass_loss(self) -> None:
+        """Bypass mode trains on the rollout's log-probs, so the actor's loss becomes ``bypass_mode`` and applies
+        ``algorithm.rollout_correction`` itself (importance weights, rejection, their metrics), as in verl."""
+        policy_loss = self.config.actor.policy_loss
+        if policy_loss.get("loss_mode", "vanilla") not in ("vanilla", "bypass_mode"):
+            logger.warning(
+                "algorithm.rollout_correction.bypass_mode=true replaces actor.policy_loss.loss_mode=%s "
+                "with bypass_mode",
+                policy_loss.loss_mode,
+            )
+        with open_dict(self.config):
+            policy_loss.loss_mode = "bypass_mode"
+            policy_loss.rollout_correction = OmegaConf.to_container(
+                self.config.algorithm.rollout_correction, resolve=True
+            )
+
     def _fit_compute_log_prob(self, batch: DataProto) -> DataProto:
-        """``old_log_probs``: the rollout's own (bypass mode), left to the on-policy update, or a separate pass."""
+        """``old_log_probs``: the rollout's own (bypass mode), left to the on-policy update, or a separate pass
+        (``training/old_log_prob_pass`` says whether one ran)."""
+        self.metrics["training/old_log_prob_pass"] = 0.0
         if self.bypass_mode:
             if "rollout_log_probs" not in batch.batch.keys():
                 raise ValueError(
@@ -425,6 +450,7 @@ class RayPPOTrainer:
                 batch.meta_info[IN_UPDATE_KEY] = in_update_spec(self.config.algorithm.rollout_correction)
             return batch
         old_log_prob, mfu = self._compute_old_log_prob(batch)
+        self.metrics["training/old_log_prob_pass"] = 1.0
         entropys = old_log_prob.batch.pop("entropys", None) if old_log_prob.batch is not None else None
         if entropys is not None:
             self.metrics["actor/entropy"] = core_algos.agg_loss(
@@ -444,6 +470,11 @@ class RayPPOTrainer:
         overrides ``_compute_old_log_prob`` always gets its pass."""
         if type(self)._compute_old_log_prob is not RayPPOTrainer._compute_old_log_prob:
             return False
+        return self._on_policy_update(batch)
+
+    def _on_policy_update(self, batch: DataProto) -> bool:
+        """True when the update's own forward pass can supply ``old_log_probs`` (see
+        ``_update_supplies_old_log_probs``): one epoch, one mini-batch, nothing else reading them first."""
         actor = self.config.actor
         if not bool(actor.get("skip_on_policy_log_prob", True)) or int(actor.ppo_epochs) != 1:
             return False
@@ -663,8 +694,9 @@ class RayPPOTrainer:
         log_count = int(self.config.trainer.get("log_val_generations", 0) or 0)
         source_key = self.config.data.get("reward_fn_key", "data_source")
         scored: list[DataProto] = []
+        peak_in_flight = 0
         for batch_dict in self.val_dataloader:
-            batch = self._fit_get_batch(batch_dict)
+            batch = self._batch_from_dict(batch_dict)
             gen_batch = self._step_gen_batch(batch, self.global_steps)
             gen_batch.meta_info.update(
                 {
@@ -673,9 +705,12 @@ class RayPPOTrainer:
                     "top_p": float(val_kwargs.top_p),
                     "top_k": int(val_kwargs.top_k),
                     "validate": True,
+                    MAX_IN_FLIGHT_KEY: validation_max_in_flight(self.config),
                 }
             )
             output = self._generate_validation(gen_batch.repeat(repeat_times=n, interleave=True))
+            generation_metrics = output.meta_info.get("metrics") or {}
+            peak_in_flight = max(peak_in_flight, int(generation_metrics.get("agent_loop/peak_in_flight", 0)))
             batch = batch.repeat(repeat_times=n, interleave=True)
             for key in PROMPT_KEYS:
                 batch.batch.pop(key, None)
@@ -694,7 +729,9 @@ class RayPPOTrainer:
             if log_count > 0:
                 inputs, outputs = decode_samples(self.tokenizer, everything)
                 self._val_generations = pick_samples(inputs, outputs, scores, log_count)
-        return process_validation_metrics(sources, uids, scores)
+        metrics = process_validation_metrics(sources, uids, scores)
+        metrics["val-aux/peak_in_flight"] = float(peak_in_flight)
+        return metrics
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self) -> None:

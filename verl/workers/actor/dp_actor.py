@@ -193,8 +193,8 @@ class DataParallelPPOActor(BasePPOActor):
         """PPO update over ``ppo_epochs x`` mini-batches of ``ppo_mini_batch_size`` samples.
 
         Needs responses, response_mask, input_ids, attention_mask, position_ids,
-        advantages, old_log_probs (unless the update is on-policy: one epoch over
-        one mini-batch, where the ratio is 1 by construction), ref_log_prob when
+        advantages, old_log_probs (optional when the update is on-policy: one epoch
+        over one mini-batch, where the ratio is 1 by construction), ref_log_prob when
         ``use_kl_loss``; uses rollout_is_weights when present. When the trainer
         leaves the rollout correction to an on-policy update (``meta_info`` key
         ``rollout_correction_in_update``), the weights and the ``rollout_corr/*``
@@ -214,7 +214,11 @@ class DataParallelPPOActor(BasePPOActor):
         use_kl_loss = bool(getattr(cfg, "use_kl_loss", False))
         kl_loss_coef = float(getattr(cfg, "kl_loss_coef", 0.0) or 0.0)
         kl_loss_type = str(getattr(cfg, "kl_loss_type", "low_var_kl"))
-        on_policy = plan.epochs == 1 and plan.mini_batch_size >= len(data)
+        # On-policy (one epoch over one mini-batch) the ratio is 1 and the update's own forward gives the old
+        # log-probs, unless the trainer supplied them: then they are the behaviour policy's (an async trainer's
+        # period-start weights), and the ratio is taken against those.
+        supplied = data.batch is not None and "old_log_probs" in data.batch.keys()
+        on_policy = plan.epochs == 1 and plan.mini_batch_size >= len(data) and not supplied
 
         keys = [*_FORWARD_KEYS, "response_mask", "advantages"]
         if not on_policy:

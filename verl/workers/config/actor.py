@@ -55,6 +55,8 @@ class PolicyLossConfig(BaseConfig):
     kl_cov_ratio: float = 0.0002
     ppo_kl_coef: float = 0.1
     dro_beta: float | None = None  # strength of the DRO loss's quadratic log-ratio penalty (loss_mode=dro)
+    # the rollout-correction settings loss_mode=bypass_mode applies (the trainer copies algorithm.rollout_correction)
+    rollout_correction: dict | None = None
 
     def __post_init__(self) -> None:
         check(bool(self.loss_mode), "loss_mode", "must name a registered policy loss")

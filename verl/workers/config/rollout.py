@@ -37,16 +37,20 @@ def _check_sampling(temperature: float, top_k: int, top_p: float, n: int) -> Non
 
 @dataclass
 class SamplingConfig(BaseConfig):
-    """Sampling parameters used for validation (``rollout.val_kwargs``); greedy by default."""
+    """Sampling parameters used for validation (``rollout.val_kwargs``); greedy by default. ``max_in_flight``
+    bounds the validation trajectories in flight at once (null: ``data.train_batch_size x rollout.n``)."""
 
     temperature: float = 0.0
     top_k: int = -1
     top_p: float = 1.0
     n: int = 1
     do_sample: bool = False
+    max_in_flight: int | None = None
 
     def __post_init__(self) -> None:
         _check_sampling(self.temperature, self.top_k, self.top_p, self.n)
+        if self.max_in_flight is not None and self.max_in_flight < 1:
+            raise ValueError(f"rollout.val_kwargs.max_in_flight must be >= 1 or null, got {self.max_in_flight}")
 
 
 @dataclass
