@@ -54,6 +54,7 @@ def test_rollout_and_trainer_on_different_nodes_learn(multinode_cluster, tmp_pat
     assert rising(scores), f"reward over {LEARNING_STEPS} fully-async steps across two nodes: {scores}"
 
 
+@pytest.mark.slow  # CI budget; the sync dead-node test stays
 def test_losing_the_rollout_node_names_it(multinode_cluster, tmp_path):
     """The rollout node dies while the trainer waits for samples: the run ends naming the rollout replica's rank
     and its node."""

@@ -97,6 +97,7 @@ def test_merged_pools_and_an_explicit_master_address(ray_cluster):
         b.release()
 
 
+@pytest.mark.slow  # CI budget; pool slices stay in the default tier
 def test_fuse_exposes_each_role_as_a_group_attribute(pool):
     fused = create_colocated_worker_cls_fused(
         {"left": RayClassWithInitArgs(EnvWorker), "right": RayClassWithInitArgs(EnvWorker)}

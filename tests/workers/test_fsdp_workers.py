@@ -169,6 +169,7 @@ def test_ppo_update_two_ranks_equals_one_rank(groups):
     torch.testing.assert_close(ref[mask], before[mask], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow  # CI budget; test_fused_kernels_fsdp.py stays
 def test_fused_kernels_reach_actor_and_reference_with_the_same_log_probs(groups, tiny_model_dir):
     one, _ = groups
     fused = make_group(make_config(tiny_model_dir, model={"use_fused_kernels": True}), 1)
@@ -207,6 +208,7 @@ def test_checkpoint_resume_gives_identical_next_update(groups, tmp_path):
     assert {"dcp", "lr_scheduler.pt", "rng_rank0.pt", "rng_rank1.pt", "extra_state.pt", "huggingface"} <= files
 
 
+@pytest.mark.slow  # CI budget
 def test_async_checkpoint_holds_the_state_of_its_step_while_training_goes_on(ray_cluster, tiny_model_dir, tmp_path):
     config = make_config(
         tiny_model_dir, actor={"checkpoint": {"save_contents": ["model", "optimizer", "extra"], "async_save": True}}

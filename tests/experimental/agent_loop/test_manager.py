@@ -167,6 +167,7 @@ def test_killed_replica_mid_batch_loses_no_sample(standalone):
         assert s.dead == [0] and s.retries >= 1
 
 
+@pytest.mark.slow  # the colocated e2e runs drive hybrid engines too
 def test_hybrid_engines_in_actor_workers(ray_cluster, tiny_model_dir, tiny_lm):
     from omegaconf import OmegaConf
 

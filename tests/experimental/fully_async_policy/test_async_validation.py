@@ -17,7 +17,7 @@ pytestmark = pytest.mark.ray
 
 STEPS = 4
 GROUPS = 8
-MAX_IN_FLIGHT = 3
+MAX_IN_FLIGHT = 16  # of 64 validation prompts
 
 
 @pytest.mark.parametrize("side", ["rollouter", "trainer"])

@@ -91,6 +91,7 @@ def _stalls_mid_sync(marker: str, step: int) -> type:
     return StallsMidSync
 
 
+@pytest.mark.slow  # a kill and a resumed run; CI budget
 def test_a_run_killed_mid_sync_resumes_without_losing_or_repeating_a_prompt(ray_cluster, tmp_path):
     """Partial rollout with staleness: the kill lands between pause/abort and resume of step 3's sync, after the
     checkpoint of step 2. The resumed run trains on every prompt exactly once over both runs, and every replica

@@ -56,6 +56,7 @@ def test_killed_one_step_off_run_resumes_like_an_uninterrupted_one(ray_cluster, 
             assert after[step][key] == pytest.approx(uninterrupted[step][key], rel=1e-6, abs=1e-7), (step, key)
 
 
+@pytest.mark.slow  # a whole run to make the checkpoint; CI budget
 def test_missing_pending_batch_is_named(ray_cluster, tmp_path):
     """A checkpoint that records a pending batch without its files is refused, naming the folder."""
     overrides = ("trainer.total_training_steps=2", "trainer.save_freq=1", "trainer.resume_mode=auto")

@@ -116,6 +116,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
     # ------------------------------------------------------------------ set-up
 
     def init_workers(self) -> None:
+        self._check_resume_state()  # before any worker starts: a foreign checkpoint fails in seconds
         super().init_workers()
         cfg = self.config.async_training
         self.policy_snapshots = PolicySnapshots(
@@ -355,13 +356,23 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         }
         return state
 
-    def _restore_checkpoint(self, step_dir: Path, state: dict[str, Any]) -> None:
+    @staticmethod
+    def _require_fully_async_state(step_dir: Any, state: dict[str, Any]) -> dict[str, Any]:
         saved = state.get("fully_async")
         if saved is None:
             raise ValueError(
                 f"checkpoint {step_dir} has no fully-async state (rollout position): another trainer "
                 "wrote it; resume it with that trainer or start fresh (trainer.resume_mode=disable)"
             )
+        return saved
+
+    def _check_resume_state(self) -> None:
+        step_dir = self.checkpointer.find_resume_dir()
+        if step_dir is not None:
+            self._require_fully_async_state(step_dir, self.checkpointer.load_trainer_state(step_dir))
+
+    def _restore_checkpoint(self, step_dir: Path, state: dict[str, Any]) -> None:
+        saved = self._require_fully_async_state(step_dir, state)
         super()._restore_checkpoint(step_dir, state)
         expected = state.get("weight_checksum")
         if expected is not None and self.weight_checksums.get(self.weight_version) != expected:
