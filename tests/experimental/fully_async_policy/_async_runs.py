@@ -17,6 +17,12 @@ _SKIP = (
 )
 SEED = 7
 STEPS = 3
+# no stale group, a sync after every update, no aborted request: the fully-async run is on-policy
+ON_POLICY = (
+    "async_training.staleness_threshold=0",
+    "async_training.trigger_parameter_sync_step=1",
+    "async_training.partial_rollout=false",
+)
 
 
 def base_overrides(run_dir: Path, *extra: str) -> list[str]:

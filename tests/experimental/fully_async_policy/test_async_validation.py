@@ -8,7 +8,7 @@ step), and no more than ``rollout.val_kwargs.max_in_flight`` validation trajecto
 from __future__ import annotations
 
 import pytest
-from _async_runs import recipe_config
+from _async_runs import ON_POLICY, recipe_config
 
 from verl.experimental.fully_async_policy.main import run_async_training
 from verl.utils.tracking import read_metrics
@@ -25,9 +25,7 @@ def test_validation_steps_metrics_and_in_flight_bound(ray_cluster, tmp_path, sid
     config = recipe_config(
         "fully_async",
         tmp_path,
-        "async_training.staleness_threshold=0",
-        "async_training.trigger_parameter_sync_step=1",
-        "async_training.partial_rollout=false",
+        *ON_POLICY,
         f"async_training.use_trainer_do_validate={'true' if side == 'trainer' else 'false'}",
         f"data.train_batch_size={GROUPS}",
         f"actor.ppo_mini_batch_size={GROUPS}",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _async_runs import STEPS, recipe_config, sync_reference
+from _async_runs import ON_POLICY, STEPS, recipe_config, sync_reference
 
 from verl.experimental.fully_async_policy.main import run_async_training
 from verl.experimental.fully_async_policy.staleness import StalenessBudget
@@ -31,9 +31,7 @@ def test_staleness_zero_reproduces_the_synchronous_trainer(sync_metrics, tmp_pat
     config = recipe_config(
         "fully_async",
         tmp_path,
-        "async_training.staleness_threshold=0",
-        "async_training.trigger_parameter_sync_step=1",
-        "async_training.partial_rollout=false",
+        *ON_POLICY,
         "async_training.use_rollout_log_probs=false",
         "rollout.calculate_log_probs=false",
         f"rollout.total_rollout_steps={STEPS * GROUPS}",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _async_runs import kill_after_checkpoint, recipe_config, sync_reference
+from _async_runs import ON_POLICY, kill_after_checkpoint, recipe_config, sync_reference
 
 from verl.experimental.fully_async_policy.fully_async_trainer import compress_indices, expand_indices
 from verl.experimental.fully_async_policy.main import run_async_training
@@ -28,9 +28,7 @@ def test_consumed_indices_round_trip():
 def test_killed_fully_async_run_resumes_on_policy(ray_cluster, tmp_path):
     """Staleness 0, sync every update, no partial rollout: the resumed run equals the synchronous trainer."""
     overrides = (
-        "async_training.staleness_threshold=0",
-        "async_training.trigger_parameter_sync_step=1",
-        "async_training.partial_rollout=false",
+        *ON_POLICY,
         "async_training.use_rollout_log_probs=false",
         "rollout.calculate_log_probs=false",
         f"rollout.total_rollout_steps={STEPS * GROUPS}",
