@@ -4,7 +4,8 @@
 test:
 	python -m pytest -q -n 2 --dist loadfile tests
 
-# Every test, the slow tier included (the learning and resume runs of the slow tier add about 15 minutes on 2 cores).
+# Every test, the slow tier included (long learning, resume and failure runs, and end-to-end runs whose ground the
+# default tier covers elsewhere; not timed since tests moved there on 2026-11-26).
 test-all:
 	python -m pytest -q -n 2 --dist loadfile tests -m ""
 
