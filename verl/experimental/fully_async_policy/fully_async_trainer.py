@@ -282,11 +282,10 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
 
     def _compute_old_log_prob(self, batch: DataProto) -> tuple[DataProto, float | None]:
         """Old log-probs of each row under the weights that generated it (see ``policy_snapshots``)."""
-        versions = row_versions(batch, self.weight_version)
-        current = self._actor_version()
-        if self.policy_snapshots is None:
+        if self.policy_snapshots is None:  # before init_workers: nothing was pushed, the actor is the policy
             return super()._compute_old_log_prob(batch)
-        return self.policy_snapshots.compute(batch, versions, current, super()._compute_old_log_prob)
+        versions = row_versions(batch, self.weight_version)
+        return self.policy_snapshots.compute(batch, versions, self._actor_version(), super()._compute_old_log_prob)
 
     def _update_supplies_old_log_probs(self, batch: DataProto) -> bool:
         """The update's own forward pass gives the old log-probs only when every row comes from the weights the
