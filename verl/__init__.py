@@ -16,14 +16,27 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 # Ray would otherwise re-create a driver's `uv run` environment for every worker (slow, and surprising).
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
-from verl.protocol import DataProto  # noqa: E402  (after the Ray setting above)
-
 try:
     __version__ = version("verl")
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0.dev0"
 
 __all__ = ["DataProto", "__version__"]
+
+
+def __getattr__(name: str):
+    """``verl.DataProto`` on first use: importing it loads torch and tensordict (seconds per process), which
+    processes that only import a light submodule (a reward function's scoring process) do not need."""
+    if name == "DataProto":
+        from verl.protocol import DataProto
+
+        return DataProto
+    raise AttributeError(f"module 'verl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"DataProto"})
+
 
 _logger = logging.getLogger(__name__)
 

@@ -277,6 +277,16 @@ def test_runner_survives_a_dying_worker(tmp_path):
     assert "died (exit code 7)" in outcomes[1].error and not outcomes[1].timed_out
 
 
+def test_scoring_processes_start_without_torch(tmp_path):
+    """The pool's processes import the runner and the built-in scores only: torch (seconds per process) stays out,
+    so the first scored batch of a run does not wait for it."""
+    path = tmp_path / "modules.py"
+    path.write_text("import sys\n\ndef score(name):\n    return name in sys.modules\n")
+    with RewardRunner(CustomRewardFn(str(path), "score"), num_workers=1, timeout_s=20) as runner:
+        outcomes = runner.run([{"name": "torch"}, {"name": "verl.utils.reward_score"}])
+    assert [o.value for o in outcomes] == [False, True]
+
+
 def test_chunk_with_a_hung_and_a_dying_sample_loses_nothing_else(tmp_path):
     """One worker, 12 samples in chunks of 3: the chunk holding a hang and the one holding a crash give their other
     samples back to the queue, so every other sample is scored once, in order."""

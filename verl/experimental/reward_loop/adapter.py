@@ -29,8 +29,8 @@ import torch
 
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 from verl.protocol import DataProto
+from verl.utils.reward_runner import ScoreOutcome
 from verl.workers.reward_manager.base import AbstractRewardManager
-from verl.workers.reward_manager.runner import ScoreOutcome
 
 __all__ = ["RewardLoopAdapter", "build_on_reward_loop", "run_on_reward_loop", "shared_reward_loop"]
 

@@ -21,13 +21,14 @@ import functools
 import inspect
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from verl.protocol import DataProto
 from verl.utils.import_utils import load_extern_object
+from verl.utils.reward_runner import CustomRewardFn
 from verl.workers.reward_manager import REWARD_MANAGER_REGISTRY, AbstractRewardManager
 
 __all__ = [
@@ -46,48 +47,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_NUM_WORKERS = 2
 DEFAULT_TIMEOUT_S = 300.0
-
-
-class CustomRewardFn:
-    """A scoring function defined in a user file, callable like the function itself.
-
-    It pickles as ``(path, name, kwargs)`` and re-imports the file on first use, so it can be sent to the scoring
-    processes (a function object from a file loaded by path would not unpickle there). ``kwargs`` are bound like
-    ``functools.partial``: ``reward.custom_reward_function.reward_kwargs``.
-    """
-
-    def __init__(self, path: str, name: str, kwargs: Mapping[str, Any] | None = None) -> None:
-        self.path = path
-        self.name = name
-        self.kwargs = dict(kwargs or {})
-        self._fn: Any = None
-
-    @property
-    def fn(self) -> Any:
-        if self._fn is None:
-            fn = load_extern_object(
-                self.path, self.name, config_key="reward.custom_reward_function.path", what="reward function"
-            )
-            if not callable(fn):
-                raise TypeError(
-                    f"reward function {self.name!r} in {self.path!r} (reward.custom_reward_function.name) is not "
-                    f"callable: {fn!r}"
-                )
-            self._fn = fn
-        return self._fn
-
-    def warm_up(self) -> None:
-        """Import the file now (scoring processes call this before taking work)."""
-        self.fn  # noqa: B018
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(*args, **{**self.kwargs, **kwargs})
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "name": self.name, "kwargs": self.kwargs, "_fn": None}
-
-    def __repr__(self) -> str:
-        return f"CustomRewardFn(path={self.path!r}, name={self.name!r})"
 
 
 def _section(config: Any, key: str) -> Any:

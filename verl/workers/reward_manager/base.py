@@ -23,8 +23,8 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
+from verl.utils.reward_runner import RewardRunner, ScoreOutcome
 from verl.utils.reward_score import default_compute_score
-from verl.workers.reward_manager.runner import RewardRunner, ScoreOutcome
 
 __all__ = ["AbstractRewardManager", "RawRewardFn", "Sample", "score_value"]
 

@@ -9,10 +9,10 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
+from verl.utils.reward_runner import ScoreOutcome
 from verl.utils.reward_score import default_compute_score
 from verl.workers.reward_manager.base import AbstractRewardManager, score_value
 from verl.workers.reward_manager.registry import register
-from verl.workers.reward_manager.runner import ScoreOutcome
 
 __all__ = ["BatchRewardManager", "default_batch_compute_score"]
 

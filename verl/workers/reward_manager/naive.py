@@ -8,9 +8,9 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
+from verl.utils.reward_runner import ScoreOutcome
 from verl.workers.reward_manager.base import AbstractRewardManager, Sample, score_value
 from verl.workers.reward_manager.registry import register
-from verl.workers.reward_manager.runner import ScoreOutcome
 
 __all__ = ["NaiveRewardManager"]
 

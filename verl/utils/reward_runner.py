@@ -12,10 +12,11 @@ A sample whose function raises, times out or kills its worker scores ``0.0``; th
 caller can count ``reward/num_failed`` and ``reward/num_timeout``, and each failing sample is logged once with its index
 and error. A killed worker is replaced and the remaining samples go on.
 
-Workers are forked from a forkserver that has imported verl once (spawning each worker would re-import torch, which
-takes seconds); the function travels to them by pickle, so a function loaded from a user file must pickle as its path
-and name (see :class:`verl.trainer.ppo.reward.CustomRewardFn`). ``num_workers=0`` scores in the calling process: no
-timeout is enforced there, but exceptions still score 0.
+Workers are forked from a forkserver that has imported this module and the built-in scoring functions once; neither
+imports torch (seconds per process), which is why this module lives outside the reward-manager package (whose classes
+handle DataProto). The function travels to them by pickle, so a function loaded from a user file pickles as its path
+and name (:class:`CustomRewardFn`). ``num_workers=0`` scores in the calling process: no timeout is enforced there, but
+exceptions still score 0.
 """
 
 from __future__ import annotations
@@ -30,16 +31,18 @@ import time
 import traceback
 import types
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-__all__ = ["RewardRunner", "ScoreOutcome"]
+from verl.utils.import_utils import load_extern_object
+
+__all__ = ["CustomRewardFn", "RewardRunner", "ScoreOutcome"]
 
 logger = logging.getLogger(__name__)
 
-_PRELOAD = ["verl.workers.reward_manager.runner", "verl.utils.reward_score"]
+_PRELOAD = ["verl.utils.reward_runner", "verl.utils.reward_score"]
 _READY = "ready"
 # A worker that has not reported ready by then is broken (e.g. its interpreter cannot import verl).
 STARTUP_TIMEOUT_S = 300.0
@@ -56,6 +59,48 @@ def _context() -> Any:
         if method == "forkserver":
             _CONTEXT.set_forkserver_preload(_PRELOAD)
     return _CONTEXT
+
+
+class CustomRewardFn:
+    """A scoring function defined in a user file, callable like the function itself.
+
+    It pickles as ``(path, name, kwargs)`` and re-imports the file on first use, so it can be sent to the scoring
+    processes (a function object from a file loaded by path would not unpickle there). ``kwargs`` are bound like
+    ``functools.partial``: ``reward.custom_reward_function.reward_kwargs``.
+    """
+
+    def __init__(self, path: str, name: str, kwargs: Mapping[str, Any] | None = None) -> None:
+        self.path = path
+        self.name = name
+        self.kwargs = dict(kwargs or {})
+        self._fn: Any = None
+
+    @property
+    def fn(self) -> Any:
+        if self._fn is None:
+            fn = load_extern_object(
+                self.path, self.name, config_key="reward.custom_reward_function.path", what="reward function"
+            )
+            if not callable(fn):
+                raise TypeError(
+                    f"reward function {self.name!r} in {self.path!r} (reward.custom_reward_function.name) is not "
+                    f"callable: {fn!r}"
+                )
+            self._fn = fn
+        return self._fn
+
+    def warm_up(self) -> None:
+        """Import the file now (scoring processes call this before taking work)."""
+        self.fn  # noqa: B018
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **{**self.kwargs, **kwargs})
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "name": self.name, "kwargs": self.kwargs, "_fn": None}
+
+    def __repr__(self) -> str:
+        return f"CustomRewardFn(path={self.path!r}, name={self.name!r})"
 
 
 @dataclass
