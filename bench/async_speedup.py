@@ -112,7 +112,7 @@ def run_recipe(
     trigger: int = 1,
 ) -> dict[str, float]:
     from recipe._entry import compose_recipe_config
-    from verl.experimental.fully_async_policy.main import run_async_training
+    from verl.experimental.separation.task_runner import run_async_training
 
     run_dir = root / (name or kind)
     extra = ["rollout.nnodes=1", "rollout.n_gpus_per_node=1"]

@@ -42,7 +42,7 @@ def _run(mode: str, run_dir: Path) -> list[dict]:
         config, _ = resolve_config(compose_ppo_config(base_overrides(run_dir, *BYPASS)))
         run_ppo(config)
     else:
-        from verl.experimental.fully_async_policy.main import run_async_training
+        from verl.experimental.separation.task_runner import run_async_training
 
         extra = [f"rollout.total_rollout_steps={STEPS * GROUPS}", "async_training.use_rollout_log_probs=true"]
         if mode == "fully_async":

@@ -11,8 +11,8 @@ from _runs import LEARNING_STEPS, actors_of, demo_overrides_for, new_actors, ris
 from omegaconf import OmegaConf
 
 from verl.experimental.fully_async_policy.fully_async_main import CONFIG_DIR, CONFIG_NAME
-from verl.experimental.fully_async_policy.main import AsyncTaskRunner, run_async_training
 from verl.experimental.separation.entry import compose_recipe_config
+from verl.experimental.separation.task_runner import AsyncTaskRunner, run_async_training
 from verl.single_controller.ray.node_placement import on_this_node
 from verl.utils.tracking import read_metrics
 

@@ -90,7 +90,7 @@ def kill_after_checkpoint(config, kind: str, step: int) -> int:
     import ray
     from omegaconf import OmegaConf
 
-    from verl.experimental.fully_async_policy.main import AsyncTaskRunner
+    from verl.experimental.separation.task_runner import AsyncTaskRunner
     from verl.trainer.ppo.checkpointing import TRACKER_FILE
 
     run_dir = Path(config.trainer.default_local_dir)

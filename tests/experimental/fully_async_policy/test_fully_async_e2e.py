@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from _async_runs import ON_POLICY, STEPS, recipe_config, sync_reference
 
-from verl.experimental.fully_async_policy.main import run_async_training
 from verl.experimental.fully_async_policy.staleness import StalenessBudget
+from verl.experimental.separation.task_runner import run_async_training
 from verl.utils.tracking import read_metrics
 
 pytestmark = pytest.mark.ray

@@ -12,7 +12,7 @@ import statistics
 
 import pytest
 
-from verl.experimental.fully_async_policy.main import run_async_training
+from verl.experimental.separation.task_runner import run_async_training
 from verl.utils.tracking import read_metrics
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

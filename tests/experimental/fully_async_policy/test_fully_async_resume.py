@@ -6,7 +6,7 @@ import pytest
 from _async_runs import ON_POLICY, kill_after_checkpoint, recipe_config, sync_reference
 
 from verl.experimental.fully_async_policy.fully_async_trainer import compress_indices, expand_indices
-from verl.experimental.fully_async_policy.main import run_async_training
+from verl.experimental.separation.task_runner import run_async_training
 from verl.trainer.ppo.checkpointing import TrainerCheckpointer
 from verl.utils.tracking import read_metrics
 
@@ -99,7 +99,7 @@ def test_a_run_killed_mid_sync_resumes_without_losing_or_repeating_a_prompt(ray_
     import ray
     from omegaconf import OmegaConf
 
-    from verl.experimental.fully_async_policy.main import AsyncTaskRunner
+    from verl.experimental.separation.task_runner import AsyncTaskRunner
     from verl.trainer.ppo.checkpointing import TRACKER_FILE
 
     steps, groups, stall_at = 4, 4, 3

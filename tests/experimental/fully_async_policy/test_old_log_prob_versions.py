@@ -10,7 +10,7 @@ import pytest
 import torch
 from _async_runs import recipe_config
 
-from verl.experimental.fully_async_policy.main import build_trainer
+from verl.experimental.separation.task_runner import build_trainer
 from verl.utils.tracking import read_metrics
 
 pytestmark = pytest.mark.ray

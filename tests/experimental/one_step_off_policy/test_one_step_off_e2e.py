@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fully_async_policy"))
 from _async_runs import STEPS, recipe_config, sync_reference  # noqa: E402
 
-from verl.experimental.fully_async_policy.main import run_async_training  # noqa: E402
+from verl.experimental.separation.task_runner import run_async_training  # noqa: E402
 from verl.utils.tracking import read_metrics  # noqa: E402
 
 pytestmark = pytest.mark.ray

@@ -10,8 +10,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fully_async_policy"))
 from _async_runs import kill_after_checkpoint, recipe_config  # noqa: E402
 
-from verl.experimental.fully_async_policy.main import run_async_training  # noqa: E402
 from verl.experimental.one_step_off_policy.ray_trainer import PENDING_DIR  # noqa: E402
+from verl.experimental.separation.task_runner import run_async_training  # noqa: E402
 from verl.trainer.ppo.checkpointing import TrainerCheckpointer  # noqa: E402
 from verl.utils.tracking import read_metrics  # noqa: E402
 

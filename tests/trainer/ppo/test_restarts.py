@@ -73,7 +73,7 @@ def test_the_budget_and_other_errors_reraise(tmp_path):
 
 
 def test_the_async_recipes_refuse_max_restarts_naming_the_key(tmp_path):
-    from verl.experimental.fully_async_policy.main import run_async_training
+    from verl.experimental.separation.task_runner import run_async_training
 
     config = OmegaConf.create({"trainer": {"max_restarts": 2, "default_local_dir": str(tmp_path)}})
     with pytest.raises(ValueError, match=r"trainer.max_restarts=2: the fully_async recipe does not restart itself"):

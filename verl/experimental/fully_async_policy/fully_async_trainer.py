@@ -30,10 +30,10 @@ from verl.experimental.fully_async_policy.message_queue import (
     resolve_refs,
 )
 from verl.experimental.fully_async_policy.policy_snapshots import PolicySnapshots, row_versions
-from verl.experimental.fully_async_policy.rollout_pool import start_rollout_replicas
 from verl.experimental.fully_async_policy.rollouter import Rollouter, groups_per_update
 from verl.experimental.fully_async_policy.sample import RolloutSample
 from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
+from verl.experimental.separation.rollout_pool import start_rollout_replicas
 from verl.protocol import DataProto
 from verl.single_controller.ray.node_placement import on_this_node
 from verl.trainer.ppo.ray_trainer import StopTraining, marked_timer

@@ -23,10 +23,10 @@ import numpy as np
 from verl.experimental.agent_loop.concurrency import MAX_IN_FLIGHT_KEY, PEAK_IN_FLIGHT_KEY, validation_max_in_flight
 from verl.experimental.agent_loop.server_manager import AllReplicasDeadError
 from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, CoalescingQueueWriter
-from verl.experimental.fully_async_policy.rollout_pool import build_agent_worker
 from verl.experimental.fully_async_policy.sample import RolloutSample, SampleVersions
 from verl.experimental.fully_async_policy.server_manager import CURRENT_SAMPLE_VERSIONS
 from verl.experimental.fully_async_policy.staleness import StalenessBudget
+from verl.experimental.separation.rollout_pool import build_agent_worker
 from verl.protocol import DataProto
 from verl.utils.async_utils import FAILURE_ATTR, await_ray, spawn_logged
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import ray
 
-from verl.experimental.fully_async_policy.rollout_pool import StandaloneAgentLoopManager, start_rollout_replicas
 from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
+from verl.experimental.separation.rollout_pool import StandaloneAgentLoopManager, start_rollout_replicas
 from verl.protocol import DataProto
 from verl.single_controller.ray.node_placement import on_this_node
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, marked_timer

@@ -30,7 +30,7 @@ def compose_recipe_config(config_dir: Path, config_name: str, overrides: Sequenc
 def recipe_main(config_dir: Path, config_name: str, kind: str, argv: Sequence[str] | None = None) -> dict:
     """Parse ``argv`` overrides (``--cfg job`` prints the config), print the batch plan and train."""
     from verl.base_config import ConfigError
-    from verl.experimental.fully_async_policy.main import run_async_training
+    from verl.experimental.separation.task_runner import run_async_training
     from verl.trainer.config.batch_plan import compute_batch_plan, format_batch_plan
     from verl.trainer.config.inert_keys import check_inert_keys
     from verl.trainer.config.ppo_config import build_ppo_config

@@ -36,7 +36,7 @@ class SeparateRayPPOTrainer(RayPPOTrainer):
         """Reserve both pools, build the trainer workers and the rollout side (in parallel only when both pools
         are placement groups, so neither can take the other's slots), then check the replicas hold the trainer's
         weights."""
-        from verl.experimental.fully_async_policy.rollout_pool import (
+        from verl.experimental.separation.rollout_pool import (
             build_weight_sync,
             placement_guaranteed,
             run_parallel_or_ordered,

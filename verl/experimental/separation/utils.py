@@ -20,8 +20,8 @@ TRAINING_ROLES = (Role.Actor, Role.ActorRollout, Role.ActorRolloutRef, Role.Crit
 def create_resource_pool_manager(config: Any, roles: Iterable[Role]) -> Any:
     """Training roles share the trainer pool (``trainer.nnodes x trainer.n_gpus_per_node``); ``Role.Rollout`` gets
     the rollout pool (``rollout.nnodes x rollout.n_gpus_per_node``, both must be >= 1)."""
-    from verl.experimental.fully_async_policy.main import TRAINER_POOL
-    from verl.experimental.fully_async_policy.rollout_pool import ROLLOUT_POOL, rollout_pool_spec
+    from verl.experimental.separation.rollout_pool import ROLLOUT_POOL, rollout_pool_spec
+    from verl.experimental.separation.task_runner import TRAINER_POOL
     from verl.single_controller.ray import ResourcePoolManager
 
     roles = list(roles)
@@ -47,7 +47,7 @@ def create_resource_pool_manager(config: Any, roles: Iterable[Role]) -> Any:
 
 def create_role_worker_mapping(config: Any) -> tuple[dict[Role, type], type]:
     """The worker class of every training role the config needs, and the worker-group class."""
-    from verl.experimental.fully_async_policy.main import build_async_role_worker_mapping
+    from verl.experimental.separation.task_runner import build_async_role_worker_mapping
     from verl.single_controller.ray import RayWorkerGroup
 
     mapping, _pools, _spec = build_async_role_worker_mapping(config)

@@ -35,7 +35,7 @@ class StandaloneRolloutTrainer(SeparateRayPPOTrainer):
     def _init_rollout(self, pool: Any) -> None:
         """One replica per rollout slot, and one agent-loop actor that turns prompt batches into trajectories on
         them (its server manager resumes a request a weight sync aborted)."""
-        from verl.experimental.fully_async_policy.rollout_pool import (
+        from verl.experimental.separation.rollout_pool import (
             StandaloneAgentLoopManager,
             start_rollout_replicas,
         )

@@ -76,8 +76,8 @@ class TaskRunner:
 
         _check_strategy(config)
         if standalone_rollout(config):
-            from verl.experimental.fully_async_policy.rollout_pool import ROLLOUT_POOL
-            from verl.experimental.fully_async_policy.workers import DetachActorWorker
+            from verl.experimental.separation.engine_workers import DetachActorWorker
+            from verl.experimental.separation.rollout_pool import ROLLOUT_POOL
 
             self.role_worker_mapping[Role.Actor] = DetachActorWorker
             self.mapping[Role.Actor] = GLOBAL_POOL
@@ -200,7 +200,7 @@ def pool_spec(config: DictConfig) -> dict[str, list[int]]:
     trainer = config.trainer
     spec = {GLOBAL_POOL: [int(trainer.n_gpus_per_node)] * int(trainer.nnodes)}
     if standalone_rollout(config):
-        from verl.experimental.fully_async_policy.rollout_pool import ROLLOUT_POOL, rollout_pool_spec
+        from verl.experimental.separation.rollout_pool import ROLLOUT_POOL, rollout_pool_spec
 
         spec[ROLLOUT_POOL] = rollout_pool_spec(config.rollout)
     return spec

@@ -1,4 +1,5 @@
-"""Trainer-side policy worker of the async recipes: the FSDP actor plus the checkpoint engine's ``send_weights``.
+"""Trainer-side policy worker of a separated rollout (standalone sync, one-step-off, fully async): the FSDP actor
+plus the checkpoint engine's ``send_weights``.
 
 The rollout lives on its own pool, so the actor process has no engine; new weights leave through the checkpoint
 engine (``ray`` / ``collective`` backends), whose worker-side entry point every rank must run. CPU copies of the

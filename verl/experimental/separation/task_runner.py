@@ -31,8 +31,8 @@ def _load(target: str) -> type:
 def build_async_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], dict[Role, str], dict[str, list]]:
     """Trainer pool (``trainer.nnodes x n_gpus_per_node``: actor, critic, ref) and rollout pool
     (``rollout.nnodes x rollout.n_gpus_per_node``: the standalone servers)."""
-    from verl.experimental.fully_async_policy.rollout_pool import ROLLOUT_POOL, rollout_pool_spec
-    from verl.experimental.fully_async_policy.workers import DetachActorWorker
+    from verl.experimental.separation.engine_workers import DetachActorWorker
+    from verl.experimental.separation.rollout_pool import ROLLOUT_POOL, rollout_pool_spec
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
 
