@@ -315,10 +315,10 @@ def test_checkpoint_engine_naive_backend_loads_the_local_engines(groups):
 
 
 def test_worker_replicas_serve_token_requests_concurrently(groups):
-    from verl.workers.fsdp.worker_replica import replicas_of
+    from verl.workers.rollout.replica import worker_rank_replicas
 
     _, two = groups
-    replicas = replicas_of(two)
+    replicas = worker_rank_replicas(two)
     prompt = make_prompts(1, seed=8).batch["input_ids"][0].tolist()
     greedy = {"max_tokens": 4, "do_sample": False, "logprobs": True}
 

@@ -193,9 +193,9 @@ def test_hybrid_engines_in_actor_workers(ray_cluster, tiny_model_dir, tiny_lm):
         }
     )
     pool = RayResourcePool([1], use_gpu=False, name_prefix="agent_loop_hybrid")
-    from _hybrid_worker import HybridRolloutWorker
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
-    cls = RayClassWithInitArgs(HybridRolloutWorker, config=config, role="rollout")
+    cls = RayClassWithInitArgs(ActorRolloutRefWorker, config=config, role="rollout")
     group = RayWorkerGroup(pool, create_colocated_worker_cls({"actor_rollout": cls}))
     worker_group = group.spawn(prefix_set=["actor_rollout"])["actor_rollout"]
     worker_group.init_model()
@@ -225,16 +225,10 @@ def test_hybrid_engines_in_actor_workers(ray_cluster, tiny_model_dir, tiny_lm):
 
 
 async def _coalesced_and_single_requests(worker_group):
-    from verl.experimental.agent_loop.hybrid_server import (
-        WorkerRankReplica,
-        rollout_batch_method_name,
-        rollout_method_name,
-    )
+    from verl.workers.rollout.replica import WorkerRankReplica, worker_rank_replicas
 
-    method, batch_method = rollout_method_name(worker_group), rollout_batch_method_name(worker_group)
-    assert batch_method is not None
-    coalescing = WorkerRankReplica(worker_group.workers[0], method, 0, batch_method_name=batch_method)
-    one_by_one = WorkerRankReplica(worker_group.workers[0], method, 0)
+    coalescing = worker_rank_replicas(worker_group)[0]
+    one_by_one = WorkerRankReplica(coalescing.handle, 0, coalescing.method_names, coalesce=False)
     params = {"do_sample": False, "max_tokens": 12, "ignore_eos": True, "logprobs": True}
     too_long = [5] * 40  # over rollout.prompt_length=16: the engine refuses this request only
     batched = await asyncio.gather(
@@ -245,17 +239,18 @@ async def _coalesced_and_single_requests(worker_group):
     return batched, single, list(coalescing.batch_sizes)
 
 
-def test_hybrid_mode_needs_the_mixin():
-    from verl.experimental.agent_loop.hybrid_server import rollout_method_name
+def test_hybrid_mode_needs_a_worker_serving_the_replica_contract():
+    from verl.workers.rollout.replica import worker_rank_replicas
 
     class Group:
         role = "actor_rollout"
-        _bound_methods = {"generate_sequences": "actor_rollout_generate_sequences"}
+        bound_methods = {"generate_sequences": "actor_rollout_generate_sequences", "sleep": "actor_rollout_sleep"}
+        workers = ["handle"]
 
     with pytest.raises(
-        TypeError, match="worker group 'actor_rollout' has no 'rollout_generate' method: .*HybridRolloutServerMixin"
+        TypeError, match="worker group 'actor_rollout' has no 'rollout_generate', .*ActorRolloutRefWorker"
     ):
-        rollout_method_name(Group())
+        worker_rank_replicas(Group())
 
 
 def test_create_without_any_replica_source_names_the_options(tiny_model_dir):

@@ -3,9 +3,9 @@
 ``await AgentLoopManager.create(config, worker_group=None, rollout_resource_pool=None, ...)`` finds or starts the
 rollout replicas and ``rollout.agent.num_workers`` :class:`AgentLoopWorker` actors:
 
-- hybrid (``worker_group`` given): the replicas are the engines inside the actor workers, one per rank, reached
-  through ``rollout_generate`` (:mod:`verl.experimental.agent_loop.hybrid_server`); the manager wakes them before a
-  batch and puts them to sleep after it (``rollout.free_cache_engine``), since they share the device with training.
+- hybrid (``worker_group`` given): the replicas are the engines inside the actor workers, one
+  ``WorkerRankReplica`` per rank; the manager wakes them before a batch and puts them to sleep after it
+  (``rollout.free_cache_engine``), since they share the device with training.
 - standalone: one ``StandaloneReplica`` actor per slot of ``rollout_resource_pool``, or ``rollout.nnodes *
   rollout.n_gpus_per_node`` actors placed by Ray, or the ``replicas`` given.
 
@@ -30,11 +30,6 @@ import numpy as np
 
 from verl.experimental.agent_loop.concurrency import MAX_IN_FLIGHT_KEY, PEAK_IN_FLIGHT_KEY, share_of
 from verl.experimental.agent_loop.config import model_group, reward_in_loop_enabled, rollout_group
-from verl.experimental.agent_loop.hybrid_server import (
-    WorkerRankReplica,
-    rollout_batch_method_name,
-    rollout_method_name,
-)
 from verl.experimental.agent_loop.postprocess import align_parts
 from verl.experimental.agent_loop.registry import get_agent_loop_spec, load_agent_loop_config, registry_snapshot
 from verl.experimental.agent_loop.server_manager import RoutingStats
@@ -49,6 +44,7 @@ from verl.protocol import DataProto
 from verl.single_controller.ray.node_placement import on_this_node
 from verl.utils.async_utils import await_ray, run_blocking
 from verl.workers.rollout.batch_rendezvous import BatchGroup
+from verl.workers.rollout.replica import worker_rank_replicas
 
 __all__ = ["AgentLoopManager", "load_manager_class", "summarize_metrics"]
 
@@ -195,12 +191,7 @@ class AgentLoopManager:
         if llm_client is not None:
             replica_list = []
         elif worker_group is not None:
-            method = rollout_method_name(worker_group)
-            batch_method = rollout_batch_method_name(worker_group)
-            replica_list = [
-                WorkerRankReplica(handle, method, rank, call_timeout_s, batch_method_name=batch_method)
-                for rank, handle in enumerate(worker_group.workers)
-            ]
+            replica_list = worker_rank_replicas(worker_group, call_timeout_s)
         elif replicas is not None:
             replica_list = list(replicas)
         else:

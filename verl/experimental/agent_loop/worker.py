@@ -37,7 +37,6 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 from verl.experimental.agent_loop.concurrency import MAX_IN_FLIGHT_KEY, PEAK_IN_FLIGHT_KEY, InFlightLimiter
 from verl.experimental.agent_loop.config import model_group, reward_in_loop_enabled, rollout_group, sampling_params_for
-from verl.experimental.agent_loop.hybrid_server import CURRENT_BATCH_GROUP
 from verl.experimental.agent_loop.postprocess import pad_token_id_of, pad_trajectory, stack_trajectories
 from verl.experimental.agent_loop.registry import get_agent_loop_entry, restore_registry
 from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager, RoutingStats
@@ -45,6 +44,7 @@ from verl.experimental.agent_loop.trace import get_trajectory_info
 from verl.experimental.agent_loop.utils import resolve_config_path
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask
+from verl.workers.rollout.request_batching import CURRENT_BATCH_GROUP
 
 __all__ = ["AGENT_LOOP_METRICS_KEY", "BATCH_GROUP_KEY", "ROW_OFFSET_KEY", "AgentLoopWorker", "resolve_agent_names"]
 

@@ -339,10 +339,10 @@ class ActorRolloutRefWorker(Worker):
         return self._require("rollout", "get_rollout_version").get_version()
 
     # ------------------------------------------------------------------ token-level server contract
-    # Called on one worker's actor handle (``group.workers[i].rollout_generate.remote(...)``), by agent loops
-    # (verl.experimental.agent_loop.hybrid_server uses the same name) or through WorkerRolloutReplica. Being ``async``
-    # makes the worker an async Ray actor: these calls overlap with each other (the engine batches them) while the
-    # synchronous training methods above still run one at a time on the actor's event loop.
+    # The rollout-replica contract of this rank, called on its actor handle by a WorkerRankReplica
+    # (verl.workers.rollout.replica). Being ``async`` makes the worker an async Ray actor: these calls overlap with
+    # each other (the engine batches them) while the synchronous training methods above still run one at a time on
+    # the actor's event loop.
 
     @register(dispatch_mode=Dispatch.DIRECT_ROLLOUT_METHOD)
     async def rollout_generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> Any:

@@ -88,20 +88,11 @@ class LLMServerManager:
         started from ``config`` (on ``rollout_resource_pool`` or ``rollout.nnodes x n_gpus_per_node`` of them)."""
         if self.rollout_replicas:
             return self.rollout_replicas
-        from verl.experimental.agent_loop.hybrid_server import (
-            WorkerRankReplica,
-            rollout_batch_method_name,
-            rollout_method_name,
-        )
         from verl.experimental.agent_loop.manager import AgentLoopManager
+        from verl.workers.rollout.replica import worker_rank_replicas
 
         if self.worker_group is not None:
-            method = rollout_method_name(self.worker_group)
-            batch_method = rollout_batch_method_name(self.worker_group)
-            self.rollout_replicas = [
-                WorkerRankReplica(handle, method, rank, batch_method_name=batch_method)
-                for rank, handle in enumerate(self.worker_group.workers)
-            ]
+            self.rollout_replicas = worker_rank_replicas(self.worker_group)
         else:
             if self.config is None:
                 raise ValueError("LLMServerManager.start_replicas: give replicas, a worker_group or a config")

@@ -5,8 +5,10 @@
 - ``StandaloneReplica``: the server is its own Ray actor on the rollout resource pool (a placement
   group bundle or plain Ray options); every call is a remote call with a timeout, and the ``generate`` calls made
   in one turn of the caller's event loop share one remote call (:mod:`verl.workers.rollout.request_batching`).
+- ``WorkerRankReplica``: the server lives in one rank of a hybrid actor/rollout worker group (another process);
+  calls go to that rank's actor handle, with the same timeouts and coalescing (:func:`worker_rank_replicas`).
 
-Both forward the ``RolloutServer`` contract unchanged, so callers never care which one they hold. Each says where its
+All three carry the ``RolloutServer`` contract unchanged, so callers never care which one they hold. Each says where its
 server lives through ``rollout_mode`` (verl's :class:`RolloutMode`). :func:`get_rollout_replica_class` gives verl's
 per-engine replica class, built as ``cls(replica_rank, config, model_config, gpus_per_node)``.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any
 
@@ -39,6 +41,8 @@ __all__ = [
     "HybridReplica",
     "StandaloneReplica",
     "RolloutServerActor",
+    "WorkerRankReplica",
+    "worker_rank_replicas",
     "TokenOutput",
     "build_server",
     "get_rollout_replica_class",
@@ -321,6 +325,119 @@ class StandaloneReplica(RolloutReplica):
         import ray
 
         ray.kill(self.actor)
+
+
+# The RolloutServer contract as a rank of ActorRolloutRefWorker serves it: contract method -> the worker's method.
+WORKER_RANK_METHODS = {
+    "generate": "rollout_generate",
+    "generate_batch": "rollout_generate_batch",
+    "abort_all": "abort_all",
+    "resume": "resume",
+    "update_weights": "update_weights",
+    "sleep": "sleep",
+    "wake_up": "wake_up",
+    "get_version": "get_version",
+}
+
+
+class WorkerRankReplica(RolloutReplica):
+    """One rank of a hybrid actor/rollout worker group, seen as a rollout replica (picklable: it holds an actor
+    handle).
+
+    Args:
+        handle: the rank's actor handle.
+        rank: its rank (named by timeouts).
+        method_names: contract method -> actor-side method name (colocated groups prefix the worker's methods
+            with the role); default :data:`WORKER_RANK_METHODS`.
+        call_timeout_s: limit on every remote call.
+        coalesce: send the ``generate`` calls made in one turn of the caller's event loop together, in one
+            ``rollout_generate_batch`` call (each caller still gets its own result or exception); False sends one
+            Ray call per request.
+    """
+
+    rollout_mode = RolloutMode.HYBRID
+
+    def __init__(
+        self,
+        handle: Any,
+        rank: int,
+        method_names: Mapping[str, str] | None = None,
+        call_timeout_s: float = 3600.0,
+        coalesce: bool = True,
+    ) -> None:
+        self.handle = handle
+        self.rank = int(rank)
+        self.method_names = dict(method_names or WORKER_RANK_METHODS)
+        self.call_timeout_s = float(call_timeout_s)
+        self.coalesce = coalesce
+        self._coalescer = RequestCoalescer()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {key: value for key, value in self.__dict__.items() if key != "_coalescer"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._coalescer = RequestCoalescer()
+
+    @property
+    def batch_sizes(self) -> Any:
+        """Requests per recent ``rollout_generate_batch`` call (a deque)."""
+        return self._coalescer.batch_sizes
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        ref = getattr(self.handle, self.method_names[method]).remote(*args)
+        return await await_ray(ref, self.call_timeout_s, f"hybrid rollout rank {self.rank}: {method}")
+
+    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
+        request = (list(prompt_ids), dict(sampling_params or {}), request_id)
+        if not self.coalesce:
+            return await self._call("generate", *request)
+        return await self._coalescer.submit(request, self._send_batch)
+
+    async def _send_batch(self, requests: list[Request]) -> list[Any]:
+        method = getattr(self.handle, self.method_names["generate_batch"])
+        return await call_batch_method(method, requests, self.call_timeout_s, f"hybrid rollout rank {self.rank}")
+
+    async def abort_all(self) -> None:
+        await self._call("abort_all")
+
+    async def resume(self) -> None:
+        await self._call("resume")
+
+    async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
+        items = named_tensors.items() if isinstance(named_tensors, dict) else named_tensors
+        return await self._call("update_weights", [(n, t.detach().cpu()) for n, t in items], version)
+
+    async def sleep(self) -> None:
+        await self._call("sleep")
+
+    async def wake_up(self) -> None:
+        await self._call("wake_up")
+
+    async def get_version(self) -> int:
+        return int(await self._call("get_version"))
+
+    def __repr__(self) -> str:
+        return f"WorkerRankReplica(rank={self.rank})"
+
+
+def worker_rank_replicas(worker_group: Any, call_timeout_s: float = 3600.0) -> list[WorkerRankReplica]:
+    """One :class:`WorkerRankReplica` per rank of a hybrid actor/rollout worker group.
+
+    Raises TypeError naming the group's role when its worker class does not serve the contract.
+    """
+    bound = worker_group.bound_methods
+    missing = [method for method in WORKER_RANK_METHODS.values() if method not in bound]
+    if missing:
+        role = getattr(worker_group, "role", type(worker_group).__name__)
+        raise TypeError(
+            f"worker group {role!r} has no {', '.join(repr(m) for m in missing)} method: the agent loop uses the "
+            "engines of a hybrid group whose worker class is verl.workers.fsdp_workers.ActorRolloutRefWorker (or a "
+            "subclass) with a rollout role; for a rollout of its own give AgentLoopManager.create a "
+            "rollout_resource_pool (standalone mode)"
+        )
+    names = {contract: bound[method] for contract, method in WORKER_RANK_METHODS.items()}
+    return [WorkerRankReplica(handle, rank, names, call_timeout_s) for rank, handle in enumerate(worker_group.workers)]
 
 
 # rollout.name -> "module:class" of its replica class, built from verl's (replica_rank, config, model_config, ...)
