@@ -16,6 +16,7 @@ from _agent_loop_helpers import greedy, make_config
 
 from verl.experimental.agent_loop.openai_gateway import SESSION_HEADER, OpenAIGateway, shared_gateway
 from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager
+from verl.experimental.fully_async_policy.server_manager import PartialRolloutServerManager
 from verl.workers.config import MultiTurnConfig
 
 openai = pytest.importorskip("openai")
@@ -129,26 +130,54 @@ def test_stop_string_cuts_text_and_record(replica, tokenizer):
     assert len(calls[1].response_logprobs) == len(calls[1].response_ids)
 
 
-def test_aborted_call_continues_transparently(replica, tokenizer, tiny_lm):
-    async def body(gateway):
-        client = openai.AsyncOpenAI(base_url=gateway.session_base_url("long"), api_key="x")
-        task = asyncio.ensure_future(client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=120))
-        server = replica.server
-        for _ in range(2000):  # wait until the request decodes
-            if server.num_running:
-                break
-            await asyncio.sleep(0.005)
-        await replica.abort_all()  # a weight sync: in-flight requests come back "aborted"
-        await asyncio.sleep(0.05)
-        await replica.resume()
-        return await asyncio.wait_for(task, 60), gateway.calls("long"), gateway.num_resumes
+async def _abort_once_decoding(replica, gateway_client_call, manager=None):
+    """Start ``gateway_client_call``, abort the replica's requests while it decodes (a weight sync), resume."""
+    task = asyncio.ensure_future(gateway_client_call)
+    for _ in range(2000):  # wait until the request decodes
+        if replica.server.num_running:
+            break
+        await asyncio.sleep(0.005)
+    if manager is not None:
+        manager.pause()
+    await replica.abort_all()  # in-flight requests come back "aborted"
+    await asyncio.sleep(0.05)
+    await replica.resume()
+    if manager is not None:
+        manager.resume(1)
+    return await asyncio.wait_for(task, 60)
 
-    reply, calls, resumes = run_with_gateway(replica, tokenizer, body, default_sampling_params=GREEDY)
-    assert resumes >= 1 and calls[0].num_resumes >= 1
+
+def test_call_aborted_by_a_weight_sync_continues_through_the_partial_rollout_manager(replica, tokenizer, tiny_lm):
+    async def main():
+        manager = PartialRolloutServerManager([replica])
+        gateway = OpenAIGateway(manager, tokenizer, default_sampling_params=GREEDY)
+        await gateway.start()
+        try:
+            client = openai.AsyncOpenAI(base_url=gateway.session_base_url("long"), api_key="x")
+            call = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=120)
+            return await _abort_once_decoding(replica, call, manager), gateway.calls("long"), manager.num_aborted
+        finally:
+            await gateway.stop()
+
+    reply, calls, aborted = asyncio.run(main())
+    assert aborted >= 1 and calls[0].extra["num_aborts"] >= 1
     prompt = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False)
     assert reply.choices[0].finish_reason == "length"
     assert reply.choices[0].token_ids == calls[0].response_ids == greedy(tiny_lm, prompt, 120)
     assert len(calls[0].response_logprobs) == 120
+
+
+def test_call_aborted_under_a_manager_that_does_not_resume_is_a_503_naming_it(replica, tokenizer):
+    async def body(gateway):
+        client = openai.AsyncOpenAI(base_url=gateway.session_base_url("cut"), api_key="x", max_retries=0)
+        call = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=120)
+        with pytest.raises(openai.APIStatusError) as refused:
+            await _abort_once_decoding(replica, call)
+        return refused.value, gateway.calls("cut")
+
+    refused, calls = run_with_gateway(replica, tokenizer, body, default_sampling_params=GREEDY)
+    assert refused.status_code == 503 and "AsyncLLMServerManager did not resume it" in refused.message
+    assert calls == []  # nothing recorded for a call that was not answered
 
 
 MALFORMED = [
@@ -305,29 +334,35 @@ def test_shared_gateway_is_one_per_loop_and_manager(replica, tokenizer):
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="tasks inherit a given context from Python 3.11")
-def test_calls_run_in_the_session_openers_context_with_the_partial_rollout_manager(replica, tokenizer):
-    from verl.experimental.fully_async_policy.server_manager import CURRENT_SAMPLE_VERSIONS, PartialRolloutServerManager
+def test_calls_run_in_the_session_openers_context(replica, tokenizer):
+    """A session's calls see the context variables of the loop that opened it (its trace attributes), as if the loop
+    had made them; a session nobody opened sees none."""
+    from verl.experimental.agent_loop.trace import current_trajectory, rollout_trace_attr
+
+    class TraceRecordingManager(AsyncLLMServerManager):
+        async def generate(self, request_id, **kwargs):
+            seen.append((request_id, current_trajectory()))
+            return await super().generate(request_id, **kwargs)
+
+    seen = []
 
     async def main():
-        manager = PartialRolloutServerManager([replica])
-        gateway = OpenAIGateway(manager, tokenizer)
+        gateway = OpenAIGateway(TraceRecordingManager([replica]), tokenizer)
         await gateway.start()
         try:
-            versions = []
-            CURRENT_SAMPLE_VERSIONS.set(versions)  # what the rollouter does per sample
-            gateway.open_session("sample", GREEDY)
-            CURRENT_SAMPLE_VERSIONS.set(None)
+            with rollout_trace_attr(step=3, sample_index=7):
+                gateway.open_session("sample", GREEDY)
             client = openai.AsyncOpenAI(base_url=gateway.session_base_url("sample"), api_key="x")
-            reply = await client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=3)
+            await client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=3)
             unopened = openai.AsyncOpenAI(base_url=gateway.session_base_url("other"), api_key="x")
             await unopened.chat.completions.create(model="m", messages=MESSAGES, max_tokens=3)
-            return versions, reply
         finally:
             await gateway.stop()
 
-    versions, reply = asyncio.run(main())
-    assert len(versions) == 1  # the "sample" call reported to its collector, the unopened session's did not
-    assert versions[0].token_versions == [0] * 3 and len(reply.choices[0].token_ids) == 3
+    asyncio.run(main())
+    assert [request_id for request_id, _ in seen] == ["sample", "other"]
+    assert seen[0][1]["step"] == 3 and seen[0][1]["sample_index"] == 7
+    assert seen[1][1] is None
 
 
 # ---------------------------------------------------------------------- bearer token (agents on other nodes)

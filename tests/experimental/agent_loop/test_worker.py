@@ -11,6 +11,7 @@ from _agent_loop_helpers import TOOL_TOKENS, expected_rows, greedy, make_config,
 
 from verl.experimental.agent_loop import AgentLoopWorker
 from verl.experimental.agent_loop.postprocess import NUM_TURNS_KEY
+from verl.experimental.agent_loop.weight_versions import VERSION_KEYS, merge_version_tags
 from verl.experimental.agent_loop.worker import AGENT_LOOP_METRICS_KEY, resolve_agent_names
 from verl.workers.reward_manager import NaiveRewardManager
 
@@ -107,3 +108,34 @@ def test_reward_is_scored_per_trajectory_as_it_finishes(tiny_model_dir, make_rep
     assert out.non_tensor_batch["acc"].tolist() == [True, False, False]
     assert all(m["compute_score"] > 0 for m in out.meta_info[AGENT_LOOP_METRICS_KEY])
     assert out.meta_info["reward_extra_keys"] == ["acc"]
+
+
+def test_version_tags_of_a_trajectory_travel_in_its_columns(tiny_model_dir, tiny_lm, make_replica):
+    """Through the async recipes' server manager, every call reports the weight versions it ran under; the built-in
+    loops fold them into the trajectory (verl's min/max_global_steps columns); a loop that does not leaves None."""
+    from verl.experimental.fully_async_policy.server_manager import PartialRolloutServerManager
+
+    config = make_config(tiny_model_dir)
+    replica = make_replica(config["rollout"])
+
+    async def run():
+        await replica.update_weights(list(tiny_lm.state_dict().items()), 5)
+        worker = AgentLoopWorker(config, PartialRolloutServerManager([replica]))
+        batch = prompt_batch(
+            PROMPTS[:2], agent_names=["single_turn_agent", "two_turn_test"], turn_tokens=[None, [2, 3]]
+        )
+        return await worker.generate_sequences(batch)
+
+    out = asyncio.run(run())
+    columns = {key: out.non_tensor_batch[key].tolist() for key in VERSION_KEYS}
+    assert columns == {"min_global_steps": [5, None], "max_global_steps": [5, None], "num_aborts": [0, None]}
+
+
+def test_merging_version_tags_keeps_the_span_and_sums_the_aborts():
+    fields: dict = {}
+    merge_version_tags(fields, {"weight_version": 3})  # a call without tags changes nothing
+    assert fields == {}
+    merge_version_tags(fields, {"min_global_steps": 2, "max_global_steps": 3, "num_aborts": 1})
+    merge_version_tags(fields, {"min_global_steps": 3, "max_global_steps": 5, "num_aborts": 2})
+    merge_version_tags(fields, None)
+    assert fields == {"min_global_steps": 2, "max_global_steps": 5, "num_aborts": 3}

@@ -9,8 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from verl.experimental.fully_async_policy.sample import SampleVersions
-from verl.experimental.fully_async_policy.server_manager import CURRENT_SAMPLE_VERSIONS, PartialRolloutServerManager
+from verl.experimental.fully_async_policy.server_manager import PartialRolloutServerManager
 from verl.workers.rollout.base import TokenOutput
 from verl.workers.rollout.replica import HybridReplica
 
@@ -81,11 +80,9 @@ def test_sync_during_long_generation_aborts_and_resumes(tiny_lm):
         for param in new_model.parameters():
             param.add_(0.05 * torch.randn_like(param))
     prompt = [1, 5, 6, 7]
-    versions: list[SampleVersions] = []
 
     async def scenario():
         async def run_sample():
-            CURRENT_SAMPLE_VERSIONS.set(versions)
             return await manager.generate(
                 "req-0", prompt_ids=prompt, sampling_params={"max_tokens": RESPONSE, "logprobs": True, "seed": 3}
             )
@@ -114,12 +111,13 @@ def test_sync_during_long_generation_aborts_and_resumes(tiny_lm):
     new_ref = _reference_log_probs(new_model, prompt + prefix, list(second.token_ids))
     torch.testing.assert_close(torch.tensor(out.log_probs[: len(prefix)]), old_ref, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(torch.tensor(out.log_probs[len(prefix) :]), new_ref, atol=1e-4, rtol=1e-4)
-    # version tags record the change
-    assert len(versions) == 1
-    record = versions[0]
-    assert (record.start, record.end, record.aborts) == (0, 1, 1)
-    assert record.token_versions == [0] * len(prefix) + [1] * (RESPONSE - len(prefix))
-    assert out.extra == {"start_version": 0, "end_version": 1, "num_aborts": 1}
+    # the result's version tags record the change (verl's names), down to each token's version
+    assert out.extra == {
+        "min_global_steps": 0,
+        "max_global_steps": 1,
+        "num_aborts": 1,
+        "token_versions": [0] * len(prefix) + [1] * (RESPONSE - len(prefix)),
+    }
     assert manager.num_aborted == 1 and manager.num_resumed == 1
 
 
@@ -195,8 +193,8 @@ def test_tool_call_in_flight_is_not_cancelled_by_a_sync():
     first, second = asyncio.run(scenario())
     assert first.token_ids == [10, 11, 12, 12, 12] and first.log_probs == [-0.1, -0.2, -0.3, -0.3, -0.3]
     assert replica.prompts[1] == [1, 2, 10, 11]
-    assert first.extra["num_aborts"] == 1 and first.extra["end_version"] == 1
-    assert second.extra == {"start_version": 2, "end_version": 2, "num_aborts": 0}
+    assert first.extra["num_aborts"] == 1 and first.extra["max_global_steps"] == 1
+    assert (second.extra["min_global_steps"], second.extra["max_global_steps"], second.extra["num_aborts"]) == (2, 2, 0)
     assert events == ["turn1", "tool done", "turn2"]
 
 
@@ -211,11 +209,10 @@ def test_request_in_transit_during_a_sync_is_tagged_with_the_new_version(tiny_lm
     with torch.no_grad():
         for param in new_model.parameters():
             param.add_(0.05 * torch.randn_like(param))
-    prompt, versions = [1, 5, 6, 7], []
+    prompt = [1, 5, 6, 7]
 
     async def scenario():
         async def run_sample():
-            CURRENT_SAMPLE_VERSIONS.set(versions)
             return await manager.generate(
                 "req-transit", prompt_ids=prompt, sampling_params={"max_tokens": 8, "logprobs": True, "seed": 5}
             )
@@ -236,5 +233,10 @@ def test_request_in_transit_during_a_sync_is_tagged_with_the_new_version(tiny_lm
     torch.testing.assert_close(
         torch.tensor(out.log_probs), _reference_log_probs(new_model, prompt, out.token_ids), atol=1e-4, rtol=1e-4
     )
-    assert [(v.start, v.end, v.aborts) for v in versions] == [(1, 1, 0)]
-    assert versions[0].token_versions == [1] * 8
+    tags = out.extra
+    assert (tags["min_global_steps"], tags["max_global_steps"], tags["num_aborts"], tags["token_versions"]) == (
+        1,
+        1,
+        0,
+        [1] * 8,
+    )

@@ -35,6 +35,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 from verl.experimental.agent_loop.openai_gateway import CallRecord, OpenAIGateway, shared_gateway
 from verl.experimental.agent_loop.registry import register
+from verl.experimental.agent_loop.weight_versions import merge_version_tags
 
 __all__ = ["OpenAIAgentContext", "OpenAIAgentLoop", "Trajectory", "load_agent_fn", "merge_calls"]
 
@@ -229,6 +230,8 @@ class OpenAIAgentLoop(AgentLoopBase):
         extra.update(
             {"openai_num_calls": len(calls), "openai_merged": traj.merged, "stop_reason": calls[-1].finish_reason}
         )
+        for call in calls:
+            merge_version_tags(extra, call.extra)
         return AgentLoopOutput(
             prompt_ids=traj.prompt_ids,
             response_ids=traj.response_ids[:limit],

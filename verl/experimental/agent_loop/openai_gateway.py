@@ -17,9 +17,9 @@ per choice, ``token_ids`` (the recorded response ids). Not supported: streaming,
 prompts per completion request, ``echo``; those get a 400 saying so. ``top_logprobs`` alternatives are returned
 empty (the engine reports the sampled token's log-prob only).
 
-Aborts: when the server manager returns ``stop_reason == "aborted"`` (a weight sync in fully-async training), the
-gateway continues the same call from prompt + partial tokens once the replica admits requests again, so the client
-just sees a slower answer. (``PartialRolloutServerManager`` already does this itself; the loop then never runs.)
+Weight syncs: the server manager of an async recipe (``PartialRolloutServerManager``) continues a call that a sync
+aborted, so the client just sees a slower answer. A manager that returns ``stop_reason == "aborted"`` anyway gets a
+503 naming it: the call is not answered with a truncated response.
 
 Agents on other nodes: bind ``host`` to a node IP or a wildcard (``0.0.0.0``); :attr:`OpenAIGateway.base_url` then
 advertises this node's routable IP. Off loopback every request must carry ``Authorization: Bearer <token>`` (what the
@@ -74,7 +74,6 @@ class CallRecord:
     response_logprobs: list[float] | None
     finish_reason: str
     endpoint: str = "chat"
-    num_resumes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -295,7 +294,7 @@ class _Session:
     defaults: dict[str, Any]
     lock_sampling: bool
     explicit: bool  # opened by open_session: its max_tokens is a cap, not just a default
-    # the opener's context variables (e.g. the fully-async per-sample version collector), for its generate calls
+    # the opener's context variables (its trace attributes, its batch group), for its generate calls
     context: contextvars.Context | None = None
     calls: list[CallRecord] = field(default_factory=list)
     in_flight: int = 0
@@ -353,7 +352,6 @@ class OpenAIGateway:
         self._url_host = host
         self.port: int | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.num_resumes = 0
         self._sessions: dict[str, _Session] = {}
         self._runner: web.AppRunner | None = None
         self._tool_parser = None
@@ -446,7 +444,7 @@ class OpenAIGateway:
         defaults' temperature/top_p/top_k win over the request's (training must sample the distribution the trainer
         assumes). Ids never opened are recorded too, with the gateway's defaults and no cap. The session's generate
         calls run in a copy of the opener's context variables, as if it had made them itself (Python >= 3.11), so
-        per-sample collectors such as the fully-async version records see them.
+        the trace attributes and the batch group of the loop that opened it apply to them.
         """
         if session_id in self._sessions:
             raise ValueError(f"OpenAIGateway: session {session_id!r} is already open")
@@ -764,46 +762,25 @@ class OpenAIGateway:
     async def _generate(
         self, request_id: str, prompt_ids: list[int], params: dict[str, Any], param: str = "messages"
     ) -> CallRecord:
-        """Generate, continuing transparently from the partial tokens when a weight sync aborts the call."""
-        max_tokens = params.get("max_tokens")
-        tokens: list[int] = []
-        log_probs: list[float] = []
-        resumes, idle_wait, extra = 0, 0.05, {}
-        while True:
-            call_params = dict(params)
-            if tokens and max_tokens is not None:
-                call_params["max_tokens"] = int(max_tokens) - len(tokens)
-            if resumes and params.get("seed") is not None:
-                call_params["seed"] = int(params["seed"]) + 104729 * resumes  # a fresh stream for the continuation
-            try:
-                out = await self.server_manager.generate(
-                    request_id, prompt_ids=prompt_ids + tokens, sampling_params=call_params
-                )
-            except ValueError as err:  # the engine refused the request itself (too long, bad token id)
-                raise GatewayError(str(err), param=param) from None
-            tokens.extend(int(t) for t in out.token_ids)
-            log_probs.extend(out.log_probs if out.log_probs is not None else [0.0] * len(out.token_ids))
-            extra = dict(out.extra or {})
-            finish = out.stop_reason
-            if finish != "aborted":
-                break
-            if max_tokens is not None and len(tokens) >= int(max_tokens):
-                finish = "length"
-                break
-            resumes += 1
-            self.num_resumes += 1
-            if out.token_ids:
-                idle_wait = 0.05
-            else:  # a replica that answers "aborted" at once while paused: do not spin
-                await asyncio.sleep(idle_wait)
-                idle_wait = min(idle_wait * 2, 1.0)
+        try:
+            out = await self.server_manager.generate(request_id, prompt_ids=prompt_ids, sampling_params=dict(params))
+        except ValueError as err:  # the engine refused the request itself (too long, bad token id)
+            raise GatewayError(str(err), param=param) from None
+        if out.stop_reason == "aborted":
+            raise GatewayError(
+                f"request {request_id} was aborted by a weight sync and {type(self.server_manager).__name__} did not "
+                "resume it; serve the gateway through a server manager that does (PartialRolloutServerManager)",
+                status=503,
+                code="aborted",
+                error_type="server_error",
+            )
+        tokens = [int(t) for t in out.token_ids]
         return CallRecord(
             prompt_ids=list(prompt_ids),
             response_ids=tokens,
-            response_logprobs=log_probs,
-            finish_reason=finish,
-            num_resumes=resumes,
-            extra=extra,
+            response_logprobs=list(out.log_probs) if out.log_probs is not None else [0.0] * len(tokens),
+            finish_reason=out.stop_reason,
+            extra=dict(out.extra or {}),
         )
 
     def _finish_text(self, record: CallRecord, params: dict[str, Any], stops: list[str], skip_special: bool) -> str:

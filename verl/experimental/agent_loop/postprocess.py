@@ -39,7 +39,7 @@ __all__ = [
 NUM_TURNS_KEY = "__num_turns__"
 # extra_fields every batch carries (None where a loop does not set them), so that batches of different loop mixes
 # -- worker shards, fully-async groups -- concatenate
-DEFAULT_EXTRA_KEYS = ("turn_scores", "tool_rewards", "min_global_steps", "max_global_steps", "extras")
+DEFAULT_EXTRA_KEYS = ("turn_scores", "tool_rewards", "min_global_steps", "max_global_steps", "num_aborts", "extras")
 
 
 def pad_token_id_of(tokenizer: Any) -> int:

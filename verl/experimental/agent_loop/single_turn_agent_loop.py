@@ -8,6 +8,7 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 from verl.experimental.agent_loop.registry import register
+from verl.experimental.agent_loop.weight_versions import merge_version_tags
 
 __all__ = ["SingleTurnAgentLoop", "prompt_ids_of"]
 
@@ -53,6 +54,7 @@ class SingleTurnAgentLoop(AgentLoopBase):
         preempted = getattr(output, "num_preempted", None)
         # turn_scores / tool_rewards keep the columns of a mixed single-turn / tool batch the same
         extra = {"stop_reason": getattr(output, "stop_reason", None), "turn_scores": [], "tool_rewards": []}
+        merge_version_tags(extra, getattr(output, "extra", None))
         return AgentLoopOutput(
             prompt_ids=prompt_ids,
             response_ids=response_ids,

@@ -62,6 +62,7 @@ from verl.experimental.agent_loop.interaction import (
 from verl.experimental.agent_loop.registry import register
 from verl.experimental.agent_loop.tokenization_check import MISMATCH_COUNTER, describe
 from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
+from verl.experimental.agent_loop.weight_versions import merge_version_tags
 from verl.tools.base_tool import DEFAULT_TOOL_TIMEOUT_S
 from verl.tools.function_tool import FunctionTool, normalize_function_tool_return
 from verl.tools.schemas import (
@@ -486,6 +487,7 @@ class ToolAgentLoop(AgentLoopBase):
             agent_data.request_id, prompt_ids=agent_data.prompt_ids, sampling_params=params, **media
         )
         _add_time(agent_data, "generate_sequences", time.perf_counter() - start)
+        merge_version_tags(agent_data.extra_fields, getattr(output, "extra", None))
         preempted = getattr(output, "num_preempted", None)
         if agent_data.metrics.get("num_preempted") is None:
             agent_data.metrics["num_preempted"] = -1 if preempted is None else preempted

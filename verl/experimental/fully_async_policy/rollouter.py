@@ -22,9 +22,9 @@ import numpy as np
 
 from verl.experimental.agent_loop.concurrency import MAX_IN_FLIGHT_KEY, PEAK_IN_FLIGHT_KEY, validation_max_in_flight
 from verl.experimental.agent_loop.server_manager import AllReplicasDeadError
+from verl.experimental.agent_loop.weight_versions import VERSION_KEYS
 from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, CoalescingQueueWriter
-from verl.experimental.fully_async_policy.sample import RolloutSample, SampleVersions
-from verl.experimental.fully_async_policy.server_manager import CURRENT_SAMPLE_VERSIONS
+from verl.experimental.fully_async_policy.sample import RolloutSample
 from verl.experimental.fully_async_policy.staleness import StalenessBudget
 from verl.experimental.separation.rollout_pool import build_agent_worker
 from verl.protocol import DataProto
@@ -323,11 +323,8 @@ class Rollouter:
         base = generation_seed(self.config, step + 1)
         return None if base is None else base + position * self.n + sample
 
-    async def _run_sample(
-        self, index: int, sample: int, prompt: DataProto, uid: str
-    ) -> tuple[DataProto, list[SampleVersions]]:
-        versions: list[SampleVersions] = []
-        CURRENT_SAMPLE_VERSIONS.set(versions)  # this task's own context: the server manager reports here
+    async def _run_sample(self, index: int, sample: int, prompt: DataProto, uid: str) -> tuple[DataProto, int]:
+        """One trajectory of prompt ``index``, and the weight version current when it ended."""
         keys = [k for k in _GEN_KEYS if prompt.batch is not None and k in prompt.batch.keys()]
         row = prompt.select(batch_keys=keys, non_tensor_batch_keys=list(prompt.non_tensor_batch.keys()))
         row.non_tensor_batch["uid"] = np.array([uid], dtype=object)
@@ -335,7 +332,7 @@ class Rollouter:
         row.meta_info = {} if seed is None else {"seed": seed}
         out = await self.worker.generate_sequences(row)
         out.meta_info = {}
-        return out, versions
+        return out, self.version
 
     async def _run_group(self, index: int, prompt: DataProto) -> None:
         uid = uuid.uuid4().hex
@@ -355,11 +352,14 @@ class Rollouter:
                 self.stats["samples_failed"] += 1
                 logger.warning("rollout group %d: a sample failed: %r", index, result)
                 continue
-            out, versions = result
+            out, end_version = result
             rows.append(out)
-            starts.append(min((v.start for v in versions), default=start_version))
-            ends.append(max((v.end for v in versions), default=self.version))
-            aborts.append(sum(v.aborts for v in versions))
+            # the loop's version tags (verl's column names); a custom loop that does not report them falls back to
+            # the versions current when the group started and when this sample ended
+            tags = {key: _first(out, key) for key in VERSION_KEYS}
+            starts.append(start_version if tags["min_global_steps"] is None else int(tags["min_global_steps"]))
+            ends.append(end_version if tags["max_global_steps"] is None else int(tags["max_global_steps"]))
+            aborts.append(int(tags["num_aborts"] or 0))
         try:
             if not rows:
                 self.stats["groups_dropped_empty"] += 1
@@ -387,3 +387,9 @@ class Rollouter:
         finally:
             self._in_flight.pop(index, None)
             self._notify()
+
+
+def _first(batch: DataProto, key: str) -> Any:
+    """Column ``key`` of a one-row batch (None when the column is missing)."""
+    column = batch.non_tensor_batch.get(key)
+    return None if column is None else column[0]

@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from verl.protocol import DataProto
 
-__all__ = ["RolloutSample", "SampleVersions"]
-
-
-@dataclass
-class SampleVersions:
-    """Parameter versions one trajectory saw: started under ``start``, finished under ``end``; ``aborts`` counts
-    the weight syncs that interrupted it (each one resumed from the tokens it already had)."""
-
-    start: int
-    end: int
-    aborts: int = 0
-    # version of the weights that produced each response token (model tokens only, in order)
-    token_versions: list[int] = field(default_factory=list)
+__all__ = ["RolloutSample"]
 
 
 @dataclass

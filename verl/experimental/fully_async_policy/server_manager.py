@@ -7,8 +7,9 @@ the remaining token budget, keeping the log-probs it already has (each token's l
 that produced it). Whatever the agent loop does between generate calls (tool calls) is never touched by a sync:
 its next generate call simply waits for the gate.
 
-Per-trajectory version tags are reported to the sample being generated through a context variable, so any agent
-loop (single turn, tools, custom) gets them without knowing about async training. A call's tokens are tagged with
+Each call's version tags travel in its result (``TokenOutput.extra``: ``min_global_steps`` / ``max_global_steps``,
+verl's names, ``num_aborts``, and ``token_versions``, the version of each token); the agent loops fold them into the
+trajectory's ``extra_fields`` (:mod:`verl.experimental.agent_loop.weight_versions`). A call's tokens are tagged with
 the ``weight_version`` the replica reports it generated under (the hf server does): a request already on its way to
 a replica when a sync began waits there and runs on the new weights, so the version this manager had when it sent
 the call would be wrong. Replicas that report no version fall back to the manager's.
@@ -17,23 +18,15 @@ the call would be wrong. Replicas that report no version fall back to the manage
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 from typing import Any
 
 from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager, check_text_only_request
-from verl.experimental.fully_async_policy.sample import SampleVersions
 from verl.workers.rollout.base import TokenOutput
 
-__all__ = ["CURRENT_SAMPLE_VERSIONS", "PartialRolloutServerManager"]
+__all__ = ["PartialRolloutServerManager"]
 
 logger = logging.getLogger(__name__)
-
-# The list of SampleVersions of the trajectory being generated in this task (set by the rollouter per sample);
-# every generate call of that trajectory appends one record.
-CURRENT_SAMPLE_VERSIONS: contextvars.ContextVar[list[SampleVersions] | None] = contextvars.ContextVar(
-    "verl_current_sample_versions", default=None
-)
 
 
 class PartialRolloutServerManager(AsyncLLMServerManager):
@@ -129,15 +122,14 @@ class PartialRolloutServerManager(AsyncLLMServerManager):
                 break
             await self._wait_open(request_id)
             self.num_resumed += 1
-        record = SampleVersions(
-            start=start_version, end=max(version, start_version), aborts=aborts, token_versions=token_versions
-        )
-        collector = CURRENT_SAMPLE_VERSIONS.get()
-        if collector is not None:
-            collector.append(record)
         return TokenOutput(
             token_ids=tokens,
             log_probs=log_probs,
             stop_reason=stop_reason,
-            extra={"start_version": record.start, "end_version": record.end, "num_aborts": aborts},
+            extra={
+                "min_global_steps": start_version,
+                "max_global_steps": max(version, start_version),
+                "num_aborts": aborts,
+                "token_versions": token_versions,
+            },
         )
