@@ -118,7 +118,7 @@ def bench_model(label: str, path: Path, args: argparse.Namespace) -> list[dict[s
     from transformers import AutoModelForCausalLM
 
     from verl.checkpoint_engine import CheckpointEngineManager
-    from verl.workers.rollout import HybridReplica, StandaloneReplica
+    from verl.workers.rollout import StandaloneReplica, build_server
 
     trainer_local = BenchTrainer(str(path))
     params = trainer_local.ready()
@@ -145,7 +145,7 @@ def bench_model(label: str, path: Path, args: argparse.Namespace) -> list[dict[s
 
     if "naive" in args.backends:
         engine_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        trainer_local.local_replicas = [HybridReplica.create(rollout_config(), model=engine_model)]
+        trainer_local.local_replicas = [build_server(rollout_config(), model=engine_model)]
         manager = CheckpointEngineManager("naive", trainer_local, bucket_megabytes=args.bucket_mb)
         seconds, buckets = timed(manager)
         rows.append(

@@ -1,4 +1,4 @@
-"""Registry errors, the checksum contract and the naive (same-process) backend with an in-process HybridReplica."""
+"""Registry errors, the checksum contract and the naive (same-process) backend with an in-process server."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from verl.checkpoint_engine import (
 )
 from verl.checkpoint_engine.naive import NaiveCheckpointEngine
 from verl.utils.weight_checksum import weight_checksum
-from verl.workers.rollout import HybridReplica
+from verl.workers.rollout import build_server
 
 PROMPTS = [[3, 4, 5], [7, 8], [10, 11, 12, 13]]
 
@@ -68,7 +68,7 @@ def _generate(replica, prompts, max_tokens=8):
 
 
 def test_naive_backend_loads_the_trainer_weights_into_the_local_engine(tiny_lm):
-    replica = HybridReplica.create(rollout_config(), model=copy.deepcopy(tiny_lm))
+    replica = build_server(rollout_config(), model=copy.deepcopy(tiny_lm))
     trainer_model = copy.deepcopy(tiny_lm)
     perturb(trainer_model, seed=1)
     before, _ = _generate(replica, PROMPTS)
@@ -87,7 +87,7 @@ def test_naive_backend_loads_the_trainer_weights_into_the_local_engine(tiny_lm):
 
 
 def test_naive_reports_a_local_engine_that_loads_other_bytes(tiny_lm):
-    replica = HybridReplica.create(rollout_config(dtype="bfloat16"), model=copy.deepcopy(tiny_lm).to(torch.bfloat16))
+    replica = build_server(rollout_config(dtype="bfloat16"), model=copy.deepcopy(tiny_lm).to(torch.bfloat16))
     manager = CheckpointEngineManager("naive", LocalTrainer(copy.deepcopy(tiny_lm), [replica]), bucket_megabytes=1)
     with pytest.raises(WeightSyncError, match=r"version 2: replica 'rank0/local0' checksum \w+ differs") as info:
         manager.update_weights(2)

@@ -35,7 +35,6 @@ class GatewayHost:
         from verl.experimental.agent_loop.openai_gateway import OpenAIGateway
         from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager
         from verl.workers.config import RolloutConfig, SamplingConfig
-        from verl.workers.rollout import HybridReplica
         from verl.workers.rollout.hf.server import HFRolloutServer
 
         torch.set_num_threads(1)
@@ -50,7 +49,7 @@ class GatewayHost:
             val_kwargs=SamplingConfig(temperature=0.0, do_sample=False),
         )
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-        replica = HybridReplica(HFRolloutServer(config, model=model))
+        replica = HFRolloutServer(config, model=model)
         self.gateway = OpenAIGateway(
             AsyncLLMServerManager([replica]),
             AutoTokenizer.from_pretrained(model_dir),

@@ -18,10 +18,9 @@ def tiny_lm(tiny_model_dir):
 @pytest.fixture
 def make_replica(tiny_lm):
     """An in-process replica (real hf engine) over a private copy of the tiny model."""
-    from verl.workers.rollout import HybridReplica
     from verl.workers.rollout.hf.server import HFRolloutServer
 
     def build(rollout_config):
-        return HybridReplica(HFRolloutServer(rollout_config, model=copy.deepcopy(tiny_lm)))
+        return HFRolloutServer(rollout_config, model=copy.deepcopy(tiny_lm))
 
     return build

@@ -134,7 +134,7 @@ async def _abort_once_decoding(replica, gateway_client_call, manager=None):
     """Start ``gateway_client_call``, abort the replica's requests while it decodes (a weight sync), resume."""
     task = asyncio.ensure_future(gateway_client_call)
     for _ in range(2000):  # wait until the request decodes
-        if replica.server.num_running:
+        if replica.num_running:
             break
         await asyncio.sleep(0.005)
     if manager is not None:

@@ -11,7 +11,7 @@ import torch
 
 from verl.experimental.fully_async_policy.server_manager import PartialRolloutServerManager
 from verl.workers.rollout.base import TokenOutput
-from verl.workers.rollout.replica import HybridReplica
+from verl.workers.rollout.hf.server import HFRolloutServer
 
 RESPONSE = 48
 
@@ -33,11 +33,11 @@ def _config():
     )
 
 
-class RecordingReplica(HybridReplica):
-    """A real in-process hf replica that records every call's prompt and output."""
+class RecordingServer(HFRolloutServer):
+    """The real in-process hf server, recording every call's prompt and output."""
 
-    def __init__(self, server):
-        super().__init__(server)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.calls: list[tuple[list[int], TokenOutput]] = []
 
     async def generate(self, prompt_ids, sampling_params, request_id):
@@ -70,10 +70,7 @@ async def _sync(manager, server, new_model, version):
 
 
 def test_sync_during_long_generation_aborts_and_resumes(tiny_lm):
-    from verl.workers.rollout.hf.server import HFRolloutServer
-
-    server = HFRolloutServer(_config(), model=copy.deepcopy(tiny_lm), max_steps_per_call=1)
-    replica = RecordingReplica(server)
+    server = replica = RecordingServer(_config(), model=copy.deepcopy(tiny_lm), max_steps_per_call=1)
     manager = PartialRolloutServerManager([replica], resume_timeout_s=30)
     new_model = copy.deepcopy(tiny_lm)
     with torch.no_grad():
@@ -201,10 +198,8 @@ def test_tool_call_in_flight_is_not_cancelled_by_a_sync():
 def test_request_in_transit_during_a_sync_is_tagged_with_the_new_version(tiny_lm):
     """A call sent under version 0 that reaches the replica after the sync's abort waits there and runs on version 1
     once the replica re-opens, before the manager's own resume: its tokens must be tagged 1, not 0."""
-    from verl.workers.rollout.hf.server import HFRolloutServer
-
     server = HFRolloutServer(_config(), model=copy.deepcopy(tiny_lm), max_steps_per_call=1)
-    manager = PartialRolloutServerManager([HybridReplica(server)], resume_timeout_s=30)
+    manager = PartialRolloutServerManager([server], resume_timeout_s=30)
     new_model = copy.deepcopy(tiny_lm)
     with torch.no_grad():
         for param in new_model.parameters():

@@ -11,7 +11,7 @@ from _rollout_helpers import reference_greedy, rollout_config
 
 from verl.single_controller.ray.errors import WorkerDiedError
 from verl.utils.weight_checksum import weight_checksum
-from verl.workers.rollout import HybridReplica, StandaloneReplica
+from verl.workers.rollout import StandaloneReplica, build_server
 
 GREEDY = {"temperature": 0.0, "ignore_eos": True}
 
@@ -21,9 +21,9 @@ def _shifted_state(model):
     return {name: tensor + 0.01 * torch.sign(tensor) for name, tensor in model.state_dict().items()}
 
 
-def test_hybrid_replica_builds_by_name_and_updates_weights_in_place(tiny_causal_lm):
+def test_in_process_server_builds_by_name_and_updates_weights_in_place(tiny_causal_lm):
     model = copy.deepcopy(tiny_causal_lm)
-    replica = HybridReplica.create(rollout_config(), model=model)
+    replica = build_server(rollout_config(), model=model)
     new_state = _shifted_state(tiny_causal_lm)
 
     async def run():
@@ -35,11 +35,6 @@ def test_hybrid_replica_builds_by_name_and_updates_weights_in_place(tiny_causal_
     assert torch.equal(model.state_dict()["model.embed_tokens.weight"], new_state["model.embed_tokens.weight"])
     assert report == {"version": 2, "checksum": weight_checksum(new_state)} and version == 2
     assert out.token_ids == reference_greedy(model, [3, 4, 5], 6)
-
-
-def test_hybrid_replica_rejects_non_servers():
-    with pytest.raises(TypeError, match="HybridReplica needs a RolloutServer, got str"):
-        HybridReplica("hf")
 
 
 @pytest.mark.ray

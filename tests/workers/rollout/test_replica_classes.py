@@ -11,14 +11,16 @@ from omegaconf import OmegaConf
 
 from verl.utils.extras import MissingExtraError, is_package_available
 from verl.workers.config import HFModelConfig, RolloutConfig
-from verl.workers.rollout import HybridReplica, StandaloneReplica
+from verl.workers.rollout import StandaloneReplica
 from verl.workers.rollout.base import BaseRollout
-from verl.workers.rollout.replica import RolloutMode, get_rollout_replica_class
+from verl.workers.rollout.hf.server import HFRolloutServer
+from verl.workers.rollout.replica import RolloutMode, WorkerRankReplica, get_rollout_replica_class
 
 
 def test_each_replica_says_where_its_engine_runs():
     assert RolloutMode("hybrid") is RolloutMode.HYBRID and RolloutMode.COLOCATED.value == "colocated"
-    assert HybridReplica.rollout_mode is RolloutMode.HYBRID
+    assert HFRolloutServer.rollout_mode is RolloutMode.HYBRID  # a server in this process is its own replica
+    assert WorkerRankReplica.rollout_mode is RolloutMode.HYBRID
     assert StandaloneReplica.rollout_mode is RolloutMode.STANDALONE
 
 

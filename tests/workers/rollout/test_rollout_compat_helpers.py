@@ -106,7 +106,7 @@ def test_hf_rollout_generates_with_the_given_module(tiny_causal_lm):
     model = copy.deepcopy(tiny_causal_lm)
     rollout = HFRollout(model, rollout_config(prompt_length=6, response_length=4, do_sample=False), pad_token_id=0)
     try:
-        assert rollout.replica.server.model is model  # no second copy of the weights
+        assert rollout.replica.model is model  # no second copy of the weights
         ids = torch.tensor([[0, 0, 5, 6, 7, 8], [3, 4, 5, 6, 7, 8]])
         mask = (ids != 0).long()
         out = rollout.generate_sequences(

@@ -116,16 +116,16 @@ def test_custom_async_server_class_serves_the_requests(tmp_path, tiny_causal_lm)
     import asyncio
     import copy
 
-    from verl.workers.rollout import HybridReplica, server_class
+    from verl.workers.rollout import build_server, server_class
 
     module = tmp_path / "my_server.py"
     module.write_text(CUSTOM_SERVER)
     config = _with_custom_server(module, "CountingServer")
     assert server_class(config).__name__ == "CountingServer"
     assert server_class(_with_custom_server(None, None)) is HFRolloutServer  # unset: rollout.name decides
-    replica = HybridReplica.create(config, model=copy.deepcopy(tiny_causal_lm))
+    replica = build_server(config, model=copy.deepcopy(tiny_causal_lm))
     out = asyncio.run(replica.generate([1, 5, 6], {"temperature": 0.0, "max_tokens": 3}, "r0"))
-    assert type(replica.server).__name__ == "CountingServer" and replica.server.requests == 1
+    assert type(replica).__name__ == "CountingServer" and replica.requests == 1
     assert len(out.token_ids) == 3
 
 

@@ -9,7 +9,8 @@
   not samples.
 
 Replicas are anything with ``async generate(prompt_ids, sampling_params, request_id) -> TokenOutput``: a
-``StandaloneReplica``, a ``HybridReplica``, or a :class:`WorkerRankReplica` (one rank of a hybrid actor group).
+``StandaloneReplica``, a ``RolloutServer`` in this process, or a :class:`WorkerRankReplica` (one rank of a hybrid actor
+group).
 """
 
 from __future__ import annotations

@@ -108,8 +108,8 @@ class AgentLoopWorker:
     Args:
         config: the trainer config (flattened rollout / model / data / reward groups, or verl's nesting).
         llm_client: what the loops generate through: the rollout replica handles (StandaloneReplica,
-            WorkerRankReplica, HybridReplica; routed by an :class:`AsyncLLMServerManager`), or a ready client with
-            verl's ``async generate(request_id, *, prompt_ids, sampling_params, ...)``.
+            WorkerRankReplica, a RolloutServer in this process; routed by an :class:`AsyncLLMServerManager`), or a
+            ready client with verl's ``async generate(request_id, *, prompt_ids, sampling_params, ...)``.
         teacher_client: teacher servers for online distillation (not supported here; must be None).
         reward_loop_worker_handles: Ray actors with ``compute_score.remote(DataProto)`` that score each trajectory as
             it finishes (verl's reward loop); None scores in-process when reward runs in the loop.

@@ -20,7 +20,7 @@ import torch
 from verl.protocol import DataProto
 from verl.utils.weight_checksum import weight_checksum
 from verl.workers.rollout.batch_rendezvous import BatchGroup, BatchRendezvous
-from verl.workers.rollout.replica import HybridReplica
+from verl.workers.rollout.replica import build_server
 from verl.workers.rollout.request_batching import gather_each, serve_request_batch
 
 __all__ = ["AsyncLoopThread", "HybridRollout", "rollout_dtype"]
@@ -100,7 +100,7 @@ class HybridRollout:
             from verl.workers.rollout.hf.model_io import load_model
 
             kwargs["model"] = load_model(model_path, self.dtype, device, "sdpa")
-        self.replica = HybridReplica.create(config, model_path, **kwargs)
+        self.replica = build_server(config, model_path, **kwargs)
         self.loop = AsyncLoopThread()
         self.rendezvous = BatchRendezvous()
         self.asleep = False

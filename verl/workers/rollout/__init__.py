@@ -2,14 +2,13 @@
 
 from verl.workers.rollout.base import BaseRollout, RolloutServer, TokenOutput
 from verl.workers.rollout.registry import get_rollout_class, list_rollouts, register_rollout
-from verl.workers.rollout.replica import HybridReplica, RolloutReplica, StandaloneReplica, build_server, server_class
+from verl.workers.rollout.replica import RolloutReplica, StandaloneReplica, build_server, server_class
 
 __all__ = [
     "BaseRollout",
     "TokenOutput",
     "RolloutServer",
     "RolloutReplica",
-    "HybridReplica",
     "StandaloneReplica",
     "build_server",
     "server_class",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import torch
@@ -21,8 +22,10 @@ import torch
 __all__ = [
     "BaseRollout",
     "STOP_REASONS",
-    "TokenOutput",
+    "RolloutMode",
+    "RolloutReplica",
     "RolloutServer",
+    "TokenOutput",
     "config_value",
 ]
 
@@ -60,8 +63,29 @@ class TokenOutput:
             )
 
 
-class RolloutServer(abc.ABC):
-    """One inference engine replica behind the token-level contract (DESIGN.md section 5)."""
+class RolloutMode(Enum):
+    """Where a replica's engine runs relative to the trainer (verl's names).
+
+    ``HYBRID``: inside the training worker's process, sharing its device; weights are copied in place.
+    ``COLOCATED``: in a process of its own on the trainer's devices (e.g. an LLM judge); no weight sync.
+    ``STANDALONE``: on devices of its own (disaggregated, off-policy training).
+    """
+
+    HYBRID = "hybrid"
+    COLOCATED = "colocated"
+    STANDALONE = "standalone"
+
+
+class RolloutReplica(abc.ABC):
+    """The token-level contract of one rollout engine, whatever carries the calls to it (DESIGN.md section 5).
+
+    Three transports serve it: the :class:`RolloutServer` itself in the process that holds it, and, from other
+    processes, ``StandaloneReplica`` (the server is a Ray actor) and ``WorkerRankReplica`` (the server lives in a
+    rank of a hybrid actor group), both in :mod:`verl.workers.rollout.replica`. ``rollout_mode`` says where the
+    engine runs.
+    """
+
+    rollout_mode: RolloutMode | None = None
 
     @abc.abstractmethod
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
@@ -94,6 +118,13 @@ class RolloutServer(abc.ABC):
     @abc.abstractmethod
     async def get_version(self) -> int:
         """Version of the weights currently loaded (0 before any update)."""
+
+
+class RolloutServer(RolloutReplica):
+    """One inference engine behind the token-level contract. In the process that holds it the server is its own
+    replica (the hybrid transport: calls are direct awaits, weight updates are in-place copies)."""
+
+    rollout_mode = RolloutMode.HYBRID
 
 
 def config_value(config: Any, name: str, default: Any) -> Any:

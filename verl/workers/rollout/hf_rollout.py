@@ -18,7 +18,6 @@ from torch import nn
 from verl.workers.fsdp.hybrid_rollout import AsyncLoopThread, HybridRollout
 from verl.workers.rollout.batch_rendezvous import BatchRendezvous
 from verl.workers.rollout.hf.server import HFRolloutServer
-from verl.workers.rollout.replica import HybridReplica
 
 __all__ = ["HFRollout"]
 
@@ -54,7 +53,7 @@ class HFRollout(HybridRollout):
         self.pad_token_id = int(pad_token_id) if pad_token_id is not None else _pad_token_id(module)
         self.call_timeout_s = call_timeout_s
         self.module = module
-        self.replica = HybridReplica(HFRolloutServer(config, model=module, device=param.device))
+        self.replica = HFRolloutServer(config, model=module, device=param.device)
         self.loop = AsyncLoopThread(name="verl-hf-rollout-loop")
         self.rendezvous = BatchRendezvous()
         self.asleep = False

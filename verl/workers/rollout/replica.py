@@ -1,30 +1,28 @@
-"""Replicas: where a rollout server lives, behind the same async interface.
+"""Replicas: where a rollout server lives, behind the same async interface (``RolloutReplica``).
 
-- ``HybridReplica``: the server runs inside the caller's process (the actor worker in the colocated
-  "hybrid engine" layout); weight updates are in-place copies with no serialisation.
+- in the caller's process: the ``RolloutServer`` itself (the actor worker in the colocated "hybrid engine"
+  layout); weight updates are in-place copies with no serialisation. :func:`build_server` makes one.
 - ``StandaloneReplica``: the server is its own Ray actor on the rollout resource pool (a placement
   group bundle or plain Ray options); every call is a remote call with a timeout, and the ``generate`` calls made
   in one turn of the caller's event loop share one remote call (:mod:`verl.workers.rollout.request_batching`).
 - ``WorkerRankReplica``: the server lives in one rank of a hybrid actor/rollout worker group (another process);
   calls go to that rank's actor handle, with the same timeouts and coalescing (:func:`worker_rank_replicas`).
 
-All three carry the ``RolloutServer`` contract unchanged, so callers never care which one they hold. Each says where its
-server lives through ``rollout_mode`` (verl's :class:`RolloutMode`). :func:`get_rollout_replica_class` gives verl's
-per-engine replica class, built as ``cls(replica_rank, config, model_config, gpus_per_node)``.
+All three carry the ``RolloutReplica`` contract unchanged, so callers never care which one they hold. Each says where
+its server lives through ``rollout_mode`` (verl's :class:`RolloutMode`). :func:`get_rollout_replica_class` gives
+verl's per-engine replica class, built as ``cls(replica_rank, config, model_config, gpus_per_node)``.
 """
 
 from __future__ import annotations
 
-import abc
 import importlib
 from collections.abc import Iterable, Mapping
-from enum import Enum
 from typing import Any
 
 import torch
 
 from verl.utils.async_utils import await_ray
-from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
+from verl.workers.rollout.base import RolloutMode, RolloutReplica, RolloutServer, TokenOutput, config_value
 from verl.workers.rollout.batch_rendezvous import BatchGroup, BatchRendezvous
 from verl.workers.rollout.registry import get_rollout_class
 from verl.workers.rollout.request_batching import (
@@ -38,7 +36,6 @@ from verl.workers.rollout.request_batching import (
 __all__ = [
     "RolloutMode",
     "RolloutReplica",
-    "HybridReplica",
     "StandaloneReplica",
     "RolloutServerActor",
     "WorkerRankReplica",
@@ -48,19 +45,6 @@ __all__ = [
     "get_rollout_replica_class",
     "server_class",
 ]
-
-
-class RolloutMode(Enum):
-    """Where a replica's engine runs relative to the trainer (verl's names).
-
-    ``HYBRID``: inside the training worker's process, sharing its device; weights are copied in place.
-    ``COLOCATED``: in a process of its own on the trainer's devices (e.g. an LLM judge); no weight sync.
-    ``STANDALONE``: on devices of its own (disaggregated, off-policy training).
-    """
-
-    HYBRID = "hybrid"
-    COLOCATED = "colocated"
-    STANDALONE = "standalone"
 
 
 _CUSTOM_KEY = "rollout.agent.custom_async_server"
@@ -93,74 +77,6 @@ def build_server(
     """Instantiate :func:`server_class` of ``config``: ``cls(config, model_path, **kwargs)`` (hybrid engines get
     the actor's live module as ``model=``)."""
     return server_class(config, name)(config, model_path, **kwargs)
-
-
-class RolloutReplica(abc.ABC):
-    """A handle on one rollout server; the methods mirror ``RolloutServer``."""
-
-    rollout_mode: RolloutMode | None = None
-
-    @abc.abstractmethod
-    async def generate(
-        self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str
-    ) -> TokenOutput: ...
-
-    @abc.abstractmethod
-    async def abort_all(self) -> None: ...
-
-    @abc.abstractmethod
-    async def resume(self) -> None: ...
-
-    @abc.abstractmethod
-    async def update_weights(
-        self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int
-    ) -> dict[str, Any]: ...
-
-    @abc.abstractmethod
-    async def sleep(self) -> None: ...
-
-    @abc.abstractmethod
-    async def wake_up(self) -> None: ...
-
-    @abc.abstractmethod
-    async def get_version(self) -> int: ...
-
-
-class HybridReplica(RolloutReplica):
-    """The server lives in this process; calls are direct awaits."""
-
-    rollout_mode = RolloutMode.HYBRID
-
-    def __init__(self, server: RolloutServer):
-        if not isinstance(server, RolloutServer):
-            raise TypeError(f"HybridReplica needs a RolloutServer, got {type(server).__name__}")
-        self.server = server
-
-    @classmethod
-    def create(cls, config: Any, model_path: str | None = None, **kwargs: Any) -> HybridReplica:
-        """Build the server named by ``config.name`` in this process (``model=`` may pass a live module)."""
-        return cls(build_server(config, model_path, **kwargs))
-
-    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
-        return await self.server.generate(prompt_ids, sampling_params, request_id)
-
-    async def abort_all(self) -> None:
-        await self.server.abort_all()
-
-    async def resume(self) -> None:
-        await self.server.resume()
-
-    async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
-        return await self.server.update_weights(named_tensors, version)
-
-    async def sleep(self) -> None:
-        await self.server.sleep()
-
-    async def wake_up(self) -> None:
-        await self.server.wake_up()
-
-    async def get_version(self) -> int:
-        return await self.server.get_version()
 
 
 class RolloutServerActor:
