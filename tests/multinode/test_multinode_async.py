@@ -37,10 +37,10 @@ def _config(run_dir, steps: int, *extra: str):
 
 
 def test_rollout_and_trainer_on_different_nodes_learn(multinode_cluster, tmp_path):
-    before_trainer, before_servers = actors_of("Colocated"), actors_of("RolloutServerActor")
+    before_trainer, before_servers = actors_of("Colocated"), actors_of("RolloutServer")
     summary = run_async_training(_config(tmp_path, LEARNING_STEPS), "fully_async")
     trainer_nodes = {place.node_id for place in new_actors(before_trainer, "Colocated").values()}
-    server_nodes = {place.node_id for place in new_actors(before_servers, "RolloutServerActor").values()}
+    server_nodes = {place.node_id for place in new_actors(before_servers, "RolloutServer").values()}
     assert len(trainer_nodes) == 1 and len(server_nodes) == 1 and trainer_nodes != server_nodes, (
         trainer_nodes,
         server_nodes,
@@ -58,7 +58,7 @@ def test_rollout_and_trainer_on_different_nodes_learn(multinode_cluster, tmp_pat
 def test_losing_the_rollout_node_names_it(multinode_cluster, tmp_path):
     """The rollout node dies while the trainer waits for samples: the run ends naming the rollout replica's rank
     and its node."""
-    before = actors_of("RolloutServerActor")
+    before = actors_of("RolloutServer")
     config = _config(tmp_path, 200)
     runner = AsyncTaskRunner.options(**on_this_node(0.1)).remote()
     pending = runner.run.remote(OmegaConf.to_container(config, resolve=True), "fully_async")
@@ -66,7 +66,7 @@ def test_losing_the_rollout_node_names_it(multinode_cluster, tmp_path):
     while not (tmp_path / "metrics.jsonl").is_file():  # training has started: the rollout serves requests
         assert time.monotonic() < deadline, "the run never logged a step"
         time.sleep(0.2)
-    server = next(iter(new_actors(before, "RolloutServerActor").values()))
+    server = next(iter(new_actors(before, "RolloutServer").values()))
     node = next(node for node in multinode_cluster.nodes if node.node_id == server.node_id)
     start = time.monotonic()
     multinode_cluster.kill_node(node)

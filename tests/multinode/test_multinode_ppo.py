@@ -86,7 +86,7 @@ def test_two_training_nodes_learn_and_match_one_node(multinode_cluster, referenc
 
 
 def test_standalone_rollout_node_learns_with_verified_weights(multinode_cluster, tmp_path):
-    before_trainers, before_servers = actors_of(TRAINER), actors_of("RolloutServerActor")
+    before_trainers, before_servers = actors_of(TRAINER), actors_of("RolloutServer")
     run_ppo(
         demo_config(
             tmp_path,
@@ -98,7 +98,7 @@ def test_standalone_rollout_node_learns_with_verified_weights(multinode_cluster,
         )
     )
     trainers = {place.node_id for place in new_actors(before_trainers, TRAINER).values()}
-    servers = new_actors(before_servers, "RolloutServerActor")
+    servers = new_actors(before_servers, "RolloutServer")
     assert len(trainers) == 1 and len(servers) == 2, (trainers, servers)
     assert len({place.node_id for place in servers.values()}) == 1
     assert trainers.isdisjoint(place.node_id for place in servers.values()), "the rollout shares the trainer's node"

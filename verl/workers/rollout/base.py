@@ -122,9 +122,22 @@ class RolloutReplica(abc.ABC):
 
 class RolloutServer(RolloutReplica):
     """One inference engine behind the token-level contract. In the process that holds it the server is its own
-    replica (the hybrid transport: calls are direct awaits, weight updates are in-place copies)."""
+    replica (the hybrid transport: calls are direct awaits, weight updates are in-place copies); on the rollout
+    pool it is itself the Ray actor a ``StandaloneReplica`` talks to."""
 
     rollout_mode = RolloutMode.HYBRID
+
+    async def generate_batch(self, requests: Any, batch_group: Any = None) -> Any:
+        """Many ``(prompt_ids, sampling_params, request_id)`` requests in one call (packed ``bytes`` or a list), as a
+        ``StandaloneReplica`` sends them: per request its ``TokenOutput`` or the exception it raised, in the same
+        form. Requests of one ``batch_group`` spread over several servers are admitted together."""
+        from verl.workers.rollout.batch_rendezvous import BatchRendezvous
+        from verl.workers.rollout.request_batching import gather_each, serve_request_batch
+
+        rendezvous = self.__dict__.get("_batch_rendezvous")
+        if rendezvous is None:
+            rendezvous = self._batch_rendezvous = BatchRendezvous()
+        return await serve_request_batch(requests, batch_group, rendezvous, gather_each(self.generate))
 
 
 def config_value(config: Any, name: str, default: Any) -> Any:

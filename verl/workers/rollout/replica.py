@@ -2,7 +2,7 @@
 
 - in the caller's process: the ``RolloutServer`` itself (the actor worker in the colocated "hybrid engine"
   layout); weight updates are in-place copies with no serialisation. :func:`build_server` makes one.
-- ``StandaloneReplica``: the server is its own Ray actor on the rollout resource pool (a placement
+- ``StandaloneReplica``: the server class is itself a Ray actor on the rollout resource pool (a placement
   group bundle or plain Ray options); every call is a remote call with a timeout, and the ``generate`` calls made
   in one turn of the caller's event loop share one remote call (:mod:`verl.workers.rollout.request_batching`).
 - ``WorkerRankReplica``: the server lives in one rank of a hybrid actor/rollout worker group (another process);
@@ -23,21 +23,17 @@ import torch
 
 from verl.utils.async_utils import await_ray
 from verl.workers.rollout.base import RolloutMode, RolloutReplica, RolloutServer, TokenOutput, config_value
-from verl.workers.rollout.batch_rendezvous import BatchGroup, BatchRendezvous
 from verl.workers.rollout.registry import get_rollout_class
 from verl.workers.rollout.request_batching import (
     Request,
     RequestCoalescer,
     call_batch_method,
-    gather_each,
-    serve_request_batch,
 )
 
 __all__ = [
     "RolloutMode",
     "RolloutReplica",
     "StandaloneReplica",
-    "RolloutServerActor",
     "WorkerRankReplica",
     "worker_rank_replicas",
     "TokenOutput",
@@ -79,41 +75,6 @@ def build_server(
     return server_class(config, name)(config, model_path, **kwargs)
 
 
-class RolloutServerActor:
-    """Body of the Ray actor that hosts a server on the rollout pool (wrapped with ``ray.remote``)."""
-
-    def __init__(self, config: Any, model_path: str | None, name: str | None, server_kwargs: dict[str, Any]):
-        self.server = build_server(config, model_path, name=name, **server_kwargs)
-        self.rendezvous = BatchRendezvous()
-
-    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
-        return await self.server.generate(prompt_ids, sampling_params, request_id)
-
-    async def generate_batch(
-        self, requests: list[Request] | bytes, batch_group: BatchGroup | None = None
-    ) -> list[Any] | bytes:
-        """Many requests in one call: per request its ``TokenOutput`` or the exception it raised."""
-        return await serve_request_batch(requests, batch_group, self.rendezvous, gather_each(self.server.generate))
-
-    async def abort_all(self) -> None:
-        await self.server.abort_all()
-
-    async def resume(self) -> None:
-        await self.server.resume()
-
-    async def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
-        return await self.server.update_weights(named_tensors, version)
-
-    async def sleep(self) -> None:
-        await self.server.sleep()
-
-    async def wake_up(self) -> None:
-        await self.server.wake_up()
-
-    async def get_version(self) -> int:
-        return await self.server.get_version()
-
-
 class StandaloneReplica(RolloutReplica):
     """The server is a Ray actor of its own, placed on a placement-group bundle or by plain Ray options.
 
@@ -151,7 +112,9 @@ class StandaloneReplica(RolloutReplica):
 
         self.name = name or config_value(config, "name", "hf")
         self.replica_rank = int(replica_rank)
-        server_class(config, self.name)  # fail here, on the driver, when the engine or custom class is missing
+        # resolved here, on the driver: a missing engine or custom class fails now (a class from a file travels by
+        # value); the server itself is the actor
+        cls = server_class(config, self.name)
         options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_concurrency": 1000}
         if placement_group is not None:
             from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -162,11 +125,7 @@ class StandaloneReplica(RolloutReplica):
         options.update(ray_options or {})
         self.call_timeout_s = call_timeout_s
         self._coalescer = RequestCoalescer()
-        self.actor = (
-            ray.remote(RolloutServerActor)
-            .options(**options)
-            .remote(config, model_path, self.name, dict(server_kwargs or {}))
-        )
+        self.actor = ray.remote(cls).options(**options).remote(config, model_path, **dict(server_kwargs or {}))
 
     async def _call(self, method: str, *args: Any) -> Any:
         ref = getattr(self.actor, method).remote(*args)
