@@ -234,7 +234,7 @@ class HybridRollout:
             result = self.run(self.replica.update_weights(bucket, version), "update_weights")
             names.extend(name for name, _ in bucket)
             bucket_sums.append(str(result.get("checksum")))
-        model = getattr(getattr(self.replica, "server", None), "model", None)
+        model = getattr(self.replica, "model", None)
         if len(bucket_sums) == 1 and model is not None:  # the engine hashed exactly these tensors after loading
             checksum = bucket_sums[0]
         elif model is not None:
