@@ -33,6 +33,7 @@ from verl.workers.rollout.request_batching import (
 __all__ = [
     "RolloutMode",
     "RolloutReplica",
+    "RemoteReplica",
     "StandaloneReplica",
     "WorkerRankReplica",
     "worker_rank_replicas",
@@ -75,7 +76,92 @@ def build_server(
     return server_class(config, name)(config, model_path, **kwargs)
 
 
-class StandaloneReplica(RolloutReplica):
+class RemoteReplica(RolloutReplica):
+    """The contract carried over Ray to an actor that serves it (a transport's shared half).
+
+    Every call is a remote call bounded by ``call_timeout_s``; with ``coalesce`` the ``generate`` calls made in one
+    turn of the caller's event loop travel together in one ``generate_batch`` call (each caller still gets its own
+    result or exception). Subclasses say which actor method serves a contract method (:meth:`_remote_method`), how a
+    call is named in a timeout (:meth:`_label`) and what a failure becomes (:meth:`_failure`).
+    """
+
+    call_timeout_s: float = 600.0
+    coalesce: bool = True
+
+    def _remote_method(self, method: str) -> Any:
+        raise NotImplementedError
+
+    def _label(self, method: str) -> str:
+        raise NotImplementedError
+
+    def _failure(self, err: Exception, method: str) -> Exception:
+        return err
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {key: value for key, value in self.__dict__.items() if key != "_coalescer"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    @property
+    def _requests(self) -> RequestCoalescer:
+        coalescer = self.__dict__.get("_coalescer")
+        if coalescer is None:
+            coalescer = self._coalescer = RequestCoalescer()
+        return coalescer
+
+    @property
+    def batch_sizes(self) -> Any:
+        """Requests per recent ``generate_batch`` call (a deque)."""
+        return self._requests.batch_sizes
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        ref = self._remote_method(method).remote(*args)
+        try:
+            return await await_ray(ref, self.call_timeout_s, self._label(method))
+        except Exception as err:
+            failure = self._failure(err, method)
+            if failure is err:
+                raise
+            raise failure from err
+
+    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
+        request = (list(prompt_ids), dict(sampling_params or {}), request_id)
+        if not self.coalesce:
+            return await self._call("generate", *request)
+        return await self._requests.submit(request, self._send_batch)
+
+    async def _send_batch(self, requests: list[Request]) -> list[Any]:
+        method = self._remote_method("generate_batch")
+        try:
+            return await call_batch_method(method, requests, self.call_timeout_s, self._label("generate"))
+        except Exception as err:
+            failure = self._failure(err, "generate")
+            if failure is err:
+                raise
+            raise failure from err
+
+    async def abort_all(self) -> None:
+        await self._call("abort_all")
+
+    async def resume(self) -> None:
+        await self._call("resume")
+
+    async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
+        items = named_tensors.items() if isinstance(named_tensors, dict) else named_tensors
+        return await self._call("update_weights", [(n, t.detach().cpu()) for n, t in items], version)
+
+    async def sleep(self) -> None:
+        await self._call("sleep")
+
+    async def wake_up(self) -> None:
+        await self._call("wake_up")
+
+    async def get_version(self) -> int:
+        return int(await self._call("get_version"))
+
+
+class StandaloneReplica(RemoteReplica):
     """The server is a Ray actor of its own, placed on a placement-group bundle or by plain Ray options.
 
     Args:
@@ -124,17 +210,15 @@ class StandaloneReplica(RolloutReplica):
             )
         options.update(ray_options or {})
         self.call_timeout_s = call_timeout_s
-        self._coalescer = RequestCoalescer()
         self.actor = ray.remote(cls).options(**options).remote(config, model_path, **dict(server_kwargs or {}))
 
-    async def _call(self, method: str, *args: Any) -> Any:
-        ref = getattr(self.actor, method).remote(*args)
-        try:
-            return await await_ray(ref, self.call_timeout_s, f"rollout replica {self.name!r} {method}")
-        except Exception as err:
-            raise self._named_death(err, method) from err
+    def _remote_method(self, method: str) -> Any:
+        return getattr(self.actor, method)
 
-    def _named_death(self, err: Exception, method: str) -> Exception:
+    def _label(self, method: str) -> str:
+        return f"rollout replica {self.name!r} {method}"
+
+    def _failure(self, err: Exception, method: str) -> Exception:
         """``err`` as a WorkerDiedError naming role ``rollout``, this replica's rank and its node when the actor
         is gone; any other error as it is."""
         from ray.exceptions import RayActorError
@@ -151,49 +235,6 @@ class StandaloneReplica(RolloutReplica):
             actor_id=self.actor._actor_id.hex(),
             worker_names=None,
         )
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {key: value for key, value in self.__dict__.items() if key != "_coalescer"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._coalescer = RequestCoalescer()
-
-    @property
-    def batch_sizes(self) -> Any:
-        """Requests per recent ``generate_batch`` call (a deque)."""
-        return self._coalescer.batch_sizes
-
-    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
-        request = (list(prompt_ids), dict(sampling_params or {}), request_id)
-        return await self._coalescer.submit(request, self._send_batch)
-
-    async def _send_batch(self, requests: list[Request]) -> list[Any]:
-        try:
-            return await call_batch_method(
-                self.actor.generate_batch, requests, self.call_timeout_s, f"rollout replica {self.name!r} generate"
-            )
-        except Exception as err:
-            raise self._named_death(err, "generate") from err
-
-    async def abort_all(self) -> None:
-        await self._call("abort_all")
-
-    async def resume(self) -> None:
-        await self._call("resume")
-
-    async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
-        items = named_tensors.items() if isinstance(named_tensors, dict) else named_tensors
-        return await self._call("update_weights", [(n, t.detach().cpu()) for n, t in items], version)
-
-    async def sleep(self) -> None:
-        await self._call("sleep")
-
-    async def wake_up(self) -> None:
-        await self._call("wake_up")
-
-    async def get_version(self) -> int:
-        return await self._call("get_version")
 
     def kill(self) -> None:
         """Stop the actor (its in-flight requests fail on the caller's side)."""
@@ -215,7 +256,7 @@ WORKER_RANK_METHODS = {
 }
 
 
-class WorkerRankReplica(RolloutReplica):
+class WorkerRankReplica(RemoteReplica):
     """One rank of a hybrid actor/rollout worker group, seen as a rollout replica (picklable: it holds an actor
     handle).
 
@@ -226,8 +267,7 @@ class WorkerRankReplica(RolloutReplica):
             with the role); default :data:`WORKER_RANK_METHODS`.
         call_timeout_s: limit on every remote call.
         coalesce: send the ``generate`` calls made in one turn of the caller's event loop together, in one
-            ``rollout_generate_batch`` call (each caller still gets its own result or exception); False sends one
-            Ray call per request.
+            ``rollout_generate_batch`` call; False sends one Ray call per request.
     """
 
     rollout_mode = RolloutMode.HYBRID
@@ -245,52 +285,12 @@ class WorkerRankReplica(RolloutReplica):
         self.method_names = dict(method_names or WORKER_RANK_METHODS)
         self.call_timeout_s = float(call_timeout_s)
         self.coalesce = coalesce
-        self._coalescer = RequestCoalescer()
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {key: value for key, value in self.__dict__.items() if key != "_coalescer"}
+    def _remote_method(self, method: str) -> Any:
+        return getattr(self.handle, self.method_names[method])
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._coalescer = RequestCoalescer()
-
-    @property
-    def batch_sizes(self) -> Any:
-        """Requests per recent ``rollout_generate_batch`` call (a deque)."""
-        return self._coalescer.batch_sizes
-
-    async def _call(self, method: str, *args: Any) -> Any:
-        ref = getattr(self.handle, self.method_names[method]).remote(*args)
-        return await await_ray(ref, self.call_timeout_s, f"hybrid rollout rank {self.rank}: {method}")
-
-    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
-        request = (list(prompt_ids), dict(sampling_params or {}), request_id)
-        if not self.coalesce:
-            return await self._call("generate", *request)
-        return await self._coalescer.submit(request, self._send_batch)
-
-    async def _send_batch(self, requests: list[Request]) -> list[Any]:
-        method = getattr(self.handle, self.method_names["generate_batch"])
-        return await call_batch_method(method, requests, self.call_timeout_s, f"hybrid rollout rank {self.rank}")
-
-    async def abort_all(self) -> None:
-        await self._call("abort_all")
-
-    async def resume(self) -> None:
-        await self._call("resume")
-
-    async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
-        items = named_tensors.items() if isinstance(named_tensors, dict) else named_tensors
-        return await self._call("update_weights", [(n, t.detach().cpu()) for n, t in items], version)
-
-    async def sleep(self) -> None:
-        await self._call("sleep")
-
-    async def wake_up(self) -> None:
-        await self._call("wake_up")
-
-    async def get_version(self) -> int:
-        return int(await self._call("get_version"))
+    def _label(self, method: str) -> str:
+        return f"hybrid rollout rank {self.rank}: {method}"
 
     def __repr__(self) -> str:
         return f"WorkerRankReplica(rank={self.rank})"
