@@ -10,8 +10,10 @@ one core each (verl with one worker process, TRL with one torch thread), and the
 of verl with one or two worker processes against the fastest of TRL with two torch threads or two data-parallel
 processes under ``torchrun`` with gloo). Every process uses one torch thread unless the variant says otherwise.
 
-TRL is installed from PyPI into ``bench/.venv-trl`` (a venv with the system site packages, so both sides share
-torch and transformers); it is never a project dependency. The runs go one after the other, seed by seed.
+TRL is installed from PyPI into ``bench/.venv-trl``, a venv layered over the interpreter running this script, with
+torch, transformers and tokenizers pinned to the project's versions (``bench/peer_venv.py``), so both sides share them
+even when the project runs in a venv of its own; it is never a project dependency. The runs go one after the other,
+seed by seed.
 
 Reported per variant: samples/s and generated tokens/s from the median step after ``--warmup`` steps, the
 whole-process wall time, and the mean reward of the first and last ``--reward-window`` steps, i.e. after the same
@@ -39,6 +41,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import REPO_ROOT, markdown_table, median, write_results  # noqa: E402
+from bench.peer_venv import ensure_peer_venv  # noqa: E402
 
 NAME = "trl_comparison"
 VENV = REPO_ROOT / "bench" / ".venv-trl"
@@ -83,19 +86,8 @@ def venv_python() -> Path:
 
 
 def ensure_trl(spec: str) -> str:
-    """Create ``bench/.venv-trl`` and install TRL there if needed; returns the installed TRL version."""
-    python = venv_python()
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(VENV)], check=True)
-    probe = subprocess.run([str(python), "-c", "import trl; print(trl.__version__)"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        install = subprocess.run([str(python), "-m", "pip", "install", "-q", spec], capture_output=True, text=True)
-        if install.returncode != 0:
-            raise RuntimeError(f"pip install {spec} into {VENV} failed:\n{install.stderr[-3000:]}")
-        probe = subprocess.run(
-            [str(python), "-c", "import trl; print(trl.__version__)"], capture_output=True, text=True, check=True
-        )
-    return probe.stdout.strip()
+    """``bench/.venv-trl`` with TRL installed over the project's torch and transformers; returns TRL's version."""
+    return ensure_peer_venv(VENV, spec, "trl")
 
 
 def _env(threads: int = 1) -> dict[str, str]:
