@@ -17,14 +17,15 @@ from verl.trainer.demo import prepare_demo_data
 pytestmark = pytest.mark.ray
 
 RECIPE_ROOT = Path(__file__).resolve().parent / "upstream_recipe"
-STEPS = 60
+STEPS = 60  # the learning run (slow tier)
+WIRING_STEPS = 4  # the default tier's run: every stage of the recipe, no learning claim
 ROWS_PER_STEP = 16 * 8  # data.train_batch_size x rollout.n
 # Reward rise over the run, measured with seeds 1, 2, 3 at 60 steps: first-10 mean 0.0115 / 0.0074 / 0.0091,
 # last-10 mean 0.0598 / 0.0531 / 0.0584 (5.2x / 7.2x / 6.4x). Asserted: last-10 at least 3x first-10.
 MIN_RISE = 3.0
 
 
-def _verl_command_line(run_dir: Path, seed: int) -> list[str]:
+def _verl_command_line(run_dir: Path, seed: int, steps: int = STEPS) -> list[str]:
     files = prepare_demo_data()
     return [
         "algorithm.adv_estimator=grpo",
@@ -46,7 +47,7 @@ def _verl_command_line(run_dir: Path, seed: int) -> list[str]:
         "trainer.device=cpu",
         "trainer.nnodes=1",
         "trainer.n_gpus_per_node=1",
-        f"trainer.total_training_steps={STEPS}",
+        f"trainer.total_training_steps={steps}",
         "trainer.test_freq=-1",
         "trainer.val_before_train=false",
         "trainer.logger=[console,file]",
@@ -58,11 +59,11 @@ def _verl_command_line(run_dir: Path, seed: int) -> list[str]:
     ]
 
 
-def _run_recipe(run_dir: Path, seed: int) -> subprocess.CompletedProcess:
+def _run_recipe(run_dir: Path, seed: int, steps: int = STEPS) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(RECIPE_ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("RAY_ADDRESS", None)  # the recipe starts its own local cluster, as `python -m` on a laptop would
     return subprocess.run(
-        [sys.executable, "-m", "digit_recipe.main_digit", *_verl_command_line(run_dir, seed)],
+        [sys.executable, "-m", "digit_recipe.main_digit", *_verl_command_line(run_dir, seed, steps)],
         cwd=RECIPE_ROOT,
         env=env,
         capture_output=True,
@@ -71,24 +72,33 @@ def _run_recipe(run_dir: Path, seed: int) -> subprocess.CompletedProcess:
     )
 
 
-def test_recipe_trains_with_its_own_trainer_agent_loop_and_reward(tmp_path):
-    seed = int(os.environ.get("VERL_TEST_SEED", "1"))
-    result = _run_recipe(tmp_path, seed)
-    assert result.returncode == 0, result.stderr[-4000:]
-
-    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in metrics] == list(range(1, STEPS + 1))
-    # The recipe's trainer stage ran every step and saw every row come from the recipe's agent loop.
+def _check_recipe_stages(run_dir: Path, steps: int) -> list[dict]:
+    """The recipe's trainer stage ran every step on rows of the recipe's agent loop, and every dumped sample was
+    scored by the recipe's reward file; returns the metrics."""
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in metrics] == list(range(1, steps + 1))
     assert {row["recipe/agent_rows"] for row in metrics} == {float(ROWS_PER_STEP)}
-
-    # Every dumped sample was scored by the recipe's reward file: its extra field is there and agrees with the score.
-    dumped = [json.loads(line) for line in (tmp_path / "rollouts" / f"{STEPS}.jsonl").read_text().splitlines()]
+    dumped = [json.loads(line) for line in (run_dir / "rollouts" / f"{steps}.jsonl").read_text().splitlines()]
     assert len(dumped) == ROWS_PER_STEP
     for sample in dumped:
         assert sample["recipe_agent"] == "digit_agent"
         assert sample["recipe_hits"] == round(sample["score"] * 8)
+    return metrics
 
-    scores = [row["critic/score/mean"] for row in metrics]
+
+def test_recipe_runs_with_its_own_trainer_agent_loop_and_reward(tmp_path):
+    seed = int(os.environ.get("VERL_TEST_SEED", "1"))
+    result = _run_recipe(tmp_path, seed, WIRING_STEPS)
+    assert result.returncode == 0, result.stderr[-4000:]
+    _check_recipe_stages(tmp_path, WIRING_STEPS)
+
+
+@pytest.mark.slow  # a 60-step learning run; the default tier runs the same recipe for WIRING_STEPS
+def test_recipe_trains_with_its_own_trainer_agent_loop_and_reward(tmp_path):
+    seed = int(os.environ.get("VERL_TEST_SEED", "1"))
+    result = _run_recipe(tmp_path, seed)
+    assert result.returncode == 0, result.stderr[-4000:]
+    scores = [row["critic/score/mean"] for row in _check_recipe_stages(tmp_path, STEPS)]
     first, last = sum(scores[:10]) / 10, sum(scores[-10:]) / 10
     assert last >= MIN_RISE * first, f"reward did not rise: first-10 mean {first:.4f}, last-10 mean {last:.4f}"
 
