@@ -238,27 +238,14 @@ class AgentLoopManager:
 
         from verl.workers.fsdp.model_loader import resolve_model_path
         from verl.workers.rollout import StandaloneReplica
+        from verl.workers.rollout.replica import standalone_replicas
 
         rollout = rollout_group(config)
         model_path = resolve_model_path(model_group(config))
         kwargs = dict(server_kwargs or {})
-        replicas = []
         if pool is not None:
             slots = await asyncio.to_thread(pool.bundle_slots)  # a pool slice hands out only its own slots
-            resources = pool.actor_resources()
-            for pg, bundle in slots:
-                replicas.append(
-                    StandaloneReplica(
-                        rollout,
-                        model_path,
-                        placement_group=pg,
-                        bundle_index=bundle,
-                        num_cpus=resources.get("num_cpus", 1),
-                        num_gpus=resources.get("num_gpus", 0),
-                        server_kwargs=kwargs,
-                    )
-                )
-            return replicas
+            return standalone_replicas(rollout, model_path, pool, slots=slots, server_kwargs=kwargs)
         count = int(rollout.nnodes) * int(rollout.n_gpus_per_node)
         if count < 1:
             raise ValueError(
@@ -268,8 +255,10 @@ class AgentLoopManager:
             )
         num_gpus = 1 if ray.cluster_resources().get("GPU", 0) > 0 else 0
         return [
-            StandaloneReplica(rollout, model_path, num_cpus=1, num_gpus=num_gpus, server_kwargs=kwargs)
-            for _ in range(count)
+            StandaloneReplica(
+                rollout, model_path, num_cpus=1, num_gpus=num_gpus, server_kwargs=kwargs, replica_rank=rank
+            )
+            for rank in range(count)
         ]
 
     @staticmethod

@@ -61,25 +61,11 @@ def start_rollout_replicas(
     from verl.workers.config import HFModelConfig
     from verl.workers.fsdp.model_loader import resolve_model_path
     from verl.workers.fsdp.worker_config import read_group
-    from verl.workers.rollout import StandaloneReplica
+    from verl.workers.rollout.replica import standalone_replicas
 
     rollout = continuation_rollout_config(rollout_group(config))
     model_path = resolve_model_path(read_group(config, "model", HFModelConfig, required=True))
-    resources = pool.actor_resources()
-    return [
-        StandaloneReplica(
-            rollout,
-            model_path,
-            placement_group=pg,
-            bundle_index=bundle,
-            num_cpus=resources.get("num_cpus", 1),
-            num_gpus=resources.get("num_gpus", 0),
-            server_kwargs=dict(server_kwargs or {}),
-            call_timeout_s=call_timeout_s,
-            replica_rank=rank,
-        )
-        for rank, (pg, bundle) in enumerate(pool.bundle_slots())  # a pool slice hands out only its own slots
-    ]
+    return standalone_replicas(rollout, model_path, pool, server_kwargs=server_kwargs, call_timeout_s=call_timeout_s)
 
 
 def placement_guaranteed(*pools: Any) -> bool:

@@ -36,6 +36,7 @@ __all__ = [
     "RemoteReplica",
     "StandaloneReplica",
     "WorkerRankReplica",
+    "standalone_replicas",
     "worker_rank_replicas",
     "TokenOutput",
     "build_server",
@@ -241,6 +242,35 @@ class StandaloneReplica(RemoteReplica):
         import ray
 
         ray.kill(self.actor)
+
+
+def standalone_replicas(
+    config: Any,
+    model_path: str | None,
+    pool: Any,
+    *,
+    slots: list[tuple[Any, int]] | None = None,
+    server_kwargs: dict[str, Any] | None = None,
+    call_timeout_s: float = 600.0,
+) -> list[StandaloneReplica]:
+    """One :class:`StandaloneReplica` per process slot of ``pool`` (a RayResourcePool, or a slice of one), placed on
+    its bundle and numbered by slot (the rank a dead replica is reported under). ``slots``: the pool's
+    ``bundle_slots()`` when the caller has them already."""
+    resources = pool.actor_resources()
+    return [
+        StandaloneReplica(
+            config,
+            model_path,
+            placement_group=pg,
+            bundle_index=bundle,
+            num_cpus=resources.get("num_cpus", 1),
+            num_gpus=resources.get("num_gpus", 0),
+            server_kwargs=dict(server_kwargs or {}),
+            call_timeout_s=call_timeout_s,
+            replica_rank=rank,
+        )
+        for rank, (pg, bundle) in enumerate(pool.bundle_slots() if slots is None else slots)
+    ]
 
 
 # The RolloutServer contract as a rank of ActorRolloutRefWorker serves it: contract method -> the worker's method.
