@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -98,6 +98,13 @@ class RemoteReplica(RolloutReplica):
     def _failure(self, err: Exception, method: str) -> Exception:
         return err
 
+    def _reraise(self, err: Exception, method: str) -> NoReturn:
+        """Raise what ``err`` becomes (:meth:`_failure`), chained to it; ``err`` itself when it stays as it is."""
+        failure = self._failure(err, method)
+        if failure is err:
+            raise err
+        raise failure from err
+
     def __getstate__(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items() if key != "_coalescer"}
 
@@ -121,10 +128,7 @@ class RemoteReplica(RolloutReplica):
         try:
             return await await_ray(ref, self.call_timeout_s, self._label(method))
         except Exception as err:
-            failure = self._failure(err, method)
-            if failure is err:
-                raise
-            raise failure from err
+            self._reraise(err, method)
 
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> TokenOutput:
         request = (list(prompt_ids), dict(sampling_params or {}), request_id)
@@ -137,10 +141,7 @@ class RemoteReplica(RolloutReplica):
         try:
             return await call_batch_method(method, requests, self.call_timeout_s, self._label("generate"))
         except Exception as err:
-            failure = self._failure(err, "generate")
-            if failure is err:
-                raise
-            raise failure from err
+            self._reraise(err, "generate")
 
     async def abort_all(self) -> None:
         await self._call("abort_all")
