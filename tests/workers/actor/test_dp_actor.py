@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask, masked_mean
 from verl.workers.actor.dp_actor import DataParallelPPOActor
+from verl.workers.actor.token_forward import shared_left_padding
 from verl.workers.config.actor import ActorConfig, PolicyLossConfig
 
 PROMPT_LEN = 6
@@ -176,8 +177,39 @@ def test_micro_batching_does_not_change_log_probs(model, meta):
     reference, ref_entropy = actor.compute_log_prob(data, calculate_entropy=True)
     data.meta_info.update({"micro_batch_size": 8, **meta})
     log_probs, entropy = actor.compute_log_prob(data, calculate_entropy=True)
-    torch.testing.assert_close(log_probs, reference, atol=1e-5, rtol=0)
-    torch.testing.assert_close(entropy, ref_entropy, atol=1e-5, rtol=0)
+    mask = data.batch["response_mask"].bool()  # padded slots are unspecified
+    torch.testing.assert_close(log_probs[mask], reference[mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(entropy[mask], ref_entropy[mask], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("remove_padding", [False, True])
+def test_short_micro_batches_skip_the_response_padding_past_their_longest_answer(model, remove_padding):
+    """A micro-batch whose answers all end early runs the model over its own longest answer, not the padded
+    width, with the same log-probs on every real token and zeros on the padding it skipped."""
+    data = make_batch(model.config.vocab_size)
+    short = data.select_idxs([1, 4, 7])  # answers of 2, 4 and 4 tokens out of 5
+    longest = int(short.batch["response_mask"].sum(-1).max())
+    assert longest < RESPONSE_LEN
+    actor = DataParallelPPOActor(make_config(use_remove_padding=remove_padding), model)
+    widths = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kwargs: widths.append(kwargs["input_ids"].shape[-1]), with_kwargs=True
+    )
+    try:
+        log_probs, entropy = actor.compute_log_prob(short, calculate_entropy=True)
+    finally:
+        hook.remove()
+    padded = DataParallelPPOActor(make_config(use_remove_padding=False), model)
+    full = padded._forward_unfused(short.batch, 1.0, calculate_entropy=True, entropy_grad=False)
+    mask = short.batch["response_mask"].bool()
+    torch.testing.assert_close(log_probs[mask], full[0][mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(entropy[mask], full[1][mask], atol=1e-5, rtol=0)
+    assert not log_probs[:, longest:].any() and not entropy[:, longest:].any()
+    if remove_padding:
+        assert widths == [int(short.batch["attention_mask"].sum())]
+    else:
+        prompt_width = PROMPT_LEN - shared_left_padding(short.batch["attention_mask"], RESPONSE_LEN)
+        assert widths == [prompt_width + longest]
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,13 @@ from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.actor.batching import positive_int, read_meta, restore_order, select_batch, split_micro_batches
 from verl.workers.actor.fused_head import check_fused_head, fused_lm_head
-from verl.workers.actor.token_forward import ResponseSlots, forward_for_responses, module_device
+from verl.workers.actor.token_forward import (
+    ResponseSlots,
+    forward_for_responses,
+    module_device,
+    pad_response_columns,
+    trim_response_padding,
+)
 from verl.workers.actor.update_loop import UpdatePlan, run_updates
 
 # get_device_id and prepare_dynamic_batch: verl's dp_actor module imported them and recipes take them from here
@@ -90,11 +96,20 @@ class DataParallelPPOActor(BasePPOActor):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs ([B, R], float32) of the responses under ``logits / temperature``, and optionally entropy.
 
-        Values at padded response slots are unspecified (0 under padding removal);
-        callers mask them with ``response_mask``.
+        Values at padded response slots are unspecified (0 past the micro-batch's longest response and under
+        padding removal); callers mask them with ``response_mask``.
         """
+        micro, cut = trim_response_padding(micro)
         if self._fused_head is not None:
-            return self._forward_fused(micro, temperature, calculate_entropy, entropy_grad)
+            log_probs, entropy = self._forward_fused(micro, temperature, calculate_entropy, entropy_grad)
+        else:
+            log_probs, entropy = self._forward_unfused(micro, temperature, calculate_entropy, entropy_grad)
+        return pad_response_columns(log_probs, cut), pad_response_columns(entropy, cut)
+
+    def _forward_unfused(
+        self, micro: TensorDict, temperature: float, calculate_entropy: bool, entropy_grad: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``_forward_micro_batch`` with log-probs and entropy computed from the module's logits."""
         responses = micro["responses"]
         flat_logits, slots = self._forward_slots(micro)
         logits = slots.take(flat_logits).float()

@@ -17,6 +17,10 @@ micro-batch are cut off before the forward: no token attends to them and no
 response slot reads them, so the result is the same while prompts padded to
 ``data.max_prompt_length`` cost only as much as the longest prompt present.
 
+Either way, response columns that are padding in every row of the micro-batch (past its longest response) are
+cut off before the forward and their outputs restored as zeros afterwards (``trim_response_padding``): a micro-batch
+of short answers costs what its own answers cost, not ``data.max_response_length``.
+
 A model whose forward takes ``logits_to_keep`` (every Hugging Face causal LM)
 runs its output head on the response slots only, in either layout: the logits
 of prompt positions, [B, S, vocab] of memory and an LM-head matmul per token,
@@ -30,12 +34,21 @@ import inspect
 from dataclasses import dataclass
 
 import torch
+from tensordict import TensorDict
 from torch import nn
 
 from verl.utils.device import get_device_id
 from verl.utils.padding import index_first_axis, unpad_input
 
-__all__ = ["ResponseSlots", "forward_for_responses", "keeps_selected_logits", "module_device", "shared_left_padding"]
+__all__ = [
+    "ResponseSlots",
+    "forward_for_responses",
+    "keeps_selected_logits",
+    "module_device",
+    "pad_response_columns",
+    "shared_left_padding",
+    "trim_response_padding",
+]
 
 
 @dataclass(frozen=True)
@@ -140,6 +153,35 @@ def shared_left_padding(attention_mask: torch.Tensor, response_length: int) -> i
     used = attention_mask.bool().any(dim=0)
     first = int(used.to(torch.int8).argmax()) if bool(used.any()) else seqlen
     return max(0, min(first, seqlen - response_length - 1))
+
+
+def trim_response_padding(micro: TensorDict) -> tuple[TensorDict, int]:
+    """``micro`` without the trailing response columns that are padding in every row, and how many were cut.
+
+    Only the forward's inputs (input ids, attention mask, position ids, responses) are cut; at least one response
+    column stays. The returned micro-batch shares storage with ``micro``.
+    """
+    responses = micro["responses"]
+    response_length = responses.shape[-1]
+    response_mask = micro["attention_mask"][:, -response_length:].bool()
+    used = response_mask.any(dim=0)
+    longest = int(used.nonzero().max()) + 1 if bool(used.any()) else 1
+    cut = response_length - longest
+    if cut <= 0:
+        return micro, 0
+    trimmed = micro.copy()
+    for key in ("input_ids", "attention_mask"):
+        trimmed.set(key, micro[key][:, :-cut])
+    trimmed.set("position_ids", micro["position_ids"][..., :-cut])
+    trimmed.set("responses", responses[:, :-cut])
+    return trimmed, cut
+
+
+def pad_response_columns(per_slot: torch.Tensor | None, cut: int) -> torch.Tensor | None:
+    """Give a [B, R - cut] per-slot result its ``cut`` trimmed padding columns back, as zeros."""
+    if per_slot is None or cut == 0:
+        return per_slot
+    return torch.nn.functional.pad(per_slot, (0, cut))
 
 
 def _response_columns(seqlen: int, response_length: int, device: torch.device) -> torch.Tensor:

@@ -18,7 +18,12 @@ from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import compute_value_loss
 from verl.utils.torch_functional import masked_mean
 from verl.workers.actor.batching import positive_int, read_meta, restore_order, select_batch, split_micro_batches
-from verl.workers.actor.token_forward import forward_for_responses, module_device
+from verl.workers.actor.token_forward import (
+    forward_for_responses,
+    module_device,
+    pad_response_columns,
+    trim_response_padding,
+)
 from verl.workers.actor.update_loop import UpdatePlan, run_updates
 from verl.workers.critic.base import BasePPOCritic
 
@@ -47,6 +52,7 @@ class DataParallelPPOCritic(BasePPOCritic):
 
     def _forward_micro_batch(self, micro: TensorDict) -> torch.Tensor:
         """Values ([B, R], float32) before each response token; unspecified at padded slots."""
+        micro, cut = trim_response_padding(micro)
         flat, slots = forward_for_responses(
             self.critic_module,
             micro["input_ids"],
@@ -60,7 +66,7 @@ class DataParallelPPOCritic(BasePPOCritic):
             if values.shape[-1] != 1:
                 raise ValueError(f"the critic module must output one value per token, got {values.shape[-1]}")
             values = values.squeeze(-1)
-        return slots.clean(values.float())
+        return pad_response_columns(slots.clean(values.float()), cut)
 
     def compute_values(self, data: DataProto) -> torch.Tensor:
         """Values [N, R], zero outside ``response_mask``.
