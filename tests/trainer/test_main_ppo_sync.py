@@ -59,6 +59,7 @@ def test_task_runner_trains_with_the_config_built_trainer(ray_cluster, tmp_path)
             "trainer.logger=[file]",
             "trainer.test_freq=-1",
             "trainer.val_before_train=false",
+            f"ray_kwargs.timeline_json_file={tmp_path}/trace/timeline.json",
             drop=(
                 "trainer.total_training_steps",
                 "trainer.n_gpus_per_node",
@@ -72,3 +73,10 @@ def test_task_runner_trains_with_the_config_built_trainer(ray_cluster, tmp_path)
     run_ppo(config, task_runner_class=TaskRunner)
     records = read_metrics(tmp_path)
     assert [r["step"] for r in records] == [1] and "critic/score/mean" in records[0]
+    # ray_kwargs.timeline_json_file: Ray's record of the run's actor calls, as bench/timeline.py reads it
+    from bench.timeline import GENERATION, TRAINING, analyse
+
+    lanes, summary = analyse(tmp_path / "trace" / "timeline.json", skip_updates=0)
+    kinds = {call.kind for lane in lanes for call in lane.calls}
+    assert {GENERATION, TRAINING} <= kinds
+    assert 0 < summary["pipeline_efficiency"] <= 1

@@ -1,10 +1,16 @@
-"""verl.utils.ray_utils helpers that need no Ray cluster: auto_await from every kind of caller, the event-loop
-getter and the NOSET_VISIBLE_DEVICES check (parallel_put is covered with Ray by the single-controller tests)."""
+"""verl.utils.ray_utils helpers: auto_await from every kind of caller, the event-loop getter and the
+NOSET_VISIBLE_DEVICES check without Ray; the timeline dump on the shared cluster (parallel_put is covered with Ray by
+the single-controller tests)."""
 
 import asyncio
+import json
 import threading
+import time
 
-from verl.utils.ray_utils import auto_await, get_event_loop, ray_noset_visible_devices
+import pytest
+from omegaconf import OmegaConf
+
+from verl.utils.ray_utils import auto_await, dump_ray_timeline, get_event_loop, ray_noset_visible_devices
 
 
 @auto_await
@@ -49,3 +55,25 @@ def test_noset_visible_devices_reads_any_accelerator_flag():
     assert not ray_noset_visible_devices({})
     assert ray_noset_visible_devices({"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"})
     assert not ray_noset_visible_devices({"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": ""})
+
+
+@pytest.mark.ray
+def test_timeline_json_file_receives_the_actor_calls_of_the_run(ray_cluster, tmp_path):
+    @ray_cluster.remote(num_cpus=0)
+    class Stepper:
+        def step_for_the_timeline(self) -> int:
+            return 1
+
+    stepper = Stepper.remote()
+    assert ray_cluster.get(stepper.step_for_the_timeline.remote()) == 1
+    path = tmp_path / "nested" / "timeline.json"
+    config = OmegaConf.create({"ray_kwargs": {"timeline_json_file": str(path)}})
+    for _ in range(40):  # workers report task events about once a second
+        assert dump_ray_timeline(config) == str(path)
+        names = {event.get("cat") for event in json.loads(path.read_text())}
+        if "task::Stepper.step_for_the_timeline" in names:
+            break
+        time.sleep(0.25)
+    assert "task::Stepper.step_for_the_timeline" in names
+    assert dump_ray_timeline(OmegaConf.create({"ray_kwargs": {"timeline_json_file": None}})) is None
+    assert dump_ray_timeline(OmegaConf.create({})) is None

@@ -3,6 +3,8 @@
 ``parallel_put`` exists because ``ray.put`` of a large object (a DataProto chunk) serialises on the calling thread:
 putting the chunks of one dispatch from a few threads overlaps their serialisation and store writes.
 ``auto_await`` lets one ``async def`` method serve both the driver's synchronous code and async callers.
+``dump_ray_timeline`` writes ``ray_kwargs.timeline_json_file``: Ray's own record of which process ran which actor
+method when, the cheapest way to see where a run waited.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["auto_await", "get_event_loop", "parallel_put", "ray_noset_visible_devices"]
+__all__ = ["auto_await", "dump_ray_timeline", "get_event_loop", "parallel_put", "ray_noset_visible_devices"]
 
 # Ray leaves the accelerator visibility variable alone for an actor when one of these is set.
 NOSET_VISIBLE_DEVICES_ENV_VARS = (
@@ -29,6 +31,21 @@ NOSET_VISIBLE_DEVICES_ENV_VARS = (
     "RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR",
 )
 _DEFAULT_MAX_PUT_THREADS = 16
+
+
+def dump_ray_timeline(config: Any) -> str | None:
+    """Write Ray's task timeline (Chrome trace JSON) to ``ray_kwargs.timeline_json_file`` when it is set; returns the
+    path written. Open it in ``chrome://tracing`` or Perfetto, or draw it with ``python bench/timeline.py``."""
+    ray_kwargs = config.get("ray_kwargs") or {}
+    path = ray_kwargs.get("timeline_json_file")
+    if not path:
+        return None
+    import ray
+
+    path = os.path.abspath(os.path.expanduser(str(path)))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    ray.timeline(filename=path)
+    return path
 
 
 def ray_noset_visible_devices(env_vars: Mapping[str, str] = os.environ) -> bool:

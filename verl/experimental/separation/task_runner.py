@@ -128,5 +128,10 @@ def run_async_training(config: DictConfig, kind: str) -> dict[str, Any]:
         )
     if not ray.is_initialized():
         ray.init(**_ray_init_kwargs(config))
+    from verl.utils.ray_utils import dump_ray_timeline
+
     runner = AsyncTaskRunner.options(**on_this_node(0.1)).remote()
-    return ray.get(runner.run.remote(OmegaConf.to_container(config, resolve=True), kind))
+    try:
+        return ray.get(runner.run.remote(OmegaConf.to_container(config, resolve=True), kind))
+    finally:  # a failed run's timeline shows where it stopped
+        dump_ray_timeline(config)

@@ -99,7 +99,15 @@ def render_reference() -> str:
         _section(group, type(_default_of(defaults[group])), out)
     others = tuple(name for name in defaults if name not in GROUPS and name != "ray_kwargs")
     _section("", PPOConfig, out, names=others)
-    out += ["### `ray_kwargs`", "", "Free-form: `ray_kwargs.ray_init` is passed to `ray.init`.", ""]
+    out += [
+        "### `ray_kwargs`",
+        "",
+        (
+            "Free-form: `ray_kwargs.ray_init` is passed to `ray.init`; `ray_kwargs.timeline_json_file`, when set, "
+            "receives Ray's task timeline (Chrome trace JSON) at the end of the run."
+        ),
+        "",
+    ]
     return "\n".join(out)
 
 

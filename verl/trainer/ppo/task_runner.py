@@ -255,6 +255,11 @@ def run_ppo(config: DictConfig, task_runner_class: Any = None) -> str:
     resolved = add_legacy_view(OmegaConf.create(OmegaConf.to_container(config, resolve=True)))
     from verl.single_controller.ray.node_placement import on_this_node
 
+    from verl.utils.ray_utils import dump_ray_timeline
+
     runner = _as_actor_class(task_runner_class).options(**on_this_node(TASK_RUNNER_CPUS)).remote()
-    result = ray.get(runner.run.remote(resolved))
+    try:
+        result = ray.get(runner.run.remote(resolved))
+    finally:  # a failed run's timeline shows where it stopped
+        dump_ray_timeline(config)
     return str(config.trainer.default_local_dir) if result is None else str(result)
