@@ -3,7 +3,15 @@ import types
 
 import pytest
 
-from verl.utils.reward_score import addition, arith_seq, default_compute_score, gsm8k, target_digit, tool_calc
+from verl.utils.reward_score import (
+    addition,
+    arith_seq,
+    default_compute_score,
+    gsm8k,
+    long_tail,
+    target_digit,
+    tool_calc,
+)
 from verl.utils.reward_score import math as math_light
 from verl.utils.reward_score import math_verify as mv_scorer
 
@@ -21,6 +29,21 @@ from verl.utils.reward_score import math_verify as mv_scorer
 )
 def test_target_digit(response, score):
     assert target_digit.compute_score(response, "77777777") == pytest.approx(score)
+
+
+@pytest.mark.parametrize(
+    "response, score",
+    [
+        ("7777", 1.0),
+        ("77", 0.5),  # stopped early: the missing characters count as misses
+        ("77777777", 0.5),  # ran on: the extra characters count too
+        ("7377", 0.75),
+        ("", 0.0),
+    ],
+)
+def test_long_tail_rewards_the_digit_and_the_length(response, score):
+    assert long_tail.compute_score(response, "7777") == pytest.approx(score)
+    assert default_compute_score("synthetic/long_tail", response, "7777") == pytest.approx(score)
 
 
 def test_target_digit_rejects_empty_ground_truth():

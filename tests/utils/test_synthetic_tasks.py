@@ -11,7 +11,7 @@ from verl.utils import synthetic_tasks as st
 from verl.utils.reward_score import default_compute_score
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SINGLE_TURN = ("target_digit", "arith_seq", "addition")
+SINGLE_TURN = ("target_digit", "arith_seq", "addition", "long_tail")
 GARBAGE = "zz"
 
 
@@ -54,6 +54,21 @@ def test_examples_follow_the_task_definitions():
         ex = st.tool_calc(rng)
         a, op, b = re.fullmatch(r"What is (\d+)([-+*])(\d+)\?", ex.question).groups()
         assert int(ex.answer) == {"+": operator.add, "-": operator.sub, "*": operator.mul}[op](int(a), int(b))
+
+
+def test_long_tail_lengths_are_log_uniform_and_long_tailed():
+    rows = st.make_rows("long_tail", 4000, seed=0)
+    lengths = sorted(len(row["reward_model"]["ground_truth"]) for row in rows)
+    for row in rows:
+        digit, repeats = re.fullmatch(r"(\d)x(\d+):", row["extra_info"]["question"]).groups()
+        assert row["reward_model"]["ground_truth"] == digit * int(repeats)
+    assert lengths[0] == st.LONG_TAIL_MIN_REPEATS and lengths[-1] == st.LONG_TAIL_MAX_REPEATS
+    median = lengths[len(lengths) // 2]
+    assert 18 <= median <= 28  # log-uniform in 2..256: about 23, far under a third of the maximum
+    assert sum(n > 128 for n in lengths) / len(lengths) == pytest.approx(1 / 7, abs=0.03)  # the top octave
+    assert set("".join(row["extra_info"]["question"] + row["extra_info"]["answer"] for row in rows)) <= set(
+        st.LONG_TAIL_CHARSET
+    )
 
 
 def test_tool_mul3_has_fixed_widths_and_covers_its_range():

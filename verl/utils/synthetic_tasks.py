@@ -9,7 +9,7 @@ examples into the row format every verl data set uses, so the trainer reads them
     reward_model: {"style": "rule", "ground_truth": answer}
     extra_info: {"split", "index", "task", "question", "answer"}   # question/answer also feed SFT warm starts
 
-The three single-turn tasks share one ``extra_info`` schema, so their parquet files can be concatenated.
+The single-turn tasks share one ``extra_info`` schema, so their parquet files can be concatenated.
 The tool tasks (``tool_calc``, ``tool_mul``, ``tool_mul3``) add ``need_tools_kwargs``/``tools_kwargs`` and an
 ``agent_name`` column for the multi-turn tool agent.
 """
@@ -102,6 +102,20 @@ def tool_mul3(rng: random.Random) -> Example:
             return Example(question=f"What is {a}*{b}?", answer=str(a * b))
 
 
+LONG_TAIL_MIN_REPEATS = 2
+LONG_TAIL_MAX_REPEATS = 256
+LONG_TAIL_CHARSET = "0123456789x:"  # every character the long-tail prompts and answers use
+
+
+def long_tail(rng: random.Random) -> Example:
+    """``"7x37:"`` -> 37 sevens: the prompt says how long the answer is, and the lengths asked for are log-uniform
+    between 2 and 256 (median 23), so most answers are short and a few run to the limit, as reasoning rollouts do."""
+    digit = str(rng.randrange(10))
+    ratio = LONG_TAIL_MAX_REPEATS / LONG_TAIL_MIN_REPEATS
+    repeats = round(LONG_TAIL_MIN_REPEATS * ratio ** rng.random())
+    return Example(question=f"{digit}x{repeats}:", answer=digit * repeats)
+
+
 TOOL_TASKS = ("tool_calc", "tool_mul", "tool_mul3")
 
 TASKS: dict[str, TaskSpec] = {
@@ -110,6 +124,7 @@ TASKS: dict[str, TaskSpec] = {
         TaskSpec("target_digit", "pattern", target_digit, '"7=" -> "77777777" (repeat the digit 8 times)'),
         TaskSpec("arith_seq", "math", arith_seq, '"2,5,8," -> "11,14,17" (next 3 terms)'),
         TaskSpec("addition", "math", addition, '"12+35=" -> "47" (operands below 50)'),
+        TaskSpec("long_tail", "pattern", long_tail, '"7x37:" -> 37 sevens (lengths log-uniform in 2..256)'),
         TaskSpec("tool_calc", "math", tool_calc, '"What is 23*17?" -> "391" (multi-turn, calculator tool)'),
         TaskSpec("tool_mul", "math", tool_mul, '"What is 47*6?" -> "282" (multi-turn, calculator tool)'),
         TaskSpec(

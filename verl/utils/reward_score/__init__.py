@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import addition, arith_seq, gsm8k, target_digit, tool_calc
+from . import addition, arith_seq, gsm8k, long_tail, target_digit, tool_calc
 from . import math as math_light
 
 SYNTHETIC_SCORERS: dict[str, Callable[[str, str], float]] = {
     "synthetic/target_digit": target_digit.compute_score,
     "synthetic/arith_seq": arith_seq.compute_score,
     "synthetic/addition": addition.compute_score,
+    "synthetic/long_tail": long_tail.compute_score,
     "synthetic/tool_calc": tool_calc.compute_score,
     "synthetic/tool_mul": tool_calc.compute_score,
     "synthetic/tool_mul3": tool_calc.compute_score,
