@@ -254,7 +254,6 @@ def run_ppo(config: DictConfig, task_runner_class: Any = None) -> str:
     # resolved, then verl's nested spelling added back as read-only aliases for the runner (config.actor_rollout_ref.*)
     resolved = add_legacy_view(OmegaConf.create(OmegaConf.to_container(config, resolve=True)))
     from verl.single_controller.ray.node_placement import on_this_node
-
     from verl.utils.ray_utils import dump_ray_timeline
 
     runner = _as_actor_class(task_runner_class).options(**on_this_node(TASK_RUNNER_CPUS)).remote()
