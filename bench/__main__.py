@@ -40,6 +40,8 @@ CPU_SET: dict[str, tuple[list[str], int]] = {
     "sandbox_startup": ([], 120),
 }
 GPU_ONLY = ("gpu_suite", "gpu_engine_overhead")
+# Longer than a share of the budget (about 25 minutes for 3 seeds): run with --only, or the script itself.
+LONG_RUNS = ("long_tail",)
 
 
 def run_one(name: str, extra: list[str], timeout_s: float) -> dict:
@@ -70,13 +72,15 @@ def run_one(name: str, extra: list[str], timeout_s: float) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these scripts (the GPU-only ones allowed)")
+    parser.add_argument(
+        "--only", nargs="+", metavar="NAME", help="run only these scripts (the GPU-only and long ones allowed)"
+    )
     parser.add_argument("--skip", nargs="+", metavar="NAME", default=[], help="leave these scripts out")
     parser.add_argument("--budget-s", type=float, default=15 * 60, help="total time budget in seconds")
     parser.add_argument("--list", action="store_true", help="print the CPU set and exit")
     parser.add_argument("--quiet", action="store_true", help="do not echo each script's table")
     args = parser.parse_args(argv)
-    known = set(CPU_SET) | set(GPU_ONLY)
+    known = set(CPU_SET) | set(GPU_ONLY) | set(LONG_RUNS)
     unknown = sorted((set(args.only or []) | set(args.skip)) - known)
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; known: {sorted(known)}")
@@ -85,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             present = "" if (BENCH_DIR / f"{name}.py").exists() else "  (not written yet)"
             print(f"{name:26s} cap {cap:4d}s  {' '.join(extra)}{present}")
         print(f"GPU only (run with --only): {', '.join(GPU_ONLY)}")
+        print(f"long runs (run with --only): {', '.join(LONG_RUNS)}")
         return 0
     names = args.only or list(CPU_SET)
     names = [n for n in names if n not in args.skip]

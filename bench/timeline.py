@@ -7,7 +7,9 @@ into generation, training, weight sync or other, and reports over the steady-sta
 
 - per process: the fraction of the window it spent in any call (busy), and in generation and training calls;
 - pipeline efficiency: busy process-seconds of generation and training over (processes x window), the share of the
-  machine the run kept working; 1.0 means no process ever waited.
+  machine the run kept working; 1.0 means no process ever waited;
+- fully async: the share of the window the trainer spent blocked on the message queue (``MessageQueue.get``),
+  drawn as a row of its own.
 
     python bench/timeline.py run_timeline.json --out bench/results/timeline.png
 
@@ -24,7 +26,14 @@ from pathlib import Path
 from typing import Any
 
 GENERATION, TRAINING, WEIGHT_SYNC, OTHER = "generation", "training", "weight sync", "other"
-COLORS = {GENERATION: "tab:blue", TRAINING: "tab:orange", WEIGHT_SYNC: "tab:green", OTHER: "lightgrey"}
+WAITING = "waiting for samples"
+COLORS = {
+    GENERATION: "tab:blue",
+    TRAINING: "tab:orange",
+    WEIGHT_SYNC: "tab:green",
+    OTHER: "lightgrey",
+    WAITING: "tab:red",
+}
 TRAINING_METHODS = ("update_actor", "compute_log_prob", "compute_ref_log_prob", "update_critic", "compute_values")
 WEIGHT_SYNC_METHODS = ("update_weights", "send_weights", "update_rollout_weights", "receive_weights")
 # Calls that last the whole run or only wrap other processes' work (they would count as busy from start to end).
@@ -43,6 +52,8 @@ class Call:
 
     @property
     def kind(self) -> str:
+        if self.actor_class == "MessageQueue" and self.method == "get":  # the trainer blocked on an empty queue
+            return WAITING
         if self.method.endswith("generate_batch") or self.method == "generate":
             return GENERATION
         if any(self.method.endswith(name) for name in TRAINING_METHODS):
@@ -104,6 +115,13 @@ def worker_lanes(calls: list[Call]) -> list[Lane]:
     return sorted(working, key=lambda lane: (not any(c.kind == TRAINING for c in lane.calls), lane.process))
 
 
+def queue_lane(calls: list[Call]) -> Lane | None:
+    """The message queue's ``get`` calls (fully async): how long the trainer waited for samples, drawn but not
+    counted as work."""
+    waits = [c for c in calls if c.kind == WAITING]
+    return Lane(waits[0].process, "MessageQueue.get", waits) if waits else None
+
+
 def steady_window(lanes: list[Lane], skip_updates: int) -> tuple[float, float]:
     """From the start of update ``skip_updates + 1`` (of the first training lane) to the end of the last update."""
     updates = sorted(
@@ -115,8 +133,9 @@ def steady_window(lanes: list[Lane], skip_updates: int) -> tuple[float, float]:
     return first_lane[skip_updates].start, max(c.end for c in updates)
 
 
-def summarize(lanes: list[Lane], window: tuple[float, float]) -> dict[str, Any]:
-    """Busy fractions per process and the pipeline efficiency over ``window``."""
+def summarize(lanes: list[Lane], window: tuple[float, float], queue: Lane | None = None) -> dict[str, Any]:
+    """Busy fractions per process and the pipeline efficiency over ``window``; with the queue's lane, the share
+    of the window the trainer waited for samples."""
     start, end = window
     length = end - start
     per_process = []
@@ -132,25 +151,30 @@ def summarize(lanes: list[Lane], window: tuple[float, float]) -> dict[str, Any]:
             }
         )
     working = sum(lane.busy(start, end, [GENERATION, TRAINING]) for lane in lanes)
-    return {
+    summary = {
         "window_s": length,
         "window": [start, end],
         "processes": per_process,
         "pipeline_efficiency": working / (len(lanes) * length),
     }
+    if queue is not None:
+        summary["trainer_waiting_for_samples"] = queue.busy(start, end) / length
+    return summary
 
 
-def draw(lanes: list[Lane], summary: dict[str, Any], out: str | Path, title: str) -> Path:
-    """A PNG with one row per process and a bar per call, coloured by kind; the steady window is shaded."""
+def draw(lanes: list[Lane], summary: dict[str, Any], out: str | Path, title: str, queue: Lane | None = None) -> Path:
+    """A PNG with one row per process and a bar per call, coloured by kind, and the queue's waits in a row of their
+    own; the steady window is shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.6 * len(lanes)))
-    for row, lane in enumerate(lanes):
-        for kind in (OTHER, WEIGHT_SYNC, GENERATION, TRAINING):
+    rows = lanes + ([queue] if queue is not None else [])
+    fig, ax = plt.subplots(figsize=(12, 1.4 + 0.6 * len(rows)))
+    for row, lane in enumerate(rows):
+        for kind in (OTHER, WEIGHT_SYNC, GENERATION, TRAINING, WAITING):
             spans = [(c.start, c.end - c.start) for c in lane.calls if c.kind == kind]
             ax.broken_barh(spans, (row - 0.35, 0.7), facecolors=COLORS[kind])
     start, end = summary["window"]
@@ -158,11 +182,20 @@ def draw(lanes: list[Lane], summary: dict[str, Any], out: str | Path, title: str
     labels = [
         f"{lane.actor_class} {lane.process[-6:]}\nbusy {p['busy']:.0%}" for lane, p in zip(lanes, summary["processes"])
     ]
-    ax.set_yticks(range(len(lanes)), labels, fontsize=8)
+    if queue is not None:
+        labels.append(f"trainer waits\n{summary['trainer_waiting_for_samples']:.0%}")
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the first actor call (shaded: steady-state window)")
     ax.set_title(f"{title} - pipeline efficiency {summary['pipeline_efficiency']:.2f}", fontsize=10)
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in COLORS.items()], loc="upper left", fontsize=8, ncol=4)
+    ax.legend(
+        handles=[Patch(color=c, label=k) for k, c in COLORS.items()],
+        loc="lower left",
+        bbox_to_anchor=(0, 1.08),
+        fontsize=8,
+        ncol=len(COLORS),
+        frameon=False,
+    )
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -171,11 +204,25 @@ def draw(lanes: list[Lane], summary: dict[str, Any], out: str | Path, title: str
     return out
 
 
-def analyse(trace_path: str | Path, skip_updates: int = 1) -> tuple[list[Lane], dict[str, Any]]:
-    lanes = worker_lanes(read_calls(trace_path))
+@dataclass
+class Timeline:
+    """A trace read and summarised: the working lanes, the queue's lane (fully async) and the figures."""
+
+    lanes: list[Lane]
+    queue: Lane | None
+    summary: dict[str, Any]
+
+    def draw(self, out: str | Path, title: str) -> Path:
+        return draw(self.lanes, self.summary, out, title, self.queue)
+
+
+def analyse(trace_path: str | Path, skip_updates: int = 1) -> Timeline:
+    calls = read_calls(trace_path)
+    lanes = worker_lanes(calls)
     if not lanes:
         raise ValueError(f"{trace_path}: no process generated or trained")
-    return lanes, summarize(lanes, steady_window(lanes, skip_updates))
+    queue = queue_lane(calls)
+    return Timeline(lanes, queue, summarize(lanes, steady_window(lanes, skip_updates), queue))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -185,11 +232,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--title", default=None)
     parser.add_argument("--skip-updates", type=int, default=1, help="warm-up updates left out of the window")
     args = parser.parse_args(argv)
-    lanes, summary = analyse(args.trace, args.skip_updates)
-    out = draw(lanes, summary, args.out or args.trace.with_suffix(".png"), args.title or args.trace.stem)
-    print(json.dumps(summary, indent=2))
+    timeline = analyse(args.trace, args.skip_updates)
+    out = timeline.draw(args.out or args.trace.with_suffix(".png"), args.title or args.trace.stem)
+    print(json.dumps(timeline.summary, indent=2))
     print(f"wrote {out}")
-    return summary
+    return timeline.summary
 
 
 if __name__ == "__main__":

@@ -56,7 +56,8 @@ class Variant:
 
     ``mode`` picks verl's entry point: ``sync`` is ``main_ppo`` with every process a colocated actor+rollout worker;
     ``one_step_off`` is the one-step-off recipe with one trainer process and one rollout process, generating batch
-    k+1 while batch k trains."""
+    k+1 while batch k trains; ``fully_async`` is the fully-async recipe with the same two processes, samples
+    streaming through its queue under a staleness bound (``args.staleness``), partial rollout on."""
 
     key: str
     trainer: str  # "trl" or "verl"
@@ -64,6 +65,7 @@ class Variant:
     threads: int
     label: str
     mode: str = "sync"
+    overrides: tuple[str, ...] = ()  # verl: extra Hydra overrides of this variant
 
     @property
     def cores(self) -> int:
@@ -78,7 +80,12 @@ VARIANTS = (
     Variant("verl_2w", "verl", 2, 1, "verl main_ppo, 2 worker processes"),
     Variant("verl_osp", "verl", 2, 1, "verl one-step-off recipe, 1 trainer + 1 rollout process", "one_step_off"),
 )
-ENTRY_POINTS = {"sync": "verl.trainer.main_ppo", "one_step_off": "recipe.one_step_off_policy.main_ppo"}
+ENTRY_POINTS = {
+    "sync": "verl.trainer.main_ppo",
+    "one_step_off": "recipe.one_step_off_policy.main_ppo",
+    "fully_async": "recipe.fully_async_policy.fully_async_main",
+}
+SEPARATE_ROLLOUT_MODES = ("one_step_off", "fully_async")  # one process generates, the others train
 
 
 def venv_python() -> Path:
@@ -100,10 +107,22 @@ def _env(threads: int = 1) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------- TRL side (venv)
 
 
-def trl_reward(completions: list[Any], data_source: list[str], reward_model: list[dict], **_: Any) -> list[float]:
-    """Our scoring function, called the way TRL calls reward functions (one list entry per completion)."""
+COMPLETION_LENGTHS: list[list[int]] = []  # TRL child: token count of each completion (EOS included), per call
+
+
+def trl_reward(
+    completions: list[Any],
+    data_source: list[str],
+    reward_model: list[dict],
+    completion_ids: list[list[int]] | None = None,
+    **_: Any,
+) -> list[float]:
+    """Our scoring function, called the way TRL calls reward functions (one list entry per completion); records
+    each completion's length in tokens as it goes."""
     from verl.utils.reward_score import default_compute_score
 
+    if completion_ids is not None:
+        COMPLETION_LENGTHS.append([len(ids) for ids in completion_ids])
     scores = []
     for completion, source, rm in zip(completions, data_source, reward_model):
         text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
@@ -194,6 +213,7 @@ def run_trl(args: argparse.Namespace, out: Path) -> None:
                 "step_seconds": clock.seconds,
                 "reward": [h["reward"] for h in history],
                 "response_length": [h.get("completions/mean_length") for h in history],
+                "lengths_per_step": COMPLETION_LENGTHS,  # this rank's completions (half of them under 2-rank DDP)
                 "setup_s": setup_s,
                 "torch_threads": torch.get_num_threads(),
                 "world_size": world_size,
@@ -238,10 +258,23 @@ def run_trl_child(args: argparse.Namespace, variant: Variant, seed: int) -> dict
 # ---------------------------------------------------------------------------------------------- our side
 
 
+def _not_set_by(defaults: list[str], overrides: tuple[str, ...]) -> list[str]:
+    """The ``key=value`` defaults whose key the variant's own overrides do not set (Hydra refuses a key twice)."""
+    keys = {o.split("=", 1)[0] for o in overrides}
+    return [d for d in defaults if d.split("=", 1)[0] not in keys]
+
+
 def ours_overrides(args: argparse.Namespace, run_dir: str, variant: Variant, seed: int) -> list[str]:
-    one_step_off = variant.mode == "one_step_off"
-    workers = variant.processes - 1 if one_step_off else variant.processes  # one_step_off: the other one generates
+    separate_rollout = variant.mode in SEPARATE_ROLLOUT_MODES
+    workers = variant.processes - 1 if separate_rollout else variant.processes  # the other one generates
     samples = args.prompts * args.n
+    fully_async = [
+        f"rollout.total_rollout_steps={args.steps * args.prompts}",
+        f"async_training.staleness_threshold={getattr(args, 'staleness', 0.5)}",
+        "async_training.trigger_parameter_sync_step=1",
+        "async_training.partial_rollout=true",
+        "algorithm.rollout_correction.rollout_is=token",
+    ]
     return [
         "algorithm.adv_estimator=grpo",
         "algorithm.norm_adv_by_std_in_grpo=true",
@@ -250,7 +283,7 @@ def ours_overrides(args: argparse.Namespace, run_dir: str, variant: Variant, see
         f"data.train_batch_size={args.prompts}",
         "data.max_prompt_length=16",
         f"data.max_response_length={args.response_length}",
-        "model.path=verl:tiny-demo",
+        f"model.path={getattr(args, 'model_dir', None) or 'verl:tiny-demo'}",
         f"actor.optim.lr={LR}",
         f"actor.optim.weight_decay={WEIGHT_DECAY}",
         "actor.grad_clip=1.0",
@@ -276,15 +309,36 @@ def ours_overrides(args: argparse.Namespace, run_dir: str, variant: Variant, see
         "trainer.logger=[file]",
         f"trainer.seed={seed}",
         f"trainer.default_local_dir={run_dir}",
-        *(["rollout.nnodes=1", "rollout.n_gpus_per_node=1"] if one_step_off else []),
+        *(["rollout.nnodes=1", "rollout.n_gpus_per_node=1"] if separate_rollout else []),
+        *(_not_set_by(fully_async, variant.overrides) if variant.mode == "fully_async" else []),
+        *variant.overrides,
+        *getattr(args, "verl_overrides", ()),
     ]
 
 
-def run_ours(args: argparse.Namespace, variant: Variant, seed: int) -> dict:
+def generation_lengths(directory: Path, tokenizer: Any) -> list[list[int]]:
+    """Response length in tokens (EOS included) of every sample, per step, from ``trainer.rollout_data_dir``."""
+    steps = sorted(directory.glob("*.jsonl"), key=lambda path: int(path.stem))
+    return [
+        [len(tokenizer.encode(json.loads(line)["output"], add_special_tokens=False)) for line in path.open()]
+        for path in steps
+    ]
+
+
+def run_ours(
+    args: argparse.Namespace, variant: Variant, seed: int, timeline: Path | None = None, lengths: bool = False
+) -> dict:
+    """One verl run as a subprocess; ``timeline`` records Ray's task timeline there, ``lengths`` reads every
+    sample's response length from the run's generation dumps."""
     from verl.utils.tracking import read_metrics
 
     with tempfile.TemporaryDirectory(prefix="bench_ours_") as run_dir:
         overrides = ours_overrides(args, run_dir, variant, seed)
+        generations = Path(run_dir) / "generations"
+        if lengths:
+            overrides.append(f"trainer.rollout_data_dir={generations}")
+        if timeline is not None:
+            overrides.append(f"ray_kwargs.timeline_json_file={timeline}")
         cmd = [sys.executable, "-m", ENTRY_POINTS[variant.mode], *overrides]
         start = time.perf_counter()
         proc = subprocess.run(cmd, env=_env(variant.threads), capture_output=True, text=True, cwd=REPO_ROOT)
@@ -294,7 +348,12 @@ def run_ours(args: argparse.Namespace, variant: Variant, seed: int) -> dict:
                 f"{ENTRY_POINTS[variant.mode]} {variant.key} failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}"
             )
         records = list(read_metrics(run_dir))
+        if lengths:
+            from transformers import AutoTokenizer
+
+            per_step = generation_lengths(generations, AutoTokenizer.from_pretrained(args.model_dir))
     return {
+        **({"lengths_per_step": per_step} if lengths else {}),
         "step_seconds": [r["timing_s/step"] for r in records],
         "reward": [r["critic/score/mean"] for r in records],
         "response_length": [r["response_length/mean"] for r in records],

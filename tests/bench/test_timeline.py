@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench.timeline import GENERATION, OTHER, TRAINING, WEIGHT_SYNC, analyse, draw, read_calls
+from bench.timeline import GENERATION, OTHER, TRAINING, WAITING, WEIGHT_SYNC, analyse, read_calls
 
 
 def _event(process: str, qualified: str, start_s: float, seconds: float) -> dict:
@@ -45,17 +45,20 @@ def test_calls_are_sorted_into_kinds(trace):
     assert kinds[("trainer", "actor_send_weights")] == WEIGHT_SYNC
     assert kinds[("rollout", "generate_batch")] == GENERATION
     assert kinds[("trainer", "__init__")] == OTHER
+    assert kinds[("queue", "get")] == WAITING
 
 
 def test_busy_fractions_and_efficiency_over_the_steady_window(trace, tmp_path):
-    lanes, summary = analyse(trace, skip_updates=1)
+    timeline = analyse(trace, skip_updates=1)
+    lanes, summary = timeline.lanes, timeline.summary
     assert [lane.process for lane in lanes] == ["trainer", "rollout"]  # coordinators and the queue left out
     assert summary["window"] == [4.0, 10.0]
     trainer, rollout = summary["processes"]
     assert trainer["training"] == pytest.approx(4 / 6) and trainer["busy"] == pytest.approx(5 / 6)
     assert rollout["generation"] == pytest.approx(4 / 6)  # 4..8, the overlap counted once
     assert summary["pipeline_efficiency"] == pytest.approx((4 + 4) / (2 * 6))
-    png = draw(lanes, summary, tmp_path / "timeline.png", "test")
+    assert summary["trainer_waiting_for_samples"] == pytest.approx(4 / 6)  # the get of 3..8, within 4..10
+    png = timeline.draw(tmp_path / "timeline.png", "test")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -76,7 +76,7 @@ def test_task_runner_trains_with_the_config_built_trainer(ray_cluster, tmp_path)
     # ray_kwargs.timeline_json_file: Ray's record of the run's actor calls, as bench/timeline.py reads it
     from bench.timeline import GENERATION, TRAINING, analyse
 
-    lanes, summary = analyse(tmp_path / "trace" / "timeline.json", skip_updates=0)
-    kinds = {call.kind for lane in lanes for call in lane.calls}
+    timeline = analyse(tmp_path / "trace" / "timeline.json", skip_updates=0)
+    kinds = {call.kind for lane in timeline.lanes for call in lane.calls}
     assert {GENERATION, TRAINING} <= kinds
-    assert 0 < summary["pipeline_efficiency"] <= 1
+    assert 0 < timeline.summary["pipeline_efficiency"] <= 1
