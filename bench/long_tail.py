@@ -77,15 +77,11 @@ FULLY_ASYNC = ("verl_fa", "verl_fa_s2")
 
 def prepare(args: argparse.Namespace) -> None:
     """The digits-only checkpoint and the long-tail parquet rows, built once under the cache folder."""
-    from verl.trainer.demo import demo_cache_dir
-    from verl.utils.synthetic_tasks import LONG_TAIL_CHARSET, write_task_files
+    from verl.trainer.demo import prepare_task_data
+    from verl.utils.synthetic_tasks import LONG_TAIL_CHARSET
     from verl.utils.tiny_model import tiny_model_path
 
-    data_dir = demo_cache_dir() / "data" / "long_tail"
-    train = data_dir / "train.parquet"
-    if not train.is_file():
-        write_task_files("long_tail", data_dir, train_size=4096, test_size=64, seed=0)
-    args.data = str(train)
+    args.data = str(prepare_task_data("long_tail")["train"])
     args.model_dir = str(tiny_model_path(charset=LONG_TAIL_CHARSET))
 
 

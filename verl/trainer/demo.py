@@ -35,15 +35,20 @@ def demo_config_path() -> Path:
     return Path(__file__).parent / "config" / f"{DEMO_CONFIG_NAME}.yaml"
 
 
-def prepare_demo_data(cache_dir: Path | None = None) -> dict[str, Path]:
-    """Write the target-digit parquet files once under `cache_dir` (default :func:`demo_cache_dir`)."""
+def prepare_task_data(task: str, cache_dir: Path | None = None) -> dict[str, Path]:
+    """Write a synthetic task's parquet files once under `cache_dir/data/<task>` (default :func:`demo_cache_dir`)."""
     from verl.utils.synthetic_tasks import write_task_files
 
-    data_dir = (cache_dir or demo_cache_dir()) / "data" / DEMO_TASK
+    data_dir = (cache_dir or demo_cache_dir()) / "data" / task
     files = {"train": data_dir / "train.parquet", "test": data_dir / "test.parquet"}
     if not all(path.is_file() for path in files.values()):
-        files = write_task_files(DEMO_TASK, data_dir, train_size=4096, test_size=64, seed=0)
+        files = write_task_files(task, data_dir, train_size=4096, test_size=64, seed=0)
     return files
+
+
+def prepare_demo_data(cache_dir: Path | None = None) -> dict[str, Path]:
+    """Write the target-digit parquet files once under `cache_dir` (default :func:`demo_cache_dir`)."""
+    return prepare_task_data(DEMO_TASK, cache_dir)
 
 
 def _leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -164,8 +164,8 @@ def trim_response_padding(micro: TensorDict) -> tuple[TensorDict, int]:
     responses = micro["responses"]
     response_length = responses.shape[-1]
     response_mask = micro["attention_mask"][:, -response_length:].bool()
-    used = response_mask.any(dim=0)
-    longest = int(used.nonzero().max()) + 1 if bool(used.any()) else 1
+    used_columns = response_mask.any(dim=0).nonzero()  # one read-back from the device
+    longest = int(used_columns[-1]) + 1 if len(used_columns) else 1
     cut = response_length - longest
     if cut <= 0:
         return micro, 0
