@@ -60,11 +60,30 @@ def _profiler_tool(config: Any) -> str | None:
     return profiler.get("tool") if hasattr(profiler, "get") else getattr(profiler, "tool", None)
 
 
+def _torch_is_rocm_build() -> bool:
+    """Whether the installed torch is a ROCm build, without importing torch (seconds of CPU the driver, which never
+    runs torch itself, need not pay): the build's ``torch/version.py`` is plain assignments, read on its own."""
+    import sys
+
+    if "torch" in sys.modules:
+        return sys.modules["torch"].version.hip is not None
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        version_file = os.path.join(location, "version.py")
+        if os.path.isfile(version_file):
+            build: dict[str, Any] = {}
+            with open(version_file) as source:
+                exec(compile(source.read(), version_file, "exec"), build)
+            return build.get("hip") is not None
+    return False
+
+
 def _rocm_env() -> dict[str, str]:
     # On ROCm, Ray would otherwise clear HIP_VISIBLE_DEVICES for actors that ask for zero GPUs.
-    import torch
-
-    return {"RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"} if torch.version.hip is not None else {}
+    return {"RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"} if _torch_is_rocm_build() else {}
 
 
 def get_ppo_ray_runtime_env(config: Any = None) -> dict[str, Any]:

@@ -7,12 +7,14 @@ the legacy spelling (``config.actor_rollout_ref.actor``) is read as well, so a r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verl.single_controller.base import Worker
 from verl.trainer.ppo.roles import Role
-from verl.utils.dataset.factory import create_rl_dataset
-from verl.utils.dataset.sampler import create_rl_sampler
+
+if TYPE_CHECKING:
+    from verl.utils.dataset.factory import create_rl_dataset
+    from verl.utils.dataset.sampler import create_rl_sampler
 
 __all__ = [
     "Role",
@@ -26,6 +28,21 @@ __all__ = [
 ]
 
 WorkerType = type[Worker]
+
+# verl also exports the data-set builders here. They load on first access: importing them pulls in the data stack
+# (torch, transformers), which the driver of ``main_ppo`` (it only reads ``Role`` and the predicates) need not pay.
+_DATASET_BUILDERS = {
+    "create_rl_dataset": "verl.utils.dataset.factory",
+    "create_rl_sampler": "verl.utils.dataset.sampler",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DATASET_BUILDERS:
+        import importlib
+
+        return getattr(importlib.import_module(_DATASET_BUILDERS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _group(config: Any, name: str) -> Any:
