@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from _runs import (
     LEARNING_STEPS,
     actors_of,
     demo_config,
+    demo_overrides_for,
     last_record_per_step,
     new_actors,
     rising,
@@ -38,11 +40,11 @@ TWO_NODES = (
 )
 # The failure runs are shorter than the reference: with a constant learning rate, step k of a shorter run equals
 # step k of the reference, so they are compared step for step.
-FAILURE_STEPS = 12
+FAILURE_STEPS = 8
 FAILURE_RUN = (
     "trainer.nnodes=2",
     "trainer.n_gpus_per_node=1",
-    "trainer.save_freq=3",
+    "trainer.save_freq=2",
     f"trainer.total_training_steps={FAILURE_STEPS}",
 )
 _COMPARED = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean", "response_length/mean")
@@ -54,13 +56,51 @@ def _same_metrics(got: dict, want: dict, steps) -> None:
             assert got[step][key] == pytest.approx(want[step][key], abs=1e-6, rel=0), (step, key)
 
 
+@dataclass(frozen=True)
+class ReferenceRun:
+    """The undisturbed run on two training nodes: its folder, where its ranks lived, what ``ray job submit`` said."""
+
+    run_dir: Path
+    ranks: dict
+    job_output: str
+
+
 @pytest.fixture(scope="module")
 def reference_run(multinode_cluster, tmp_path_factory):
-    """An undisturbed run on two training nodes (checkpoints every 5 steps), and where its ranks lived."""
+    """The demo on two training nodes (checkpoints every 5 steps), submitted to the running cluster with ``ray job
+    submit --working-dir .`` as users do; the failure tests compare their steps with it. The job's driver finds the
+    cluster through $RAY_ADDRESS (set by Ray's job supervisor) and its workers import the uploaded package."""
     run_dir = tmp_path_factory.mktemp("reference")
+    repo_root = Path(__file__).resolve().parents[2]
     before = actors_of(TRAINER)
-    run_ppo(demo_config(run_dir, *TWO_NODES))
-    return run_dir, new_actors(before, TRAINER)
+    command = [
+        "ray",
+        "job",
+        "submit",
+        "--address",
+        f"http://{multinode_cluster.cluster.webui_url}",
+        "--working-dir",
+        str(repo_root),
+        "--",
+        # Ray's job supervisor hands the driver RAY_ADDRESS=auto, which follows this machine's latest cluster: with
+        # another test process running a cluster beside this one, that is not ours, so the driver gets our address
+        # (on a real cluster, one Ray per machine, `auto` is this cluster and the prefix is not needed)
+        f"RAY_ADDRESS={multinode_cluster.address}",
+        "python",
+        "-m",
+        "verl.trainer.main_ppo",
+        *demo_overrides_for(run_dir, *TWO_NODES),  # `ray job submit` quotes each for the shell
+    ]
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    for _ in range(6):
+        result = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=repo_root)
+        output = result.stdout + result.stderr
+        # the job server answers this while the head's dashboard agent (which runs job drivers) registers
+        if "No available agent to submit job" not in output:
+            break
+        time.sleep(5)
+    assert result.returncode == 0, output[-4000:]
+    return ReferenceRun(run_dir, new_actors(before, TRAINER), output)
 
 
 def _start(config):
@@ -69,8 +109,8 @@ def _start(config):
 
 
 def test_two_training_nodes_learn_and_match_one_node(multinode_cluster, reference_run, tmp_path):
-    run_dir, ranks = reference_run
-    nodes = {place.name.rsplit("_", 1)[-1]: place.node_id for place in ranks.values()}
+    run_dir = reference_run.run_dir
+    nodes = {place.name.rsplit("_", 1)[-1]: place.node_id for place in reference_run.ranks.values()}
     assert sorted(nodes) == ["rank0", "rank1"] and nodes["rank0"] != nodes["rank1"], nodes
     assert nodes["rank0"] == multinode_cluster.node_ids()[0], "rank 0 (the rendezvous) belongs on the head node"
 
@@ -110,57 +150,20 @@ def test_standalone_rollout_node_learns_with_verified_weights(multinode_cluster,
     assert rising(scores), f"reward over {LEARNING_STEPS} steps with a standalone rollout node: {scores}"
 
 
-def test_ray_job_submit_runs_the_demo_on_two_nodes(multinode_cluster, tmp_path):
-    """``ray job submit --working-dir .`` of ``main_ppo`` to the running cluster: the job's driver finds the cluster
-    through $RAY_ADDRESS (set by Ray's job supervisor) and its workers import the uploaded package."""
-    repo_root = Path(__file__).resolve().parents[2]
-    before = actors_of(TRAINER)
-    command = [
-        "ray",
-        "job",
-        "submit",
-        "--address",
-        f"http://{multinode_cluster.cluster.webui_url}",
-        "--working-dir",
-        str(repo_root),
-        "--",
-        # Ray's job supervisor hands the driver RAY_ADDRESS=auto, which follows this machine's latest cluster: with
-        # another test process running a cluster beside this one, that is not ours, so the driver gets our address
-        # (on a real cluster, one Ray per machine, `auto` is this cluster and the prefix is not needed)
-        f"RAY_ADDRESS={multinode_cluster.address}",
-        "python",
-        "-m",
-        "verl.trainer.main_ppo",
-        "--config-name",
-        "demo",
-        "trainer.nnodes=2",
-        "trainer.n_gpus_per_node=1",
-        "trainer.total_training_steps=3",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=false",
-        "trainer.logger=[console,file]",
-        f"trainer.default_local_dir={tmp_path}",
-    ]
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    for _ in range(6):
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=repo_root)
-        output = result.stdout + result.stderr
-        # the job server answers this while the head's dashboard agent (which runs job drivers) registers
-        if "No available agent to submit job" not in output:
-            break
-        time.sleep(5)
-    assert result.returncode == 0, output[-4000:]
-    assert "succeeded" in output and "_ray_pkg_" in output, output[-4000:]
-    assert [record["step"] for record in read_metrics(tmp_path)] == [1, 2, 3]
-    ranks = new_actors(before, TRAINER)
-    assert len(ranks) == 2 and len({place.node_id for place in ranks.values()}) == 2, ranks
+def test_ray_job_submit_runs_the_demo_on_two_nodes(reference_run):
+    """The reference run went through ``ray job submit``: the job succeeded, ran from the uploaded package, logged
+    every step and put one training rank on each node."""
+    assert "succeeded" in reference_run.job_output and "_ray_pkg_" in reference_run.job_output
+    assert [record["step"] for record in read_metrics(reference_run.run_dir)] == list(range(1, LEARNING_STEPS + 1))
+    assert len(reference_run.ranks) == 2
+    assert len({place.node_id for place in reference_run.ranks.values()}) == 2, reference_run.ranks
 
 
 def test_a_dead_node_is_named_and_the_run_resumes_on_the_survivors(multinode_cluster, reference_run, tmp_path):
     config = demo_config(tmp_path, *FAILURE_RUN, "trainer.resume_mode=auto")
     before = actors_of(TRAINER)
     pending = _start(config)
-    saved = wait_for_checkpoint(tmp_path, 6)
+    saved = wait_for_checkpoint(tmp_path, 4)
     rank1 = next(place for place in new_actors(before, TRAINER).values() if place.name.endswith("_rank1"))
     node = next(node for node in multinode_cluster.nodes if node.node_id == rank1.node_id)
     start = time.monotonic()
@@ -180,7 +183,7 @@ def test_a_dead_node_is_named_and_the_run_resumes_on_the_survivors(multinode_clu
         run_ppo(config)  # two nodes are left: the head and the other worker node
         _same_metrics(
             last_record_per_step(tmp_path),
-            last_record_per_step(reference_run[0]),
+            last_record_per_step(reference_run.run_dir),
             range(resumed_from + 1, FAILURE_STEPS + 1),
         )
     finally:
@@ -206,12 +209,12 @@ def test_a_run_heals_itself_after_losing_a_training_rank_twice(multinode_cluster
     config = demo_config(tmp_path, *FAILURE_RUN, "trainer.max_restarts=2", "trainer.resume_mode=disable")
     before = actors_of(TRAINER)
     pending = _start(config)
-    first = _kill_rank1(before, 3, tmp_path)
+    first = _kill_rank1(before, 2, tmp_path)
     before[first] = None
-    _kill_rank1(before, 6, tmp_path)
+    _kill_rank1(before, 4, tmp_path)
     ray.get(pending, timeout=600)
 
     records = last_record_per_step(tmp_path)
     assert sorted(records) == list(range(1, FAILURE_STEPS + 1))
     assert records[FAILURE_STEPS]["training/restarts"] == 2
-    _same_metrics(records, last_record_per_step(reference_run[0]), range(1, FAILURE_STEPS + 1))
+    _same_metrics(records, last_record_per_step(reference_run.run_dir), range(1, FAILURE_STEPS + 1))

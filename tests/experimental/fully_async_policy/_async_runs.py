@@ -51,8 +51,12 @@ def recipe_config(recipe: str, run_dir: Path, *extra: str):
 
 @cache
 def sync_reference(steps: int = STEPS) -> tuple[dict, ...]:
-    """Per-step metrics of the synchronous trainer (colocated, one process) with the same seeds; computed once per
-    test session and shared by the fully-async and one-step-off tests."""
+    """Per-step metrics of the synchronous trainer (colocated, one process) with the same seeds, shared by the
+    fully-async and one-step-off tests: computed once per test session, by whichever pytest-xdist worker asks first
+    (the others wait on a file lock, then read its metrics)."""
+    import fcntl
+    import os
+    import shutil
     import tempfile
 
     from verl.trainer.config.compose import compose_ppo_config
@@ -60,11 +64,19 @@ def sync_reference(steps: int = STEPS) -> tuple[dict, ...]:
     from verl.trainer.ppo.task_runner import run_ppo
     from verl.utils.tracking import read_metrics
 
-    run_dir = tempfile.mkdtemp(prefix="verl_sync_reference_")
-    config, _ = resolve_config(
-        compose_ppo_config(base_overrides(Path(run_dir), f"trainer.total_training_steps={steps}"))
-    )
-    run_ppo(config)
+    session = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+    shared_dir = Path(tempfile.gettempdir()) / f"verl_sync_reference_{session}_{steps}"
+    shared_dir.mkdir(exist_ok=True)
+    run_dir, done = shared_dir / "run", shared_dir / "done"
+    with open(shared_dir / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_file():
+            shutil.rmtree(run_dir, ignore_errors=True)  # what a failed attempt of another worker left
+            config, _ = resolve_config(
+                compose_ppo_config(base_overrides(run_dir, f"trainer.total_training_steps={steps}"))
+            )
+            run_ppo(config)
+            done.touch()
     return tuple(read_metrics(run_dir))
 
 

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.ray
 
 STEPS = 4
 GROUPS = 8
-MAX_IN_FLIGHT = 16  # of 64 validation prompts
+VAL_PROMPTS = 32  # the first rows of the demo's 64 validation prompts
+MAX_IN_FLIGHT = 8
 
 
 @pytest.mark.parametrize("side", ["rollouter", "trainer"])
@@ -33,6 +34,7 @@ def test_validation_steps_metrics_and_in_flight_bound(ray_cluster, tmp_path, sid
         "trainer.val_before_train=true",
         "trainer.test_freq=2",
         f"rollout.val_kwargs.max_in_flight={MAX_IN_FLIGHT}",
+        f"data.val_max_samples={VAL_PROMPTS}",
     )
     summary = run_async_training(config, "fully_async")
     records = read_metrics(tmp_path)
