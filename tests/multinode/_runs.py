@@ -36,6 +36,7 @@ def demo_overrides_for(run_dir, *extra: str) -> list[str]:
         "trainer.logger=[file]",
         "trainer.test_freq=-1",
         "trainer.val_before_train=false",
+        "rollout.agent.num_workers=1",  # one agent-loop worker process: each Ray worker costs seconds of CPU to start
         f"actor.optim.lr={LEARNING_RATE}",
         *extra,
     ]

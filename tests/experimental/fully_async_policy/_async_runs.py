@@ -35,6 +35,9 @@ def base_overrides(run_dir: Path, *extra: str) -> list[str]:
         "trainer.n_gpus_per_node=1",
         "trainer.resume_mode=disable",
         f"rollout.seed={SEED}",
+        # one agent-loop worker process instead of the demo's two: the tiny runs here do not need a second one,
+        # and each Ray worker costs seconds of CPU to start (row seeds are global, so samples do not depend on it)
+        "rollout.agent.num_workers=1",
         *extra,
     ]
 
