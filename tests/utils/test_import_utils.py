@@ -126,3 +126,20 @@ def test_objects_of_a_file_module_pickle_by_value_for_other_processes(tmp_path):
     out = subprocess.run([sys.executable, "-c", check], input=payload, capture_output=True, timeout=120)
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     assert out.stdout.decode().strip() == "from a file 2"
+
+
+def test_lazy_exports_import_the_defining_module_on_first_access(tmp_path, monkeypatch):
+    (tmp_path / "lazy_home.py").write_text(
+        "from verl.utils.import_utils import lazy_exports\n"
+        "__getattr__ = lazy_exports(__name__, {'heavy_value': 'lazy_heavy'})\n"
+    )
+    (tmp_path / "lazy_heavy.py").write_text("heavy_value = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import lazy_home
+
+    assert "lazy_heavy" not in sys.modules
+    from lazy_home import heavy_value
+
+    assert heavy_value == 42 and "lazy_heavy" in sys.modules
+    with pytest.raises(AttributeError, match="module 'lazy_home' has no attribute 'other'"):
+        lazy_home.other  # noqa: B018

@@ -21,6 +21,7 @@ import uuid
 from typing import Any, ClassVar
 
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+from verl.utils.import_utils import lazy_exports
 
 __all__ = ["DEFAULT_TOOL_TIMEOUT_S", "BaseTool", "flatten_create_kwargs"]
 
@@ -116,10 +117,5 @@ class BaseTool(abc.ABC):
             raise KeyError(f"tool {self.name!r}: no instance {instance_id!r} (create() first)") from None
 
 
-def __getattr__(name: str) -> Any:
-    # verl 0.4 defined the tool-config loader here; it lives in verl.tools.registry (which imports this module)
-    if name == "initialize_tools_from_config":
-        from verl.tools.registry import initialize_tools_from_config
-
-        return initialize_tools_from_config
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# verl 0.4 defined the tool-config loader here; it lives in verl.tools.registry (which imports this module)
+__getattr__ = lazy_exports(__name__, {"initialize_tools_from_config": "verl.tools.registry"})

@@ -35,6 +35,7 @@ from verl.trainer.config.legacy import (
 )
 from verl.trainer.config.ppo_config import PPOConfig, build_ppo_config
 from verl.trainer.demo import DEMO_CONFIG_NAME
+from verl.utils.import_utils import lazy_exports
 
 if TYPE_CHECKING:
     from verl.experimental.reward_loop.migrate import migrate_legacy_reward_impl
@@ -64,13 +65,7 @@ _LAZY_EXPORTS = {
     "migrate_legacy_reward_impl": "verl.experimental.reward_loop.migrate",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY_EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY_EXPORTS)
 
 
 # Hydra flags that take a value (the next token unless given as --flag=value).

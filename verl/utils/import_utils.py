@@ -25,6 +25,7 @@ __all__ = [
     "load_extern_object",
     "load_module",
     "load_extern_type",
+    "lazy_exports",
     "load_class_from_fqn",
     "import_external_libs",
     "resolve_config_path",
@@ -43,6 +44,20 @@ PKG_PATH_PREFIX = "pkg://"
 FILE_PATH_PREFIX = "file://"
 
 _T = TypeVar("_T")
+
+
+def lazy_exports(module_name: str, exports: dict[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` serving each name of ``exports`` (name -> module that defines it) on first access.
+
+    For names a module re-exports from a heavy module (torch, transformers, the SFT stack) or from a module that
+    imports it back: ``from package import name`` keeps working, and the import is paid only by who asks."""
+
+    def __getattr__(name: str) -> Any:
+        if name in exports:
+            return getattr(importlib.import_module(exports[name]), name)
+        raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+
+    return __getattr__
 
 
 def _has_spec(name: str) -> bool:

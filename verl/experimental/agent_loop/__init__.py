@@ -5,8 +5,6 @@ get_trajectory_info; also AgentLoopMetrics, AsyncLLMServerManager, SingleTurnAge
 get_agent_loop_class.
 """
 
-from typing import Any
-
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 from verl.experimental.agent_loop.manager import AgentLoopManager
 from verl.experimental.agent_loop.registry import (
@@ -19,6 +17,7 @@ from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 from verl.experimental.agent_loop.trace import get_trajectory_info
 from verl.experimental.agent_loop.worker import AgentLoopWorker
+from verl.utils.import_utils import lazy_exports
 
 __all__ = [
     "AgentLoopBase",
@@ -36,10 +35,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # The tool loop lives in its own module (and pulls in the tools package): import it only when asked for.
-    if name == "ToolAgentLoop":
-        from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
-
-        return ToolAgentLoop
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The tool loop lives in its own module (and pulls in the tools package): import it only when asked for.
+__getattr__ = lazy_exports(__name__, {"ToolAgentLoop": "verl.experimental.agent_loop.tool_agent_loop"})

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, SkipValidatio
 from verl.experimental.agent_loop.context_tokens import ChatRenderer, MergeResult, merge_assistant_tokens
 from verl.experimental.agent_loop.registry import _agent_loop_registry, register
 from verl.experimental.agent_loop.trace import get_trajectory_info, rollout_trace_attr
+from verl.utils.import_utils import lazy_exports
 
 __all__ = [
     "AgentLoopBase",
@@ -420,18 +421,12 @@ class AgentLoopBase(abc.ABC):
         """Produce one trajectory for the sample whose non-tensor fields are ``kwargs``."""
 
 
-def __getattr__(name: str) -> Any:
-    # the worker and the manager import this module: reach them lazily
-    if name == "AgentLoopWorker":
-        from verl.experimental.agent_loop.worker import AgentLoopWorker
-
-        return AgentLoopWorker
-    if name == "AgentLoopManager":
-        from verl.experimental.agent_loop.manager import AgentLoopManager
-
-        return AgentLoopManager
-    if name == "AsyncLLMServerManager":
-        from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager
-
-        return AsyncLLMServerManager
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# the worker and the manager import this module: reach them lazily
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "AgentLoopWorker": "verl.experimental.agent_loop.worker",
+        "AgentLoopManager": "verl.experimental.agent_loop.manager",
+        "AsyncLLMServerManager": "verl.experimental.agent_loop.server_manager",
+    },
+)

@@ -26,6 +26,7 @@ from verl.trainer.ppo.validation_metrics import (
     process_validation_metrics,
     validation_reward_metrics,
 )
+from verl.utils.import_utils import lazy_exports
 from verl.utils.metric import reduce_metrics
 from verl.utils.shm import maybe_shm_copy
 from verl.utils.torch_functional import masked_mean, masked_sum
@@ -54,13 +55,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def __getattr__(name: str) -> Any:
-    # transformers is slow to import and only needed to read a model's config from disk.
-    if name == "AutoConfig":
-        from transformers import AutoConfig
-
-        return AutoConfig
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# transformers is slow to import and only needed to read a model's config from disk.
+__getattr__ = lazy_exports(__name__, {"AutoConfig": "transformers"})
 
 
 # ----------------------------------------------------------------------------- batch statistics

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from verl.single_controller.base import Worker
 from verl.trainer.ppo.roles import Role
+from verl.utils.import_utils import lazy_exports
 
 if TYPE_CHECKING:
     from verl.utils.dataset.factory import create_rl_dataset
@@ -36,13 +37,7 @@ _DATASET_BUILDERS = {
     "create_rl_sampler": "verl.utils.dataset.sampler",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _DATASET_BUILDERS:
-        import importlib
-
-        return getattr(importlib.import_module(_DATASET_BUILDERS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _DATASET_BUILDERS)
 
 
 def _group(config: Any, name: str) -> Any:

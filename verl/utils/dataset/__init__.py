@@ -2,8 +2,6 @@
 RMDataset (preference pairs). verl's SFT data sets (``SFTDataset``, ``MultiTurnSFTDataset``) are resolved on first
 access."""
 
-from typing import Any
-
 from verl.utils.dataset.collate import collate_fn
 from verl.utils.dataset.dataloader import StatefulDataLoader, create_stateful_dataloader
 from verl.utils.dataset.factory import create_rl_dataset, get_dataset_class
@@ -11,6 +9,7 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.utils.dataset.rm_dataset import RMDataset
 from verl.utils.dataset.sampler import create_rl_sampler
 from verl.utils.dataset.vision_utils import process_image, process_video
+from verl.utils.import_utils import lazy_exports
 
 __all__ = [
     "MultiTurnSFTDataset",
@@ -34,10 +33,4 @@ _LAZY = {
     "MultiTurnSFTDataset": "verl.utils.dataset.multiturn_sft_dataset",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)
