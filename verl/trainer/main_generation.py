@@ -229,7 +229,7 @@ def run_generation(config: DictConfig) -> str:
         max_model_len=rollout.max_model_len,
         prompt_truncation=str(rollout.prompt_truncation),
         batch_size=int(data.batch_size),
-        seed=rollout.get("seed", 0),
+        seed=rollout.seed,
     )
     settings.check(
         {"n_samples": "data.n_samples", "temperature": "rollout.temperature", "batch_size": "data.batch_size"}

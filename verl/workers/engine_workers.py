@@ -288,13 +288,6 @@ class TrainingWorker(Worker):
         return self.engine.load_checkpoint(local_path, hdfs_path, del_local_after_load)
 
 
-def _backend_of(config: Any) -> str:
-    rollout = config.get("rollout") if hasattr(config, "get") else getattr(config, "rollout", None)
-    engine = getattr(rollout, "checkpoint_engine", None) if rollout is not None else None
-    backend = getattr(engine, "backend", None) if engine is not None else None
-    return str(backend or "naive")
-
-
 class ActorRolloutRefWorker(FSDPActorRolloutRefWorker):
     """Policy worker (roles actor | rollout | ref | actor_rollout | actor_rollout_ref) with verl's
     ``update_weights(global_steps, mode)``; see the module docstring."""
@@ -314,7 +307,7 @@ class ActorRolloutRefWorker(FSDPActorRolloutRefWorker):
         """Build the models as the role asks, then (actor roles) the streaming checkpoint engine when
         ``rollout.checkpoint_engine.backend`` names one."""
         super().init_model()
-        backend = _backend_of(self.config)
+        backend = self.rollout_config.checkpoint_engine.backend
         if self._is_actor and backend != "naive" and backend in CheckpointEngineRegistry.registered():
             self.checkpoint_engine = build_checkpoint_engine(
                 self.config.rollout.checkpoint_engine, is_master=self.rank == 0
@@ -338,7 +331,7 @@ class ActorRolloutRefWorker(FSDPActorRolloutRefWorker):
         engine (returns ``{version, checksum}``). Otherwise send them through ``checkpoint_engine`` (returns the
         engine's metrics, ``{}`` when it reports none).
         """
-        effective = _backend_of(self.config) if mode == "auto" else mode
+        effective = self.rollout_config.checkpoint_engine.backend if mode == "auto" else mode
         if effective != "naive":
             if self.checkpoint_engine is None:
                 raise RuntimeError(

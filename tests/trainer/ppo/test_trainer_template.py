@@ -6,7 +6,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
+from verl.trainer.config import PPOConfig, TrainerConfig
+from verl.trainer.config.ppo_config import as_ppo_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, StopTraining, generation_seed
+from verl.workers.config import RolloutConfig
 
 STAGES = (
     "_fit_get_batch",
@@ -94,28 +97,37 @@ def test_role_mapping_without_actor_is_refused_by_name():
         RayPPOTrainer(config, tokenizer=None, role_worker_mapping={}, resource_pool_manager=None)
 
 
+def _seeds(rollout_seed, trainer_seed):
+    return OmegaConf.create({"rollout": {"seed": rollout_seed}, "trainer": {"seed": trainer_seed}})
+
+
 def test_generation_seed_is_per_step_and_optional():
-    assert generation_seed(OmegaConf.create({"rollout": {"seed": None}}), 3) is None
-    assert generation_seed(OmegaConf.create({"rollout": {"seed": None}, "trainer": {"seed": None}}), 3) is None
-    from_trainer = OmegaConf.create({"rollout": {"seed": None}, "trainer": {"seed": 7}})
-    assert generation_seed(from_trainer, 2) == generation_seed(OmegaConf.create({"rollout": {"seed": 7}}), 2)
-    seeded = OmegaConf.create({"rollout": {"seed": 7}})
+    assert generation_seed(_seeds(None, None), 3) is None
+    assert generation_seed(_seeds(None, 7), 2) == generation_seed(_seeds(7, 1), 2)
+    typed = PPOConfig(rollout=RolloutConfig(seed=7))
+    assert generation_seed(typed, 2) == generation_seed(_seeds(7, 1), 2)
+    assert generation_seed(PPOConfig(), 2) == generation_seed(_seeds(None, PPOConfig().trainer.seed), 2)
+    seeded = _seeds(7, None)
     assert generation_seed(seeded, 1) != generation_seed(seeded, 2)
     assert generation_seed(seeded, 2) == generation_seed(seeded, 2)
     assert issubclass(StopTraining, Exception)
 
 
-def _log_prob_trainer(correction=None, cls=RayPPOTrainer, **actor):
+def _log_prob_trainer(correction=None, cls=RayPPOTrainer, kl_in_reward=False, **actor):
     trainer = object.__new__(cls)
     trainer.bypass_mode, trainer.global_steps, trainer.metrics = False, 1, {}
     trainer.config = OmegaConf.create(
         {
+            "data": {"train_batch_size": 256},
             "actor": {"ppo_epochs": 1, "ppo_mini_batch_size": 4, "skip_on_policy_log_prob": True, **actor},
             "rollout": {"n": 2},
             "trainer": {"critic_warmup": 0},
-            "algorithm": {"use_kl_in_reward": False, "rollout_correction": correction or {"rollout_is": None}},
+            "algorithm": {"use_kl_in_reward": kl_in_reward, "rollout_correction": correction or {"rollout_is": None}},
         }
     )
+    for group in ("actor", "ref", "critic"):  # what the composed config interpolates from rollout.n
+        trainer.config[group] = {**trainer.config.get(group, {}), "rollout_n": 2}
+    trainer.ppo_config = as_ppo_config(trainer.config)
     return trainer
 
 
@@ -147,9 +159,7 @@ def test_on_policy_update_skips_the_old_log_prob_pass():
             _batch(8, rollout_log_probs=True),
         ),
     ]
-    kl_in_reward = _log_prob_trainer()
-    kl_in_reward.config.algorithm.use_kl_in_reward = True
-    needs_pass.append((kl_in_reward, _batch(8)))
+    needs_pass.append((_log_prob_trainer(kl_in_reward=True), _batch(8)))
     for trainer, data in needs_pass:
         assert not trainer._update_supplies_old_log_probs(data), trainer.config
 
@@ -205,7 +215,8 @@ def test_trainer_bounds_worker_startup_by_ray_wait_register_center_timeout(ray_c
     manager = ResourcePoolManager({"main": [1]}, {Role.ActorRollout: "main"}, device="cpu")
     manager.create_resource_pool()
     trainer = object.__new__(RayPPOTrainer)
-    trainer.config = OmegaConf.create({"trainer": {"ray_wait_register_center_timeout": 1}})
+    trainer.ppo_config = PPOConfig(trainer=TrainerConfig(ray_wait_register_center_timeout=1))
+    trainer.total_training_steps = 1
     trainer.role_worker_mapping = {Role.ActorRollout: _slow_start_actor_cls()}
     trainer.resource_pool_manager, trainer.ray_worker_group_cls = manager, RayWorkerGroup
     trainer.use_critic = trainer.use_reference_policy = trainer.ref_in_actor = trainer.use_rm = False
@@ -219,6 +230,55 @@ def test_trainer_bounds_worker_startup_by_ray_wait_register_center_timeout(ray_c
     finally:
         for pool in manager.resource_pool_dict.values():
             pool.release()
+
+
+def _config_probe_cls():
+    """A worker that reports the config object it was built with (pickled by value to the Ray worker)."""
+    from verl.single_controller.base import Worker
+    from verl.single_controller.base.decorator import Dispatch, register
+
+    class ConfigProbe(Worker):
+        def __init__(self, config, role):
+            super().__init__()
+            self.config = config
+
+        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        def init_model(self):
+            pass
+
+        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        def config_seen(self):
+            optim_steps = (self.config.actor.optim.total_training_steps, self.config.critic.optim.total_training_steps)
+            return type(self.config).__module__, type(self.config).__name__, optim_steps, self.config.trainer.seed
+
+    return ConfigProbe
+
+
+def test_workers_receive_the_typed_config_with_the_run_s_step_count(ray_cluster):
+    """Every worker gets the trainer's PPOConfig (not a DictConfig to re-read), with ``total_training_steps`` given
+    to the optimizers the user left unset (a cosine schedule needs it) and kept where the user set it."""
+    from verl.single_controller.ray import RayWorkerGroup, ResourcePoolManager
+    from verl.trainer.ppo.roles import Role
+    from verl.workers.config import FSDPCriticConfig, OptimizerConfig
+
+    manager = ResourcePoolManager({"main": [1]}, {Role.ActorRollout: "main"}, device="cpu")
+    manager.create_resource_pool()
+    trainer = object.__new__(RayPPOTrainer)
+    trainer.ppo_config = PPOConfig(
+        trainer=TrainerConfig(seed=11), critic=FSDPCriticConfig(optim=OptimizerConfig(total_training_steps=5))
+    )
+    trainer.total_training_steps = 12
+    trainer.role_worker_mapping = {Role.ActorRollout: _config_probe_cls()}
+    trainer.resource_pool_manager, trainer.ray_worker_group_cls = manager, RayWorkerGroup
+    trainer.use_critic = trainer.use_reference_policy = trainer.ref_in_actor = trainer.use_rm = False
+    try:
+        trainer._init_trainer_workers()
+        seen = trainer.actor_rollout_wg.config_seen()
+    finally:
+        for pool in manager.resource_pool_dict.values():
+            pool.release()
+    assert seen == [("verl.trainer.config.ppo_config", "PPOConfig", (12, 5), 11)]
+    assert trainer.ppo_config.actor.optim.total_training_steps == -1  # the trainer's own copy is not modified
 
 
 def test_a_curriculum_sampler_and_the_data_set_see_every_finished_step():

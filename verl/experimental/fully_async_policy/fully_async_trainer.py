@@ -72,22 +72,20 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self, *args: Any, queue_timeout_s: float = 600.0, sync_wait_timeout_s: float = 600.0, **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
-        async_cfg = self.config.async_training
-        self.groups_per_update = groups_per_update(self.config)
-        self.trigger_parameter_sync_step = int(async_cfg.trigger_parameter_sync_step)
-        self.partial_rollout = bool(async_cfg.partial_rollout)
-        self.use_rollout_log_probs = bool(async_cfg.use_rollout_log_probs)
-        self.use_trainer_do_validate = bool(async_cfg.get("use_trainer_do_validate", False))
-        trainer_cfg = self.config.trainer
-        if not self.use_trainer_do_validate and (
-            trainer_cfg.get("validation_data_dir") or trainer_cfg.get("log_val_generations", 0)
-        ):
+        async_cfg = self.ppo_config.async_training
+        self.groups_per_update = groups_per_update(self.ppo_config)
+        self.trigger_parameter_sync_step = async_cfg.trigger_parameter_sync_step
+        self.partial_rollout = async_cfg.partial_rollout
+        self.use_rollout_log_probs = async_cfg.use_rollout_log_probs
+        self.use_trainer_do_validate = async_cfg.use_trainer_do_validate
+        trainer_cfg = self.ppo_config.trainer
+        if not self.use_trainer_do_validate and (trainer_cfg.validation_data_dir or trainer_cfg.log_val_generations):
             logger.warning(
                 "trainer.validation_data_dir / log_val_generations apply to validation on the trainer "
                 "side: set async_training.use_trainer_do_validate=true, or the rollouter validates "
                 "without them"
             )
-        if self.use_rollout_log_probs and not bool(self.config.rollout.calculate_log_probs):
+        if self.use_rollout_log_probs and not self.ppo_config.rollout.calculate_log_probs:
             raise ValueError(
                 "async_training.use_rollout_log_probs=true needs the rollout's log-probs: set "
                 "rollout.calculate_log_probs=true (or use_rollout_log_probs=false)"
@@ -108,9 +106,9 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         # total prompts the rollouter will produce bounds the number of updates
         from verl.experimental.fully_async_policy.rollouter import total_rollout_prompts
 
-        total_updates = total_rollout_prompts(self.config, len(self.train_dataloader)) // self.groups_per_update
-        if self.config.trainer.get("total_training_steps") is not None:
-            total_updates = min(total_updates, int(self.config.trainer.total_training_steps))
+        total_updates = total_rollout_prompts(self.ppo_config, len(self.train_dataloader)) // self.groups_per_update
+        if trainer_cfg.total_training_steps is not None:
+            total_updates = min(total_updates, trainer_cfg.total_training_steps)
         self.total_training_steps = total_updates
 
     # ------------------------------------------------------------------ set-up

@@ -45,7 +45,7 @@ def groups_per_update(config: Any) -> int:
 
 def total_rollout_prompts(config: Any, batches_per_epoch: int) -> int:
     """``rollout.total_rollout_steps`` (prompts) or every prompt of ``trainer.total_epochs`` epochs."""
-    total = config.rollout.get("total_rollout_steps", None)
+    total = config.rollout.total_rollout_steps
     if total is not None:
         return int(total)
     return batches_per_epoch * int(config.data.train_batch_size) * int(config.trainer.total_epochs)
@@ -242,9 +242,9 @@ class Rollouter:
         if self.val_dataloader is None:
             return {}
         reward_fn = val_reward_fn or load_reward_manager(self.config, self.tokenizer, num_examine=0)
-        n = int(self.config.rollout.val_kwargs.get("n", 1))
+        n = int(self.config.rollout.val_kwargs.n)
         sources, uids, scores = [], [], []
-        key = self.config.data.get("reward_fn_key", "data_source")
+        key = str(self.config.data.reward_fn_key)
         peak_in_flight = 0.0
         for batch_dict in self.val_dataloader:
             batch = DataProto.from_single_dict(batch_dict)

@@ -77,7 +77,7 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
         return super()._fit_get_batch(batch_dict)
 
     def _submit(self, gen_batch: DataProto) -> Any:
-        gen_batch = gen_batch.repeat(repeat_times=int(self.config.rollout.n), interleave=True)
+        gen_batch = gen_batch.repeat(repeat_times=self.ppo_config.rollout.n, interleave=True)
         return self.generator.generate_sequences.remote(gen_batch)
 
     def _wait(self, ref: Any, what: str) -> DataProto:

@@ -119,7 +119,7 @@ def checkpoint_engine_dtype(config: Any) -> str | None:
     """The dtype the rollout holds weights in (so checksums compare like with like); None keeps fp32 on CPU."""
     from verl.utils.device import get_device_name
 
-    dtype = str(config.rollout.get("dtype", "auto"))
+    dtype = str(config.rollout.dtype)
     if dtype == "auto":
         return None if get_device_name() == "cpu" else "bfloat16"
     return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)

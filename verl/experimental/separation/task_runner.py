@@ -36,7 +36,7 @@ def build_async_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
 
-    strategy = str(config.actor.get("strategy", "fsdp"))
+    strategy = str(config.actor.strategy)
     if strategy not in ("fsdp", "fsdp2"):
         raise ValueError(f"actor.strategy={strategy!r} is not available; supported: fsdp, fsdp2")
     trainer = config.trainer
@@ -66,9 +66,7 @@ def build_trainer(config: DictConfig, kind: str, trainer_cls: type | None = None
         raise ValueError(f"unknown async recipe {kind!r}; known: {sorted(TRAINERS)}")
     tokenizer = load_tokenizer(config.model, resolve_model_path(config.model))
     mapping, pools, spec = build_async_role_worker_mapping(config)
-    manager = ResourcePoolManager(
-        resource_pool_spec=spec, mapping=pools, device=str(config.trainer.get("device", "auto"))
-    )
+    manager = ResourcePoolManager(resource_pool_spec=spec, mapping=pools, device=str(config.trainer.device))
     return (trainer_cls or _load(TRAINERS[kind]))(
         config=config,
         tokenizer=tokenizer,
@@ -119,7 +117,7 @@ def run_async_training(config: DictConfig, kind: str) -> dict[str, Any]:
     from verl.single_controller.ray.node_placement import on_this_node
     from verl.trainer.ppo.task_runner import _ray_init_kwargs
 
-    max_restarts = int(config.trainer.get("max_restarts", 0) or 0)
+    max_restarts = int(config.trainer.max_restarts)
     if max_restarts:
         raise ValueError(
             f"trainer.max_restarts={max_restarts}: the {kind} recipe does not restart itself (main_ppo's task runner "

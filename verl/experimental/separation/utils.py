@@ -40,9 +40,7 @@ def create_resource_pool_manager(config: Any, roles: Iterable[Role]) -> Any:
     unknown = [str(role) for role in roles if role not in mapping]
     if unknown:
         raise ValueError(f"create_resource_pool_manager: no pool for role(s) {unknown}")
-    return ResourcePoolManager(
-        resource_pool_spec=spec, mapping=mapping, device=str(config.trainer.get("device", "auto"))
-    )
+    return ResourcePoolManager(resource_pool_spec=spec, mapping=mapping, device=str(config.trainer.device))
 
 
 def create_role_worker_mapping(config: Any) -> tuple[dict[Role, type], type]:

@@ -1,11 +1,15 @@
 """PPOConfig: the whole resolved trainer config as one typed object, with the cross-group checks.
 
-The trainer keeps passing the composed DictConfig around (verl's API); :func:`build_ppo_config` is the start-up gate
-that turns it into typed groups once, so that every bad key or value fails before any process starts.
+:func:`build_ppo_config` is the start-up gate that turns the composed DictConfig into typed groups, so that every bad
+key or value fails before any process starts. The trainer keeps the DictConfig as ``self.config`` (verl's recipes
+read it), but it reads its own settings from the typed twin (:func:`as_ppo_config`), and that typed object, with the
+sizes only the trainer knows filled in (:func:`with_total_training_steps`), is what every worker receives.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +32,7 @@ from verl.workers.config import (
 )
 from verl.workers.config.inert_blocks import inert_block
 
-__all__ = ["GROUPS", "PPOConfig", "build_ppo_config"]
+__all__ = ["GROUPS", "PPOConfig", "as_ppo_config", "build_ppo_config", "with_total_training_steps"]
 
 GROUPS = ("data", "model", "actor", "ref", "rollout", "critic", "reward", "algorithm", "trainer", "async_training")
 # verl's `model_engine` config group picks the training engine; only its FSDP one ("dp") exists here.
@@ -105,3 +109,26 @@ class PPOConfig(BaseConfig):
 def build_ppo_config(cfg: DictConfig | dict) -> PPOConfig:
     """Resolve and validate a composed config; raises :class:`~verl.base_config.ConfigError` naming the key."""
     return omega_conf_to_dataclass(cfg, PPOConfig)
+
+
+def as_ppo_config(config: PPOConfig | DictConfig | Mapping) -> PPOConfig:
+    """``config`` itself when already typed; else its validated typed twin (verl's nested spelling and the
+    trainer's ``actor_rollout_ref`` aliases are translated on a copy; ``config`` is not modified)."""
+    if isinstance(config, PPOConfig):
+        return config
+    from verl.utils.config import validate_config
+
+    return validate_config(config)
+
+
+def with_total_training_steps(config: PPOConfig, total_steps: int) -> PPOConfig:
+    """``config`` with ``total_training_steps`` given to the actor's and the critic's optimizers where the user left
+    it unset (verl's trainer injects it once the data size is known: cosine schedules and warm-up ratios need it).
+    A new object: the configs are frozen."""
+    groups = {}
+    for name in ("actor", "critic"):
+        group = getattr(config, name)
+        if int(group.optim.total_training_steps or -1) <= 0:
+            optim = dataclasses.replace(group.optim, total_training_steps=int(total_steps))
+            groups[name] = dataclasses.replace(group, optim=optim)
+    return dataclasses.replace(config, **groups) if groups else config

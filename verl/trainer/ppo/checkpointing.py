@@ -24,11 +24,11 @@ from typing import Any
 import torch
 
 from verl.trainer.ppo.checkpoint_mirror import CheckpointMirror
+from verl.utils.config import omega_conf_to_dataclass
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 STATE_FILE = "trainer_state.pt"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
-RESUME_MODES = ("auto", "disable", "resume_path")
 CRITIC_DIR = "critic"
 
 
@@ -41,16 +41,19 @@ def _newest(steps: list[int], limit: int | None) -> set[int]:
 
 class TrainerCheckpointer:
     def __init__(self, trainer_config: Any):
+        """``trainer_config``: the typed ``trainer`` group, or a mapping of its keys (validated into one)."""
+        from verl.trainer.config.trainer_config import TrainerConfig
+
+        if not isinstance(trainer_config, TrainerConfig):
+            trainer_config = omega_conf_to_dataclass(trainer_config, TrainerConfig, path="trainer")
         self.root = Path(os.path.expanduser(str(trainer_config.default_local_dir)))
-        self.resume_mode = str(trainer_config.get("resume_mode", "auto"))
-        if self.resume_mode not in RESUME_MODES:
-            raise ValueError(f"trainer.resume_mode={self.resume_mode!r}; expected one of {list(RESUME_MODES)}")
-        self.resume_from_path = trainer_config.get("resume_from_path")
-        self.max_to_keep = trainer_config.get("max_actor_ckpt_to_keep")
-        critic_limit = trainer_config.get("max_critic_ckpt_to_keep")
+        self.resume_mode = trainer_config.resume_mode
+        self.resume_from_path = trainer_config.resume_from_path
+        self.max_to_keep = trainer_config.max_actor_ckpt_to_keep
+        critic_limit = trainer_config.max_critic_ckpt_to_keep
         self.max_critic_to_keep = self.max_to_keep if critic_limit is None else critic_limit
-        self.del_after_load = bool(trainer_config.get("del_local_ckpt_after_load", False))
-        mirror = trainer_config.get("default_hdfs_dir")
+        self.del_after_load = trainer_config.del_local_ckpt_after_load
+        mirror = trainer_config.default_hdfs_dir
         self.mirror = CheckpointMirror(mirror) if mirror else None
 
     def step_dir(self, step: int) -> Path:
@@ -127,8 +130,6 @@ class TrainerCheckpointer:
             return None
         if self.resume_mode == "auto":
             return self.latest_step_dir()
-        if not self.resume_from_path:
-            raise ValueError("trainer.resume_mode=resume_path needs trainer.resume_from_path")
         step_dir = Path(os.path.expanduser(str(self.resume_from_path)))
         if not _STEP_DIR.match(step_dir.name) or not (step_dir / STATE_FILE).is_file():
             raise FileNotFoundError(

@@ -23,14 +23,21 @@ def build_dataloaders(
     val_dataset: Any = None,
     collate_fn: Callable | None = None,
     train_sampler: Any = None,
+    ppo_config: Any = None,
 ) -> tuple[Any, Any, Any, Any]:
-    """(train set, val set, train loader, val loader) from ``config.data``; given data sets and samplers win."""
+    """(train set, val set, train loader, val loader) from ``config.data``; given data sets and samplers win.
+
+    The data sets and samplers get ``config.data`` as it is (verl's factories and users' data set classes read a
+    DictConfig); the sizes and seeds come from the typed ``ppo_config`` (built from ``config`` when not given)."""
+    from verl.trainer.config.ppo_config import as_ppo_config
     from verl.utils.dataset.factory import create_rl_dataset
     from verl.utils.dataset.sampler import create_rl_sampler, create_val_sampler
 
     data = config.data
+    typed = as_ppo_config(config) if ppo_config is None else ppo_config
+    sizes = typed.data
     # data.seed orders the prompts when set; otherwise trainer.seed does
-    order_seed = data.get("seed") if data.get("seed") is not None else config.trainer.get("seed")
+    order_seed = sizes.seed if sizes.seed is not None else typed.trainer.seed
     if train_dataset is None:
         train_dataset = create_rl_dataset(
             data.train_files,
@@ -38,26 +45,26 @@ def build_dataloaders(
             tokenizer,
             processor,
             is_train=True,
-            max_samples=int(data.get("train_max_samples") or -1),
+            max_samples=sizes.train_max_samples,
         )
-    if val_dataset is None and data.get("val_files"):
+    if val_dataset is None and sizes.val_files:
         val_dataset = create_rl_dataset(
             data.val_files,
             data,
             tokenizer,
             processor,
             is_train=False,
-            max_samples=int(data.get("val_max_samples") or -1),
+            max_samples=sizes.val_max_samples,
         )
     if train_sampler is None:
         train_sampler = create_rl_sampler(data, train_dataset, seed=order_seed)
     collate_fn = collate_fn or default_collate_fn
     train_dataloader = create_stateful_dataloader(
         train_dataset,
-        batch_size=int(data.train_batch_size),
+        batch_size=sizes.train_batch_size,
         sampler=train_sampler,
         collate_fn=collate_fn,
-        num_workers=int(data.get("dataloader_num_workers", 0)),
+        num_workers=sizes.dataloader_num_workers,
         drop_last=True,
     )
     if len(train_dataloader) == 0:
@@ -67,7 +74,7 @@ def build_dataloaders(
         )
     val_dataloader = None
     if val_dataset is not None:
-        val_batch_size = data.get("val_batch_size") or len(val_dataset)
+        val_batch_size = sizes.val_batch_size or len(val_dataset)
         val_sampler = create_val_sampler(data, val_dataset, seed=order_seed)
         val_dataloader = create_stateful_dataloader(
             val_dataset,

@@ -22,13 +22,14 @@ import logging
 import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from codetiming import Timer
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 from torch.utils.data import Dataset, Sampler
 from tqdm import tqdm
 
@@ -41,6 +42,7 @@ from verl.single_controller.ray import (
     create_colocated_worker_cls,
 )
 from verl.trainer.config.legacy_view import add_legacy_view, without_legacy_view
+from verl.trainer.config.ppo_config import PPOConfig, as_ppo_config, with_total_training_steps
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.checkpointing import STATE_FILE, TrainerCheckpointer
 from verl.trainer.ppo.core_algos import (
@@ -120,16 +122,14 @@ class StopTraining(Exception):
     """Raised by a stage when the run has no more data (e.g. the rollouter's stream ended): ``fit`` ends cleanly."""
 
 
-def generation_seed(config: DictConfig, step: int) -> int | None:
+def generation_seed(config: PPOConfig | DictConfig, step: int) -> int | None:
     """Base sampling seed of step ``step`` from ``rollout.seed`` (default ``trainer.seed``): row ``i`` of the
     step's repeated batch samples with ``generation_seed + i``, whichever process generates it, so runs that see
     the same prompts in the same order draw the same responses (the async-vs-sync equivalence and exact resume
     rely on it). None: unseeded sampling."""
-    seed = config.rollout.get("seed", None)
-    if seed is None:
-        # Fall back to the run's seed: per-row seeds make sampling independent of how requests share a batch,
-        # which is what lets a killed and resumed run draw exactly the responses of an uninterrupted one.
-        seed = (config.get("trainer") or {}).get("seed", None)
+    # Falls back to the run's seed: per-row seeds make sampling independent of how requests share a batch, which
+    # is what lets a killed and resumed run draw exactly the responses of an uninterrupted one.
+    seed = config.rollout.seed if config.rollout.seed is not None else config.trainer.seed
     if seed is None:
         return None
     return int(seed) * 1_000_003 + int(step) * 100_003
@@ -159,12 +159,15 @@ class RayPPOTrainer:
         val_reward_fn: Callable | None = None,
     ):
         self.config = config = add_legacy_view(config)  # recipe code may read config.actor_rollout_ref.*
+        # What the trainer reads its own settings from, and (with the sizes the trainer derives) what every worker
+        # receives: built and validated once here, defaults in one place (the dataclasses).
+        self.ppo_config: PPOConfig = as_ppo_config(config)
         self.tokenizer = tokenizer
         self.processor = processor
         self.role_worker_mapping = role_worker_mapping
         self.resource_pool_manager = resource_pool_manager
         self.ray_worker_group_cls = ray_worker_group_cls
-        self.device_name = device_name or config.trainer.get("device", "auto")
+        self.device_name = device_name or self.ppo_config.trainer.device
         if not any(role in role_worker_mapping for role in ACTOR_ROLES):
             raise ValueError(
                 "role_worker_mapping needs an actor role: Role.ActorRollout, Role.ActorRolloutRef or Role.Actor"
@@ -172,14 +175,13 @@ class RayPPOTrainer:
         if need_teacher_policy(config):
             raise ValueError("distillation.enabled=true: this build has no distillation trainer (teacher policy)")
         self.reward_fn, self.val_reward_fn = self._reward_functions(reward_fn, val_reward_fn)
-        self.use_critic = need_critic(config)
-        self.use_reference_policy = need_reference_policy(config)
+        self.use_critic = self.ppo_config.use_critic
+        self.use_reference_policy = self.ppo_config.use_reference_policy
         self.ref_in_actor = self.use_reference_policy and Role.RefPolicy not in role_worker_mapping
         self.use_rm = Role.RewardModel in role_worker_mapping
-        self.kl_ctrl_in_reward = (
-            core_algos.get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
-        )
-        self.bypass_mode = bool(config.algorithm.rollout_correction.get("bypass_mode", False))
+        algorithm = self.ppo_config.algorithm
+        self.kl_ctrl_in_reward = core_algos.get_kl_controller(algorithm.kl_ctrl) if algorithm.use_kl_in_reward else None
+        self.bypass_mode = bool(self.ppo_config.algorithm.rollout_correction.bypass_mode)
         if self.bypass_mode:
             self._route_bypass_loss()
         self.global_steps = 0
@@ -190,7 +192,7 @@ class RayPPOTrainer:
         self.timing_raw: dict[str, float] = {}  # the current step's stage times (seconds)
         self.is_last_step = False
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
-        self.checkpointer = TrainerCheckpointer(config.trainer)
+        self.checkpointer = TrainerCheckpointer(self.ppo_config.trainer)
         self._unfinished_checkpoint: tuple[int, dict[str, Any]] | None = None  # async save in flight
         self._val_generations: list[dict[str, Any]] | None = None  # picked by the last validation
 
@@ -209,14 +211,28 @@ class RayPPOTrainer:
 
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler) -> None:
         loaders = build_dataloaders(
-            self.config, self.tokenizer, self.processor, train_dataset, val_dataset, collate_fn, train_sampler
+            self.config,
+            self.tokenizer,
+            self.processor,
+            train_dataset,
+            val_dataset,
+            collate_fn,
+            train_sampler,
+            ppo_config=self.ppo_config,
         )
         self.train_dataset, self.val_dataset, self.train_dataloader, self.val_dataloader = loaders
-        total = len(self.train_dataloader) * int(self.config.trainer.total_epochs)
-        if self.config.trainer.get("total_training_steps") is not None:
-            total = int(self.config.trainer.total_training_steps)
+        trainer = self.ppo_config.trainer
+        total = len(self.train_dataloader) * trainer.total_epochs
+        if trainer.total_training_steps is not None:
+            total = trainer.total_training_steps
         self.total_training_steps = total
         logger.info("train steps: %d (%d batches per epoch)", total, len(self.train_dataloader))
+
+    @property
+    def worker_config(self) -> PPOConfig:
+        """The typed config every worker group is built with: ``self.ppo_config`` with the optimizers'
+        ``total_training_steps`` filled in from this run's step count where the user left it unset."""
+        return with_total_training_steps(self.ppo_config, self.total_training_steps)
 
     @property
     def actor_role(self) -> Role:
@@ -251,7 +267,7 @@ class RayPPOTrainer:
 
         def add(role: Role, role_name: str) -> None:
             pool = self.resource_pool_manager.get_resource_pool(role)
-            cls = RayClassWithInitArgs(self.role_worker_mapping[role], config=self.config, role=role_name)
+            cls = RayClassWithInitArgs(self.role_worker_mapping[role], config=self.worker_config, role=role_name)
             pool_to_roles.setdefault(pool, {})[role_name] = cls
 
         actor_name = self.actor_role_name
@@ -265,7 +281,7 @@ class RayPPOTrainer:
 
         all_groups: dict[str, RayWorkerGroup] = {}
         # how long each group may take to start every process (verl's name for the wait on its rank 0)
-        startup_timeout_s = float(self.config.trainer.get("ray_wait_register_center_timeout", 300))
+        startup_timeout_s = float(self.ppo_config.trainer.ray_wait_register_center_timeout)
         for pool, class_dict in pool_to_roles.items():
             colocated = create_colocated_worker_cls(class_dict)
             group = self.ray_worker_group_cls(
@@ -297,7 +313,7 @@ class RayPPOTrainer:
     def _generate_sequences(self, gen_batch: DataProto) -> DataProto:
         """Generate ``rollout.n`` responses per prompt (rows repeated, interleaved): the one place the trainer
         talks to the rollout."""
-        gen_batch = gen_batch.repeat(repeat_times=int(self.config.rollout.n), interleave=True)
+        gen_batch = gen_batch.repeat(repeat_times=self.ppo_config.rollout.n, interleave=True)
         return self.agent_loop_manager.generate_sequences(gen_batch)
 
     def _generate_validation(self, gen_batch: DataProto) -> DataProto:
@@ -320,7 +336,7 @@ class RayPPOTrainer:
 
     def _update_actor(self, batch: DataProto) -> DataProto:
         """One actor update over the batch; the output's ``meta_info["metrics"]`` holds its metrics."""
-        batch.meta_info["multi_turn"] = bool(self.config.rollout.multi_turn.get("enable", False))
+        batch.meta_info["multi_turn"] = bool(self.ppo_config.rollout.multi_turn.enable)
         return self.actor_rollout_wg.update_actor(batch)
 
     def _update_critic(self, batch: DataProto) -> DataProto:
@@ -338,7 +354,7 @@ class RayPPOTrainer:
         seqlens = batch.batch["attention_mask"].sum(-1).tolist()
         blocks = [range(len(seqlens))]
         if keep_minibatch:
-            size = int(self.config.actor.ppo_mini_batch_size) * int(self.config.rollout.n)
+            size = self.ppo_config.actor.ppo_mini_batch_size * self.ppo_config.rollout.n
             if size % world_size == 0 and len(seqlens) % size == 0:
                 blocks = [range(start, start + size) for start in range(0, len(seqlens), size)]
         partitions: list[list[int]] = [[] for _ in range(world_size)]
@@ -366,7 +382,7 @@ class RayPPOTrainer:
         """The prompts of ``batch`` as step ``step`` sends them to the rollout (step number and sampling seed)."""
         gen_batch = self._get_gen_batch(batch)
         gen_batch.meta_info["global_steps"] = step
-        seed = generation_seed(self.config, step)
+        seed = generation_seed(self.ppo_config, step)
         if seed is not None:
             gen_batch.meta_info["seed"] = seed
         return gen_batch
@@ -385,13 +401,13 @@ class RayPPOTrainer:
         if batch is None:
             batch = gen_output
         else:
-            batch = batch.repeat(repeat_times=int(self.config.rollout.n), interleave=True)
+            batch = batch.repeat(repeat_times=self.ppo_config.rollout.n, interleave=True)
             for key in PROMPT_KEYS:
                 batch.batch.pop(key, None)
             batch = batch.union(gen_output)
         if "response_mask" not in batch.batch.keys():
             batch.batch["response_mask"] = compute_response_mask(batch)
-        if self.config.trainer.get("balance_batch", True):
+        if self.ppo_config.trainer.balance_batch:
             self._balance_batch(batch, self.metrics)
         batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
         return batch
@@ -412,7 +428,7 @@ class RayPPOTrainer:
 
     def _fit_dump_data(self, batch: DataProto) -> None:
         """``trainer.rollout_data_dir``: this step's prompts, responses and scores as ``<dir>/<step>.jsonl``."""
-        directory = self.config.trainer.get("rollout_data_dir")
+        directory = self.ppo_config.trainer.rollout_data_dir
         if directory:
             scores = batch.batch["token_level_scores"].sum(-1)
             dump_generations(directory, self.global_steps, self.tokenizer, batch, scores)
@@ -420,18 +436,19 @@ class RayPPOTrainer:
     def _route_bypass_loss(self) -> None:
         """Bypass mode trains on the rollout's log-probs, so the actor's loss becomes ``bypass_mode`` and applies
         ``algorithm.rollout_correction`` itself (importance weights, rejection, their metrics), as in verl."""
-        policy_loss = self.config.actor.policy_loss
-        if policy_loss.get("loss_mode", "vanilla") not in ("vanilla", "bypass_mode"):
+        typed = self.ppo_config
+        if typed.actor.policy_loss.loss_mode not in ("vanilla", "bypass_mode"):
             logger.warning(
                 "algorithm.rollout_correction.bypass_mode=true replaces actor.policy_loss.loss_mode=%s "
                 "with bypass_mode",
-                policy_loss.loss_mode,
+                typed.actor.policy_loss.loss_mode,
             )
-        with open_dict(self.config):
-            policy_loss.loss_mode = "bypass_mode"
-            policy_loss.rollout_correction = OmegaConf.to_container(
-                self.config.algorithm.rollout_correction, resolve=True
-            )
+        correction = typed.algorithm.rollout_correction.to_dict()
+        policy_loss = replace(typed.actor.policy_loss, loss_mode="bypass_mode", rollout_correction=correction)
+        self.ppo_config = replace(typed, actor=replace(typed.actor, policy_loss=policy_loss))
+        with open_dict(self.config):  # recipes reading self.config see the loss the workers run
+            self.config.actor.policy_loss.loss_mode = "bypass_mode"
+            self.config.actor.policy_loss.rollout_correction = correction
 
     def _fit_compute_log_prob(self, batch: DataProto) -> DataProto:
         """``old_log_probs``: the rollout's own (bypass mode), left to the on-policy update, or a separate pass
@@ -447,14 +464,14 @@ class RayPPOTrainer:
             return batch
         if self._update_supplies_old_log_probs(batch):
             if "rollout_log_probs" in batch.batch.keys():
-                batch.meta_info[IN_UPDATE_KEY] = in_update_spec(self.config.algorithm.rollout_correction)
+                batch.meta_info[IN_UPDATE_KEY] = in_update_spec(self.ppo_config.algorithm.rollout_correction)
             return batch
         old_log_prob, mfu = self._compute_old_log_prob(batch)
         self.metrics["training/old_log_prob_pass"] = 1.0
         entropys = old_log_prob.batch.pop("entropys", None) if old_log_prob.batch is not None else None
         if entropys is not None:
             self.metrics["actor/entropy"] = core_algos.agg_loss(
-                entropys, batch.batch["response_mask"], self.config.actor.loss_agg_mode
+                entropys, batch.batch["response_mask"], self.ppo_config.actor.loss_agg_mode
             ).item()
         if mfu is not None:
             self.metrics["perf/mfu/actor_infer"] = mfu
@@ -475,14 +492,14 @@ class RayPPOTrainer:
     def _on_policy_update(self, batch: DataProto) -> bool:
         """True when the update's own forward pass can supply ``old_log_probs`` (see
         ``_update_supplies_old_log_probs``): one epoch, one mini-batch, nothing else reading them first."""
-        actor = self.config.actor
-        if not bool(actor.get("skip_on_policy_log_prob", True)) or int(actor.ppo_epochs) != 1:
+        actor = self.ppo_config.actor
+        if not actor.skip_on_policy_log_prob or actor.ppo_epochs != 1:
             return False
-        if int(actor.ppo_mini_batch_size) * int(self.config.rollout.n) < len(batch):
+        if actor.ppo_mini_batch_size * self.ppo_config.rollout.n < len(batch):
             return False
-        if self.config.algorithm.get("use_kl_in_reward", False):
+        if self.ppo_config.algorithm.use_kl_in_reward:
             return False
-        correction = self.config.algorithm.rollout_correction
+        correction = self.ppo_config.algorithm.rollout_correction
         if "rollout_log_probs" in batch.batch.keys() and in_update_spec(correction) is None:
             return False
         return self._actor_warmed_up()
@@ -499,7 +516,7 @@ class RayPPOTrainer:
 
     def _fit_compute_advantage(self, batch: DataProto) -> DataProto:
         """Rewards (with the in-reward KL penalty), the rollout correction, then advantages on the driver."""
-        algorithm = self.config.algorithm
+        algorithm = self.ppo_config.algorithm
         if algorithm.use_kl_in_reward:
             batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algorithm.kl_penalty)
             self.metrics.update(kl_metrics)
@@ -511,8 +528,8 @@ class RayPPOTrainer:
             adv_estimator=algorithm.adv_estimator,
             gamma=algorithm.gamma,
             lam=algorithm.lam,
-            num_repeat=int(self.config.rollout.n),
-            norm_adv_by_std_in_grpo=algorithm.get("norm_adv_by_std_in_grpo", True),
+            num_repeat=self.ppo_config.rollout.n,
+            norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
             config=algorithm,
         )
 
@@ -524,7 +541,7 @@ class RayPPOTrainer:
 
     def _actor_warmed_up(self) -> bool:
         """The actor trains once ``trainer.critic_warmup`` steps have trained the critic alone."""
-        return self.global_steps > int(self.config.trainer.get("critic_warmup", 0))
+        return self.global_steps > self.ppo_config.trainer.critic_warmup
 
     def _fit_update_actor(self, batch: DataProto) -> DataProto:
         """Update the policy once the critic has warmed up."""
@@ -548,14 +565,14 @@ class RayPPOTrainer:
         metrics["rollout/weight_version"] = self.weight_version
 
     def _fit_validate(self) -> None:
-        test_freq = int(self.config.trainer.get("test_freq", -1))
+        test_freq = self.ppo_config.trainer.test_freq
         if self.val_reward_fn is None or self.val_dataloader is None or test_freq <= 0:
             return
         if self.is_last_step or self.global_steps % test_freq == 0:
             self.metrics.update(self._validate())
 
     def _fit_save_checkpoint(self) -> None:
-        save_freq = int(self.config.trainer.get("save_freq", -1))
+        save_freq = self.ppo_config.trainer.save_freq
         if save_freq > 0 and (self.is_last_step or self.global_steps % save_freq == 0):
             self._save_checkpoint()
 
@@ -615,15 +632,15 @@ class RayPPOTrainer:
 
     def fit(self) -> None:
         """Train until ``total_training_steps``, validating and saving as configured; resumes when asked."""
-        trainer_cfg = self.config.trainer
+        trainer_cfg = self.ppo_config.trainer
         tracker = self._create_tracker()
         self._load_checkpoint()
-        if self.global_steps == 0 and self.val_reward_fn is not None and trainer_cfg.get("val_before_train", True):
+        if self.global_steps == 0 and self.val_reward_fn is not None and trainer_cfg.val_before_train:
             val_metrics = self._validate()
             if val_metrics:
                 tracker.log(val_metrics, step=0)
             self._log_val_generations(tracker, step=0)
-            if trainer_cfg.get("val_only", False):
+            if trainer_cfg.val_only:
                 tracker.finish()
                 return
         progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
@@ -657,7 +674,7 @@ class RayPPOTrainer:
 
     def _iter_batch_dicts(self):
         """Dataloader batches, epoch after epoch (the async recipes feed steps from elsewhere)."""
-        for _epoch in range(int(self.config.trainer.total_epochs) + 1):
+        for _epoch in range(self.ppo_config.trainer.total_epochs + 1):
             yield from self.train_dataloader
 
     def _fit_start(self) -> None:
@@ -667,12 +684,11 @@ class RayPPOTrainer:
         """Hook after the last step or a failure (async recipes stop their rollout here)."""
 
     def _create_tracker(self) -> Tracking:
-        trainer_cfg = self.config.trainer
-        backends = trainer_cfg.logger
+        trainer_cfg = self.ppo_config.trainer
         return Tracking(
             project_name=trainer_cfg.project_name,
             experiment_name=trainer_cfg.experiment_name,
-            default_backend=[backends] if isinstance(backends, str) else list(backends),
+            default_backend=list(trainer_cfg.logger),
             config=without_legacy_view(self.config),
             local_dir=trainer_cfg.default_local_dir,
         )
@@ -687,12 +703,12 @@ class RayPPOTrainer:
     def _validate(self, merged: bool = False) -> dict[str, float]:
         """Generate on the validation set with ``rollout.val_kwargs`` and report mean@n / best@n / pass@n.
         (``merged`` is verl's flag for merging partial results from several validators; one validator here.)"""
-        val_kwargs = self.config.rollout.val_kwargs
-        n = int(val_kwargs.get("n", 1))
+        val_kwargs = self.ppo_config.rollout.val_kwargs
+        n = int(val_kwargs.n)
         sources, uids, scores = [], [], []
-        dump_dir = self.config.trainer.get("validation_data_dir")
-        log_count = int(self.config.trainer.get("log_val_generations", 0) or 0)
-        source_key = self.config.data.get("reward_fn_key", "data_source")
+        dump_dir = self.ppo_config.trainer.validation_data_dir
+        log_count = self.ppo_config.trainer.log_val_generations
+        source_key = self.ppo_config.data.reward_fn_key
         scored: list[DataProto] = []
         peak_in_flight = 0
         for batch_dict in self.val_dataloader:
@@ -751,8 +767,8 @@ class RayPPOTrainer:
             self.checkpointer.save_trainer_state(self.global_steps, state)
 
     def _async_checkpoint(self) -> bool:
-        roles = [self.config.actor] + ([self.config.critic] if self.use_critic else [])
-        return any(bool(OmegaConf.select(role, "checkpoint.async_save", default=False)) for role in roles)
+        roles = [self.ppo_config.actor] + ([self.ppo_config.critic] if self.use_critic else [])
+        return any(role.checkpoint.async_save for role in roles)
 
     def _finish_checkpoint(self) -> None:
         """Wait for the shards of an asynchronous save, then write its trainer state and point the tracker at it."""

@@ -71,12 +71,15 @@ class RestartPolicy:
     """Counts restarts against ``trainer.max_restarts`` and says what config the next attempt runs."""
 
     def __init__(self, config: DictConfig) -> None:
+        from verl.trainer.config.trainer_config import TrainerConfig
         from verl.trainer.ppo.checkpointing import TrainerCheckpointer
+        from verl.utils.config import omega_conf_to_dataclass
 
         self.config = config
-        self.max_restarts = int(config.trainer.get("max_restarts", 0) or 0)
+        trainer = omega_conf_to_dataclass(config.trainer, TrainerConfig, path="trainer")
+        self.max_restarts = trainer.max_restarts
         self.restarts = 0
-        self.checkpointer = TrainerCheckpointer(config.trainer)
+        self.checkpointer = TrainerCheckpointer(trainer)
         self.start_checkpoint = self.checkpointer.latest_step_dir()
         self.causes: list[str] = []
 

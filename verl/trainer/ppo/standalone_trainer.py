@@ -58,7 +58,7 @@ class StandaloneRolloutTrainer(SeparateRayPPOTrainer):
             ) from None
 
     def _generate_sequences(self, gen_batch: DataProto) -> DataProto:
-        gen_batch = gen_batch.repeat(repeat_times=int(self.config.rollout.n), interleave=True)
+        gen_batch = gen_batch.repeat(repeat_times=self.ppo_config.rollout.n, interleave=True)
         return self._generate(gen_batch, f"generation of step {self.global_steps}")
 
     def _generate_validation(self, gen_batch: DataProto) -> DataProto:

@@ -34,7 +34,7 @@ def _ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
     os.environ.setdefault("RAY_worker_niceness", "0")  # Ray's default 15 starves workers on a busy CPU (bench/)
-    ray_init = OmegaConf.to_container(config.get("ray_kwargs", {}).get("ray_init", {}) or {}, resolve=True)
+    ray_init = OmegaConf.to_container(OmegaConf.select(config, "ray_kwargs.ray_init") or {}, resolve=True)
     kwargs = {key: value for key, value in ray_init.items() if value is not None}
     runtime_env = dict(kwargs.get("runtime_env") or {})
     env_vars = dict(get_ppo_ray_runtime_env(config)["env_vars"])
@@ -49,7 +49,7 @@ def _ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
 
 
 def _check_strategy(config: DictConfig) -> None:
-    strategy = str(config.actor.get("strategy", "fsdp"))
+    strategy = str(config.actor.strategy)
     if strategy not in ("fsdp", "fsdp2"):
         raise ValueError(f"actor.strategy={strategy!r} is not available; supported: fsdp, fsdp2")
 
@@ -125,7 +125,7 @@ class TaskRunner:
         return ResourcePoolManager(
             resource_pool_spec=pool_spec(config),
             mapping=dict(self.mapping),
-            device=str(config.trainer.get("device", "auto")),
+            device=str(config.trainer.device),
         )
 
     def run(self, config: DictConfig | dict) -> str:
@@ -192,7 +192,7 @@ class TaskRunner:
 
 def standalone_rollout(config: DictConfig) -> bool:
     """``rollout.nnodes > 0``: the rollout replicas get a pool of their own instead of living in the actor."""
-    return int(config.rollout.get("nnodes", 0) or 0) > 0
+    return int(config.rollout.nnodes or 0) > 0
 
 
 def pool_spec(config: DictConfig) -> dict[str, list[int]]:

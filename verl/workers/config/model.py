@@ -8,11 +8,12 @@ from typing import Any
 from verl.base_config import BaseConfig, check
 from verl.workers.config.inert_blocks import inert_block
 
-__all__ = ["BUILTIN_TINY_MODEL", "HFModelConfig"]
+__all__ = ["BUILTIN_TINY_MODEL", "DEFAULT_ATTN_IMPLEMENTATION", "HFModelConfig"]
 
 # Sentinel for ``model.path``: "build the project's tiny demo model (verl.utils.tiny_model) and use that folder".
 # It lets `python -m verl.trainer.main_ppo` run with no arguments on a machine that cannot reach a model hub.
 BUILTIN_TINY_MODEL = "verl:tiny-demo"
+DEFAULT_ATTN_IMPLEMENTATION = "sdpa"  # when model.override_config names none
 
 
 @dataclass
@@ -57,6 +58,11 @@ class HFModelConfig(BaseConfig):
         check(self.lora_rank == 0 or self.lora_alpha > 0, "lora_alpha", f"must be > 0 with LoRA, got {self.lora_alpha}")
         if self.tokenizer_path is None:
             object.__setattr__(self, "tokenizer_path", self.path)
+
+    @property
+    def attn_implementation(self) -> str:
+        """The attention kernel the model is loaded with: ``override_config.attn_implementation``, else ``sdpa``."""
+        return str(self.override_config.get("attn_implementation") or DEFAULT_ATTN_IMPLEMENTATION)
 
     @property
     def is_builtin_tiny(self) -> bool:

@@ -14,15 +14,28 @@ so a response of ``expected_len`` tokens or fewer is untouched and one of exactl
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from verl.base_config import BaseConfig
 from verl.protocol import DataProto
 from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.registry import register
 
-__all__ = ["DAPORewardManager", "overlong_penalty"]
+__all__ = ["DAPORewardManager", "OverlongBufferConfig", "overlong_penalty"]
+
+
+@dataclass
+class OverlongBufferConfig(BaseConfig):
+    """DAPO's ``overlong_buffer``: the penalty of the module docstring when ``enable``; ``log`` adds per-sample
+    ``overlong_reward`` and ``overlong`` to ``reward_extra_info``."""
+
+    enable: bool = False
+    len: int = 0
+    penalty_factor: float = 1.0
+    log: bool = False
 
 
 def overlong_penalty(response_length: int, max_resp_len: int, buffer_len: int, penalty_factor: float) -> float:
@@ -33,8 +46,8 @@ def overlong_penalty(response_length: int, max_resp_len: int, buffer_len: int, p
 
 @register("dapo")
 class DAPORewardManager(NaiveRewardManager):
-    """``overlong_buffer_cfg``: mapping with ``enable``, ``len``, ``penalty_factor`` and ``log`` (adds per-sample
-    ``overlong_reward`` and ``overlong`` to ``reward_extra_info``). ``max_resp_len`` is ``data.max_response_length``."""
+    """``overlong_buffer_cfg``: an :class:`OverlongBufferConfig` or a mapping of its keys (an unknown key is refused
+    by name). ``max_resp_len`` is ``data.max_response_length``."""
 
     def __init__(
         self,
@@ -51,11 +64,15 @@ class DAPORewardManager(NaiveRewardManager):
         super().__init__(
             tokenizer, num_examine, compute_score, reward_fn_key, num_workers=num_workers, timeout_s=timeout_s
         )
-        cfg = overlong_buffer_cfg or {}
-        self.overlong_enable = bool(cfg.get("enable", False))
-        self.overlong_len = int(cfg.get("len", 0) or 0)
-        self.overlong_penalty_factor = float(cfg.get("penalty_factor", 1.0))
-        self.overlong_log = bool(cfg.get("log", False))
+        cfg = overlong_buffer_cfg
+        if not isinstance(cfg, OverlongBufferConfig):
+            from verl.utils.config import omega_conf_to_dataclass
+
+            cfg = omega_conf_to_dataclass(cfg or {}, OverlongBufferConfig, path="overlong_buffer_cfg")
+        self.overlong_enable = cfg.enable
+        self.overlong_len = cfg.len
+        self.overlong_penalty_factor = cfg.penalty_factor
+        self.overlong_log = cfg.log
         self.max_resp_len = max_resp_len
         if self.overlong_enable:
             if max_resp_len is None:

@@ -22,7 +22,9 @@ import torch
 from verl.protocol import DataProto
 from verl.utils.torch_functional import pad_2d_list_to_length
 
-__all__ = ["HFRewardModel"]
+__all__ = ["DEFAULT_MICRO_BATCH_SIZE", "HFRewardModel"]
+
+DEFAULT_MICRO_BATCH_SIZE = 8  # scoring rows per forward pass when reward.reward_model.micro_batch_size_per_gpu is unset
 
 
 def _dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -58,7 +60,7 @@ class HFRewardModel:
         *,
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype = "float32",
-        micro_batch_size: int = 8,
+        micro_batch_size: int = DEFAULT_MICRO_BATCH_SIZE,
         max_length: int | None = None,
         trust_remote_code: bool = False,
     ) -> None:
@@ -87,18 +89,22 @@ class HFRewardModel:
         set it when that tokenizer differs from the reward model's), ``micro_batch_size_per_gpu``, ``max_length``."""
         from transformers import AutoTokenizer
 
-        model_cfg = config.get("model") or {}
-        path = model_cfg.get("path")
-        if not path:
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.config.reward import RewardModelConfig
+
+        if not isinstance(config, RewardModelConfig):
+            config = omega_conf_to_dataclass(config, RewardModelConfig, path="reward.reward_model")
+        model_cfg = config.model
+        if not model_cfg.path:
             raise ValueError("reward.reward_model.model.path must name the reward model checkpoint")
-        trust = bool(model_cfg.get("trust_remote_code", False))
-        input_tokenizer = model_cfg.get("input_tokenizer")
+        trust = model_cfg.trust_remote_code
+        input_tokenizer = model_cfg.input_tokenizer
         return cls(
-            path,
+            model_cfg.path,
             AutoTokenizer.from_pretrained(input_tokenizer, trust_remote_code=trust) if input_tokenizer else None,
             device=device,
-            micro_batch_size=config.get("micro_batch_size_per_gpu") or 8,
-            max_length=config.get("max_length"),
+            micro_batch_size=config.micro_batch_size_per_gpu or DEFAULT_MICRO_BATCH_SIZE,
+            max_length=config.max_length,
             trust_remote_code=trust,
         )
 

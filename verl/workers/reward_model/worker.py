@@ -25,7 +25,7 @@ class RewardModelWorker(Worker):
         self.reward_model = None
 
     def _device(self) -> str:
-        device = str(self.config.trainer.get("device", "auto"))
+        device = str(self.config.trainer.device)
         return get_device_name() if device == "auto" else device
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -61,10 +61,17 @@ def _padded(data: TensorDict, key: str) -> torch.Tensor:
 
 
 def _loss_mode(config: Any) -> str:
+    """``actor.policy_loss.loss_mode`` of a typed, DictConfig or plain-dict actor config (its default when unset)."""
+    from verl.workers.config.actor import PolicyLossConfig
+
     policy_loss = getattr(config, "policy_loss", None)
-    if isinstance(policy_loss, dict):
-        return str(policy_loss.get("loss_mode") or "vanilla")
-    return str(getattr(policy_loss, "loss_mode", None) or "vanilla")
+    if policy_loss is None:
+        return PolicyLossConfig.loss_mode
+    if not isinstance(policy_loss, PolicyLossConfig):
+        from verl.utils.config import omega_conf_to_dataclass
+
+        policy_loss = omega_conf_to_dataclass(policy_loss, PolicyLossConfig, path="actor.policy_loss")
+    return policy_loss.loss_mode
 
 
 def ppo_loss(
