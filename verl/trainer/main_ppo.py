@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +97,9 @@ _HERE = Path(__file__).resolve().parent
 _EXPLICIT_KEYS: set[str] = set()
 # True when the run is the built-in demo (verl.trainer.demo): its reward curve is printed at the end.
 _DEMO_MODE = False
+# What trains the resolved config (None: run_ppo) and what it returned; the async recipes pass their own (main).
+_TRAIN: Callable[[DictConfig], Any] | None = None
+_RESULT: Any = None
 
 
 def run_ppo(config: DictConfig, task_runner_class: Any = None) -> str | None:
@@ -163,7 +166,11 @@ def _hydra_main(config: DictConfig) -> None:
         sys.exit(2)
     check_inert_keys(typed, skip=derived - _EXPLICIT_KEYS)
     print(format_batch_plan(compute_batch_plan(typed)), flush=True)
-    run_dir = run_ppo(config)
+    global _RESULT
+    if _TRAIN is not None:
+        _RESULT = _TRAIN(config)
+        return
+    run_dir = _RESULT = run_ppo(config)
     if _DEMO_MODE and run_dir:
         from verl.trainer.demo import format_reward_curve
 
@@ -256,9 +263,14 @@ def _one_line_config_warnings() -> None:
     warnings.formatwarning = formatwarning
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Translate verl spellings in ``argv`` (default ``sys.argv[1:]``), then run Hydra."""
-    global _DEMO_MODE
+def main(argv: Sequence[str] | None = None, train: Callable[[DictConfig], Any] | None = None) -> Any:
+    """Translate verl spellings in ``argv`` (default ``sys.argv[1:]``), then run Hydra; returns what training
+    returned (the run folder for ``run_ppo``).
+
+    ``train`` replaces :func:`run_ppo` as what trains the resolved, validated config: the async recipes' entry
+    points pass theirs, so every entry point shares this command line (flags, legacy spellings, ``--cfg job``,
+    data-file and inert-key checks, the batch plan)."""
+    global _DEMO_MODE, _TRAIN, _RESULT
     _one_line_config_warnings()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
@@ -289,7 +301,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     _EXPLICIT_KEYS.clear()
     _EXPLICIT_KEYS.update(override_key(o) for o in overrides)
     sys.argv = [sys.argv[0], *flags, *overrides]
-    _hydra_main()
+    _TRAIN, _RESULT = train, None
+    try:
+        _hydra_main()
+    finally:
+        _TRAIN = None
+    return _RESULT
 
 
 if __name__ == "__main__":

@@ -210,3 +210,32 @@ def test_names_verl_recipes_import():
     assert list(params)[:5] == ["data_paths", "data_config", "tokenizer", "processor", "is_train"]
     assert params["max_samples"].default == -1
     assert list(inspect.signature(create_rl_sampler).parameters)[:2] == ["data_config", "data_source"]
+
+
+def test_main_trains_with_the_given_function_and_returns_its_result(tmp_path, monkeypatch):
+    monkeypatch.setattr(main_ppo, "run_ppo", lambda config: pytest.fail("train= replaces run_ppo"))
+    monkeypatch.setattr(sys, "argv", ["main_ppo"])
+    (tmp_path / "train.parquet").touch()
+    seen = []
+    args = [f"data.train_files={tmp_path / 'train.parquet'}", "data.val_files=null", f"hydra.run.dir={tmp_path}"]
+    result = main_ppo.main([*args, "rollout.n=3"], train=lambda config: seen.append(config.rollout.n) or "summary")
+    assert result == "summary" and seen == [3]
+    assert main_ppo._TRAIN is None  # the next main() trains with run_ppo again
+
+
+def test_async_recipes_share_main_ppo_s_command_line(capsys, monkeypatch):
+    """The recipes' entry points take main_ppo's flags and verl's spellings over their own YAML, and fail the same
+    way on a bad value."""
+    from verl.experimental.fully_async_policy import fully_async_main
+    from verl.experimental.one_step_off_policy import main_ppo as one_step_off_main
+
+    monkeypatch.setattr(sys, "argv", ["recipe"])
+    with pytest.raises(SystemExit) as info:
+        fully_async_main.main(["--cfg", "job", "actor_rollout_ref.rollout.n=3"])
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert info.value.code == 0 and printed["rollout"]["n"] == 3
+    assert printed["async_training"]["staleness_threshold"] == 0.5  # the recipe's YAML, not ppo_trainer's
+    with pytest.raises(SystemExit) as info:
+        one_step_off_main.main(["async_training.trigger_parameter_sync_step=soon"])
+    assert info.value.code == 2
+    assert "config error: async_training.trigger_parameter_sync_step: expected int" in capsys.readouterr().err

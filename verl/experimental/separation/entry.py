@@ -1,7 +1,9 @@
-"""Shared command line of the async recipes: Hydra-style ``key=value`` overrides on the recipe's YAML.
+"""Entry of the async recipes: ``main_ppo``'s command line over the recipe's YAML, training with the recipe.
 
 ``python -m verl.experimental.fully_async_policy.fully_async_main`` and ``python -m verl.experimental.
-one_step_off_policy.main_ppo`` (verl's entry points; ``recipe.*`` keeps the older paths) both run :func:`recipe_main`.
+one_step_off_policy.main_ppo`` (verl's entry points; ``recipe.*`` keeps the older paths) both run :func:`recipe_main`,
+which hands :func:`verl.trainer.main_ppo.main` the recipe's config folder and name and its own training function: the
+flags, verl's spellings, ``--cfg job``, the checks and the batch plan are main_ppo's.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 __all__ = ["compose_recipe_config", "recipe_main"]
 
@@ -28,30 +30,18 @@ def compose_recipe_config(config_dir: Path, config_name: str, overrides: Sequenc
 
 
 def recipe_main(config_dir: Path, config_name: str, kind: str, argv: Sequence[str] | None = None) -> dict:
-    """Parse ``argv`` overrides (``--cfg job`` prints the config), print the batch plan and train."""
-    from verl.base_config import ConfigError
+    """``main_ppo``'s command line over ``config_dir/config_name.yaml``, training with the ``kind`` recipe; returns
+    the run's summary (``{}`` when nothing trained)."""
     from verl.experimental.separation.task_runner import run_async_training
-    from verl.trainer.config.batch_plan import compute_batch_plan, format_batch_plan
-    from verl.trainer.config.inert_keys import check_inert_keys
-    from verl.trainer.config.ppo_config import build_ppo_config
+    from verl.trainer.main_ppo import main
+
+    def train(config: DictConfig) -> dict:
+        summary = run_async_training(config, kind)
+        print(
+            f"{kind} finished: {summary.get('global_steps')} steps, weight version {summary.get('weight_version')}",
+            flush=True,
+        )
+        return summary
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    print_only = "--cfg" in argv
-    overrides = [a for a in argv if not a.startswith("-") and a != "job"]
-    try:
-        config = compose_recipe_config(config_dir, config_name, overrides)
-        typed = build_ppo_config(config)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    if print_only:
-        print(OmegaConf.to_yaml(config), end="")
-        return {}
-    check_inert_keys(typed)
-    print(format_batch_plan(compute_batch_plan(typed)), flush=True)
-    summary = run_async_training(config, kind)
-    print(
-        f"{kind} finished: {summary.get('global_steps')} steps, weight version {summary.get('weight_version')}",
-        flush=True,
-    )
-    return summary
+    return main(["--config-path", str(config_dir), "--config-name", config_name, *argv], train=train) or {}
