@@ -132,7 +132,7 @@ def test_per_rank_sizes_count_samples():
 
 def test_uneven_mini_batch_split_names_the_key():
     cfg = FSDPActorConfig(ppo_mini_batch_size=3)
-    with pytest.raises(ConfigError, match=r"^actor\.ppo_mini_batch_size: .*3.*rollout\.n.*over the 2 worker"):
+    with pytest.raises(ConfigError, match=r"^actor\.ppo_mini_batch_size: .*3.*rollout\.n.*over the 2 trainer"):
         per_rank_update_sizes(cfg, "actor", rollout_n=1, dp_size=2)
 
 

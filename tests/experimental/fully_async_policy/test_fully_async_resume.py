@@ -118,9 +118,10 @@ def test_a_run_killed_mid_sync_resumes_without_losing_or_repeating_a_prompt(ray_
         "trainer.resume_mode=auto",
     )
     marker = tmp_path / "stalled_mid_sync"
-    runner = AsyncTaskRunner.remote()
-    container = OmegaConf.to_container(config, resolve=True)
-    pending = runner.run.remote(container, "fully_async", _stalls_mid_sync(str(marker), stall_at))
+    runner = (
+        ray.remote(AsyncTaskRunner).options(num_cpus=0.1).remote("fully_async", _stalls_mid_sync(str(marker), stall_at))
+    )
+    pending = runner.run.remote(OmegaConf.to_container(config, resolve=True))
     deadline = time.monotonic() + 600
     while not marker.exists():
         assert time.monotonic() < deadline, "the run never reached the weight sync of step 3"

@@ -169,3 +169,17 @@ def test_uneven_and_oversized_micro_batches_are_planned_not_refused():
     assert uneven["micro_batches_per_mini_batch"] == 6 and uneven["last_micro_batch_size"] == 1
     oversized = compute_batch_plan(_config(micro=64))["actor"]
     assert oversized["micro_batch_size_per_gpu"] == 16 and oversized["micro_batches_per_mini_batch"] == 1
+
+
+@pytest.mark.parametrize(("mini", "micro", "world"), [(8, 4, 2), (8, 64, 2), (4, 3, 4), (2, None, 1)])
+def test_the_plan_prints_the_sizes_the_workers_train_with(mini, micro, world):
+    """The worker's per-rank sizes are the plan's (one function computes both), under verl's actor keys."""
+    from verl.workers.fsdp.worker_config import per_rank_update_sizes
+
+    config = _config(mini=mini, micro=micro, world=world)
+    for group in ("actor", "critic"):
+        planned = compute_batch_plan(config)[group]
+        sizes = per_rank_update_sizes(getattr(config, group), group, config.rollout.n, world)
+        assert sizes["ppo_mini_batch_size"] == planned["samples_per_rank_per_mini_batch"] == mini * 4 // world
+        assert sizes["ppo_micro_batch_size_per_gpu"] == planned["micro_batch_size_per_gpu"]
+        assert sizes["ppo_micro_batch_size_per_gpu"] == min(micro or mini * 4 // world, mini * 4 // world)

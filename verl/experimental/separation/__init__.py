@@ -3,8 +3,8 @@ synchronous standalone-rollout trainer, the one-step-off trainer and the fully-a
 
 - :mod:`.engine_workers`: ``DetachActorWorker``, the actor that sends its weights to standalone replicas;
 - :mod:`.rollout_pool`: the rollout pool, its replicas, the in-process agent-loop worker and the weight sync;
-- :mod:`.task_runner`: ``run_async_training`` and the task-runner actor of both async recipes;
-- :mod:`.entry`: their command line.
+- :mod:`.task_runner`: ``run_async_training`` and ``AsyncTaskRunner``, main_ppo's task runner with a recipe's trainer;
+- :mod:`.entry`: their entry point, main_ppo's command line with the recipe's config and training function.
 """
 
 from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer

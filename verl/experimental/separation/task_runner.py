@@ -1,7 +1,8 @@
 """Run an async recipe: build both resource pools and the trainer inside a Ray task-runner actor, then train.
 
-``run_async_training(config, "fully_async")`` or ``"one_step_off"``; the recipe entry points under ``recipe/`` only
-compose the config and call this.
+``run_async_training(config, "fully_async")`` or ``"one_step_off"``. :class:`AsyncTaskRunner` is ``main_ppo``'s
+:class:`~verl.trainer.ppo.task_runner.TaskRunner` with the recipe's trainer class: the same pools, worker classes and
+start-up, and a summary of the run as its result.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import importlib
 from typing import Any
 
 import ray
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from verl.trainer.ppo.roles import Role
+from verl.trainer.ppo.task_runner import GLOBAL_POOL, TaskRunner
 
 __all__ = ["TRAINERS", "AsyncTaskRunner", "build_async_role_worker_mapping", "run_async_training"]
 
@@ -20,7 +22,7 @@ TRAINERS = {
     "fully_async": "verl.experimental.fully_async_policy.fully_async_trainer:FullyAsyncTrainer",
     "one_step_off": "verl.experimental.one_step_off_policy.ray_trainer:OneStepOffRayTrainer",
 }
-TRAINER_POOL = "global_pool"
+TRAINER_POOL = GLOBAL_POOL  # the trainer side's pool: main_ppo's global pool
 
 
 def _load(target: str) -> type:
@@ -30,70 +32,35 @@ def _load(target: str) -> type:
 
 def build_async_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], dict[Role, str], dict[str, list]]:
     """Trainer pool (``trainer.nnodes x n_gpus_per_node``: actor, critic, ref) and rollout pool
-    (``rollout.nnodes x rollout.n_gpus_per_node``: the standalone servers)."""
-    from verl.experimental.separation.engine_workers import DetachActorWorker
-    from verl.experimental.separation.rollout_pool import ROLLOUT_POOL, rollout_pool_spec
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
+    (``rollout.nnodes x rollout.n_gpus_per_node``: the standalone servers), as :class:`AsyncTaskRunner` builds them."""
+    from verl.trainer.ppo.task_runner import pool_spec
 
-    strategy = str(config.actor.strategy)
-    if strategy not in ("fsdp", "fsdp2"):
-        raise ValueError(f"actor.strategy={strategy!r} is not available; supported: fsdp, fsdp2")
-    trainer = config.trainer
-    spec = {
-        TRAINER_POOL: [int(trainer.n_gpus_per_node)] * int(trainer.nnodes),
-        ROLLOUT_POOL: rollout_pool_spec(config.rollout),
-    }
-    mapping: dict[Role, type] = {Role.Actor: DetachActorWorker}
-    pools: dict[Role, str] = {Role.Actor: TRAINER_POOL, Role.Rollout: ROLLOUT_POOL}
-    if need_critic(config):
-        mapping[Role.Critic] = CriticWorker
-        pools[Role.Critic] = TRAINER_POOL
-    if need_reference_policy(config):
-        mapping[Role.RefPolicy] = ActorRolloutRefWorker
-        pools[Role.RefPolicy] = TRAINER_POOL
-    return mapping, pools, spec
+    runner = AsyncTaskRunner()
+    runner.add_workers(config)
+    return runner.role_worker_mapping, runner.mapping, pool_spec(config)
 
 
-def build_trainer(config: DictConfig, kind: str, trainer_cls: type | None = None, **trainer_kwargs: Any) -> Any:
-    """Tokenizer, reward functions, pools and the recipe's trainer (workers not yet started); ``trainer_cls``
-    replaces the recipe's class (a subclass of it, for recipes built on this one)."""
-    from verl.single_controller.ray import ResourcePoolManager
-    from verl.trainer.ppo.reward import load_reward_manager
-    from verl.workers.fsdp.model_loader import load_tokenizer, resolve_model_path
+class AsyncTaskRunner(TaskRunner):
+    """``main_ppo``'s task runner with an async recipe's trainer: ``TRAINERS[kind]``, or ``trainer_cls`` (a subclass
+    of it, for recipes built on this one) with ``trainer_kwargs``. The rollout always has a pool of its own, and
+    ``run`` returns the run's summary (run folder, counters, versions). The rollouter and queue actors the trainer
+    creates die with this actor (Ray fate sharing)."""
 
-    if kind not in TRAINERS:
-        raise ValueError(f"unknown async recipe {kind!r}; known: {sorted(TRAINERS)}")
-    tokenizer = load_tokenizer(config.model, resolve_model_path(config.model))
-    mapping, pools, spec = build_async_role_worker_mapping(config)
-    manager = ResourcePoolManager(resource_pool_spec=spec, mapping=pools, device=str(config.trainer.device))
-    return (trainer_cls or _load(TRAINERS[kind]))(
-        config=config,
-        tokenizer=tokenizer,
-        role_worker_mapping=mapping,
-        resource_pool_manager=manager,
-        reward_fn=load_reward_manager(config, tokenizer, num_examine=0),
-        val_reward_fn=load_reward_manager(config, tokenizer, num_examine=1),
-        **trainer_kwargs,
-    )
+    def __init__(self, kind: str = "fully_async", trainer_cls: type | None = None, **trainer_kwargs: Any) -> None:
+        super().__init__()
+        if kind not in TRAINERS:
+            raise ValueError(f"unknown async recipe {kind!r}; known: {sorted(TRAINERS)}")
+        self.kind = kind
+        self.trainer_class = trainer_cls or _load(TRAINERS[kind])
+        self.trainer_kwargs = dict(trainer_kwargs)
 
+    def add_actor_rollout_worker(self, config: DictConfig) -> tuple[type, type]:
+        from verl.experimental.separation.rollout_pool import rollout_pool_spec
 
-@ray.remote(num_cpus=0.1)
-class AsyncTaskRunner:
-    """Hosts the trainer; the rollouter and queue actors it creates die with it (Ray fate sharing)."""
+        rollout_pool_spec(config.rollout)  # an async recipe without a rollout pool is refused naming the keys
+        return super().add_actor_rollout_worker(config)
 
-    def run(self, config_container: dict, kind: str, trainer_cls: type | None = None) -> dict[str, Any]:
-        config = OmegaConf.create(config_container)
-        trainer = build_trainer(config, kind, trainer_cls)
-        try:
-            trainer.init_workers()
-            trainer.fit()
-            return self._summary(config, trainer)
-        finally:
-            trainer.resource_pool_manager.release_all()
-
-    @staticmethod
-    def _summary(config: DictConfig, trainer: Any) -> dict[str, Any]:
+    def result(self, config: DictConfig, trainer: Any) -> dict[str, Any]:
         summary: dict[str, Any] = {
             "run_dir": str(config.trainer.default_local_dir),
             "global_steps": trainer.global_steps,
@@ -112,10 +79,18 @@ class AsyncTaskRunner:
         return summary
 
 
-def run_async_training(config: DictConfig, kind: str) -> dict[str, Any]:
-    """Start or join Ray and train with the ``kind`` recipe; returns a summary (run folder, counters)."""
-    from verl.single_controller.ray.node_placement import on_this_node
-    from verl.trainer.ppo.task_runner import _ray_init_kwargs
+def build_trainer(config: DictConfig, kind: str, trainer_cls: type | None = None, **trainer_kwargs: Any) -> Any:
+    """Tokenizer, reward functions, pools and the recipe's trainer (workers not yet started), as
+    :class:`AsyncTaskRunner` builds them; ``trainer_cls`` replaces the recipe's class."""
+    runner = AsyncTaskRunner(kind, trainer_cls, **trainer_kwargs)
+    worker_group_cls = runner.add_workers(config)
+    return runner.build_trainer(config, runner.init_resource_pool_mgr(config), worker_group_cls)
+
+
+def run_async_training(config: DictConfig, kind: str, trainer_cls: type | None = None) -> dict[str, Any]:
+    """Start or join Ray and train with the ``kind`` recipe in an :class:`AsyncTaskRunner` actor; returns the
+    run's summary."""
+    from verl.trainer.ppo.task_runner import run_task_runner
 
     max_restarts = int(config.trainer.max_restarts)
     if max_restarts:
@@ -124,12 +99,4 @@ def run_async_training(config: DictConfig, kind: str) -> dict[str, Any]:
             "does); set trainer.max_restarts=0 and rerun with trainer.resume_mode=auto to continue from the last "
             "checkpoint after a lost worker"
         )
-    if not ray.is_initialized():
-        ray.init(**_ray_init_kwargs(config))
-    from verl.utils.ray_utils import dump_ray_timeline
-
-    runner = AsyncTaskRunner.options(**on_this_node(0.1)).remote()
-    try:
-        return ray.get(runner.run.remote(OmegaConf.to_container(config, resolve=True), kind))
-    finally:  # a failed run's timeline shows where it stopped
-        dump_ray_timeline(config)
+    return run_task_runner(config, AsyncTaskRunner, kind, trainer_cls)

@@ -15,6 +15,7 @@ What is padded and what is refused:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from verl.base_config import ConfigError
@@ -22,7 +23,7 @@ from verl.base_config import ConfigError
 if TYPE_CHECKING:
     from verl.trainer.config.ppo_config import PPOConfig
 
-__all__ = ["compute_batch_plan", "format_batch_plan"]
+__all__ = ["RankUpdateSizes", "compute_batch_plan", "format_batch_plan", "rank_update_sizes"]
 
 
 def compute_batch_plan(config: Any) -> dict[str, Any]:
@@ -109,6 +110,43 @@ def _plan(cfg: PPOConfig) -> dict[str, Any]:
     return plan
 
 
+@dataclass(frozen=True)
+class RankUpdateSizes:
+    """One trainer rank's share of an update, in samples: ``mini_batch_samples_per_rank`` per optimizer step,
+    ``micro_batch_samples_per_rank`` per forward/backward pass. (``ppo_mini_batch_size`` counts prompts over every
+    rank; these are what a worker trains on.)"""
+
+    mini_batch_samples_per_rank: int
+    micro_batch_samples_per_rank: int
+
+    def as_verl_keys(self) -> dict[str, Any]:
+        """The same sizes under the keys verl's ``DataParallelPPOActor`` / ``DataParallelPPOCritic`` read, which
+        verl's workers rewrite in place to per-rank samples before building them."""
+        return {
+            "ppo_mini_batch_size": self.mini_batch_samples_per_rank,
+            "ppo_micro_batch_size_per_gpu": self.micro_batch_samples_per_rank,
+            "ppo_micro_batch_size": None,
+        }
+
+
+def rank_update_sizes(role: Any, group: str, rollout_n: int, world: int) -> RankUpdateSizes:
+    """The per-rank sizes of ``role`` (an actor or critic config) over ``world`` trainer processes.
+
+    A mini-batch must split evenly over the ranks: every rank takes the same number of optimizer steps, and an
+    uneven split would weigh ranks' gradients unequally. A micro-batch larger than the rank's share is cut to it."""
+    mini = int(role.ppo_mini_batch_size)
+    samples = mini * int(rollout_n)
+    if samples % world != 0:
+        raise ConfigError(
+            f"({mini}) x rollout.n ({rollout_n}) = {samples} samples do not split evenly over the {world} trainer "
+            "processes (trainer.nnodes x trainer.n_gpus_per_node)",
+            key=f"{group}.ppo_mini_batch_size",
+        )
+    per_rank = samples // world
+    micro = role.micro_batch_size_per_gpu(world)
+    return RankUpdateSizes(per_rank, min(int(micro), per_rank) if micro else per_rank)
+
+
 def _update_plan(group: str, role: Any, cfg: PPOConfig, world: int) -> dict[str, Any]:
     prompts, n = cfg.data.train_batch_size, cfg.rollout.n
     mini = role.ppo_mini_batch_size
@@ -124,13 +162,8 @@ def _update_plan(group: str, role: Any, cfg: PPOConfig, world: int) -> dict[str,
             key="data.train_batch_size",
         )
     mini_samples = mini * n
-    if mini_samples % world != 0:
-        raise ConfigError(
-            f"({mini}) x rollout.n ({n}) = {mini_samples} samples do not split evenly over the {world} "
-            "trainer processes (trainer.nnodes x trainer.n_gpus_per_node)",
-            key=f"{group}.ppo_mini_batch_size",
-        )
-    per_rank = mini_samples // world
+    sizes = rank_update_sizes(role, group, n, world)
+    per_rank = sizes.mini_batch_samples_per_rank
     last = prompts % mini
     out: dict[str, Any] = {
         "mini_batch_prompts": mini,
@@ -145,7 +178,7 @@ def _update_plan(group: str, role: Any, cfg: PPOConfig, world: int) -> dict[str,
         out["micro_batch_size_per_gpu"] = None
         out["micro_batches_per_mini_batch"] = f"dynamic (<= {role.ppo_max_token_len_per_gpu} tokens each)"
         return out
-    micro = min(role.micro_batch_size_per_gpu(world) or per_rank, per_rank)
+    micro = sizes.micro_batch_samples_per_rank
     out["micro_batch_size_per_gpu"] = micro
     out["micro_batches_per_mini_batch"] = math.ceil(per_rank / micro)
     if per_rank % micro:

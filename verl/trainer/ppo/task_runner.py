@@ -22,7 +22,15 @@ from verl.trainer.ppo.utils import Role, need_critic, need_reward_model
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TASK_RUNNER_CPUS", "TaskRunner", "build_role_worker_mapping", "pool_spec", "run_ppo", "standalone_rollout"]
+__all__ = [
+    "TASK_RUNNER_CPUS",
+    "TaskRunner",
+    "build_role_worker_mapping",
+    "pool_spec",
+    "run_ppo",
+    "run_task_runner",
+    "standalone_rollout",
+]
 
 TASK_RUNNER_CPUS = 0.1
 GLOBAL_POOL = "global_pool"
@@ -66,6 +74,15 @@ class TaskRunner:
     def __init__(self) -> None:
         self.role_worker_mapping: dict[Role, Any] = {}
         self.mapping: dict[Role, str] = {}
+        self.trainer_kwargs: dict[str, Any] = {}  # extra keyword arguments of the trainer class
+
+    def add_workers(self, config: DictConfig) -> type:
+        """Every ``add_*`` step in verl's order; returns the worker-group class."""
+        actor_cls, worker_group_cls = self.add_actor_rollout_worker(config)
+        self.add_critic_worker(config)
+        self.add_reward_model_worker(config)
+        self.add_ref_policy_worker(config, actor_cls)
+        return worker_group_cls
 
     def add_actor_rollout_worker(self, config: DictConfig) -> tuple[type, type]:
         """The actor (with its colocated rollout engine and, when needed, the reference policy) on the global pool;
@@ -128,8 +145,8 @@ class TaskRunner:
             device=str(config.trainer.device),
         )
 
-    def run(self, config: DictConfig | dict) -> str:
-        """Build everything from ``config`` and train; returns the run folder (``trainer.default_local_dir``).
+    def run(self, config: DictConfig | dict) -> Any:
+        """Build everything from ``config`` and train; returns :meth:`result` (the run folder by default).
 
         When a worker process or its node dies, the run fails with the error naming node, role and rank, unless
         ``trainer.max_restarts`` allows a restart: then every worker group is torn down, rebuilt on the resources
@@ -137,10 +154,7 @@ class TaskRunner:
         (or from where the run itself started, when it saved none)."""
         if not isinstance(config, DictConfig):
             config = OmegaConf.create(config)
-        actor_cls, worker_group_cls = self.add_actor_rollout_worker(config)
-        self.add_critic_worker(config)
-        self.add_reward_model_worker(config)
-        self.add_ref_policy_worker(config, actor_cls)
+        worker_group_cls = self.add_workers(config)
         from verl.trainer.ppo.restarts import RestartPolicy
 
         policy = RestartPolicy(config)
@@ -152,11 +166,15 @@ class TaskRunner:
             try:
                 trainer.init_workers()
                 trainer.fit()
-                return str(config.trainer.default_local_dir)
+                return self.result(config, trainer)
             except Exception as err:  # noqa: BLE001 - the policy re-raises whatever a restart cannot help
                 attempt_config = policy.next_attempt(err)
             finally:
                 resource_pool_manager.release_all()
+
+    def result(self, config: DictConfig, trainer: Any) -> Any:
+        """What ``run`` returns once ``trainer`` has finished: the run folder (``trainer.default_local_dir``)."""
+        return str(config.trainer.default_local_dir)
 
     def build_trainer(self, config: DictConfig, resource_pool_manager: Any, worker_group_cls: type) -> Any:
         """The trainer over the mapped roles and pools: ``trainer_class`` (default :class:`RayPPOTrainer`) with the
@@ -187,6 +205,7 @@ class TaskRunner:
             ray_worker_group_cls=worker_group_cls,
             reward_fn=load_reward_manager(config, tokenizer, num_examine=0),
             val_reward_fn=load_reward_manager(config, tokenizer, num_examine=1),
+            **self.trainer_kwargs,
         )
 
 
@@ -209,10 +228,7 @@ def pool_spec(config: DictConfig) -> dict[str, list[int]]:
 def build_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], dict[Role, str], dict[str, list[int]]]:
     """Worker class per role, pool per role, and processes per node of each pool, as ``TaskRunner`` builds them."""
     runner = TaskRunner()
-    actor_cls, _ = runner.add_actor_rollout_worker(config)
-    runner.add_critic_worker(config)
-    runner.add_reward_model_worker(config)
-    runner.add_ref_policy_worker(config, actor_cls)
+    runner.add_workers(config)
     return runner.role_worker_mapping, runner.mapping, pool_spec(config)
 
 
@@ -246,6 +262,13 @@ def _flattened(config: DictConfig) -> DictConfig:
 def run_ppo(config: DictConfig, task_runner_class: Any = None) -> str:
     """Train with ``config`` in a ``task_runner_class`` actor (default ``TaskRunner``); returns the run folder
     (``trainer.default_local_dir``). A config in verl's spelling is translated first."""
+    result = run_task_runner(config, task_runner_class)
+    return str(config.trainer.default_local_dir) if result is None else str(result)
+
+
+def run_task_runner(config: DictConfig, task_runner_class: Any = None, *init_args: Any, **init_kwargs: Any) -> Any:
+    """Start or join Ray, create the ``task_runner_class`` actor (default ``TaskRunner``) with ``init_args`` /
+    ``init_kwargs``, and return what its ``run(config)`` returns (the async recipes' runner: the run's summary)."""
     config = _flattened(config)
     if not ray.is_initialized():
         ray.init(**_ray_init_kwargs(config))
@@ -256,9 +279,9 @@ def run_ppo(config: DictConfig, task_runner_class: Any = None) -> str:
     from verl.single_controller.ray.node_placement import on_this_node
     from verl.utils.ray_utils import dump_ray_timeline
 
-    runner = _as_actor_class(task_runner_class).options(**on_this_node(TASK_RUNNER_CPUS)).remote()
+    actor_class = _as_actor_class(task_runner_class)
+    runner = actor_class.options(**on_this_node(TASK_RUNNER_CPUS)).remote(*init_args, **init_kwargs)
     try:
-        result = ray.get(runner.run.remote(resolved))
+        return ray.get(runner.run.remote(resolved))
     finally:  # a failed run's timeline shows where it stopped
         dump_ray_timeline(config)
-    return str(config.trainer.default_local_dir) if result is None else str(result)

@@ -3,7 +3,8 @@
 A worker receives the flattened trainer config (DictConfig, dict or the typed ``PPOConfig``) and reads the groups it
 needs (``actor``, ``ref``, ``rollout``, ``model``, ``critic``, ``trainer``), converting each to its typed dataclass so
 every field is validated with its dotted key. Sizes: ``ppo_mini_batch_size`` counts prompts, so one mini-batch on one
-rank is ``ppo_mini_batch_size * rollout.n / world_size`` samples; micro sizes are already samples per rank.
+rank is ``ppo_mini_batch_size * rollout.n / world_size`` samples; the batch plan names them
+(:class:`~verl.trainer.config.batch_plan.RankUpdateSizes`) and the worker hands them to the actor under verl's keys.
 """
 
 from __future__ import annotations
@@ -70,25 +71,12 @@ def read_group(config: Any, name: str, cls: type, required: bool = False) -> Any
     return omega_conf_to_dataclass(value, cls, path=name)
 
 
-def per_rank_update_sizes(role_config: Any, group: str, rollout_n: int, dp_size: int) -> dict[str, int]:
-    """``ppo_mini_batch_size`` and ``ppo_micro_batch_size_per_gpu`` in samples per rank, validated by key name.
+def per_rank_update_sizes(role_config: Any, group: str, rollout_n: int, dp_size: int) -> dict[str, int | None]:
+    """:func:`~verl.trainer.config.batch_plan.rank_update_sizes` (the batch plan's per-rank sizes) under the keys
+    the actor and critic read: ``ppo_mini_batch_size`` and ``ppo_micro_batch_size_per_gpu`` in samples per rank."""
+    from verl.trainer.config.batch_plan import rank_update_sizes
 
-    A mini-batch must split evenly over the ranks: every rank takes the same number of optimizer steps, and an
-    uneven split would weigh ranks' gradients unequally.
-    """
-    mini_prompts = int(role_config.ppo_mini_batch_size)
-    samples = mini_prompts * rollout_n
-    if samples % dp_size != 0:
-        raise ConfigError(
-            f"({mini_prompts}) x rollout.n ({rollout_n}) = {samples} samples per mini-batch do not split evenly "
-            f"over the {dp_size} worker processes",
-            key=f"{group}.ppo_mini_batch_size",
-        )
-    per_rank = samples // dp_size
-    micro_fn = getattr(role_config, "micro_batch_size_per_gpu", None)
-    micro = micro_fn(dp_size) if callable(micro_fn) else getattr(role_config, "ppo_micro_batch_size_per_gpu", None)
-    micro = min(int(micro), per_rank) if micro else per_rank
-    return {"ppo_mini_batch_size": per_rank, "ppo_micro_batch_size_per_gpu": micro, "ppo_micro_batch_size": None}
+    return rank_update_sizes(role_config, group, rollout_n, dp_size).as_verl_keys()
 
 
 def optim_with_total_steps(optim: Any, trainer: Any) -> Any:
