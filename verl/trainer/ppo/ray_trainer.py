@@ -181,7 +181,7 @@ class RayPPOTrainer:
         self.use_rm = Role.RewardModel in role_worker_mapping
         algorithm = self.ppo_config.algorithm
         self.kl_ctrl_in_reward = core_algos.get_kl_controller(algorithm.kl_ctrl) if algorithm.use_kl_in_reward else None
-        self.bypass_mode = bool(self.ppo_config.algorithm.rollout_correction.bypass_mode)
+        self.bypass_mode = algorithm.rollout_correction.bypass_mode
         if self.bypass_mode:
             self._route_bypass_loss()
         self.global_steps = 0

@@ -60,12 +60,12 @@ def _read(group: Any, key: str, default: Any = None) -> Any:
 
 
 def need_critic(config: Any) -> bool:
-    """A critic is trained when ``critic.enable`` says so, or, left unset, when the estimator needs values (GAE)."""
-    enable = _read(_group(config, "critic"), "enable")
-    if enable is not None:
-        return bool(enable)
+    """A critic is trained when ``critic.enable`` says so, or, left unset, when the estimator needs values (GAE): the
+    rule of ``PPOConfig.use_critic``, read from any config shape (verl's nested spelling included)."""
+    from verl.workers.config.critic import critic_enabled
+
     estimator = _read(_group(config, "algorithm"), "adv_estimator")
-    return str(getattr(estimator, "value", estimator)) == "gae"
+    return critic_enabled(_read(_group(config, "critic"), "enable"), estimator)
 
 
 def need_reference_policy(config: Any) -> bool:

@@ -19,6 +19,14 @@ from verl.workers.config.optimizer import OptimizerConfig
 __all__ = ["CriticConfig", "FSDPCriticConfig"]
 
 
+def critic_enabled(enable: bool | None, adv_estimator: Any) -> bool:
+    """The one rule for whether a critic trains: ``critic.enable`` when set, otherwise only for the GAE estimator
+    (``adv_estimator`` may be a string or verl's ``AdvantageEstimator`` enum)."""
+    if enable is not None:
+        return bool(enable)
+    return str(getattr(adv_estimator, "value", adv_estimator)) == "gae"
+
+
 @dataclass
 class CriticConfig(BaseConfig):
     """Value-model training knobs; batch-size units are those of :class:`ActorConfig`.
@@ -82,7 +90,7 @@ class CriticConfig(BaseConfig):
 
     def is_enabled(self, adv_estimator: str) -> bool:
         """Whether the critic runs: ``enable`` when set, otherwise only for the GAE estimator."""
-        return self.enable if self.enable is not None else adv_estimator == "gae"
+        return critic_enabled(self.enable, adv_estimator)
 
     def mini_batch_samples(self) -> int:
         return self.ppo_mini_batch_size * self.rollout_n
