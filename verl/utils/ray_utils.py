@@ -17,7 +17,14 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["auto_await", "dump_ray_timeline", "get_event_loop", "parallel_put", "ray_noset_visible_devices"]
+__all__ = [
+    "auto_await",
+    "dump_ray_timeline",
+    "get_event_loop",
+    "parallel_put",
+    "ray_noset_visible_devices",
+    "settle_task_events",
+]
 
 # Ray leaves the accelerator visibility variable alone for an actor when one of these is set.
 NOSET_VISIBLE_DEVICES_ENV_VARS = (
@@ -33,11 +40,27 @@ NOSET_VISIBLE_DEVICES_ENV_VARS = (
 _DEFAULT_MAX_PUT_THREADS = 16
 
 
+def _timeline_path(config: Any) -> str | None:
+    ray_kwargs = config.get("ray_kwargs") or {}
+    return ray_kwargs.get("timeline_json_file")
+
+
+def settle_task_events(config: Any) -> None:
+    """When ``ray_kwargs.timeline_json_file`` is set, wait until the workers have reported their last calls, before
+    they are killed. Each process reports its task events to Ray every ``RAY_task_events_report_interval_ms`` (1 s
+    by default; longer on a saturated CPU), and a process that is killed loses what it has not reported yet."""
+    if not _timeline_path(config):
+        return
+    import time
+
+    interval_s = int(os.environ.get("RAY_task_events_report_interval_ms", "1000")) / 1000
+    time.sleep(3 * interval_s)
+
+
 def dump_ray_timeline(config: Any) -> str | None:
     """Write Ray's task timeline (Chrome trace JSON) to ``ray_kwargs.timeline_json_file`` when it is set; returns the
     path written. Open it in ``chrome://tracing`` or Perfetto, or draw it with ``python bench/timeline.py``."""
-    ray_kwargs = config.get("ray_kwargs") or {}
-    path = ray_kwargs.get("timeline_json_file")
+    path = _timeline_path(config)
     if not path:
         return None
     import ray

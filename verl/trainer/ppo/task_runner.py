@@ -156,6 +156,7 @@ class TaskRunner:
             config = OmegaConf.create(config)
         worker_group_cls = self.add_workers(config)
         from verl.trainer.ppo.restarts import RestartPolicy
+        from verl.utils.ray_utils import settle_task_events
 
         policy = RestartPolicy(config)
         attempt_config = config
@@ -166,7 +167,9 @@ class TaskRunner:
             try:
                 trainer.init_workers()
                 trainer.fit()
-                return self.result(config, trainer)
+                result = self.result(config, trainer)
+                settle_task_events(config)  # a requested timeline gets the workers' last calls
+                return result
             except Exception as err:  # noqa: BLE001 - the policy re-raises whatever a restart cannot help
                 attempt_config = policy.next_attempt(err)
             finally:
