@@ -117,7 +117,7 @@ class _RecordingEngine(CheckpointEngine):
 
 def test_engine_worker_sends_the_fsdp_module_weights_through_its_engine():
     worker = ActorRolloutRefWorker.__new__(ActorRolloutRefWorker)
-    worker.rollout_config = SimpleNamespace(checkpoint_engine=SimpleNamespace(backend="custom"))
+    worker.config = SimpleNamespace(rollout=SimpleNamespace(checkpoint_engine=SimpleNamespace(backend="custom")))
     worker.actor = object()  # our actor has no verl training engine: weights come from the FSDP module
     worker.actor_module_fsdp = torch.nn.Linear(2, 1)
     worker.checkpoint_engine = _RecordingEngine()

@@ -307,7 +307,7 @@ class ActorRolloutRefWorker(FSDPActorRolloutRefWorker):
         """Build the models as the role asks, then (actor roles) the streaming checkpoint engine when
         ``rollout.checkpoint_engine.backend`` names one."""
         super().init_model()
-        backend = self.rollout_config.checkpoint_engine.backend
+        backend = self.config.rollout.checkpoint_engine.backend
         if self._is_actor and backend != "naive" and backend in CheckpointEngineRegistry.registered():
             self.checkpoint_engine = build_checkpoint_engine(
                 self.config.rollout.checkpoint_engine, is_master=self.rank == 0
@@ -331,7 +331,7 @@ class ActorRolloutRefWorker(FSDPActorRolloutRefWorker):
         engine (returns ``{version, checksum}``). Otherwise send them through ``checkpoint_engine`` (returns the
         engine's metrics, ``{}`` when it reports none).
         """
-        effective = self.rollout_config.checkpoint_engine.backend if mode == "auto" else mode
+        effective = self.config.rollout.checkpoint_engine.backend if mode == "auto" else mode
         if effective != "naive":
             if self.checkpoint_engine is None:
                 raise RuntimeError(
