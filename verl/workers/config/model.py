@@ -8,12 +8,20 @@ from typing import Any
 from verl.base_config import BaseConfig, check
 from verl.workers.config.inert_blocks import inert_block
 
-__all__ = ["BUILTIN_TINY_MODEL", "DEFAULT_ATTN_IMPLEMENTATION", "HFModelConfig"]
+__all__ = ["BUILTIN_TINY_MODEL", "DEFAULT_ATTN_IMPLEMENTATION", "HFModelConfig", "attn_implementation_of"]
 
 # Sentinel for ``model.path``: "build the project's tiny demo model (verl.utils.tiny_model) and use that folder".
 # It lets `python -m verl.trainer.main_ppo` run with no arguments on a machine that cannot reach a model hub.
 BUILTIN_TINY_MODEL = "verl:tiny-demo"
 DEFAULT_ATTN_IMPLEMENTATION = "sdpa"  # when model.override_config names none
+
+
+def attn_implementation_of(override_config: Any) -> str:
+    """The attention kernel a model block's ``override_config`` asks for, else :data:`DEFAULT_ATTN_IMPLEMENTATION`.
+
+    One rule for the typed :class:`HFModelConfig` and for the loader's plain model blocks.
+    """
+    return str(dict(override_config or {}).get("attn_implementation") or DEFAULT_ATTN_IMPLEMENTATION)
 
 
 @dataclass
@@ -62,7 +70,7 @@ class HFModelConfig(BaseConfig):
     @property
     def attn_implementation(self) -> str:
         """The attention kernel the model is loaded with: ``override_config.attn_implementation``, else ``sdpa``."""
-        return str(self.override_config.get("attn_implementation") or DEFAULT_ATTN_IMPLEMENTATION)
+        return attn_implementation_of(self.override_config)
 
     @property
     def is_builtin_tiny(self) -> bool:

@@ -128,13 +128,10 @@ def _hf_config(model_config: Any, model_path: str) -> Any:
 
 
 def _attn_implementation(model_config: Any) -> str:
-    """``HFModelConfig.attn_implementation`` of a typed model config or of anything with an ``override_config``."""
-    from verl.workers.config.model import DEFAULT_ATTN_IMPLEMENTATION
+    """The attention kernel of a typed model config or of anything with an ``override_config``."""
+    from verl.workers.config.model import attn_implementation_of
 
-    if hasattr(model_config, "attn_implementation"):
-        return str(model_config.attn_implementation)
-    overrides = dict(getattr(model_config, "override_config", None) or {})
-    return str(overrides.get("attn_implementation") or DEFAULT_ATTN_IMPLEMENTATION)
+    return attn_implementation_of(getattr(model_config, "override_config", None))
 
 
 def _enable_memory_savers(model: nn.Module, model_config: Any) -> None:
