@@ -28,6 +28,7 @@ __all__ = [
     "roundup_divisible",
     "calculate_workload",
     "rearrange_micro_batches",
+    "take_rows",
     "get_reverse_idx",
     "prepare_dynamic_batch",
     "restore_dynamic_batch",
@@ -298,11 +299,11 @@ def rearrange_micro_batches(
         parts = balanced if _fits(balanced, seqlens, max_token_len) else _split_to(parts, target, seqlens)
 
     parts = sorted((sorted(p) for p in parts), key=lambda p: p[0])
-    micro_batches = [_take_rows(batch, torch.tensor(p, dtype=torch.long, device=mask.device)) for p in parts]
+    micro_batches = [take_rows(batch, torch.tensor(p, dtype=torch.long, device=mask.device)) for p in parts]
     return micro_batches, parts
 
 
-def _take_rows(batch, index: torch.Tensor):
+def take_rows(batch, index: torch.Tensor):
     """``batch[index]`` via ``index_select``, which is orders of magnitude faster than advanced indexing on CPU."""
     try:
         return batch.apply(lambda t: t.index_select(0, index), batch_size=[index.shape[0]])

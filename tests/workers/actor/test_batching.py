@@ -11,6 +11,7 @@ from tensordict import TensorDict
 from verl.protocol import DataProto
 from verl.workers.actor.batching import (
     iter_mini_batches,
+    length_order,
     micro_loss_scale,
     positive_int,
     read_meta,
@@ -42,6 +43,32 @@ def test_dynamic_micro_batches_respect_the_budget_and_restore_order():
     assert restore_order([m["row"] for m in micro], idx).tolist() == list(range(6))
     fixed, none_idx = split_micro_batches(batch, micro_batch_size=4, use_dynamic_bsz=False, max_token_len=None)
     assert [len(m) for m in fixed] == [4, 2] and none_idx is None
+
+
+def test_length_grouped_micro_batches_hold_rows_of_similar_length_and_restore_order():
+    # 2 prompt columns and 6 response columns; responses of 6, 1, 5, 1, 2, 6 tokens, prompts of 1 or 2
+    prompt = torch.tensor([[1, 1], [0, 1], [1, 1], [1, 1], [0, 1], [0, 1]])
+    response = torch.zeros(6, 6, dtype=torch.long)
+    for i, n in enumerate([6, 1, 5, 1, 2, 6]):
+        response[i, :n] = 1
+    batch = TensorDict(
+        {"attention_mask": torch.cat([prompt, response], 1), "responses": response, "row": torch.arange(6)},
+        batch_size=[6],
+    )
+    assert length_order(batch).tolist() == [1, 3, 4, 2, 5, 0]  # by response length, then prompt length
+    micro, idx = split_micro_batches(
+        batch, micro_batch_size=2, use_dynamic_bsz=False, max_token_len=None, group_by_length=True
+    )
+    assert idx == [[1, 3], [4, 2], [5, 0]] and [m["row"].tolist() for m in micro] == idx
+    assert restore_order([m["row"] for m in micro], idx).tolist() == list(range(6))
+    # padded response columns (rows x longest answer of the micro-batch): 2+10+12 in length order, 12+10+12 in order
+    assert sum(len(m) * int(m["responses"].sum(-1).max()) for m in micro) == 24
+    kept, order_kept = split_micro_batches(batch, micro_batch_size=2, use_dynamic_bsz=False, max_token_len=None)
+    assert order_kept is None and sum(len(m) * int(m["responses"].sum(-1).max()) for m in kept) == 34
+    whole, whole_idx = split_micro_batches(
+        batch, micro_batch_size=6, use_dynamic_bsz=False, max_token_len=None, group_by_length=True
+    )
+    assert whole_idx is None and whole[0]["row"].tolist() == list(range(6))  # one micro-batch: nothing to reorder
 
 
 def test_micro_loss_scale_weights_by_tokens_or_sequences():

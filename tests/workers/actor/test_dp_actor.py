@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM
 
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask, masked_mean
+from verl.workers.actor.batching import length_order
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 from verl.workers.actor.token_forward import shared_left_padding
 from verl.workers.config.actor import ActorConfig, PolicyLossConfig
@@ -384,6 +385,32 @@ def test_gradient_accumulation_equivalence(base_model, loss_agg_mode):
     assert norm_a == pytest.approx(norm_b, rel=1e-5) and norm_a == pytest.approx(norm_c, rel=1e-5)
     torch.testing.assert_close(params_a, params_b, atol=1e-6, rtol=0)
     torch.testing.assert_close(params_a, params_c, atol=1e-6, rtol=0)
+
+
+def test_padded_update_cuts_its_micro_batches_in_length_order(model):
+    """Fixed-size micro-batches of a padded update are cut from the rows in length order, so short answers share
+    micro-batches and each forward stops at its own longest answer: fewer padded token slots than in batch order."""
+    data = make_batch(model.config.vocab_size, n=8, seed=3)
+    slots: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kwargs: slots.append(kwargs["input_ids"].numel()), with_kwargs=True
+    )
+    actor = DataParallelPPOActor(
+        make_config(ppo_micro_batch_size_per_gpu=2), model, torch.optim.SGD(model.parameters())
+    )
+    try:
+        actor.update_policy(data)
+    finally:
+        hook.remove()
+
+    def padded_slots(rows: list[int]) -> int:
+        mask = data.batch["attention_mask"][rows]
+        longest = int(data.batch["response_mask"][rows].sum(-1).max())
+        return len(rows) * (PROMPT_LEN - shared_left_padding(mask, RESPONSE_LEN) + longest)
+
+    by_length = length_order(data.batch).tolist()
+    assert sum(slots) == sum(padded_slots(by_length[i : i + 2]) for i in range(0, 8, 2))
+    assert sum(slots) < sum(padded_slots(list(range(i, i + 2))) for i in range(0, 8, 2))
 
 
 def test_nan_advantage_skips_the_step_and_the_run_continues(model, caplog):

@@ -6,6 +6,10 @@ fixed number of samples or, with dynamic batch sizing, packed under a token
 budget by ``verl.utils.seqlen_balancing``. The loss of each micro-batch is
 scaled so that the accumulated gradient equals the gradient of the whole
 mini-batch, whatever the micro-batch split.
+
+A padded forward (no ``use_remove_padding``) costs rows x the longest row of its micro-batch, so fixed-size
+micro-batches are cut from the rows in order of length: on long-tailed generations a few long answers then share
+micro-batches instead of each padding a micro-batch of short ones to the limit.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import torch.distributed as dist
 from tensordict import TensorDict
 
 from verl.protocol import DataProto
-from verl.utils.seqlen_balancing import rearrange_micro_batches, restore_dynamic_batch
+from verl.utils.seqlen_balancing import rearrange_micro_batches, restore_dynamic_batch, take_rows
 
 __all__ = [
     "require_keys",
@@ -26,6 +30,7 @@ __all__ = [
     "read_meta",
     "positive_int",
     "iter_mini_batches",
+    "length_order",
     "split_micro_batches",
     "restore_order",
     "micro_loss_scale",
@@ -77,6 +82,17 @@ def iter_mini_batches(
         yield from epoch_batch.split(mini_batch_size)
 
 
+def length_order(batch: TensorDict) -> torch.Tensor:
+    """Row indices by response length, then prompt length (stable): the order that least pads fixed-size
+    micro-batches of a padded forward, whose response columns stop at a micro-batch's longest answer."""
+    mask = batch["attention_mask"]
+    mask = mask.reshape(mask.shape[0], -1)
+    width = batch["responses"].shape[-1] if "responses" in batch.keys() else 0
+    response = mask[:, mask.shape[1] - width :].sum(-1)
+    prompt = mask[:, : mask.shape[1] - width].sum(-1)
+    return torch.argsort(response * (mask.shape[1] + 1) + prompt, stable=True)
+
+
 def split_micro_batches(
     batch: TensorDict,
     *,
@@ -84,21 +100,28 @@ def split_micro_batches(
     use_dynamic_bsz: bool,
     max_token_len: int | None,
     dp_group: Any = None,
+    group_by_length: bool = False,
 ) -> tuple[list[TensorDict], list[list[int]] | None]:
     """Cut ``batch`` into micro-batches.
 
-    Returns the micro-batches and, for dynamic sizing (which reorders samples to
-    balance tokens), the original indices of each micro-batch so outputs can be
-    put back in order with :func:`restore_order`; ``None`` when order is kept.
-    Under dynamic sizing every rank of ``dp_group`` (default: the whole default
-    process group when torch.distributed is initialised) gets the same number of
-    micro-batches, because sharded models run collectives in every forward.
+    Returns the micro-batches and, where samples were reordered (dynamic sizing
+    balances tokens; ``group_by_length`` cuts fixed-size micro-batches from the
+    rows in :func:`length_order`), the original indices of each micro-batch so
+    outputs can be put back in order with :func:`restore_order`; ``None`` when
+    order is kept. Under dynamic sizing every rank of ``dp_group`` (default: the
+    whole default process group when torch.distributed is initialised) gets the
+    same number of micro-batches, because sharded models run collectives in
+    every forward.
     """
     if use_dynamic_bsz:
         if dp_group is None and dist.is_available() and dist.is_initialized():
             dp_group = dist.group.WORLD
         micro_batches, batch_idx = rearrange_micro_batches(batch, max_token_len=max_token_len, dp_group=dp_group)
         return list(micro_batches), [list(map(int, idx)) for idx in batch_idx]
+    if group_by_length and micro_batch_size < batch.batch_size[0]:
+        order = length_order(batch)
+        parts = order.split(micro_batch_size)
+        return [take_rows(batch, part) for part in parts], [part.tolist() for part in parts]
     return list(batch.split(micro_batch_size)), None
 
 

@@ -188,7 +188,11 @@ class DataParallelPPOActor(BasePPOActor):
             )
         batch = select_batch(data, _FORWARD_KEYS, where)
         micro_batches, batch_idx = split_micro_batches(
-            batch, micro_batch_size=micro_size, use_dynamic_bsz=use_dynamic, max_token_len=max_token_len
+            batch,
+            micro_batch_size=micro_size,
+            use_dynamic_bsz=use_dynamic,
+            max_token_len=max_token_len,
+            group_by_length=not self.use_remove_padding,
         )
         self.actor_module.eval()
         device = module_device(self.actor_module)
@@ -223,7 +227,7 @@ class DataParallelPPOActor(BasePPOActor):
             raise RuntimeError(f"{where}: this actor has no optimizer (a reference policy); pass actor_optimizer")
         cfg = self.config
         temperature = read_temperature(data, where)
-        plan = UpdatePlan.from_config(cfg, "actor")
+        plan = UpdatePlan.from_config(cfg, "actor", group_by_length=not self.use_remove_padding)
         policy_loss_fn = get_policy_loss_fn(_loss_mode(cfg))
         entropy_coeff = float(getattr(cfg, "entropy_coeff", 0.0) or 0.0)
         use_kl_loss = bool(getattr(cfg, "use_kl_loss", False))

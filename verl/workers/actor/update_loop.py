@@ -45,9 +45,10 @@ class UpdatePlan:
     max_token_len: int | None
     max_grad_norm: float
     loss_agg_mode: str
+    group_by_length: bool = False  # fixed-size micro-batches cut in length order (a padded forward)
 
     @classmethod
-    def from_config(cls, config: Any, section: str) -> UpdatePlan:
+    def from_config(cls, config: Any, section: str, *, group_by_length: bool = False) -> UpdatePlan:
         """Read the ``ppo_*`` sizes of an actor or critic config; ``section`` names it in errors."""
         use_dynamic = bool(getattr(config, "use_dynamic_bsz", False))
         if use_dynamic:
@@ -71,6 +72,7 @@ class UpdatePlan:
             max_token_len=max_token_len,
             max_grad_norm=resolve_grad_clip(getattr(config, "grad_clip", None), f"{section}.grad_clip"),
             loss_agg_mode=str(getattr(config, "loss_agg_mode", "token-mean")),
+            group_by_length=group_by_length,
         )
 
 
@@ -99,6 +101,7 @@ def run_updates(
             micro_batch_size=plan.micro_batch_size,
             use_dynamic_bsz=plan.use_dynamic_bsz,
             max_token_len=plan.max_token_len,
+            group_by_length=plan.group_by_length,
         )
         for micro in micro_batches:
             micro = micro.to(device)

@@ -90,7 +90,11 @@ class DataParallelPPOCritic(BasePPOCritic):
             )
         batch = select_batch(data, _FORWARD_KEYS, where)
         micro_batches, batch_idx = split_micro_batches(
-            batch, micro_batch_size=micro_size, use_dynamic_bsz=use_dynamic, max_token_len=max_token_len
+            batch,
+            micro_batch_size=micro_size,
+            use_dynamic_bsz=use_dynamic,
+            max_token_len=max_token_len,
+            group_by_length=not self.use_remove_padding,
         )
         self.critic_module.eval()
         device = module_device(self.critic_module)
@@ -109,7 +113,7 @@ class DataParallelPPOCritic(BasePPOCritic):
         where = "DataParallelPPOCritic.update_critic"
         if self.critic_optimizer is None:
             raise RuntimeError(f"{where}: this critic has no optimizer; pass critic_optimizer")
-        plan = UpdatePlan.from_config(self.config, "critic")
+        plan = UpdatePlan.from_config(self.config, "critic", group_by_length=not self.use_remove_padding)
         cliprange_value = getattr(self.config, "cliprange_value", None)
         if cliprange_value is None:
             raise ValueError("critic.cliprange_value must be set (a positive float)")
