@@ -13,7 +13,13 @@ Every side trains on the same checkpoint, parquet rows, reward function, group s
 - TRL ``GRPOTrainer``: one process with two torch threads, or two DDP processes (``bench/trl_comparison.py``'s venv);
 - verl sync: ``main_ppo``, 2 colocated actor+rollout processes;
 - verl one-step-off: 1 trainer + 1 rollout process (bypass mode: the rollout's log-probs are the old ones);
-- verl fully async: 1 trainer + 1 rollout process, staleness 1 and 2, partial rollout, weights every step.
+- verl fully async: 1 trainer + 1 rollout process, staleness 1 and 2, partial rollout, weights every step; at
+  staleness 2 also with the REINFORCE loss weighted by truncated token ratios (``loss_type=reinforce``,
+  ``rollout_is=token``) instead of PPO-clip against the generating policy, and with weights every 2 updates.
+
+verl's updates run in micro-batches of ``--micro-batch`` samples (16) cut from the rows in order of length, so a
+padded forward stops at its micro-batch's longest answer (``verl.workers.actor.batching``); the gradient is the
+mini-batch's either way. TRL trains each process's batch in one padded forward.
 
 Reported per variant (pooled over ``--seeds``): samples/s over the steps after ``--warmup`` (samples / summed step
 wall time), reward of the last ``--reward-window`` steps (after the same number of samples on every side), and the
@@ -47,6 +53,8 @@ TARGET_VS_TRL = 2.0
 TARGET_ASYNC_VS_SYNC = 1.5
 TARGET_EFFICIENCY = 0.85
 BYPASS = ("algorithm.rollout_correction.bypass_mode=true", "rollout.calculate_log_probs=true")
+# Stale samples weighted by their truncated token ratio instead of PPO-clipped against the policy that generated them
+IS_REINFORCE = ("algorithm.rollout_correction.loss_type=reinforce", "algorithm.rollout_correction.rollout_is=token")
 
 VARIANTS = (
     Variant("trl_1p2t", "trl", 1, 2, "TRL GRPOTrainer, 1 process x 2 threads"),
@@ -71,8 +79,32 @@ VARIANTS = (
         "fully_async",
         (*BYPASS, "async_training.staleness_threshold=2.0"),
     ),
+    Variant(
+        "verl_fa_s2_is",
+        "verl",
+        2,
+        1,
+        "verl fully async (staleness 2, REINFORCE with token IS), 1 trainer + 1 rollout process",
+        "fully_async",
+        (*BYPASS, "async_training.staleness_threshold=2.0", *IS_REINFORCE),
+    ),
+    Variant(
+        "verl_fa_s2_is_t2",
+        "verl",
+        2,
+        1,
+        "verl fully async (staleness 2, REINFORCE with token IS, weights every 2 updates), 1 trainer + 1 rollout "
+        "process",
+        "fully_async",
+        (
+            *BYPASS,
+            "async_training.staleness_threshold=2.0",
+            "async_training.trigger_parameter_sync_step=2",
+            *IS_REINFORCE,
+        ),
+    ),
 )
-FULLY_ASYNC = ("verl_fa", "verl_fa_s2")
+FULLY_ASYNC = ("verl_fa", "verl_fa_s2", "verl_fa_s2_is", "verl_fa_s2_is_t2")
 
 
 def prepare(args: argparse.Namespace) -> None:
@@ -199,7 +231,8 @@ def render(args: argparse.Namespace, summary: dict, comparisons: dict, timelines
     lines = [
         f"GRPO on the long-tail task, digits-only tiny model from random init, CPU with 2 cores per side; "
         f"{args.prompts} prompts x {args.n} samples per step, up to {args.response_length} response tokens, "
-        f"{args.steps} updates, seeds {', '.join(map(str, args.seeds))}; throughput over steps after {args.warmup} "
+        f"{args.steps} updates, seeds {', '.join(map(str, args.seeds))}; verl's updates in micro-batches of "
+        f"{args.micro_batch} samples cut in length order, TRL's in one; throughput over steps after {args.warmup} "
         "warm-up steps; pipeline efficiency from the first seed's Ray timeline (bench/timeline.py).",
         "",
         table,
@@ -224,6 +257,12 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
     parser.add_argument("--n", type=int, default=8, help="group size")
     parser.add_argument("--response-length", type=int, default=256)
+    parser.add_argument(
+        "--micro-batch",
+        type=int,
+        default=16,
+        help="verl's micro-batch per process (cut in length order); TRL trains its batch in one",
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reward-window", type=int, default=10)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

@@ -268,6 +268,9 @@ def ours_overrides(args: argparse.Namespace, run_dir: str, variant: Variant, see
     separate_rollout = variant.mode in SEPARATE_ROLLOUT_MODES
     workers = variant.processes - 1 if separate_rollout else variant.processes  # the other one generates
     samples = args.prompts * args.n
+    # one micro-batch per process unless the benchmark asks for smaller ones (cut in length order, see
+    # verl.workers.actor.batching); the gradient is the same either way
+    micro = min(samples // workers, getattr(args, "micro_batch", None) or samples)
     fully_async = [
         f"rollout.total_rollout_steps={args.steps * args.prompts}",
         f"async_training.staleness_threshold={getattr(args, 'staleness', 0.5)}",
@@ -291,8 +294,8 @@ def ours_overrides(args: argparse.Namespace, run_dir: str, variant: Variant, see
         "actor.loss_agg_mode=token-mean",
         f"actor.ppo_mini_batch_size={args.prompts}",
         "actor.ppo_epochs=1",
-        f"actor.ppo_micro_batch_size_per_gpu={samples // workers}",
-        f"actor.log_prob_micro_batch_size_per_gpu={samples // workers}",
+        f"actor.ppo_micro_batch_size_per_gpu={micro}",
+        f"actor.log_prob_micro_batch_size_per_gpu={micro}",
         "actor.use_kl_loss=false",
         "actor.entropy_coeff=0",
         f"rollout.n={args.n}",
