@@ -42,3 +42,29 @@ def test_long_tail_smoke_reports_lengths_throughput_and_the_timeline(tmp_path):
     written = json.loads((tmp_path / "long_tail.json").read_text())
     assert written["summary"]["verl_fa"]["lengths_all"] == lengths
     assert "verl fully async" in (tmp_path / "long_tail.md").read_text()
+
+
+def test_the_verdict_takes_the_fastest_layout_that_learns_as_much():
+    """A faster layout whose reward falls below every seed of the other side cannot meet an at-equal-reward
+    target; the fastest layout that learns as much is compared first, the fastest of all beside it."""
+    from bench.long_tail import compare, fastest_at_equal_reward
+
+    def side(samples_per_s: float, rewards: list[float]) -> dict:
+        return {
+            "samples_per_s": samples_per_s,
+            "samples_per_s_per_seed": [samples_per_s] * len(rewards),
+            "reward_last": sum(rewards) / len(rewards),
+            "reward_last_per_seed": rewards,
+        }
+
+    summary = {
+        "trl": side(100.0, [0.015, 0.017]),
+        "fast_but_worse": side(250.0, [0.013, 0.014]),
+        "equal": side(190.0, [0.016, 0.016]),
+        "slow": side(120.0, [0.020, 0.020]),
+    }
+    chosen = fastest_at_equal_reward(summary, ["fast_but_worse", "equal", "slow"], "trl")
+    assert chosen == ["equal", "fast_but_worse"]
+    first, second = (compare(summary, key, "trl") for key in chosen)
+    assert first["equal_reward"] and first["ratio"] == 1.9
+    assert not second["equal_reward"] and second["ratio"] == 2.5
