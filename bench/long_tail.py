@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     summary = {key: summarize(runs, samples, args.warmup, args.reward_window) for key, runs in raw.items()}
     keys = list(summary)
     comparisons: dict[str, list[dict]] = {}
-    ours = [k for k in keys if k.startswith("verl") and k in summary]
+    ours = [k for k in keys if k.startswith("verl")]
     if any(k.startswith("trl") for k in keys) and ours:
         trl = _best(summary, "trl", keys)
         comparisons["vs_trl"] = [compare(summary, k, trl) for k in fastest_at_equal_reward(summary, ours, trl)]
