@@ -118,7 +118,10 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         super().init_workers()
         cfg = self.config.async_training
         self.policy_snapshots = PolicySnapshots(
-            self.actor_rollout_wg, int(cfg.trigger_parameter_sync_step), float(cfg.staleness_threshold)
+            self.actor_rollout_wg,
+            int(cfg.trigger_parameter_sync_step),
+            float(cfg.staleness_threshold),
+            old_log_prob_pass=not self.bypass_mode,
         )
         self.policy_snapshots.pushed(self.weight_version)
 

@@ -6,7 +6,8 @@ some samples come from earlier versions still. The PPO ratio must be taken again
 sample, so the trainer keeps a CPU copy of the actor (each rank its own shard) of every version it pushes while a
 sample could still carry it, and computes a batch's old log-probs once per version its rows carry. Rows of the
 version the actor still holds (nothing updated since the push) use the actor as it is: with ``T = 1`` and no
-staleness no copy is ever made.
+staleness no copy is ever made. Nor is one in bypass mode, where the rollout's own log-probs are the old ones and
+no pass runs: a copy would cost two worker calls per sync and a model's worth of CPU memory per kept version.
 
 A row's version is ``param_version_end``: the newest weights that produced any of its tokens (a partial rollout
 resumed after a sync spans two versions; its last tokens, like upstream's period-start weights, come from the
@@ -40,15 +41,24 @@ def row_versions(batch: DataProto, default: int) -> np.ndarray:
 class PolicySnapshots:
     """The versions the actor worker group keeps on CPU and the per-version old-log-prob pass.
 
-    ``worker_group`` has verl's ``save_model_to_cpu(n)`` / ``restore_model_from_cpu(n)`` / ``clear_cpu_model(n)``.
+    ``worker_group`` has verl's ``save_model_to_cpu(n)`` / ``restore_model_from_cpu(n)`` / ``clear_cpu_model(n)``;
+    ``old_log_prob_pass`` is False when the trainer never recomputes old log-probs (bypass mode): nothing is kept.
     A sample is consumed at most ``ceil(staleness_threshold) + 1`` syncs after the version it carries was pushed
     (leftovers at a sync are at most ``s`` periods' worth of groups, and the queue hands them out first), so older
     copies are dropped at each push.
     """
 
-    def __init__(self, worker_group: Any, trigger_parameter_sync_step: int, staleness_threshold: float) -> None:
+    def __init__(
+        self,
+        worker_group: Any,
+        trigger_parameter_sync_step: int,
+        staleness_threshold: float,
+        *,
+        old_log_prob_pass: bool = True,
+    ) -> None:
         self.worker_group = worker_group
-        self.enabled = int(trigger_parameter_sync_step) > 1 or float(staleness_threshold) > 0
+        off_policy = int(trigger_parameter_sync_step) > 1 or float(staleness_threshold) > 0
+        self.enabled = off_policy and bool(old_log_prob_pass)
         self.versions_kept = math.ceil(float(staleness_threshold)) + 2
         self.saved: list[int] = []
 

@@ -199,10 +199,13 @@ class Rollouter:
         # the old version; the manager's gate opens last (aborted requests continue once every replica is open).
         self.version = int(version)
         self.worker.server_manager.version = self.version
+        # the queue is counted while the replicas re-open (one round trip instead of two on the sync's path); the
+        # aborted requests stay at the manager's gate until after the count
+        queued_ref = self.queue.size.remote()
         if self.partial_rollout:
             await asyncio.gather(*(r.resume() for r in self.replicas))
+        queued = await await_ray(queued_ref, 60, "message queue size")
         self.worker.server_manager.resume(self.version)
-        queued = await await_ray(self.queue.size.remote(), 60, "message queue size")
         self._open_groups = int(queued) + len(self._in_flight)
         self.stats["syncs"] += 1
         self._paused = False
