@@ -198,6 +198,14 @@ def _get(mapping: Any, key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
+def _loop_data_kwargs(data_config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The data group's ``apply_chat_template_kwargs`` and ``mm_processor_kwargs``."""
+    return (
+        dict(_get(data_config, "apply_chat_template_kwargs", {})),
+        dict(_get(data_config, "mm_processor_kwargs", {})),
+    )
+
+
 class AgentLoopBase(abc.ABC):
     """Base class of agent loops; subclasses implement :meth:`run` and register with ``@register("name")``.
 
@@ -227,7 +235,7 @@ class AgentLoopBase(abc.ABC):
         hf_model_type: str | None = None,
         **kwargs: Any,
     ) -> None:
-        from verl.experimental.agent_loop.config import rollout_group
+        from verl.experimental.agent_loop.config import derived_once, rollout_group
 
         self.config = _unwrap(trainer_config)
         self.rollout_config = rollout_group(self.config)
@@ -241,8 +249,9 @@ class AgentLoopBase(abc.ABC):
         self.dataset_cls = dataset_cls
         data = _unwrap(data_config)
         self.data_config = data if data is not None else _get(self.config, "data", {})
-        self.apply_chat_template_kwargs = dict(_get(self.data_config, "apply_chat_template_kwargs", {}))
-        self.mm_processor_kwargs = dict(_get(self.data_config, "mm_processor_kwargs", {}))
+        template_kwargs, mm_kwargs = derived_once(self.data_config, "loop_data_kwargs", _loop_data_kwargs)
+        self.apply_chat_template_kwargs = dict(template_kwargs)
+        self.mm_processor_kwargs = dict(mm_kwargs)
         self.hf_model_type = hf_model_type
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)

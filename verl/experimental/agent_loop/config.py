@@ -7,13 +7,15 @@ the same way."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from verl.workers.config import HFModelConfig, RewardConfig, RolloutConfig
 from verl.workers.fsdp.worker_config import has_group, read_group
 
 __all__ = [
     "SAMPLING_META_KEYS",
+    "derived_once",
     "model_group",
     "reward_group",
     "reward_in_loop_enabled",
@@ -24,25 +26,38 @@ __all__ = [
 # meta_info keys the trainer sets (validation) that override the configured sampling parameters
 SAMPLING_META_KEYS = ("temperature", "top_p", "top_k", "do_sample")
 
+T = TypeVar("T")
 
-# config object -> its typed rollout group. Every agent-loop instance (one per sample) reads the group, and
-# converting a DictConfig costs milliseconds, which at hundreds of samples is most of the layer's overhead.
-_ROLLOUT_CACHE: dict[int, tuple[Any, RolloutConfig]] = {}
-_ROLLOUT_CACHE_SIZE = 16
+
+# (config object, what) -> a value derived from it. Every agent-loop instance (one per sample) reads the config,
+# and a DictConfig read costs tens of microseconds (converting a group, milliseconds): at hundreds of samples that
+# was most of the layer's overhead. Configs are not changed once a run has built them.
+_DERIVED: dict[tuple[int, str], tuple[Any, Any]] = {}
+_DERIVED_CACHE_SIZE = 64
+
+
+def derived_once(config: Any, what: str, build: Callable[[Any], T]) -> T:
+    """``build(config)``, computed once per config object (and ``what``, which names the derived value)."""
+    key = (id(config), what)
+    cached = _DERIVED.get(key)
+    if cached is not None and cached[0] is config:
+        return cached[1]
+    value = build(config)
+    if len(_DERIVED) >= _DERIVED_CACHE_SIZE:
+        _DERIVED.clear()
+    _DERIVED[key] = (config, value)  # holding config keeps its id from being reused
+    return value
 
 
 def rollout_group(config: Any) -> RolloutConfig:
     """The typed ``rollout`` group of ``config`` (converted once per config object)."""
     if isinstance(config, RolloutConfig):
         return config
-    cached = _ROLLOUT_CACHE.get(id(config))
-    if cached is not None and cached[0] is config:
-        return cached[1]
-    rollout = read_group(_holder(config, "rollout"), "rollout", RolloutConfig, required=True)
-    if len(_ROLLOUT_CACHE) >= _ROLLOUT_CACHE_SIZE:
-        _ROLLOUT_CACHE.clear()
-    _ROLLOUT_CACHE[id(config)] = (config, rollout)  # holding config keeps its id from being reused
-    return rollout
+    return derived_once(config, "rollout", _read_rollout)
+
+
+def _read_rollout(config: Any) -> RolloutConfig:
+    return read_group(_holder(config, "rollout"), "rollout", RolloutConfig, required=True)
 
 
 def _holder(config: Any, name: str) -> Any:

@@ -149,10 +149,17 @@ def sample_metrics(item: AgentLoopOutput) -> dict[str, float]:
     return flat
 
 
+# numpy reads a list of Python numbers about four times faster than torch.tensor does
+_NUMPY_DTYPES = {torch.long: np.int64, torch.float32: np.float32}
+
+
 def _stack(rows: list[Any], dtype: torch.dtype) -> torch.Tensor:
     """One batch column from padded rows: one-row lists become a single tensor, tensors are concatenated."""
     if all(isinstance(row, list) for row in rows):
-        return torch.tensor([line for row in rows for line in row], dtype=dtype)
+        lines = [line for row in rows for line in row]
+        if dtype in _NUMPY_DTYPES:
+            return torch.from_numpy(np.array(lines, dtype=_NUMPY_DTYPES[dtype]))
+        return torch.tensor(lines, dtype=dtype)
     return torch.cat([torch.as_tensor(row, dtype=dtype) for row in rows])
 
 

@@ -255,7 +255,7 @@ class AgentLoopWorker:
             "processor": self.processor,
             "hf_model_type": self.hf_model_type,
             "dataset_cls": self.dataset_cls,
-            "data_config": DictConfigWrap(_group(self.config, "data")),
+            "data_config": DictConfigWrap(self.data_config),
             "tools": ToolListWrap(list(self.tools)),
         }
         if _is_direct(entry):
