@@ -31,6 +31,7 @@ CPU_SET: dict[str, tuple[list[str], int]] = {
     "rollout_throughput": (["--repeats", "1"], 300),
     "sampling_cost": ([], 150),
     "kv_cache_growth": ([], 150),
+    "kv_compaction": ([], 120),
     "response_logits": (["--repeats", "3"], 240),
     "compiled_kernels": (["--vocab", "32000", "--repeats", "3"], 150),
     "fused_kernels": (["--rows", "4", "--repeats", "2"], 150),

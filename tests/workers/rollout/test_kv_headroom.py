@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl.workers.rollout.hf.kv_batch import RunningBatch, cache_argument
+from verl.workers.rollout.hf.kv_batch import RunningBatch, cache_argument, compaction_order
 from verl.workers.rollout.hf.kv_headroom import HeadroomLayer
 
 
@@ -76,6 +76,36 @@ def test_update_with_another_row_count_is_refused():
         layer.update(*_states(2, 1, seed=1))
 
 
+@pytest.mark.parametrize(
+    "alive",
+    [
+        [True, False, True, True, False, True, True],
+        [False, False, True, True],
+        [True, True, False],
+        [False, True],
+        [True, True, True],
+    ],
+)
+def test_compaction_moves_only_as_many_rows_as_finished(alive):
+    order = compaction_order(alive)
+    live = [i for i, flag in enumerate(alive) if flag]
+    assert sorted(order) == live
+    moved = [slot for slot, row in enumerate(order) if row != slot]
+    assert len(moved) == sum(1 for flag in alive[: len(live)] if not flag)
+    # a live row already inside the new size never moves
+    assert all(order[i] == i for i in live if i < len(live))
+
+
+def test_keep_rows_fills_a_finished_slot_from_the_end():
+    layer = _layer(5, 3)
+    before_keys = layer.keys.clone()
+    layer._key_buffer[1].fill_(float("nan"))  # a finished row's slot: its old contents must not survive
+    order = compaction_order([True, False, True, True, True])
+    layer.keep_rows(order)
+    assert order == [0, 4, 2, 3]
+    torch.testing.assert_close(layer.keys, before_keys[torch.tensor(order)], rtol=0, atol=0)
+
+
 def test_running_batch_decodes_without_reallocating_and_matches_a_full_forward(tiny_causal_lm):
     batch = RunningBatch(tiny_causal_lm, torch.device("cpu"))
     prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
@@ -87,9 +117,10 @@ def test_running_batch_decodes_without_reallocating_and_matches_a_full_forward(t
             if step == 4:  # a request joins mid-run and one leaves
                 batch.admit([[20, 21, 22, 23, 24, 25, 26]])
                 tokens.append([20, 21, 22, 23, 24, 25, 26])
-            if step == 8:
-                batch.keep([0, 2])
-                tokens = [tokens[0], tokens[2]]
+            if step == 8:  # the first row leaves: the last takes its slot
+                order = batch.retire([False, True, True])
+                assert order == [2, 1]
+                tokens = [tokens[i] for i in order]
             next_tokens = torch.arange(batch.size) + 40 + step
             batch.set_last_tokens(slice(None), next_tokens)
             for row, token in zip(tokens, next_tokens.tolist()):

@@ -9,8 +9,10 @@ position ids, so a request computes exactly what it would compute alone (up to f
   prefilled in consecutive groups whose padded size (rows x longest prompt) stays within it, each merged in turn.
 - decode: one forward of the last sampled token of every row; its keys and values go into spare cache
   columns (:mod:`kv_headroom`) instead of a reallocated cache.
-- retire: the kept rows move up in place; leading columns that are padding for every remaining row are
-  trimmed so the cache never grows past the longest live row.
+- retire: each finished row's slot below the new size takes a live row from the end (:func:`compaction_order`),
+  so a step copies the caches of as many rows as finished rather than of every row after the first finished one;
+  leading columns that are padding for every remaining row are trimmed so the cache never grows past the longest
+  live row.
 
 The cache always holds every token of a row except the last sampled one, which is the next input.
 """
@@ -25,7 +27,19 @@ from transformers import DynamicCache
 
 from verl.workers.rollout.hf.kv_headroom import HeadroomLayer, with_headroom_layers
 
-__all__ = ["RunningBatch", "prefill_groups"]
+__all__ = ["RunningBatch", "compaction_order", "prefill_groups"]
+
+
+def compaction_order(alive: Sequence[bool]) -> list[int]:
+    """The rows to keep, for :meth:`RunningBatch.keep`: live rows stay in their slots, and each finished row's slot
+    below the new size takes one of the live rows past it (rows decode independently, so their order is free)."""
+    size = sum(1 for flag in alive if flag)
+    order = list(range(size))
+    movers = [i for i in range(size, len(alive)) if alive[i]]
+    holes = [i for i in range(size) if not alive[i]]
+    for hole, row in zip(holes, movers, strict=True):
+        order[hole] = row
+    return order
 
 
 def _left_pad(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
@@ -178,6 +192,12 @@ class RunningBatch:
         self.attention_mask = mask
         self.next_position = self.next_position + 1
         return logits
+
+    def retire(self, alive: Sequence[bool]) -> list[int]:
+        """Drop the rows whose ``alive`` flag is False; return the kept rows' old indices in their new order."""
+        order = compaction_order(alive)
+        self.keep(order)
+        return order
 
     def keep(self, rows: Sequence[int]) -> None:
         """Keep only ``rows`` (in that order) and trim columns that are padding for all of them."""

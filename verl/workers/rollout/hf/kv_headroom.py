@@ -94,15 +94,15 @@ class HeadroomLayer(DynamicLayer):
     def keep_rows(self, rows: Sequence[int], drop_columns: int = 0) -> None:
         """Keep ``rows`` in that order and drop the first ``drop_columns`` filled columns, inside the buffers."""
         self.start += drop_columns
-        unchanged = next((i for i, row in enumerate(rows) if row != i), len(rows))
-        if unchanged < len(rows):
-            moved = torch.as_tensor(list(rows[unchanged:]), dtype=torch.long, device=self._key_buffer.device)
+        targets = [i for i, row in enumerate(rows) if row != i]  # only the slots that change are copied
+        if targets:
+            device = self._key_buffer.device
+            slots = torch.as_tensor(targets, dtype=torch.long, device=device)
+            sources = torch.as_tensor([rows[i] for i in targets], dtype=torch.long, device=device)
             columns = slice(self.start, self.end)
-            # the right side is gathered into a new tensor first, so overlapping rows are read before written
-            self._key_buffer[unchanged : len(rows), :, columns] = self._key_buffer[:, :, columns].index_select(0, moved)
-            self._value_buffer[unchanged : len(rows), :, columns] = self._value_buffer[:, :, columns].index_select(
-                0, moved
-            )
+            # the sources are gathered into new tensors first, so a row that is both read and written is read first
+            self._key_buffer[slots, :, columns] = self._key_buffer[sources, :, columns]
+            self._value_buffer[slots, :, columns] = self._value_buffer[sources, :, columns]
         self.rows = len(rows)
         self._expose()
 

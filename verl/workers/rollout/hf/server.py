@@ -380,8 +380,8 @@ class HFRolloutServer(RolloutServer):
                 finished.append(request)
 
     def _retire(self) -> None:
-        keep = [i for i, r in enumerate(self._rows) if r.stop_reason is None and not r.future.done()]
-        if len(keep) != len(self._rows):
-            self._rows = [self._rows[i] for i in keep]
-            self.batch.keep(keep)
+        alive = [r.stop_reason is None and not r.future.done() for r in self._rows]
+        if not all(alive):
+            order = self.batch.retire(alive)
+            self._rows = [self._rows[i] for i in order]
             self._row_state = None
