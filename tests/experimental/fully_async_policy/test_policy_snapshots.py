@@ -41,12 +41,17 @@ def test_off_policy_runs_keep_the_versions_a_sample_can_still_carry():
     ]
 
 
-@pytest.mark.parametrize("trigger, staleness", [(1, 0.0), (3, 0.0), (1, 2.0)])
-def test_no_copy_without_an_old_log_prob_pass_or_off_policy_rows(trigger, staleness):
-    """On-policy runs never need one; bypass mode (the rollout's log-probs are the old ones) never runs the pass."""
+@pytest.mark.parametrize(
+    "trigger, staleness, old_log_prob_pass",
+    [
+        (1, 0.0, True),  # on-policy: every row is of the version the actor holds
+        (3, 0.0, False),  # bypass mode: the rollout's log-probs are the old ones, no pass runs
+        (1, 2.0, False),
+    ],
+)
+def test_no_copy_without_an_old_log_prob_pass_or_off_policy_rows(trigger, staleness, old_log_prob_pass):
     group = RecordingWorkerGroup()
-    bypass = trigger > 1 or staleness > 0
-    snapshots = PolicySnapshots(group, trigger, staleness, old_log_prob_pass=not bypass)
+    snapshots = PolicySnapshots(group, trigger, staleness, old_log_prob_pass=old_log_prob_pass)
     for version in range(4):
         snapshots.pushed(version)
     assert not snapshots.enabled

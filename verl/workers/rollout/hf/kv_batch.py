@@ -31,8 +31,9 @@ __all__ = ["RunningBatch", "compaction_order", "prefill_groups"]
 
 
 def compaction_order(alive: Sequence[bool]) -> list[int]:
-    """The rows to keep, for :meth:`RunningBatch.keep`: live rows stay in their slots, and each finished row's slot
-    below the new size takes one of the live rows past it (rows decode independently, so their order is free)."""
+    """The old indices of the live rows in their new order: live rows stay in their slots, and each finished row's
+    slot below the new size takes one of the live rows past it (rows decode independently, so their order is
+    free)."""
     size = sum(1 for flag in alive if flag)
     order = list(range(size))
     movers = [i for i in range(size, len(alive)) if alive[i]]
