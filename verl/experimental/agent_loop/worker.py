@@ -36,7 +36,13 @@ from verl.experimental.agent_loop.agent_loop import (
     _InternalAgentLoopOutput,
 )
 from verl.experimental.agent_loop.concurrency import MAX_IN_FLIGHT_KEY, PEAK_IN_FLIGHT_KEY, InFlightLimiter
-from verl.experimental.agent_loop.config import model_group, reward_in_loop_enabled, rollout_group, sampling_params_for
+from verl.experimental.agent_loop.config import (
+    derived_once,
+    model_group,
+    reward_in_loop_enabled,
+    rollout_group,
+    sampling_params_for,
+)
 from verl.experimental.agent_loop.postprocess import pad_token_id_of, pad_trajectory, stack_trajectories
 from verl.experimental.agent_loop.registry import get_agent_loop_entry, restore_registry
 from verl.experimental.agent_loop.server_manager import AsyncLLMServerManager, RoutingStats
@@ -83,6 +89,10 @@ def _group(config: Any, name: str) -> Any:
     if isinstance(config, Mapping) or hasattr(config, "keys"):
         return config.get(name) if name in config else None
     return getattr(config, name, None)
+
+
+def _data_group(config: Any) -> Any:
+    return _group(config, "data")
 
 
 def _model_type(model_path: str) -> str | None:
@@ -255,7 +265,9 @@ class AgentLoopWorker:
             "processor": self.processor,
             "hf_model_type": self.hf_model_type,
             "dataset_cls": self.dataset_cls,
-            "data_config": DictConfigWrap(self.data_config),
+            # read from the config, not self.data_config, as verl's worker does (recipes build workers bare); once
+            # per config object, since this runs per sample
+            "data_config": DictConfigWrap(derived_once(self.config, "data", _data_group)),
             "tools": ToolListWrap(list(self.tools)),
         }
         if _is_direct(entry):
