@@ -24,8 +24,9 @@ mini-batch's either way. TRL trains each process's batch in one padded forward.
 Reported per variant (pooled over ``--seeds``): samples/s over the steps after ``--warmup`` (samples / summed step
 wall time), reward of the last ``--reward-window`` steps (after the same number of samples on every side), and the
 response lengths of every sample (min / median / p90 / max, first step and whole run). The verl runs of the first seed
-record Ray's timeline; ``bench/timeline.py`` turns each into a PNG and a pipeline efficiency. Also drawn: the
-length histogram of the first step and of the last steps.
+record Ray's timeline; ``bench/timeline.py`` turns each into a PNG and a pipeline efficiency, and
+``bench/process_cpu.py`` says how many cores every process of the run (the controller side too) kept busy over the
+same steady window. Also drawn: the length histogram of the first step and of the last steps.
 
     python bench/long_tail.py                       # writes bench/results/long_tail.{json,md} and PNGs
     python bench/long_tail.py --seeds 0 --steps 12  # a quicker look
@@ -45,6 +46,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import RESULTS_DIR, markdown_table, write_results  # noqa: E402
+from bench.process_cpu import cores_busy  # noqa: E402
 from bench.timeline import analyse  # noqa: E402
 from bench.trl_comparison import Variant, ensure_trl, run_ours, run_trl_child  # noqa: E402
 
@@ -214,6 +216,11 @@ def draw_lengths(raw: dict[str, list[dict]], keys: list[str], window: int, out: 
     return out
 
 
+def _top(cores: dict[str, float], count: int = 6) -> list[tuple[str, float]]:
+    """The ``count`` process names that kept the most cores busy (``cores_busy`` order), the total left out."""
+    return [(name, value) for name, value in cores.items() if name != "total"][:count]
+
+
 def render(args: argparse.Namespace, summary: dict, comparisons: dict, timelines: dict, labels: dict) -> str:
     rows = []
     for key, s in summary.items():
@@ -253,6 +260,24 @@ def render(args: argparse.Namespace, summary: dict, comparisons: dict, timelines
         table,
         "",
     ]
+    cpu_rows = [
+        [
+            labels[key],
+            t["cores_busy"]["total"],
+            ", ".join(f"{name} {value:.2f}" for name, value in _top(t["cores_busy"])),
+        ]
+        for key, t in timelines.items()
+        if "cores_busy" in t
+    ]
+    if cpu_rows:
+        lines += [
+            "Cores busy per process over the same steady window (first seed; CPU time of every process of the run "
+            "sampled from /proc every 0.25 s by bench/process_cpu.py, processes of one name summed; the machine "
+            "has 2):",
+            "",
+            markdown_table(["variant", "all processes", "largest"], cpu_rows),
+            "",
+        ]
     for name, target in (("vs_trl", TARGET_VS_TRL), ("async_vs_sync", TARGET_ASYNC_VS_SYNC)):
         for c in comparisons.get(name, []):
             met = c["ratio"] >= target and c["equal_reward"]
@@ -308,13 +333,15 @@ def main(argv: list[str] | None = None) -> dict | None:
                     run = run_trl_child(args, variant, seed)
                 else:
                     trace = Path(tmp) / f"{variant.key}_timeline.json" if seed == args.seeds[0] else None
-                    run = run_ours(args, variant, seed, timeline=trace, lengths=True)
+                    run = run_ours(args, variant, seed, timeline=trace, lengths=True, sample_cpu=trace is not None)
+                    sampler = run.pop("cpu_sampler", None)
                     if trace is not None:
                         timeline = analyse(trace, skip_updates=args.warmup)
                         png = timeline.draw(
                             out_dir / f"{NAME}_timeline_{variant.key}.png", f"{labels[variant.key]}, seed {seed}"
                         )
-                        timelines[variant.key] = {**timeline.summary, "png": png.name}  # the PNG lies beside the JSON
+                        cpu = cores_busy(sampler, *timeline.summary["window_epoch_s"])
+                        timelines[variant.key] = {**timeline.summary, "png": png.name, "cores_busy": cpu}
                 run["seed"] = seed
                 raw[variant.key].append(run)
                 print(f"seed {seed} {variant.key}: steps {[round(s, 2) for s in run['step_seconds']]}", flush=True)

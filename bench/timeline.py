@@ -88,12 +88,22 @@ class Lane:
         return covered
 
 
-def read_calls(trace_path: str | Path) -> list[Call]:
-    """Every actor method call of a Ray timeline file, in start order."""
+def _actor_call_events(trace_path: str | Path) -> list[dict[str, Any]]:
     events = json.loads(Path(trace_path).read_text())
     tasks = [e for e in events if str(e.get("cat", "")).startswith("task::") and e.get("ph") == "X"]
     if not tasks:
         raise ValueError(f"{trace_path}: no actor method calls in this Ray timeline")
+    return tasks
+
+
+def trace_origin(trace_path: str | Path) -> float:
+    """Wall-clock time (seconds since the epoch) of the trace's first actor call, the zero of its calls' times."""
+    return min(float(e["ts"]) for e in _actor_call_events(trace_path)) / 1e6
+
+
+def read_calls(trace_path: str | Path) -> list[Call]:
+    """Every actor method call of a Ray timeline file, in start order."""
+    tasks = _actor_call_events(trace_path)
     origin = min(float(e["ts"]) for e in tasks)
     calls = []
     for event in tasks:
@@ -222,7 +232,10 @@ def analyse(trace_path: str | Path, skip_updates: int = 1) -> Timeline:
     if not lanes:
         raise ValueError(f"{trace_path}: no process generated or trained")
     queue = queue_lane(calls)
-    return Timeline(lanes, queue, summarize(lanes, steady_window(lanes, skip_updates), queue))
+    summary = summarize(lanes, steady_window(lanes, skip_updates), queue)
+    origin = trace_origin(trace_path)
+    summary["window_epoch_s"] = [origin + summary["window"][0], origin + summary["window"][1]]
+    return Timeline(lanes, queue, summary)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

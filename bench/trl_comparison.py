@@ -329,10 +329,17 @@ def generation_lengths(directory: Path, tokenizer: Any) -> list[list[int]]:
 
 
 def run_ours(
-    args: argparse.Namespace, variant: Variant, seed: int, timeline: Path | None = None, lengths: bool = False
+    args: argparse.Namespace,
+    variant: Variant,
+    seed: int,
+    timeline: Path | None = None,
+    lengths: bool = False,
+    sample_cpu: bool = False,
 ) -> dict:
     """One verl run as a subprocess; ``timeline`` records Ray's task timeline there, ``lengths`` reads every
-    sample's response length from the run's generation dumps."""
+    sample's response length from the run's generation dumps, ``sample_cpu`` samples the CPU time of every process
+    of the run (the result's ``cpu_sampler``, a :class:`bench.process_cpu.ProcessTreeCpu`; not JSON)."""
+    from bench.process_cpu import ProcessTreeCpu
     from verl.utils.tracking import read_metrics
 
     with tempfile.TemporaryDirectory(prefix="bench_ours_") as run_dir:
@@ -344,11 +351,19 @@ def run_ours(
             overrides.append(f"ray_kwargs.timeline_json_file={timeline}")
         cmd = [sys.executable, "-m", ENTRY_POINTS[variant.mode], *overrides]
         start = time.perf_counter()
-        proc = subprocess.run(cmd, env=_env(variant.threads), capture_output=True, text=True, cwd=REPO_ROOT)
+        proc = subprocess.Popen(
+            cmd, env=_env(variant.threads), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT
+        )
+        sampler = ProcessTreeCpu(proc.pid).start() if sample_cpu else None
+        try:
+            _, stderr = proc.communicate()
+        finally:
+            if sampler is not None:
+                sampler.stop()
         wall = time.perf_counter() - start
         if proc.returncode != 0:
             raise RuntimeError(
-                f"{ENTRY_POINTS[variant.mode]} {variant.key} failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}"
+                f"{ENTRY_POINTS[variant.mode]} {variant.key} failed (rc={proc.returncode}):\n{stderr[-4000:]}"
             )
         records = list(read_metrics(run_dir))
         if lengths:
@@ -357,6 +372,7 @@ def run_ours(
             per_step = generation_lengths(generations, AutoTokenizer.from_pretrained(args.model_dir))
     return {
         **({"lengths_per_step": per_step} if lengths else {}),
+        **({"cpu_sampler": sampler} if sampler is not None else {}),
         "step_seconds": [r["timing_s/step"] for r in records],
         "reward": [r["critic/score/mean"] for r in records],
         "response_length": [r["response_length/mean"] for r in records],

@@ -3,6 +3,8 @@ the full benchmark reports (throughput, rewards, per-sample lengths, the timelin
 
 import json
 
+import pytest
+
 from bench.long_tail import main
 
 
@@ -39,9 +41,15 @@ def test_long_tail_smoke_reports_lengths_throughput_and_the_timeline(tmp_path):
     assert {p["actor_class"] for p in timeline["processes"]} >= {"HFRolloutServer"}
     for png in (timeline["png"], payload["length_histogram"]):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
+    # every process of the run, the Ray workers under the driver's daemons and the controller side too
+    cores = timeline["cores_busy"]
+    assert {"HFRolloutServer", "Rollouter", "raylet"} <= set(cores), cores
+    assert min(cores.values()) >= 0
+    assert cores["total"] == pytest.approx(sum(v for k, v in cores.items() if k != "total"))
     written = json.loads((tmp_path / "long_tail.json").read_text())
     assert written["summary"]["verl_fa"]["lengths_all"] == lengths
-    assert "verl fully async" in (tmp_path / "long_tail.md").read_text()
+    markdown = (tmp_path / "long_tail.md").read_text()
+    assert "verl fully async" in markdown and "Cores busy per process" in markdown
 
 
 def test_the_verdict_takes_the_fastest_layout_that_learns_as_much():
