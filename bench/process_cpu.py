@@ -104,9 +104,9 @@ class ProcessTreeCpu:
             if stat is None:
                 continue
             self.samples[pid].append((now, stat[1]))
-            name = process_name(_cmdline(str(pid)))
-            if name:
-                self.names[pid] = name
+            cmdline = _cmdline(str(pid))
+            if cmdline.strip():  # an exiting process's cmdline reads empty: it keeps the name it had
+                self.names[pid] = process_name(cmdline)
 
 
 def _cpu_at(series: list[tuple[float, float]], moment: float) -> float:

@@ -52,3 +52,18 @@ def test_an_empty_window_is_refused():
     sampler = ProcessTreeCpu(1)
     with pytest.raises(ValueError, match="empty window"):
         cores_busy(sampler, 5.0, 5.0)
+
+
+def test_an_exited_child_keeps_its_name():
+    # the parent does not reap its child, which then reads as a zombie with an empty cmdline until the parent ends
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(0.3)'])\n"
+        "time.sleep(1.0)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    sampler = ProcessTreeCpu(proc.pid, interval_s=0.05).start()
+    proc.wait()
+    sampler.stop()
+    assert len(sampler.names) == 2
+    assert all(name.startswith("python") for name in sampler.names.values()), sampler.names

@@ -84,6 +84,7 @@ def test_update_with_another_row_count_is_refused():
         [True, True, False],
         [False, True],
         [True, True, True],
+        [False, False],
     ],
 )
 def test_compaction_moves_only_as_many_rows_as_finished(alive):
