@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,7 +25,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import markdown_table, median, write_results  # noqa: E402
-from bench.rollout_throughput import make_workload, run_engine  # noqa: E402
+from bench.rollout_throughput import engine_model, make_workload, run_engine  # noqa: E402
 from verl.workers.rollout.hf.kv_batch import RunningBatch  # noqa: E402
 from verl.workers.rollout.hf.kv_headroom import HeadroomLayer  # noqa: E402
 
@@ -77,20 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from transformers import AutoModelForCausalLM
-
-    from verl.utils.tiny_model import build_tiny_model
-
     longest = max(s[2] for s in SCENARIOS)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = build_tiny_model(
-            tmp,
-            hidden_size=args.hidden_size,
-            num_hidden_layers=args.num_layers,
-            intermediate_size=2 * args.hidden_size,
-            max_position_embeddings=longest + 64,
-        )
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = engine_model(args.hidden_size, args.num_layers, max_positions=longest + 64)
     vocab = model.get_input_embeddings().num_embeddings
     variants = {HEADROOM: RunningBatch, CONCAT: ConcatRunningBatch}
 

@@ -48,6 +48,23 @@ def make_workload(num_requests: int, vocab_size: int, lengths: str, max_len: int
     return prompts, response_lens
 
 
+def engine_model(hidden_size: int, num_layers: int, max_positions: int):
+    """The benchmarks' tiny causal LM (random init, float32, eval mode), built in a temporary folder."""
+    from transformers import AutoModelForCausalLM
+
+    from verl.utils.tiny_model import build_tiny_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build_tiny_model(
+            tmp,
+            hidden_size=hidden_size,
+            num_hidden_layers=num_layers,
+            intermediate_size=2 * hidden_size,
+            max_position_embeddings=max_positions,
+        )
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
 def run_engine(
     model, prompts, response_lens, max_num_seqs: int, max_len: int, min_admit_chunk=None, batch_class=None
 ) -> float:
@@ -137,19 +154,7 @@ def main(argv=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from transformers import AutoModelForCausalLM
-
-    from verl.utils.tiny_model import build_tiny_model
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = build_tiny_model(
-            tmp,
-            hidden_size=args.hidden_size,
-            num_hidden_layers=args.num_layers,
-            intermediate_size=2 * args.hidden_size,
-            max_position_embeddings=512,
-        )
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = engine_model(args.hidden_size, args.num_layers, max_positions=512)
     model.generation_config.eos_token_id = None  # lengths are exactly those asked for, in every variant
     vocab = model.get_input_embeddings().num_embeddings
 
