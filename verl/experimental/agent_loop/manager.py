@@ -324,8 +324,11 @@ class AgentLoopManager:
         metrics = dict(output.meta_info.get("metrics") or {})
         metrics.update(summarize_metrics(per_sample))
         metrics["agent_loop/peak_in_flight"] = float(output.meta_info.pop(PEAK_IN_FLIGHT_KEY, 0))
-        metrics["agent_loop/generate_sequences_wall"] = time.perf_counter() - start
+        wall = time.perf_counter() - start
+        metrics["agent_loop/generate_sequences_wall"] = wall
         output.meta_info["metrics"] = metrics
+        # verl's convention: a generation output carries its stage times, which the trainer adds to the step's
+        output.meta_info["timing"] = {"generate_sequences": wall}
         return output
 
     async def _run_shards(self, batch: DataProto) -> DataProto:

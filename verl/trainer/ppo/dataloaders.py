@@ -12,7 +12,7 @@ from typing import Any
 from verl.utils.dataset.collate import collate_fn as default_collate_fn
 from verl.utils.dataset.dataloader import create_stateful_dataloader
 
-__all__ = ["build_dataloaders"]
+__all__ = ["build_dataloaders", "generation_batch_size"]
 
 
 def build_dataloaders(
@@ -59,9 +59,12 @@ def build_dataloaders(
     if train_sampler is None:
         train_sampler = create_rl_sampler(data, train_dataset, seed=order_seed)
     collate_fn = collate_fn or default_collate_fn
+    # one generation batch per loader batch: data.gen_batch_size prompts when set (verl's dynamic sampling
+    # generates more than it trains on), else data.train_batch_size
+    gen_batch_key, gen_batch_size = generation_batch_size(sizes)
     train_dataloader = create_stateful_dataloader(
         train_dataset,
-        batch_size=sizes.train_batch_size,
+        batch_size=gen_batch_size,
         sampler=train_sampler,
         collate_fn=collate_fn,
         num_workers=sizes.dataloader_num_workers,
@@ -69,7 +72,7 @@ def build_dataloaders(
     )
     if len(train_dataloader) == 0:
         raise ValueError(
-            f"data.train_batch_size={data.train_batch_size} is larger than the train set "
+            f"{gen_batch_key}={gen_batch_size} is larger than the train set "
             f"({len(train_dataset)} rows in {data.train_files}); lower it or add data"
         )
     val_dataloader = None
@@ -84,3 +87,10 @@ def build_dataloaders(
             drop_last=False,
         )
     return train_dataset, val_dataset, train_dataloader, val_dataloader
+
+
+def generation_batch_size(data_config: Any) -> tuple[str, int]:
+    """``(key, prompts)`` of one generation batch: ``data.gen_batch_size`` when set, else ``data.train_batch_size``."""
+    if data_config.gen_batch_size:
+        return "data.gen_batch_size", int(data_config.gen_batch_size)
+    return "data.train_batch_size", int(data_config.train_batch_size)

@@ -45,6 +45,7 @@ from verl.trainer.config.legacy_view import add_legacy_view, without_legacy_view
 from verl.trainer.config.ppo_config import PPOConfig, as_ppo_config, with_total_training_steps
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.checkpointing import STATE_FILE, TrainerCheckpointer
+from verl.trainer.ppo.colocated_sync import ColocatedCheckpointManager
 from verl.trainer.ppo.core_algos import (
     AdvantageEstimator,
     agg_loss,
@@ -53,6 +54,7 @@ from verl.trainer.ppo.core_algos import (
     compute_response_mask,
 )
 from verl.trainer.ppo.dataloaders import build_dataloaders
+from verl.trainer.ppo.dynamic_sampling import GroupFilter
 from verl.trainer.ppo.generation_dump import decode_samples, dump_generations, pick_samples
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
@@ -63,12 +65,14 @@ from verl.trainer.ppo.metric_utils import (
     process_validation_metrics,
     reduce_metrics,
 )
+from verl.trainer.ppo.recipe_hooks import RecipeHooks
 from verl.trainer.ppo.reward import compute_reward, extract_reward
 from verl.trainer.ppo.rollout_corr import IN_UPDATE_KEY, apply_rollout_correction, in_update_spec
+from verl.trainer.ppo.scored_generation import DriverRewardLoop, ScoredRolloutManager
 from verl.trainer.ppo.utils import Role, WorkerType, need_critic, need_reference_policy, need_teacher_policy
 from verl.utils.dataset.dataloader import check_loader_state
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
-from verl.utils.tracking import Tracking
+from verl.utils.tracking import Tracking, ValidationGenerationsLogger
 
 __all__ = [
     "AdvantageEstimator",
@@ -103,7 +107,8 @@ logger = logging.getLogger(__name__)
 
 ACTOR_ROLES = (Role.ActorRolloutRef, Role.ActorRollout, Role.Actor)
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
-GEN_NON_TENSOR_KEYS = ("raw_prompt_ids", "raw_prompt", "tools_kwargs", "agent_name", "index")
+# the columns the reward needs stay in the step's batch and also travel with the prompts (verl scores in the loop)
+REWARD_KEYS = ("data_source", "reward_model", "extra_info", "uid")
 
 
 @contextmanager
@@ -135,11 +140,16 @@ def generation_seed(config: PPOConfig | DictConfig, step: int) -> int | None:
     return int(seed) * 1_000_003 + int(step) * 100_003
 
 
-class RayPPOTrainer:
+class RayPPOTrainer(RecipeHooks):
     """PPO trainer on the single controller; actor, rollout and reference share processes, critic optional.
 
     ``reward_fn`` / ``val_reward_fn`` are the reward managers that score training and validation samples; when
     not given they are built from the config (``reward.*``), as verl 0.9 builds them inside the trainer.
+
+    A subclass that writes its own ``fit()`` finds verl's attributes: ``async_rollout_manager`` (generation outputs
+    arrive scored, with ``meta_info["timing"]``), ``checkpoint_manager`` (``update_weights`` / ``sleep_replicas``),
+    ``reward_loop_manager``, the worker groups, ``_get_gen_batch`` (pops the prompt columns) and the helpers of
+    :class:`~verl.trainer.ppo.recipe_hooks.RecipeHooks`.
     """
 
     def __init__(
@@ -179,6 +189,25 @@ class RayPPOTrainer:
         self.use_reference_policy = self.ppo_config.use_reference_policy
         self.ref_in_actor = self.use_reference_policy and Role.RefPolicy not in role_worker_mapping
         self.use_rm = Role.RewardModel in role_worker_mapping
+        self.use_teacher_policy = False  # refused above: no distillation trainer here
+        self.hybrid_engine = not self._standalone_rollout()
+        self.use_prefix_grouper = bool(self.ppo_config.actor.use_prefix_grouper)
+        trainer_cfg = self.ppo_config.trainer
+        self.validation_generations_logger = ValidationGenerationsLogger(
+            project_name=trainer_cfg.project_name, experiment_name=trainer_cfg.experiment_name
+        )
+        # set by init_workers, as in verl
+        self.checkpoint_manager: Any = None
+        self.async_rollout_manager: Any = None
+        self.async_rollout_mode = False
+        self.llm_server_manager: Any = None
+        self.teacher_model_manager: Any = None
+        self.distillation_config: Any = None
+        self.resource_pool_to_cls: dict[Any, dict[str, RayClassWithInitArgs]] = {}
+        self.reward_loop_manager = None if self.reward_fn is None else DriverRewardLoop(self.reward_fn)
+        self.max_steps_duration = 0.0  # the longest step so far (seconds), as verl keeps it
+        self.gen_steps = 0  # generation batches drawn (more than global_steps under dynamic sampling)
+        self.group_filter = GroupFilter.from_config(self.ppo_config) if self._dynamic_sampling() else None
         algorithm = self.ppo_config.algorithm
         self.kl_ctrl_in_reward = core_algos.get_kl_controller(algorithm.kl_ctrl) if algorithm.use_kl_in_reward else None
         self.bypass_mode = algorithm.rollout_correction.bypass_mode
@@ -191,10 +220,26 @@ class RayPPOTrainer:
         self.metrics: dict[str, Any] = {}  # the current step's metrics, filled by the stages
         self.timing_raw: dict[str, float] = {}  # the current step's stage times (seconds)
         self.is_last_step = False
+        self.epoch = 0
+        self.logger: Tracking | None = None  # the running fit()'s tracker
+        self.progress_bar: tqdm | None = None
+        self.last_val_metrics: dict[str, float] | None = None  # the final step's validation
+        self.reward_tensor: torch.Tensor | None = None  # the last scored batch's token-level scores
+        self.reward_extra_infos_dict: dict[str, Any] = {}
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
         self.checkpointer = TrainerCheckpointer(self.ppo_config.trainer)
         self._unfinished_checkpoint: tuple[int, dict[str, Any]] | None = None  # async save in flight
         self._val_generations: list[dict[str, Any]] | None = None  # picked by the last validation
+        self._batch_dicts: Any = None  # the running fit()'s dataloader batches (dynamic sampling draws more)
+        self._init_dump_executor()
+
+    def _standalone_rollout(self) -> bool:
+        """Whether the rollout replicas live outside the actor workers (the separated trainers)."""
+        return False
+
+    def _dynamic_sampling(self) -> bool:
+        """``algorithm.filter_groups.enable``: steps fill their batch with groups that carry signal (DAPO)."""
+        return bool(self.ppo_config.algorithm.filter_groups.enable)
 
     # ------------------------------------------------------------------ setup
     def _reward_functions(self, reward_fn: Callable | None, val_reward_fn: Callable | None) -> tuple[Any, Any]:
@@ -259,11 +304,21 @@ class RayPPOTrainer:
         self.resource_pool_manager.create_resource_pool()
         self._init_trainer_workers()
         self.agent_loop_manager = AgentLoopManager.create_blocking(self.config, worker_group=self.actor_rollout_wg)
-        self.async_rollout_manager = self.agent_loop_manager  # verl's name for the same object
+        self.checkpoint_manager = ColocatedCheckpointManager(self)
+        self._init_recipe_managers()
+
+    def _init_recipe_managers(self) -> None:
+        """verl's names over the agent-loop manager: ``async_rollout_manager`` returns scored batches (a reward
+        model scores later, in ``_compute_reward_colocate``) and wakes engines a recipe put to sleep."""
+        reward_loop = None if self.use_rm else self.reward_loop_manager
+        wake = getattr(self.checkpoint_manager, "ensure_awake", None)
+        self.async_rollout_manager = ScoredRolloutManager(self.agent_loop_manager, reward_loop, before_generate=wake)
+        self.llm_server_manager = self.agent_loop_manager
+        self.async_rollout_mode = True
 
     def _init_trainer_workers(self) -> None:
         """Spawn and init the trainer-side groups (actor, critic, ref, reward model) on their created pools."""
-        pool_to_roles: dict[Any, dict[str, RayClassWithInitArgs]] = {}
+        pool_to_roles = self.resource_pool_to_cls = {}
 
         def add(role: Role, role_name: str) -> None:
             pool = self.resource_pool_manager.get_resource_pool(role)
@@ -305,10 +360,17 @@ class RayPPOTrainer:
 
     # ------------------------------------------------------------------ worker calls (verl's stage methods)
     def _get_gen_batch(self, batch: DataProto) -> DataProto:
-        """The prompt columns the rollout needs, with the sample ids."""
-        gen_keys = [k for k in PROMPT_KEYS if k in batch.batch.keys()]
-        non_tensor = [k for k in GEN_NON_TENSOR_KEYS if k in batch.non_tensor_batch]
-        return batch.select(batch_keys=gen_keys, non_tensor_batch_keys=non_tensor + ["uid"])
+        """What the rollout needs, taken out of ``batch`` as verl does: the prompt tensors and the columns that
+        only generation reads are popped; the reward columns (``data_source``, ``reward_model``, ``extra_info``,
+        ``uid`` when already assigned) stay in ``batch`` and are copied along, so scores can be computed from the
+        generation output and ``batch.repeat(n).union(output)`` joins without conflicts."""
+        prompt_keys = [k for k in PROMPT_KEYS if batch.batch is not None and k in batch.batch.keys()]
+        reward_keys = [k for k in REWARD_KEYS if k in batch.non_tensor_batch]
+        generation_only = [k for k in batch.non_tensor_batch if k not in reward_keys]
+        gen_batch = batch.pop(batch_keys=prompt_keys, non_tensor_batch_keys=generation_only)
+        gen_batch.non_tensor_batch.update({k: batch.non_tensor_batch[k] for k in reward_keys})
+        gen_batch.meta_info = dict(batch.meta_info)
+        return gen_batch
 
     def _generate_sequences(self, gen_batch: DataProto) -> DataProto:
         """Generate ``rollout.n`` responses per prompt (rows repeated, interleaved): the one place the trainer
@@ -423,6 +485,7 @@ class RayPPOTrainer:
         batch.batch["token_level_scores"] = reward_tensor
         for key, values in extra.items():
             batch.non_tensor_batch[key] = np.asarray(values, dtype=object)
+        self.reward_tensor, self.reward_extra_infos_dict = reward_tensor, extra  # the step's, as verl keeps them
         self.metrics.update(reward_metrics)
         return batch
 
@@ -569,7 +632,10 @@ class RayPPOTrainer:
         if self.val_reward_fn is None or self.val_dataloader is None or test_freq <= 0:
             return
         if self.is_last_step or self.global_steps % test_freq == 0:
-            self.metrics.update(self._validate())
+            val_metrics = self._validate()
+            if self.is_last_step:
+                self.last_val_metrics = val_metrics
+            self.metrics.update(val_metrics)
 
     def _fit_save_checkpoint(self) -> None:
         save_freq = self.ppo_config.trainer.save_freq
@@ -601,12 +667,15 @@ class RayPPOTrainer:
         """One PPO step over one dataloader batch; returns the step's metrics (also kept in ``self.metrics``)."""
         self.metrics, self.timing_raw = {}, {}
         self.is_last_step = self.global_steps >= self.total_training_steps
+        self.gen_steps += 1
         timing = self.timing_raw
         with marked_timer("step", timing):
             batch = self._fit_get_batch(batch_dict)
             batch = self._fit_generate(batch)
             with marked_timer("reward", timing):
                 batch = self._fit_compute_reward(batch)
+            if self.group_filter is not None:
+                batch = self._fit_filter_groups(batch)
             self._fit_dump_data(batch)
             with marked_timer("old_log_prob", timing):
                 batch = self._fit_compute_log_prob(batch)
@@ -626,14 +695,39 @@ class RayPPOTrainer:
                 self._fit_validate()
             with marked_timer("save_checkpoint", timing):
                 self._fit_save_checkpoint()
+        self.max_steps_duration = max(self.max_steps_duration, timing["step"])
         self._fit_collect_metrics(batch)
         self._fit_experimental(batch)
         return self.metrics
 
+    def _fit_filter_groups(self, batch: DataProto) -> DataProto:
+        """Dynamic sampling: keep the groups of ``batch`` with reward spread and draw further generation batches
+        from the dataloader until ``data.train_batch_size`` groups are kept (see ``dynamic_sampling``)."""
+        group_filter = self.group_filter
+        group_filter.add(batch)
+        while not group_filter.full:
+            group_filter.check_budget()
+            batch_dict = next(self._batch_dicts, None) if self._batch_dicts is not None else None
+            if batch_dict is None:
+                raise StopTraining(f"the data ran out while dynamic sampling filled step {self.global_steps}")
+            self.gen_steps += 1
+            more = self._fit_generate(self._fit_get_batch(batch_dict))
+            with marked_timer("reward", self.timing_raw):
+                more = self._fit_compute_reward(more)
+            group_filter.add(more)
+        batch, sampling_metrics = group_filter.take()
+        self.metrics.update(sampling_metrics)
+        if self.ppo_config.trainer.balance_batch:
+            self._balance_batch(batch, self.metrics)
+        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
+        return batch
+
     def fit(self) -> None:
         """Train until ``total_training_steps``, validating and saving as configured; resumes when asked."""
         trainer_cfg = self.ppo_config.trainer
-        tracker = self._create_tracker()
+        tracker = self.logger = self._create_tracker()  # verl's recipes log through self.logger
+        self.last_val_metrics = None
+        self._reset_profile_steps()
         self._load_checkpoint()
         if self.global_steps == 0 and self.val_reward_fn is not None and trainer_cfg.val_before_train:
             val_metrics = self._validate()
@@ -644,11 +738,13 @@ class RayPPOTrainer:
                 tracker.finish()
                 return
         progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
+        self.progress_bar = progress
         self.global_steps += 1
         error: BaseException | None = None
         try:
             self._fit_start()
-            for batch_dict in self._iter_batch_dicts():
+            self._batch_dicts = self._iter_batch_dicts()
+            for batch_dict in self._batch_dicts:
                 try:
                     metrics = self.fit_step(batch_dict)
                 except StopTraining as stop:
@@ -671,10 +767,12 @@ class RayPPOTrainer:
             finally:
                 self._fit_finish(error)
                 tracker.finish()
+                self._shutdown_dump_executor()
 
     def _iter_batch_dicts(self):
         """Dataloader batches, epoch after epoch (the async recipes feed steps from elsewhere)."""
-        for _epoch in range(self.ppo_config.trainer.total_epochs + 1):
+        for epoch in range(self.ppo_config.trainer.total_epochs + 1):
+            self.epoch = epoch
             yield from self.train_dataloader
 
     def _fit_start(self) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "TaskRunner",
     "build_role_worker_mapping",
     "pool_spec",
+    "reward_pool_spec",
     "run_ppo",
     "run_task_runner",
     "standalone_rollout",
@@ -34,6 +35,7 @@ __all__ = [
 
 TASK_RUNNER_CPUS = 0.1
 GLOBAL_POOL = "global_pool"
+REWARD_POOL = "reward_pool"
 
 
 def _ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
@@ -114,13 +116,35 @@ class TaskRunner:
         self.mapping[Role.Critic] = GLOBAL_POOL
 
     def add_reward_model_worker(self, config: DictConfig) -> None:
-        """A model-based reward on the global pool when ``reward.reward_model.enable``."""
+        """A model-based reward when ``reward.reward_model.enable``: on the global pool, or on a pool of its own
+        with ``reward.reward_model.enable_resource_pool`` (see :meth:`add_reward_model_resource_pool`)."""
         if not need_reward_model(config):
             return
         from verl.workers.reward_model import RewardModelWorker
 
-        self.role_worker_mapping[Role.RewardModel] = RewardModelWorker
-        self.mapping[Role.RewardModel] = GLOBAL_POOL
+        self.role_worker_mapping.setdefault(Role.RewardModel, RewardModelWorker)
+        self.add_reward_model_resource_pool(config)
+
+    def add_reward_model_resource_pool(self, config: DictConfig) -> None:
+        """verl's step that places the reward model: ``reward_pool`` (``reward.reward_model.nnodes`` x
+        ``n_gpus_per_node`` processes, built by :meth:`init_resource_pool_mgr`) with
+        ``reward.reward_model.enable_resource_pool``, else the global pool. The worker class is ours
+        (``RewardModelWorker``) unless the runner mapped its own."""
+        if not need_reward_model(config):
+            return
+        from verl.workers.reward_model import RewardModelWorker
+
+        self.role_worker_mapping.setdefault(Role.RewardModel, RewardModelWorker)
+        own_pool = bool(config.reward.reward_model.enable_resource_pool)
+        self.mapping[Role.RewardModel] = REWARD_POOL if own_pool else GLOBAL_POOL
+
+    def add_teacher_model_resource_pool(self, config: DictConfig) -> None:
+        """verl's step that places a distillation teacher; this build has no distillation trainer, so an enabled
+        ``distillation`` block is refused here, by name, before any worker starts."""
+        from verl.trainer.ppo.utils import need_teacher_policy
+
+        if need_teacher_policy(config):
+            raise ValueError("distillation.enabled=true: this build has no distillation trainer (teacher policy)")
 
     def add_ref_policy_worker(self, config: DictConfig, ref_policy_cls: type) -> None:
         """The reference policy rides in the colocated actor workers (``ActorRolloutRefWorker``), so no group is
@@ -136,11 +160,15 @@ class TaskRunner:
 
     def init_resource_pool_mgr(self, config: DictConfig) -> Any:
         """One pool of ``trainer.nnodes x trainer.n_gpus_per_node`` processes shared by every training role, plus
-        ``rollout.nnodes x rollout.n_gpus_per_node`` for a standalone rollout (placed on nodes of its own first)."""
+        ``rollout.nnodes x rollout.n_gpus_per_node`` for a standalone rollout (placed on nodes of its own first)
+        and ``reward_pool`` when a role is mapped to it."""
         from verl.single_controller.ray import ResourcePoolManager
 
+        spec = pool_spec(config)
+        if REWARD_POOL in self.mapping.values():
+            spec[REWARD_POOL] = reward_pool_spec(config)
         return ResourcePoolManager(
-            resource_pool_spec=pool_spec(config),
+            resource_pool_spec=spec,
             mapping=dict(self.mapping),
             device=str(config.trainer.device),
         )
@@ -226,6 +254,17 @@ def pool_spec(config: DictConfig) -> dict[str, list[int]]:
 
         spec[ROLLOUT_POOL] = rollout_pool_spec(config.rollout)
     return spec
+
+
+def reward_pool_spec(config: DictConfig) -> list[int]:
+    """Processes per node of the reward model's own pool (``reward.reward_model.nnodes`` x ``n_gpus_per_node``)."""
+    settings = config.reward.reward_model
+    for key in ("nnodes", "n_gpus_per_node"):
+        if int(settings[key]) <= 0:
+            raise ValueError(
+                f"reward.reward_model.{key}={settings[key]}: must be > 0 with reward.reward_model.enable_resource_pool"
+            )
+    return [int(settings.n_gpus_per_node)] * int(settings.nnodes)
 
 
 def build_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], dict[Role, str], dict[str, list[int]]]:
