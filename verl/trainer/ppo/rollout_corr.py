@@ -15,6 +15,7 @@ over responses at sequence level).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -34,6 +35,21 @@ def _get(config: Any, key: str, default: Any) -> Any:
     return default if value is None else value
 
 
+def is_weights_from_log_ratio(
+    log_ratio: torch.Tensor, response_mask: torch.Tensor, level: str, threshold: float = math.inf
+) -> torch.Tensor:
+    """Importance weights exp(log_ratio) per token or per response (exp of the masked sum), truncated at
+    ``threshold`` and zero outside the mask; shared by this module and the ``rollout_corr_helper`` API."""
+    if level not in IS_LEVELS:
+        raise ValueError(f"algorithm.rollout_correction.rollout_is={level!r}; expected one of {list(IS_LEVELS)}")
+    mask = response_mask.to(log_ratio.dtype)
+    log_ratio = log_ratio * mask
+    if level == "sequence":
+        log_ratio = log_ratio.sum(-1, keepdim=True).expand_as(mask)
+    weights = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(max=float(threshold))
+    return (weights * mask).detach()
+
+
 def compute_rollout_is_weights(
     old_log_prob: torch.Tensor,
     rollout_log_prob: torch.Tensor,
@@ -42,14 +58,7 @@ def compute_rollout_is_weights(
     threshold: float,
 ) -> torch.Tensor:
     """Truncated importance weights pi_old / pi_rollout at token or sequence level, zero outside the mask."""
-    if level not in IS_LEVELS:
-        raise ValueError(f"algorithm.rollout_correction.rollout_is={level!r}; expected one of {list(IS_LEVELS)}")
-    mask = response_mask.to(old_log_prob.dtype)
-    log_ratio = (old_log_prob - rollout_log_prob) * mask
-    if level == "sequence":
-        log_ratio = log_ratio.sum(-1, keepdim=True).expand_as(old_log_prob)
-    weights = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(max=float(threshold))
-    return (weights * mask).detach()
+    return is_weights_from_log_ratio(old_log_prob - rollout_log_prob, response_mask, level, threshold)
 
 
 def mismatch_metrics(
@@ -76,11 +85,23 @@ def rejection_mask(
     veto: float | None = None,
 ) -> torch.Tensor:
     """``response_mask`` without the tokens that rejection sampling (``level``) and the token veto drop."""
+    return rejection_mask_from_log_ratio(old_log_prob - rollout_log_prob, response_mask, level, upper, lower, veto)
+
+
+def rejection_mask_from_log_ratio(
+    log_ratio: torch.Tensor,
+    response_mask: torch.Tensor,
+    level: str | None,
+    upper: float | None,
+    lower: float | None,
+    veto: float | None = None,
+) -> torch.Tensor:
+    """:func:`rejection_mask` on a given log ratio, so callers can band another ratio (e.g. its inverse)."""
     if level is not None and level not in RS_LEVELS:
         raise ValueError(f"algorithm.rollout_correction.rollout_rs={level!r}; expected one of {list(RS_LEVELS)}")
-    mask = response_mask.to(old_log_prob.dtype)
+    mask = response_mask.to(log_ratio.dtype)
     valid = mask > 0
-    log_ratio = ((old_log_prob - rollout_log_prob) * mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    log_ratio = (log_ratio * mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     keep = valid.clone()
     if level is not None:
         if level == "token":
@@ -107,12 +128,18 @@ def _weight_metrics(weights: torch.Tensor, response_mask: torch.Tensor, threshol
     }
 
 
-def _normalized(weights: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+def batch_weight_sum_count(weights: torch.Tensor, mask: torch.Tensor, level: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum, count) whose ratio is the batch mean weight: over tokens at token level, over non-empty responses at
+    sequence level. Kept as a pair so a caller can add them up across ranks before dividing."""
     if level == "sequence":
         rows = mask.sum(-1) > 0
-        mean = weights.max(-1).values[rows].mean() if rows.any() else weights.new_ones(())
-    else:
-        mean = masked_mean(weights, mask) if mask.sum() > 0 else weights.new_ones(())
+        return weights.max(-1).values[rows].sum(), rows.sum().to(weights.dtype)
+    return (weights * mask).sum(), mask.sum().to(weights.dtype)
+
+
+def _normalized(weights: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    total, count = batch_weight_sum_count(weights, mask, level)
+    mean = total / count if count > 0 else weights.new_ones(())
     return weights / mean.clamp(min=1e-8)
 
 
