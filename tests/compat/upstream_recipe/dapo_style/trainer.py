@@ -188,4 +188,6 @@ class DapoStyleTrainer(RayPPOTrainer):
 
     @staticmethod
     def reward_extra_infos_of(batch: DataProto) -> dict:
-        return {key: batch.non_tensor_batch[key] for key in batch.meta_info.get("reward_extra_keys", [])}
+        """The reward's extra columns, and each sample's group id, for the generation dump."""
+        keys = [*batch.meta_info.get("reward_extra_keys", []), "uid"]
+        return {key: batch.non_tensor_batch[key] for key in keys}
