@@ -174,4 +174,35 @@ def test_a_key_inert_in_one_group_only_is_reported_there():
         "critic.model.use_fused_kernels"
     ]
     assert inert_settings(_typed(["model.use_fused_kernels=true"])) == []  # the actor's and reference's act
-    assert set(INERT_KEYS) == {"critic.model.use_fused_kernels", "ref.entropy_checkpointing"}
+    in_blocks = ("global_profiler.", "distillation.")  # keys of blocks that act in part (next test)
+    assert {key for key in INERT_KEYS if not key.startswith(in_blocks)} == {
+        "critic.model.use_fused_kernels",
+        "ref.entropy_checkpointing",
+    }
+
+
+def test_the_inert_keys_of_a_block_that_acts_in_part_are_named():
+    typed = _typed(
+        [
+            "global_profiler.tool=torch",
+            "global_profiler.steps=[1]",
+            "global_profiler.global_tool_config.nsys.discrete=true",
+            "distillation.teacher_key=prompt_source",
+            "distillation.distillation_loss.topk=8",
+        ]
+    )
+    assert [key for key, _, _ in inert_settings(typed)] == [
+        "global_profiler.steps",
+        "global_profiler.global_tool_config.nsys.discrete",
+        "distillation.distillation_loss.topk",
+        "distillation.teacher_key",
+    ]  # global_profiler.tool reaches the workers' environment
+
+
+def test_dynamic_sampling_keys_are_not_listed():
+    """``data.gen_batch_size`` and ``algorithm.filter_groups`` act (DAPO's dynamic sampling); only the number of
+    generation batches in flight does not."""
+    assert "gen_batch_size" not in INERT_FIELDS["DataConfig"] and "AlgoConfig" not in INERT_FIELDS
+    assert set(INERT_FIELDS["FilterGroupsConfig"]) == {"max_inflight_gen_batches"}
+    typed = _typed(["algorithm.filter_groups.max_inflight_gen_batches=2"])
+    assert [key for key, _, _ in inert_settings(typed)] == ["algorithm.filter_groups.max_inflight_gen_batches"]

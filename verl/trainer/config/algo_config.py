@@ -98,7 +98,8 @@ class PFPPOConfig(BaseConfig):
 
 @dataclass
 class FilterGroupsConfig(BaseConfig):
-    """verl's dynamic sampling (DAPO's filtering of groups whose rewards all agree); no effect in this trainer."""
+    """verl's dynamic sampling (DAPO's filtering of groups whose rewards all agree;
+    ``verl.trainer.ppo.dynamic_sampling``). ``max_inflight_gen_batches`` has no effect (``inert_keys.py``)."""
 
     enable: bool = False
     metric: str | None = "reward"
@@ -111,7 +112,7 @@ class AlgoConfig(BaseConfig):
     """Advantage estimator and reward shaping. ``adv_estimator`` names a registered estimator (gae, grpo, rloo,
     reinforce_plus_plus, remax, gdpo, ...); it is checked against the registry when the trainer starts.
     ``use_pf_ppo`` resamples the batch as ``pf_ppo`` says; ``gdpo_reward_keys``/``gdpo_reward_weights`` name the
-    reward components of the gdpo estimator. ``filter_groups`` has no effect here (``inert_keys.py``)."""
+    reward components of the gdpo estimator. ``filter_groups`` turns on dynamic sampling."""
 
     gamma: float = 1.0
     lam: float = 1.0

@@ -44,8 +44,9 @@ class DataConfig(BaseConfig):
     ``filter_overlong_prompts_workers`` processes (worth it from tens of thousands of rows). ``use_shm`` reads the
     files from copies in ``/dev/shm``. ``return_raw_input_ids`` adds a ``raw_input_ids`` column per row: the prompt's
     ids after the chat template (and truncation), without the left padding of ``input_ids``, for reward code that
-    decodes and re-templates the prompt for a model with another tokenizer. The fields after
-    ``dataloader_num_workers`` are verl's keys without effect here (``inert_keys.py`` says why for each)."""
+    decodes and re-templates the prompt for a model with another tokenizer. ``gen_batch_size`` is the prompts of one
+    generation batch of dynamic sampling (``algorithm.filter_groups``; default ``train_batch_size``). The keys
+    ``inert_keys.py`` lists have no effect here (it says why for each)."""
 
     tokenizer: str | None = None
     use_shm: bool = False

@@ -3,7 +3,8 @@
 A user who sets one of them to something other than its default expects an effect; silence would let a run differ
 from what its command line says. :func:`check_inert_keys` names each such key and why it is inert, as one
 :class:`InertConfigWarning` per key, when the trainer resolves its config. Blocks (``actor.profiler``,
-``trainer.v1``, ...) are compared leaf by leaf, so the warning names the exact key that was set.
+``trainer.v1``, ...) are compared leaf by leaf, so the warning names the exact key that was set; of a block that
+acts in part (``global_profiler``, ``distillation``), :data:`INERT_KEYS` names the keys that do not.
 
 Keys verl spells differently are translated first (``key_rules.py``); keys without any field here are dropped there
 with the same warning.
@@ -40,8 +41,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "audio_key": f"{_MM}: audio is not read",
         "image_patch_size": _MM,
         "return_multi_modal_inputs": _MM,
-        "gen_batch_size": "each step generates for data.train_batch_size prompts (DAPO's larger generation batch "
-        "is not implemented; main_generation_server reads it as its batch size)",
         "tool_config_path": "tools come from rollout.multi_turn.tool_config_path",
         "function_tool_path": "tools come from rollout.multi_turn",
     },
@@ -126,12 +125,9 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
     },
     "RewardConfig": {"sandbox_fusion": "no code-execution sandbox is called by the built-in scorers"},
     "RewardModelConfig": {
-        "enable_resource_pool": "the reward model runs in the trainer's resource pool",
-        "n_gpus_per_node": "the reward model runs in the trainer's resource pool",
-        "nnodes": "the reward model runs in the trainer's resource pool",
         "rollout": "the reward model is scored by its worker, not served by a rollout engine",
     },
-    "AlgoConfig": {"filter_groups": "dynamic sampling (DAPO's group filtering) is not implemented in this trainer"},
+    "FilterGroupsConfig": {"max_inflight_gen_batches": "generation batches are produced one at a time"},
     "TrainerConfig": {
         "esi_redundant_time": "elastic-instance checkpoint timing is not implemented",
         "checkpoint_callback_class": "checkpoint callbacks are not called",
@@ -145,10 +141,31 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
     },
 }
 
-# dotted key -> why it has no effect there: a field that acts in one group but not in another of the same class
+_GLOBAL_PROFILER = f"{_PROFILER}; only global_profiler.tool acts (it sets the workers' environment)"
+_DISTILLATION = "this build has no distillation trainer (distillation.enabled=true is refused)"
+
+# dotted key -> why it has no effect there: a field that acts in one group but not in another of the same class, or
+# a key inside a block (a dict field) of which only some keys act
 INERT_KEYS: dict[str, str] = {
     "critic.model.use_fused_kernels": "the fused kernels replace an LM head; the critic's value head has none",
     "ref.entropy_checkpointing": "the reference never trains through its entropy",
+    **{
+        f"global_profiler.{name}": _GLOBAL_PROFILER
+        for name in (
+            "steps",
+            "profile_continuous_steps",
+            "save_path",
+            "relocate_results",
+            "finish_hook_cmd",
+            "finish_hook_all_ranks",
+            "finish_hook_ranks",
+            "global_tool_config",
+        )
+    },
+    **{
+        f"distillation.{name}": _DISTILLATION
+        for name in ("distillation_loss", "n_gpus_per_node", "nnodes", "teacher_models", "teacher_key")
+    },
 }
 
 
@@ -189,6 +206,12 @@ def _changed_leaves(key: str, value: Any, default: Any) -> Iterator[tuple[str, A
         yield key, value
 
 
+def _listed_reason(key: str) -> str | None:
+    """The reason of ``key``'s entry in :data:`INERT_KEYS`, or of the entry of a block it is in."""
+    parts = key.split(".")
+    return next((INERT_KEYS[k] for i in range(1, len(parts) + 1) if (k := ".".join(parts[:i])) in INERT_KEYS), None)
+
+
 def inert_settings(config: Any, prefix: str = "") -> list[tuple[str, Any, str]]:
     """``(key, value, reason)`` for every inert key of the typed ``config`` tree that differs from its default."""
     if not dataclasses.is_dataclass(config):
@@ -201,10 +224,15 @@ def inert_settings(config: Any, prefix: str = "") -> list[tuple[str, Any, str]]:
         value = getattr(config, f.name, None)
         key = f"{prefix}{f.name}"
         reason = inert.get(f.name, INERT_KEYS.get(key))
+        default = _default_of(config, f.name)
         if reason is not None:
-            default = _default_of(config, f.name)
             if default is not dataclasses.MISSING:
                 found.extend((leaf, leaf_value, reason) for leaf, leaf_value in _changed_leaves(key, value, default))
+            continue
+        if isinstance(value, dict) and isinstance(default, dict):  # a block of which INERT_KEYS may name some keys
+            for leaf, leaf_value in _changed_leaves(key, value, default):
+                if (leaf_reason := _listed_reason(leaf)) is not None:
+                    found.append((leaf, leaf_value, leaf_reason))
             continue
         found.extend(inert_settings(value, key + "."))
     return found

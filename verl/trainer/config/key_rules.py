@@ -91,7 +91,7 @@ RULES: tuple[Rule, ...] = (
             "rollout",
         )
     ),
-    Rename("reward_model.launch_reward_fn_async", "reward.launch_reward_fn_async"),
+    Rename("reward_model.launch_reward_fn_async", "reward.launch_reward_fn_async", null_is_unset=True),
     Rename("reward_model.sandbox_fusion_url", "reward.sandbox_fusion.url"),
     Drop("reward_model.use_reward_loop", "rewards are always computed by the reward manager (reward.*)", True),
     Rename("reward_model", "reward.reward_model"),

@@ -325,7 +325,7 @@ def translate_legacy_config(
         new_key, rules = _resolve_rule_chain(key)
         if not rules:
             continue
-        if _is_untouched_mirror(key, value, raw_defaults):
+        if _is_untouched_mirror(key, value, raw_defaults) or (value is None and _null_is_unset(rules)):
             untouched.append(key)
         else:
             moves.append((key, value, rules))

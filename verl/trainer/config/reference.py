@@ -43,13 +43,20 @@ def _leaf_count(block: dict) -> int:
     return sum(_leaf_count(v) if isinstance(v, dict) and v else 1 for v in block.values())
 
 
-def _note(cls: type, name: str, key: str) -> str:
-    """``no effect: <why>`` for a key listed in ``inert_keys.py``; empty otherwise."""
+def _note(cls: type, name: str, key: str, block: bool = False) -> str:
+    """``no effect: <why>`` for a key listed in ``inert_keys.py`` (for a ``block``, a dict field, the keys of it
+    listed there); empty otherwise."""
     reason = next(
         (INERT_FIELDS[c.__name__][name] for c in cls.__mro__ if name in INERT_FIELDS.get(c.__name__, {})),
         INERT_KEYS.get(key),
     )
-    return f"no effect: {reason}" if reason else ""
+    if reason or not block:
+        return f"no effect: {reason}" if reason else ""
+    inner: dict[str, list[str]] = {}  # reason -> keys of the block
+    for listed, why in INERT_KEYS.items():
+        if listed.startswith(f"{key}."):
+            inner.setdefault(why, []).append(f"`{listed.removeprefix(f'{key}.')}`")
+    return "; ".join(f"no effect for {', '.join(keys)}: {why}" for why, keys in inner.items())
 
 
 def _summary(cls: type) -> str:
@@ -67,8 +74,9 @@ def _section(prefix: str, cls: type, out: list[str], names: tuple[str, ...] | No
             continue
         tp = hints[field.name]
         key = f"{prefix}.{field.name}" if prefix else field.name
-        out.append(f"| `{key}` | `{_type_text(tp)}` | `{_default_text(field)}` | {_note(cls, field.name, key)} |")
         default = _default_of(field)
+        note = _note(cls, field.name, key, block=isinstance(default, dict))
+        out.append(f"| `{key}` | `{_type_text(tp)}` | `{_default_text(field)}` | {note} |")
         if dataclasses.is_dataclass(default):
             nested.append((f"{prefix}.{field.name}", type(default)))
     out.append("")

@@ -44,11 +44,12 @@ class RewardModelPathConfig(BaseConfig):
 
 @dataclass
 class RewardModelConfig(BaseConfig):
-    """A model-based reward (off by default), scored by the reward-model worker in the trainer's resource pool.
+    """A model-based reward (off by default), scored by the reward-model worker: in the trainer's resource pool, or
+    with ``enable_resource_pool`` in a ``reward_pool`` of ``nnodes`` x ``n_gpus_per_node`` processes of its own.
 
     ``micro_batch_size`` is verl's deprecated size over all processes (composing the config turns it into
-    ``micro_batch_size_per_gpu``). verl 0.9.1's ``enable_resource_pool``, ``n_gpus_per_node``, ``nnodes`` and
-    ``rollout`` (a rollout engine serving the reward model) have no effect here."""
+    ``micro_batch_size_per_gpu``). verl 0.9.1's ``rollout`` (a rollout engine serving the reward model) has no
+    effect here."""
 
     enable: bool = False
     strategy: str = "fsdp"
