@@ -15,10 +15,11 @@ from verl.trainer.demo import prepare_demo_data
 RECIPE_ROOT = Path(__file__).resolve().parent / "upstream_recipe"
 
 
-def verl_command_line(run_dir: Path, seed: int, steps: int) -> list[str]:
-    """GRPO on target-digit: 16 prompts x 8 responses per step, one worker process, metrics and dumps in run_dir."""
+def verl_command_line(run_dir: Path, seed: int, steps: int, overrides: tuple[str, ...] = ()) -> list[str]:
+    """GRPO on target-digit: 16 prompts x 8 responses per step, one worker process, metrics and dumps in run_dir;
+    an override replaces the default of the same key (Hydra refuses a key given twice)."""
     files = prepare_demo_data()
-    return [
+    defaults = [
         "algorithm.adv_estimator=grpo",
         f"data.train_files={files['train']}",
         f"data.val_files={files['test']}",
@@ -46,14 +47,20 @@ def verl_command_line(run_dir: Path, seed: int, steps: int) -> list[str]:
         "ray_kwargs.ray_init.num_cpus=4",
         f"hydra.run.dir={run_dir / 'hydra'}",
     ]
+    replaced = {override.split("=", 1)[0].lstrip("+") for override in overrides}
+    return [arg for arg in defaults if arg.split("=", 1)[0] not in replaced] + list(overrides)
 
 
-def run_recipe(module: str, run_dir: Path, seed: int, steps: int, *overrides: str) -> subprocess.CompletedProcess:
-    """``python -m module`` with verl's command line plus ``overrides``, from the recipes' folder."""
+def run_recipe(
+    module: str, run_dir: Path, seed: int, steps: int, *overrides: str, drop_env: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    """``python -m module`` with verl's command line and ``overrides``, from the recipes' folder; ``drop_env``
+    names variables the recipe must do without."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(RECIPE_ROOT), os.environ.get("PYTHONPATH")]))}
-    env.pop("RAY_ADDRESS", None)  # the recipe starts its own local cluster, as `python -m` on a laptop would
+    for name in ("RAY_ADDRESS", *drop_env):  # the recipe starts its own local cluster, as `python -m` would
+        env.pop(name, None)
     return subprocess.run(
-        [sys.executable, "-m", module, *verl_command_line(run_dir, seed, steps), *overrides],
+        [sys.executable, "-m", module, *verl_command_line(run_dir, seed, steps, overrides)],
         cwd=RECIPE_ROOT,
         env=env,
         capture_output=True,

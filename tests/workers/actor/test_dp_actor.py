@@ -558,6 +558,30 @@ def test_policy_loss_comes_from_the_registry(base_model):
         actor.update_policy(data)
 
 
+def test_a_recipe_loss_reads_global_batch_info_from_its_config(base_model, monkeypatch):
+    """Recipes copy verl's losses, which aggregate with ``agg_loss(..., **config.global_batch_info)``."""
+    from verl.trainer.ppo import core_algos
+
+    seen = []
+
+    def recipe_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, **_):
+        seen.append(dict(config.global_batch_info))
+        pg_losses = -advantages * torch.exp(log_prob - old_log_prob)
+        return core_algos.agg_loss(pg_losses, response_mask, loss_agg_mode, **config.global_batch_info), {}
+
+    monkeypatch.setitem(core_algos.POLICY_LOSS_REGISTRY, "test_recipe_loss", recipe_loss)
+    data = make_batch(base_model.config.vocab_size)
+    norms = []
+    for mode, scale in (("vanilla", None), ("test_recipe_loss", None), ("test_recipe_loss", 2.0)):
+        model = copy.deepcopy(base_model)
+        loss = PolicyLossConfig(loss_mode=mode)
+        config = make_config(grad_clip=1e6, policy_loss=loss, loss_scale_factor=scale)
+        actor = DataParallelPPOActor(config, model, torch.optim.SGD(model.parameters(), lr=0.1))
+        norms.append(actor.update_policy(data)["actor/grad_norm"][0])
+    assert norms[1] == pytest.approx(norms[0], rel=1e-5)  # on-policy: the same gradient as vanilla PPO
+    assert seen[0] == {} and seen[-1] == {"loss_scale_factor": 2.0}
+
+
 def test_update_errors_name_the_culprit(model):
     data = make_batch(model.config.vocab_size)
     with pytest.raises(RuntimeError, match="no optimizer"):

@@ -35,6 +35,7 @@ from verl.workers.actor.token_forward import (
     trim_response_padding,
 )
 from verl.workers.actor.update_loop import UpdatePlan, run_updates
+from verl.workers.fsdp.worker_config import ConfigView
 
 # get_device_id and prepare_dynamic_batch: verl's dp_actor module imported them and recipes take them from here
 __all__ = ["DataParallelPPOActor", "get_device_id", "logger", "prepare_dynamic_batch"]
@@ -229,6 +230,7 @@ class DataParallelPPOActor(BasePPOActor):
         temperature = read_temperature(data, where)
         plan = UpdatePlan.from_config(cfg, "actor", group_by_length=not self.use_remove_padding)
         policy_loss_fn = get_policy_loss_fn(_loss_mode(cfg))
+        loss_config = _policy_loss_config(cfg)
         entropy_coeff = float(getattr(cfg, "entropy_coeff", 0.0) or 0.0)
         use_kl_loss = bool(getattr(cfg, "use_kl_loss", False))
         kl_loss_coef = float(getattr(cfg, "kl_loss_coef", 0.0) or 0.0)
@@ -274,7 +276,7 @@ class DataParallelPPOActor(BasePPOActor):
                 micro["advantages"],
                 response_mask,
                 loss_agg_mode=plan.loss_agg_mode,
-                config=cfg,
+                config=loss_config,
                 rollout_is_weights=rollout_is_weights,
             )
             entropy_agg = agg_loss(entropy, response_mask, plan.loss_agg_mode)
@@ -298,6 +300,17 @@ class DataParallelPPOActor(BasePPOActor):
             for key, value in in_update_metrics(log_prob, rollout_log_prob, response_mask, correction).items():
                 metrics[key] = [value]
         return metrics
+
+
+def _policy_loss_config(cfg: Any) -> Any:
+    """``cfg`` with a ``global_batch_info``: verl's losses, and recipes' losses written like them, aggregate with
+    ``agg_loss(..., **config.global_batch_info)``. Here each micro-batch is normalised by its own counts and weighted
+    by the update loop, so it carries only ``loss_scale_factor``, which the built-in losses also read."""
+    if isinstance(cfg, dict) or getattr(cfg, "global_batch_info", None) is not None:
+        return cfg
+    scale_factor = getattr(cfg, "loss_scale_factor", None)
+    info = {} if scale_factor is None else {"loss_scale_factor": scale_factor}
+    return ConfigView(cfg, global_batch_info=info)
 
 
 def _loss_mode(cfg: Any) -> str:
