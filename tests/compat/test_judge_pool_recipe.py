@@ -15,9 +15,9 @@ MODULE = "judge_pool.main_judge"
 JUDGE = "reward.reward_model.model.path=verl:tiny-demo"  # the judge reads its tokenizer from the reward model path
 WIRING_STEPS = 3
 STEPS = 60
-# Reward rise over 60 steps, measured with seeds 1, 2, 3: first-10 mean ... / ... / ...,
-# last-10 mean ... / ... / ... (...x). Asserted: last-10 at least MIN_RISE x first-10.
-MIN_RISE = 2.0
+# Reward rise over 60 steps, measured with seeds 1, 2, 3 (2026-11-27): first-10 mean 0.0115 / 0.0074 / 0.0091,
+# last-10 mean 0.0597 / 0.0531 / 0.0584 (5.2x / 7.2x / 6.4x). Asserted: last-10 at least MIN_RISE x first-10.
+MIN_RISE = 3.0
 
 
 def _check_steps(run_dir, steps):

@@ -7,16 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-from verl.trainer.demo import prepare_demo_data
+from recipe_runs import RECIPE_ROOT, run_recipe
 
 pytestmark = pytest.mark.ray
 
-RECIPE_ROOT = Path(__file__).resolve().parent / "upstream_recipe"
 STEPS = 60  # the learning run (slow tier)
 WIRING_STEPS = 4  # the default tier's run: every stage of the recipe, no learning claim
 ROWS_PER_STEP = 16 * 8  # data.train_batch_size x rollout.n
@@ -25,51 +22,14 @@ ROWS_PER_STEP = 16 * 8  # data.train_batch_size x rollout.n
 MIN_RISE = 3.0
 
 
-def _verl_command_line(run_dir: Path, seed: int, steps: int = STEPS) -> list[str]:
-    files = prepare_demo_data()
-    return [
-        "algorithm.adv_estimator=grpo",
-        f"data.train_files={files['train']}",
-        f"data.val_files={files['test']}",
-        "data.train_batch_size=16",
-        "data.max_prompt_length=16",
-        "data.max_response_length=8",
-        "actor_rollout_ref.model.path=verl:tiny-demo",
-        "actor_rollout_ref.actor.optim.lr=1e-3",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64",
-        "actor_rollout_ref.actor.entropy_coeff=0",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64",
-        "actor_rollout_ref.rollout.name=hf",
-        "actor_rollout_ref.rollout.n=8",
-        f"custom_reward_function.path={RECIPE_ROOT / 'digit_recipe' / 'reward.py'}",
-        "custom_reward_function.name=compute_score",
-        "trainer.device=cpu",
-        "trainer.nnodes=1",
-        "trainer.n_gpus_per_node=1",
-        f"trainer.total_training_steps={steps}",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=false",
-        "trainer.logger=[console,file]",
-        f"trainer.seed={seed}",
-        f"trainer.default_local_dir={run_dir}",
-        f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
-        "ray_kwargs.ray_init.num_cpus=4",
-        f"hydra.run.dir={run_dir / 'hydra'}",
-    ]
+REWARD_FILE = (
+    f"custom_reward_function.path={RECIPE_ROOT / 'digit_recipe' / 'reward.py'}",
+    "custom_reward_function.name=compute_score",
+)
 
 
-def _run_recipe(run_dir: Path, seed: int, steps: int = STEPS) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(RECIPE_ROOT), os.environ.get("PYTHONPATH")]))}
-    env.pop("RAY_ADDRESS", None)  # the recipe starts its own local cluster, as `python -m` on a laptop would
-    return subprocess.run(
-        [sys.executable, "-m", "digit_recipe.main_digit", *_verl_command_line(run_dir, seed, steps)],
-        cwd=RECIPE_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+def _run_recipe(run_dir: Path, seed: int, steps: int = STEPS, *extra: str) -> subprocess.CompletedProcess:
+    return run_recipe("digit_recipe.main_digit", run_dir, seed, steps, *REWARD_FILE, *extra)
 
 
 def _check_recipe_stages(run_dir: Path, steps: int) -> list[dict]:
@@ -104,20 +64,6 @@ def test_recipe_trains_with_its_own_trainer_agent_loop_and_reward(tmp_path):
 
 
 def test_recipe_refuses_an_unknown_verl_key_naming_it(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(RECIPE_ROOT)}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "digit_recipe.main_digit",
-            *_verl_command_line(tmp_path, 1),
-            "actor_rollout_ref.rollout.not_a_verl_key=3",
-        ],
-        cwd=RECIPE_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = _run_recipe(tmp_path, 1, STEPS, "actor_rollout_ref.rollout.not_a_verl_key=3")
     assert result.returncode != 0
     assert "actor_rollout_ref.rollout.not_a_verl_key" in result.stderr
