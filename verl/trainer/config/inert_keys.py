@@ -36,9 +36,6 @@ _NO_TRAINER_MODES = "this build has one trainer (the async recipes have their ow
 # config class name -> {field: why it has no effect}
 INERT_FIELDS: dict[str, dict[str, str]] = {
     "DataConfig": {
-        "image_key": f"{_MM}: images are not read",
-        "video_key": f"{_MM}: videos are not read",
-        "audio_key": f"{_MM}: audio is not read",
         "image_patch_size": _MM,
         "return_multi_modal_inputs": _MM,
         "tool_config_path": "tools come from rollout.multi_turn.tool_config_path",

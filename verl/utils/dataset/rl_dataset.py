@@ -8,26 +8,38 @@ of its own for reward code that re-tokenizes or wants the policy's exact ids.
 
 Prompts longer than ``max_prompt_length`` are either dropped at load time (``filter_overlong_prompts``) or cut when
 read (``truncation`` = left | right | middle); ``truncation=error`` refuses them, naming the row, because silently cut
-prompts change the task. Files are read with pyarrow and nothing is cached on disk.
+prompts change the task.
+
+The class keeps verl's subclass API: ``__init__`` copies remote files (``_download``) and then calls
+``_read_files_and_tokenize``, which reads the files with pyarrow into ``self.dataframe`` (an in-memory
+``datasets.Dataset``, as in verl, so subclasses index, ``select`` and ``filter`` it as they do there; nothing is
+cached on disk), keeps ``max_samples`` rows and runs ``maybe_filter_out_long_prompts``. Every item's messages come
+from ``_build_messages``, so an override of any of these takes effect. Rows with images, videos or audio are refused
+by the methods that would handle them (:mod:`verl.utils.dataset.rl_media`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset
 
 from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.utils.dataset.collate import collate_fn
+from verl.utils.dataset.rl_files import read_data_file, sample_row_indices
+from verl.utils.dataset.rl_media import extract_audio, media_types, multi_modal_refusal
 from verl.utils.dataset.vision_utils import process_image
-from verl.utils.shm import maybe_shm_copy
 from verl.utils.torch_functional import compute_position_id_with_mask
+
+if TYPE_CHECKING:
+    import datasets
 
 # collate_fn and process_image are verl's names in this module (defined in collate.py and vision_utils.py); recipes
 # also import the DataProto padding helpers from here.
@@ -58,17 +70,17 @@ _MIN_ROWS_PER_WORKER = 2000
 
 
 class _PromptTokenCounter:
-    """Picklable: templated token counts of a list of prompts (one tokenizer call for all of them)."""
+    """Picklable: templated token counts of a list of chat conversations (one tokenizer call for all of them)."""
 
     def __init__(self, tokenizer: Any, processor: Any, template_kwargs: dict) -> None:
         self.tokenizer = tokenizer
         self.processor = processor
         self.template_kwargs = template_kwargs
 
-    def __call__(self, prompts: list[Any]) -> list[int]:
-        if not prompts:
+    def __call__(self, conversations: list[list[dict]]) -> list[int]:
+        if not conversations:
             return []
-        texts = [_render(self.tokenizer, self.processor, prompt_messages(p), self.template_kwargs) for p in prompts]
+        texts = [_render(self.tokenizer, self.processor, messages, self.template_kwargs) for messages in conversations]
         return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
@@ -78,6 +90,13 @@ def _get(config: Any, key: str, default: Any) -> Any:
         return default
     value = config.get(key, default)
     return default if value is None and default is not None else value
+
+
+def _has_items(value: Any) -> bool:
+    """Whether a row's media column holds anything (``None`` and empty lists do not)."""
+    if value is None:
+        return False
+    return len(value) > 0 if hasattr(value, "__len__") else True
 
 
 def truncate_ids(ids: list[int], max_length: int, mode: str) -> list[int]:
@@ -95,7 +114,28 @@ def truncate_ids(ids: list[int], max_length: int, mode: str) -> list[int]:
 
 
 class RLHFDataset(Dataset):
-    """Prompt data set over one or several parquet files (rows concatenated in the order given)."""
+    """Prompt data set over one or several parquet files (rows concatenated in the order given).
+
+    Args:
+        data_files: one path or a list of paths (``hdfs://`` paths are copied to ``data.cache_dir`` first).
+        tokenizer: renders and counts the prompts.
+        config: the ``data`` block (DataConfig, DictConfig or dict; ``None`` means all defaults).
+        processor: renders the chat template instead of the tokenizer when given.
+        max_samples: rows to keep, ``-1`` (or any value <= 0) for all: the first rows, or with ``data.shuffle`` a
+            draw seeded by ``data.seed``, as verl draws them.
+
+    ``data.tool_config_path`` / ``data.function_tool_path`` are recorded but load no tools here (tools come from
+    ``rollout.multi_turn``); a subclass that sets ``self.tool_schemas`` gets them rendered into every prompt, in the
+    length filter and in the items alike. ``chat_template_func`` and ``filter_prompts`` are recorded as verl records
+    them, which does not read them either.
+    """
+
+    # Class defaults of the private state, for subclasses that set verl's attributes themselves instead of calling
+    # this __init__ and then call _read_files_and_tokenize or split.
+    _sample_seed: int | None = None
+    _part: tuple[int, int] | None = None  # a split() part: its rows [start, end) of the whole set
+    _origins_of: tuple[Any, list[tuple[int, int]]] | None = None  # (frame, (file index, row in file) per row)
+    num_filtered: int = 0
 
     def __init__(
         self,
@@ -103,17 +143,27 @@ class RLHFDataset(Dataset):
         tokenizer: Any,
         config: Any = None,
         processor: Any = None,
+        max_samples: int = -1,
     ) -> None:
         if isinstance(data_files, (str, os.PathLike)):
             data_files = [data_files]
-        self.data_files = [os.path.expanduser(str(f)) for f in data_files]
-        if not self.data_files:
+        files = [os.path.expanduser(str(f)) for f in data_files]
+        if not files:
             raise ValueError("RLHFDataset needs at least one data file (data.train_files / data.val_files)")
+        self.data_files: list[str] = list(files)  # local paths once _download ran
+        self.original_data_files: list[str] = list(files)  # as given, for resume_dataset_state
         self.tokenizer = tokenizer
         self.processor = processor
         self.config = config
+        self.max_samples: int = -1 if max_samples is None else int(max_samples)
 
+        self.cache_dir: str = os.path.expanduser(_get(config, "cache_dir", "~/.cache/verl/rlhf"))
         self.prompt_key: str = _get(config, "prompt_key", "prompt")
+        self.image_key: str = _get(config, "image_key", "images")
+        self.video_key: str = _get(config, "video_key", "videos")
+        self.audio_key: str = _get(config, "audio_key", "audios")
+        default_patch_size = getattr(getattr(processor, "image_processor", None), "patch_size", 14)
+        self.image_patch_size: int = _get(config, "image_patch_size", None) or default_patch_size
         self.max_prompt_length: int = int(_get(config, "max_prompt_length", 1024))
         self.truncation: str = _get(config, "truncation", "error")
         self.filter_overlong_prompts: bool = bool(_get(config, "filter_overlong_prompts", False))
@@ -121,6 +171,21 @@ class RLHFDataset(Dataset):
         self.return_full_prompt: bool = bool(_get(config, "return_full_prompt", False))
         self.return_raw_input_ids: bool = bool(_get(config, "return_raw_input_ids", False))
         self.apply_chat_template_kwargs: dict = dict(_get(config, "apply_chat_template_kwargs", {}) or {})
+        self.mm_processor_kwargs: dict = dict(_get(config, "mm_processor_kwargs", {}) or {})
+        self.return_multi_modal_inputs: bool = bool(_get(config, "return_multi_modal_inputs", True))
+        self.tool_config_path: str | None = _get(config, "tool_config_path", None)
+        self.function_tool_path: str | None = _get(config, "function_tool_path", None)
+        self.tool_schemas: list[dict] | None = None
+        # processes that template and count prompts for the length filter (data.filter_overlong_prompts_workers)
+        self.num_workers: int = max(1, int(_get(config, "filter_overlong_prompts_workers", 1) or 1))
+        self.use_shm: bool = bool(_get(config, "use_shm", False))
+        self.chat_template_func = _get(config, "chat_template_func", None)
+        self.need_tools_kwargs: bool = bool(_get(config, "need_tools_kwargs", False))
+        self.filter_prompts: bool = bool(_get(config, "filter_prompts", True))
+        # False: pickles leave the rows out and the unpickled copy reads them again from original_data_files
+        self.serialize_dataset: bool = False
+        self.shuffle: bool = bool(_get(config, "shuffle", False))
+        self.seed: int | None = _get(config, "seed", None)
         if self.truncation not in TRUNCATION_MODES:
             raise ValueError(f"data.truncation must be one of {list(TRUNCATION_MODES)}, got {self.truncation!r}")
         if self.max_prompt_length < 1:
@@ -128,34 +193,54 @@ class RLHFDataset(Dataset):
         pad_id = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id: int = pad_id if pad_id is not None else tokenizer.eos_token_id
 
-        self._read_files()
-        self.num_filtered = 0
-        if self.filter_overlong_prompts:
-            self._filter_overlong()
+        # Without a seed verl draws max_samples rows from fresh entropy; drawing it once here makes a re-read
+        # (resume_dataset_state, unpickling) keep the very same rows.
+        self._sample_seed = self.seed if self.seed is not None else int(np.random.SeedSequence().entropy)
+
+        self._download()
+        self._read_files_and_tokenize()
 
     # ----------------------------------------------------------------------------------------------- loading
 
-    def _read_files(self) -> None:
+    def _download(self, use_origin_parquet: bool = False) -> None:
+        """Point ``data_files`` at local files: ``hdfs://`` files are copied into ``cache_dir`` (once per source),
+        local ones stay as they are. ``use_origin_parquet`` starts again from ``original_data_files``."""
+        from verl.utils.fs import copy_local_path_from_hdfs
+        from verl.utils.hdfs_io import is_non_local
+
+        sources = self.original_data_files if use_origin_parquet else self.data_files
+        self.data_files = [
+            copy_local_path_from_hdfs(src, cache_dir=self.cache_dir) if is_non_local(src) else src for src in sources
+        ]
+
+    def _read_files_and_tokenize(self) -> None:
+        """Read ``data_files`` into ``self.dataframe``, keep ``max_samples`` rows, then drop overlong prompts with
+        :meth:`maybe_filter_out_long_prompts`. ``data.use_shm`` reads the files from shared-memory copies."""
+        from datasets import Dataset as RowTable
+        from datasets.table import InMemoryTable
+
         tables, origins = [], []
-        use_shm = bool(_get(self.config, "use_shm", False))
         for file_idx, path in enumerate(self.data_files):
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"data file not found: {path}")
-            # errors keep naming the user's path; with data.use_shm the bytes come from the shared-memory copy
-            table = pq.read_table(maybe_shm_copy(path, use_shm, "data.use_shm"))
+            table = read_data_file(path, self.use_shm)
             self._check_prompt_column(table, path)
             tables.append(table)
             origins.extend((file_idx, row) for row in range(table.num_rows))
         try:
-            self.dataframe: pa.Table = (
-                pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
-            )
+            table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
         except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
             raise ValueError(
                 f"data files have incompatible columns and cannot be concatenated: {self.data_files}: {err}"
             ) from err
-        # (file index, row index inside that file) of every kept row, for error messages after filtering.
-        self._origins: list[tuple[int, int]] = origins
+        dataframe = RowTable(InMemoryTable(table))
+        self._origins_of = (dataframe, origins)  # for error messages naming the file and row
+        seed = self._sample_seed if self._sample_seed is not None else getattr(self, "seed", None)
+        picks = sample_row_indices(len(dataframe), self.max_samples, self.shuffle, seed)
+        if picks is not None:
+            dataframe = self._select_rows(dataframe, picks)
+            logger.info("max_samples: kept %d of %d rows (shuffle=%s)", len(picks), table.num_rows, self.shuffle)
+        self.dataframe: datasets.Dataset = dataframe
+        self.num_filtered = 0
+        self.dataframe = self.maybe_filter_out_long_prompts(self.dataframe)
 
     def _check_prompt_column(self, table: pa.Table, path: str) -> None:
         if table.num_rows == 0:
@@ -170,66 +255,157 @@ class RLHFDataset(Dataset):
             first_null = next(i for i, value in enumerate(column.is_null().to_pylist()) if value)
             raise KeyError(f"row {first_null} of {path} has no prompt key {self.prompt_key!r} (value is null)")
 
-    def _filter_overlong(self) -> None:
-        prompts = self.dataframe.column(self.prompt_key).to_pylist()
-        workers = int(_get(self.config, "filter_overlong_prompts_workers", 1) or 1)
-        lengths = self._prompt_lengths(prompts, workers)
+    def _tracked_origins(self, dataframe: Any) -> list[tuple[int, int]] | None:
+        tracked = self._origins_of
+        return tracked[1] if tracked is not None and tracked[0] is dataframe else None
+
+    def _select_rows(self, dataframe: Any, indices: Sequence[int]) -> Any:
+        """``dataframe.select(indices)``; the row origins follow when ``dataframe`` is the tracked frame."""
+        origins = self._tracked_origins(dataframe)
+        selected = dataframe.select(indices)
+        if origins is not None:
+            self._origins_of = (selected, [origins[i] for i in indices])
+        return selected
+
+    def maybe_filter_out_long_prompts(self, dataframe: datasets.Dataset | None = None) -> datasets.Dataset:
+        """``dataframe`` (default ``self.dataframe``) without the rows whose templated prompt (messages from
+        :meth:`_build_messages`) is longer than ``max_prompt_length``, when ``data.filter_overlong_prompts`` is on;
+        the same frame otherwise. Sets ``num_filtered``."""
+        if dataframe is None:
+            dataframe = self.dataframe
+        if not self.filter_overlong_prompts:
+            return dataframe
+        if type(self)._build_messages is RLHFDataset._build_messages:
+            # the default reads only the prompt and the media columns; skip decoding the rest of every row
+            needed = [self.prompt_key, self.image_key, self.video_key, self.audio_key]
+            rows = dataframe.select_columns([c for c in needed if c in dataframe.column_names]).to_list()
+        else:
+            rows = dataframe.to_list()
+        conversations = [self._build_messages(row, key=self.prompt_key) for row in rows]
+        lengths = self._prompt_lengths(conversations, self.num_workers)
         keep = [i for i, n in enumerate(lengths) if n <= self.max_prompt_length]
-        self.num_filtered = len(self) - len(keep)
-        if self.num_filtered:
-            self.dataframe = self.dataframe.take(pa.array(keep, type=pa.int64()))
-            self._origins = [self._origins[i] for i in keep]
+        self.num_filtered = len(lengths) - len(keep)
         logger.info(
             "filter_overlong_prompts: dropped %d of %d prompts longer than max_prompt_length=%d (%s)",
             self.num_filtered,
-            self.num_filtered + len(keep),
+            len(lengths),
             self.max_prompt_length,
             ", ".join(self.data_files),
         )
+        return self._select_rows(dataframe, keep) if self.num_filtered else dataframe
 
-    def _prompt_lengths(self, prompts: list[Any], workers: int) -> list[int]:
-        """Templated token count of every prompt; ``workers`` > 1 splits the rows over that many processes
+    def _prompt_lengths(self, conversations: list[list[dict]], workers: int) -> list[int]:
+        """Templated token count of every conversation; ``workers`` > 1 splits them over that many processes
         (``data.filter_overlong_prompts_workers``), which pays off on large sets where templating dominates."""
-        counter = _PromptTokenCounter(self.tokenizer, self.processor, self.apply_chat_template_kwargs)
-        workers = min(workers, max(1, len(prompts) // _MIN_ROWS_PER_WORKER))
+        counter = _PromptTokenCounter(self.tokenizer, self.processor, self._template_kwargs())
+        workers = min(workers, max(1, len(conversations) // _MIN_ROWS_PER_WORKER))
         if workers <= 1:
-            return counter(prompts)
+            return counter(conversations)
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        size = -(-len(prompts) // workers)
-        chunks = [prompts[start : start + size] for start in range(0, len(prompts), size)]
+        size = -(-len(conversations) // workers)
+        chunks = [conversations[start : start + size] for start in range(0, len(conversations), size)]
         # fork where the platform has it: no re-import of the caller's main module, no start-up imports
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method)) as pool:
             return [n for part in pool.map(counter, chunks) for n in part]
 
+    # ------------------------------------------------------------------------------ resume, pickling, split
+
+    def resume_dataset_state(self) -> None:
+        """Read the rows again from ``original_data_files`` (a split() part keeps its own rows). A pickle of an
+        older verl without ``original_data_files`` carries its rows; those stay as they are."""
+        self.serialize_dataset = not hasattr(self, "original_data_files")
+        if self.serialize_dataset:
+            logger.warning(
+                "RLHFDataset.resume_dataset_state: this data set was saved with its rows by an older verl and has "
+                "no original_data_files to read them again from; using the saved rows"
+            )
+            return
+        self._download(use_origin_parquet=True)
+        self._read_files_and_tokenize()
+        if self._part is not None:
+            self.dataframe = self._select_rows(self.dataframe, range(*self._part))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if not self.serialize_dataset:  # as in verl: the rows stay out of pickles and checkpoints
+            state.pop("dataframe", None)
+            state["_origins_of"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if "dataframe" not in state:
+            self.resume_dataset_state()
+
+    def split(self, num_splits: int) -> list[RLHFDataset]:
+        """``num_splits`` data sets of equal size over consecutive rows of this one (the remainder of
+        ``len(self) / num_splits`` rows is dropped, with a warning); each part keeps this one's settings."""
+        if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits <= 0:
+            raise ValueError(f"num_splits must be a positive integer, got {num_splits!r}")
+        total = len(self)
+        if total == 0:
+            raise ValueError(f"cannot split an empty data set ({', '.join(self.data_files)})")
+        dropped = total % num_splits
+        if dropped:
+            logger.warning("RLHFDataset.split: dropping the last %d of %d rows", dropped, total)
+        size = total // num_splits
+        return [self._part_of(i * size, (i + 1) * size) for i in range(num_splits)]
+
+    def _part_of(self, start: int, end: int) -> RLHFDataset:
+        part = type(self).__new__(type(self))  # no re-read: the part shares this set's rows and settings
+        part.__dict__.update(
+            {key: value.copy() if isinstance(value, (list, dict)) else value for key, value in self.__dict__.items()}
+        )
+        part.dataframe = self.dataframe.select(range(start, end))
+        origins = self._tracked_origins(self.dataframe)
+        part._origins_of = (part.dataframe, origins[start:end]) if origins is not None else None
+        offset = self._part[0] if self._part is not None else 0
+        part._part = (offset + start, offset + end)
+        return part
+
     # ------------------------------------------------------------------------------------------- per row
 
     def __len__(self) -> int:
-        return self.dataframe.num_rows
+        return len(self.dataframe)
 
     def _row(self, index: int) -> dict:
-        return self.dataframe.slice(index, 1).to_pylist()[0]
+        return self.dataframe[int(index)]
 
-    def _messages(self, row: dict) -> list[dict]:
-        return prompt_messages(row[self.prompt_key])
+    def _build_messages(self, example: dict, key: str | None = None) -> list[dict]:
+        """The chat messages of row ``example`` (its ``key`` column, default ``prompt_key``): a string becomes one
+        user message. Rows with images, videos or audio are refused (this build renders text only)."""
+        key = self.prompt_key if key is None else key
+        media = [
+            column for column in (self.image_key, self.video_key, self.audio_key) if _has_items(example.get(column))
+        ]
+        if media:
+            raise multi_modal_refusal("_build_messages", f"the row carries media in its {media} column(s)")
+        return prompt_messages(example[key])
+
+    def _template_kwargs(self) -> dict:
+        kwargs = dict(self.apply_chat_template_kwargs)
+        if self.tool_schemas is not None:
+            kwargs["tools"] = self.tool_schemas
+        return kwargs
 
     def _template(self, messages: list[dict]) -> str:
-        return _render(self.tokenizer, self.processor, messages, self.apply_chat_template_kwargs)
-
-    def _prompt_ids(self, row: dict) -> list[int]:
-        text = self._template(self._messages(row))
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return _render(self.tokenizer, self.processor, messages, self._template_kwargs())
 
     def describe_row(self, index: int) -> str:
-        """``"row R of FILE"`` for dataset index ``index`` (the row's position in its own parquet file)."""
-        file_idx, row = self._origins[index]
-        return f"row {row} of {self.data_files[file_idx]}"
+        """``"row R of FILE"`` for dataset index ``index`` (the row's position in its own parquet file); once a
+        subclass replaced the rows, ``"dataset index I of FILES"``."""
+        tracked = self._origins_of
+        if tracked is not None and tracked[0] is self.dataframe:
+            file_idx, row = tracked[1][index]
+            return f"row {row} of {self.data_files[file_idx]}"
+        return f"dataset index {index} of {', '.join(self.data_files)}"
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         row = self._row(index)
-        messages = self._messages(row)
+        messages = self._build_messages(row, key=self.prompt_key)
         prompt_text = self._template(messages)
         ids = list(self.tokenizer(prompt_text, add_special_tokens=False)["input_ids"])
         if len(ids) > self.max_prompt_length:
@@ -263,7 +439,57 @@ class RLHFDataset(Dataset):
             for key in PASSTHROUGH_EXTRA_INFO_KEYS:
                 if extra_info.get(key) is not None and key not in item:
                     item[key] = extra_info[key]
+        self._warn_missing_tools_kwargs(row, extra_info, index)
         return item
+
+    def _warn_missing_tools_kwargs(self, row: dict, extra_info: Any, index: int) -> None:
+        """verl's ``need_tools_kwargs`` check: a row that asks for tools (``extra_info.need_tools_kwargs``, default
+        ``data.need_tools_kwargs``) but carries no ``tools_kwargs`` gets its tools created without arguments."""
+        extra = extra_info if isinstance(extra_info, dict) else {}
+        needed = extra.get("need_tools_kwargs")
+        if (self.need_tools_kwargs if needed is None else needed) and not extra.get("tools_kwargs"):
+            logger.warning(
+                "%s (data source %s) needs tools_kwargs but its extra_info has none",
+                self.describe_row(index),
+                row.get("data_source"),
+            )
+
+    # ------------------------------------------------------------------------------------------ multi-modal
+
+    @classmethod
+    def _extract_audio_info(cls, messages: list[dict]) -> list[Any] | None:
+        """The audio payloads of the structured audio items of ``messages`` (``None`` when there are none)."""
+        return extract_audio(messages)
+
+    @classmethod
+    def _process_multi_modal_info(
+        cls, messages: list[dict], image_patch_size: int = 14, config: Any = None
+    ) -> tuple[None, None, None]:
+        """``(images, videos, audios)`` of ``messages``: ``(None, None, None)`` for text messages, which is all this
+        build renders; messages with media items are refused."""
+        found = media_types(messages)
+        if found:
+            raise multi_modal_refusal("_process_multi_modal_info", f"the messages carry {found} items")
+        return None, None, None
+
+    @classmethod
+    async def process_multi_modal_info(
+        cls, messages: list[dict], image_patch_size: int = 14, config: Any = None
+    ) -> tuple[None, None, None]:
+        """:meth:`_process_multi_modal_info` off the event loop (an override may decode media); the agent loop calls
+        it for every prompt when a processor is set."""
+        return await asyncio.to_thread(cls._process_multi_modal_info, messages, image_patch_size, config)
+
+    @classmethod
+    async def process_vision_info(
+        cls, messages: list[dict], image_patch_size: int = 14, config: Any = None
+    ) -> tuple[None, None]:
+        """``(images, videos)`` of ``messages``: ``(None, None)`` for text messages; image and video items are
+        refused (this build renders text only)."""
+        found = media_types(messages, ("image", "video"))
+        if found:
+            raise multi_modal_refusal("process_vision_info", f"the messages carry {found} items")
+        return None, None
 
 
 def __getattr__(name: str) -> Any:
