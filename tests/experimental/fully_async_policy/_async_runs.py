@@ -84,18 +84,28 @@ def sync_reference(steps: int = STEPS) -> tuple[dict, ...]:
 
 
 def wait_for_checkpoint(run_dir: Path, step: int, timeout_s: float = 300.0) -> None:
-    """Poll the checkpoint tracker until it names ``step`` (the checkpoint is then complete on disk)."""
+    """Poll until the checkpoint tracker names ``step`` (the checkpoint is then complete on disk) and the step's
+    metrics row is logged (the trainer logs it after the step's last stage, a moment after the save)."""
     import time
 
     from verl.trainer.ppo.checkpointing import TRACKER_FILE
+    from verl.utils.tracking import read_metrics
+
+    def done() -> bool:
+        if not (tracker.is_file() and tracker.read_text().strip() == str(step)):
+            return False
+        try:
+            return any(m["step"] == step for m in read_metrics(run_dir))
+        except (FileNotFoundError, ValueError):  # not written yet, or a line half written
+            return False
 
     deadline = time.monotonic() + timeout_s
     tracker = run_dir / TRACKER_FILE
     while time.monotonic() < deadline:
-        if tracker.is_file() and tracker.read_text().strip() == str(step):
+        if done():
             return
         time.sleep(0.05)
-    raise TimeoutError(f"no checkpoint of step {step} in {run_dir} after {timeout_s:g}s")
+    raise TimeoutError(f"no checkpoint and metrics of step {step} in {run_dir} after {timeout_s:g}s")
 
 
 def kill_after_checkpoint(config, kind: str, step: int) -> int:
@@ -107,10 +117,11 @@ def kill_after_checkpoint(config, kind: str, step: int) -> int:
 
     from verl.experimental.separation.task_runner import AsyncTaskRunner
     from verl.trainer.ppo.checkpointing import TRACKER_FILE
+    from verl.trainer.ppo.task_runner import TASK_RUNNER_CPUS
 
     run_dir = Path(config.trainer.default_local_dir)
-    runner = AsyncTaskRunner.remote()
-    pending = runner.run.remote(OmegaConf.to_container(config, resolve=True), kind)
+    runner = ray.remote(num_cpus=TASK_RUNNER_CPUS)(AsyncTaskRunner).remote(kind)
+    pending = runner.run.remote(OmegaConf.to_container(config, resolve=True))
     wait_for_checkpoint(run_dir, step)
     ray.kill(runner, no_restart=True)
     with pytest.raises(ray.exceptions.RayActorError):

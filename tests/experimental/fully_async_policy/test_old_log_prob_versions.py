@@ -1,7 +1,8 @@
 """Old log-probs are taken under the weights that generated each sample, not the actor's current ones.
 
 With a weight sync every 3 updates, the samples of updates 2 and 3 of a period come from the weights pushed at the
-period's start while the actor has moved on: the PPO ratio must be taken against the former.
+period's start while the actor has moved on: the PPO ratio must be taken against the former. The same run checks that
+a recipe's overrides of verl's hooks run where verl runs them, and verl's counters and period metrics.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import pytest
 import torch
 from _async_runs import recipe_config
 
+from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
 from verl.experimental.separation.task_runner import build_trainer
 from verl.utils.tracking import read_metrics
 
@@ -27,6 +29,19 @@ def _max_abs_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float
 def _close(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> bool:
     """Equal to 1e-6 in allclose's sense (atol = rtol = 1e-6: float32 rounding of log-probs of a few nats)."""
     return bool((((a - b).abs() - 1e-6 - 1e-6 * b.abs()) * mask <= 0).all())
+
+
+class _Recipe(FullyAsyncTrainer):
+    """Overrides verl's hooks only to watch them."""
+
+    def _init_models(self) -> None:
+        self.seen = {"init_models": 1, "steps": []}
+        super()._init_models()
+
+    def _fit_postprocess_step(self) -> None:
+        super()._fit_postprocess_step()
+        period = self.metrics.get("period/fully_async/period/updates")
+        self.seen["steps"].append((self.global_steps, self.local_trigger_step, self.current_param_version, period))
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +62,7 @@ def recorded_run(ray_cluster, tmp_path_factory):
         f"rollout.total_rollout_steps={STEPS * GROUPS}",
         "actor.optim.lr=1e-2",
     )
-    trainer = build_trainer(config, "fully_async")
+    trainer = build_trainer(config, "fully_async", trainer_cls=_Recipe)
     observed: list[dict] = []
     stage = trainer._fit_compute_log_prob
 
@@ -72,14 +87,16 @@ def recorded_run(ray_cluster, tmp_path_factory):
     trainer._fit_compute_log_prob = observe
     try:
         trainer.init_workers()
+        # verl's publish call, before training: the trainer's next version, whatever step it is labelled with
+        trainer.seen["publish"] = trainer.checkpoint_manager.update_weights(global_steps=99)["rollout/weight_version"]
         trainer.fit()
     finally:
         trainer.resource_pool_manager.release_all()
-    return observed, read_metrics(run_dir)
+    return observed, read_metrics(run_dir), trainer
 
 
 def test_old_log_probs_are_those_of_the_generating_version(recorded_run):
-    observed, _ = recorded_run
+    observed, _, _ = recorded_run
     assert [o["step"] for o in observed] == list(range(1, STEPS + 1))
     for o in observed:
         local_step = (o["step"] - 1) % TRIGGER + 1
@@ -95,7 +112,7 @@ def test_old_log_probs_are_those_of_the_generating_version(recorded_run):
 
 
 def test_importance_ratio_is_one_at_the_first_local_step(recorded_run):
-    _, metrics = recorded_run
+    _, metrics, _ = recorded_run
     assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
     for m in metrics:
         local_step = (m["step"] - 1) % TRIGGER + 1
@@ -103,3 +120,19 @@ def test_importance_ratio_is_one_at_the_first_local_step(recorded_run):
             assert abs(m["actor/ppo_kl"]) < 1e-6, m["step"]
         else:
             assert abs(m["actor/ppo_kl"]) > 1e-6, m["step"]  # the ratio is taken against the period's start
+
+
+def test_recipe_hooks_run_and_verl_counters_follow_the_sync_periods(recorded_run):
+    _, metrics, trainer = recorded_run
+    assert trainer.seen["init_models"] == 1 and trainer.seen["publish"] == 1
+    # after each update: its position in the next period, and the version the rollout holds (one push per period)
+    expected = [
+        (s, s % TRIGGER + 1, 1 + s // TRIGGER, float(TRIGGER) if s % TRIGGER == 0 else None) for s in range(1, 7)
+    ]
+    assert trainer.seen["steps"] == expected
+    for m in metrics:
+        assert m["dynamic_resource/train_compute_time_s"] <= m["dynamic_resource/train_allocated_time_s"]
+        assert m["training/epoch"] == 0 and "fully_async/mq_size" in m
+    assert trainer.processed_samples == STEPS * GROUPS == trainer.dynamic_schedule_ctx.expected_samples
+    assert trainer.dynamic_schedule_ctx.total_generated_samples >= STEPS * GROUPS
+    assert trainer.last_ckpt_version == 0  # no checkpoint was saved

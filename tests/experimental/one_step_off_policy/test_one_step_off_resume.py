@@ -39,7 +39,7 @@ def test_killed_one_step_off_run_resumes_like_an_uninterrupted_one(ray_cluster, 
     state = TrainerCheckpointer.load_trainer_state(killed_dir / f"global_step_{SAVE_AT}")
     # the actor saved after update 2 is version 2; batch 3 was generated under version 1 and saved with it
     assert state["weight_version"] == SAVE_AT and state["pending_version"] == SAVE_AT - 1
-    assert (killed_dir / f"global_step_{SAVE_AT}" / PENDING_DIR / "output.pkl").is_file()
+    assert (killed_dir / f"global_step_{SAVE_AT}" / PENDING_DIR / "batch.pkl").is_file()
 
     resumed = run_async_training(config, "one_step_off")
     assert resumed["global_steps"] == STEPS
@@ -63,7 +63,7 @@ def test_missing_pending_batch_is_named(ray_cluster, tmp_path):
     config = recipe_config("one_step_off", tmp_path, *overrides)
     run_async_training(config, "one_step_off")
     step_dir = tmp_path / "global_step_1"
-    (step_dir / PENDING_DIR / "output.pkl").unlink()
+    (step_dir / PENDING_DIR / "batch.pkl").unlink()
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("1")
-    with pytest.raises(Exception, match=f"{PENDING_DIR}.*lacks.*output.pkl"):
+    with pytest.raises(Exception, match=f"{PENDING_DIR}.*lacks.*batch.pkl"):
         run_async_training(config, "one_step_off")

@@ -9,6 +9,12 @@ result does not depend on which group finished first) and runs the inherited PPO
 Checkpoints add the rollout position: which prompt indices the trainer has consumed. A resumed run pushes the restored
 actor to the replicas, then the rollouter skips the consumed indices and generates every other one; groups that were
 queued or in flight at the kill are regenerated under the resumed weights (none lost, none trained on twice).
+
+verl's names: a step pulls its batch in ``_get_samples_from_queue`` and measures it in
+``_collect_metrics_from_samples``; ``_fit_update_local_step`` counts the update into the period
+(``local_trigger_step``) and ``_fit_update_weights`` syncs at its end; ``_fit_postprocess_step`` adds the step to the
+period's aggregate (``metrics_aggregator``). ``current_param_version`` is the weight version, ``required_samples`` the
+groups per update, ``message_queue_client`` the queue's client.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from typing import Any
 import numpy as np
 import ray
 
-from verl.experimental.fully_async_policy.detach_utils import assemble_batch_from_rollout_samples
+from verl.experimental.fully_async_policy.detach_utils import MetricsAggregator, assemble_batch_from_rollout_samples
+from verl.experimental.fully_async_policy.dynamic_schedule import DynamicScheduleContext
 from verl.experimental.fully_async_policy.message_queue import (
     END_OF_STREAM,
     MessageQueue,
+    MessageQueueClient,
     QueueClosedError,
     resolve_refs,
 )
@@ -37,6 +45,7 @@ from verl.experimental.separation.rollout_pool import start_rollout_replicas
 from verl.protocol import DataProto
 from verl.single_controller.ray.node_placement import on_this_node
 from verl.trainer.ppo.ray_trainer import StopTraining, marked_timer
+from verl.trainer.ppo.utils import Role
 
 __all__ = ["FullyAsyncTrainer", "RolloutFailedError", "TrainingStopException", "compress_indices", "expand_indices"]
 
@@ -66,7 +75,24 @@ class RolloutFailedError(RuntimeError):
 
 class FullyAsyncTrainer(SeparateRayPPOTrainer):
     """Trainer of the fully-async recipe. ``role_worker_mapping`` has ``Role.Actor`` (a worker with
-    ``send_weights``) and ``Role.Rollout`` is mapped to the rollout pool in ``resource_pool_manager``."""
+    ``send_weights``) and ``Role.Rollout`` is mapped to the rollout pool in ``resource_pool_manager``.
+
+    ``rollouter_class`` is the Rollouter body ``init_workers`` starts (a recipe's subclass goes here); the methods
+    are synchronous, where verl's are ``async def``.
+    """
+
+    rollouter_class: type = Rollouter
+
+    # Stages whose time is training compute (absent ones count 0): the numerator of the trainer's utilisation.
+    _TRAIN_COMPUTE_TIMING_KEYS = (
+        "reward",
+        "old_log_prob",
+        str(Role.RefPolicy),
+        "values",
+        "adv",
+        "update_critic",
+        "update_actor",
+    )
 
     def __init__(
         self, *args: Any, queue_timeout_s: float = 600.0, sync_wait_timeout_s: float = 600.0, **kwargs: Any
@@ -74,7 +100,9 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         super().__init__(*args, **kwargs)
         async_cfg = self.ppo_config.async_training
         self.groups_per_update = groups_per_update(self.ppo_config)
+        self.require_batches = int(async_cfg.require_batches)
         self.trigger_parameter_sync_step = async_cfg.trigger_parameter_sync_step
+        self.staleness_threshold = float(async_cfg.staleness_threshold)
         self.partial_rollout = async_cfg.partial_rollout
         self.use_rollout_log_probs = async_cfg.use_rollout_log_probs
         self.use_trainer_do_validate = async_cfg.use_trainer_do_validate
@@ -99,10 +127,35 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.leftover_groups = 0
         self.stale_groups_per_sync: list[int] = []
         self._stale_this_period = 0
+        self.stale_trajectory_processed = 0  # stale groups trained on so far
+        self.last_ckpt_version = 0  # the weight version the newest checkpoint holds
         self.rollouter = None
         self.queue = None
+        self.message_queue_client: MessageQueueClient | None = None
         self._rollouter_ref = None
         self.policy_snapshots: PolicySnapshots | None = None  # built with the workers
+        self._resumed = False  # load_checkpoint ran (fit must not load again)
+        # the last sync: the rollouter's report (None while no sync ended in this step)
+        self._sync_report: dict[str, Any] | None = None
+        # waits for the queue within the current sync period: seconds, and groups not already queued
+        self._step_wait_times: list[float] = []
+        self._step_wait_samples: list[int] = []
+        # Every rollout replica stands alone on the rollout pool here: there are no hybrid (trainer-side) replicas
+        # and no dynamic resource scheduling; the context records what such a decision would look at, per sync.
+        self.dynamic_schedule_enabled = False
+        self.only_hybrid = False
+        self.dynamic_schedule_ctx = DynamicScheduleContext(
+            required_samples=self.groups_per_update,
+            trigger_parameter_sync_step=int(self.trigger_parameter_sync_step),
+            total_generated_samples=0,
+            expected_samples=0,
+            buffer_samples=0,
+        )
+        trainer_gpus = trainer_cfg.nnodes * trainer_cfg.n_gpus_per_node
+        rollout_gpus = int(self.config.rollout.nnodes) * int(self.config.rollout.n_gpus_per_node)
+        self.metrics_aggregator = MetricsAggregator(
+            total_gpus=trainer_gpus + rollout_gpus, hybrid_gpus=trainer_gpus, standalone_gpus=rollout_gpus
+        )
         # total prompts the rollouter will produce bounds the number of updates
         from verl.experimental.fully_async_policy.rollouter import total_rollout_prompts
 
@@ -110,6 +163,77 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         if trainer_cfg.total_training_steps is not None:
             total_updates = min(total_updates, trainer_cfg.total_training_steps)
         self.total_training_steps = total_updates
+
+    # ------------------------------------------------------------------ verl's names for this trainer's counters
+
+    @property
+    def current_param_version(self) -> int:
+        """verl's name for the weight version the rollout holds (``weight_version``)."""
+        return self.weight_version
+
+    @current_param_version.setter
+    def current_param_version(self, version: int) -> None:
+        self.weight_version = int(version)
+
+    @property
+    def local_trigger_step(self) -> int:
+        """Position (1-based) of the next update within the current sync period of
+        ``trigger_parameter_sync_step`` updates; 1 right after a sync."""
+        return self.local_updates % int(self.trigger_parameter_sync_step) + 1
+
+    @property
+    def required_samples(self) -> int:
+        """Prompt groups one update trains on: ``require_batches x actor.ppo_mini_batch_size``."""
+        return self.groups_per_update
+
+    @property
+    def processed_samples(self) -> int:
+        """Prompt groups trained on so far (``consumed_groups``)."""
+        return self.consumed_groups
+
+    @property
+    def total_train_steps(self) -> int:
+        """verl's name for ``total_training_steps``: the updates this run makes (see :meth:`set_total_train_steps`)."""
+        return self.total_training_steps
+
+    @property
+    def train_role(self) -> Role:
+        """The role of the trainer's actor group (``Role.Actor``: it hosts no engine)."""
+        return self.actor_role
+
+    def get_actor_wg(self) -> Any:
+        return self.actor_wg
+
+    def set_total_train_steps(self, total_training_steps: int) -> None:
+        """Train ``total_training_steps`` updates. Before ``init_workers`` the optimizers' schedules follow it too;
+        afterwards only the loop does (the schedules keep the count the workers were built with)."""
+        if getattr(self, "actor_rollout_wg", None) is not None and total_training_steps != self.total_training_steps:
+            logger.warning(
+                "set_total_train_steps(%d) after init_workers: the learning-rate schedules keep %d steps",
+                total_training_steps,
+                self.total_training_steps,
+            )
+        self.total_training_steps = int(total_training_steps)
+
+    def set_message_queue_client(self, message_queue_client: MessageQueueClient) -> None:
+        """Read rollout groups from ``message_queue_client``'s queue, and have the rollouter write there; before
+        ``fit`` only."""
+        if self._rollouter_ref is not None:
+            raise RuntimeError("set_message_queue_client must be called before fit")
+        self.message_queue_client = message_queue_client
+        self.queue = message_queue_client.queue_actor
+        if self.rollouter is not None:
+            self._get(self.rollouter.set_message_queue_client.remote(message_queue_client), "rollouter queue switch")
+
+    def set_rollouter(self, rollouter: Any) -> None:
+        """Generate with ``rollouter`` (a Rollouter actor over this trainer's ``replicas`` writing to its queue)
+        instead of the one ``init_workers`` started, which is stopped; before ``fit`` only."""
+        if self._rollouter_ref is not None:
+            raise RuntimeError("set_rollouter must be called before fit")
+        previous, self.rollouter = self.rollouter, rollouter
+        if previous is not None and previous is not rollouter:
+            ray.kill(previous, no_restart=True)
+        self._init_generation_client()
 
     # ------------------------------------------------------------------ set-up
 
@@ -129,9 +253,10 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         max_queue = max(1, self._budget_groups() * 2)
         controller_side = {"num_cpus": 0, "max_concurrency": 1000, **on_this_node()}
         self.queue = ray.remote(MessageQueue).options(**controller_side).remote(max_queue)
+        self.message_queue_client = MessageQueueClient(self.queue, timeout_s=self.queue_timeout_s)
         self.replicas = start_rollout_replicas(self.config, pool)
         self.rollouter = (
-            ray.remote(Rollouter)
+            ray.remote(self.rollouter_class)
             .options(**controller_side)
             .remote(
                 self.config,
@@ -143,6 +268,12 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
             )
         )
         self._get(self.rollouter.ready.remote(), "rollouter start-up")
+
+    def _generation_actor(self) -> Any:
+        return self.rollouter
+
+    def _generation_timeout_s(self) -> float:
+        return self.sync_wait_timeout_s
 
     def _budget_groups(self) -> int:
         from verl.experimental.fully_async_policy.staleness import StalenessBudget
@@ -238,28 +369,57 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
     def _fit_generate(self, batch: DataProto | None = None) -> DataProto:
         """The next update's groups from the queue, ordered by their position in the prompt stream."""
         with marked_timer("gen", self.timing_raw):
-            batch = self._pull_batch()
+            self.epoch, batch = self._get_samples_from_queue()
+            if batch is None:
+                raise StopTraining(
+                    f"the rollouter's stream ended ({self.leftover_groups} group(s) left over, fewer than the "
+                    f"{self.groups_per_update} one update needs)"
+                )
+            self._collect_metrics_from_samples(batch, self.metrics)
         return self._fit_assemble(None, batch)
 
-    def _pull_batch(self) -> DataProto:
+    def _get_samples_from_queue(self) -> tuple[int, DataProto] | tuple[None, None]:
+        """``(epoch, batch)`` of the next ``required_samples`` groups, or ``(None, None)`` once the stream has
+        ended with too few left (``leftover_groups``: taken from the queue, not trained on). Per group,
+        ``batch.meta_info`` carries its start version (``trajectory_param_versions``), aborts and failures."""
+        start = time.perf_counter()
+        queued = int(self._get(self.queue.size.remote(), "message queue size"))
         items = self._pull_groups(self.groups_per_update)
         samples: list[RolloutSample] = [item for item in items if item != END_OF_STREAM]
         if len(samples) < self.groups_per_update:
-            self.leftover_groups = len(samples)  # taken from the queue but too few for an update: not trained on
-            raise StopTraining(
-                f"the rollouter's stream ended ({len(samples)} group(s) left over, fewer than the "
-                f"{self.groups_per_update} one update needs)"
-            )
+            self.leftover_groups = len(samples)
+            return None, None
+        wait_s = time.perf_counter() - start
+        self._step_wait_times.append(wait_s)
+        self._step_wait_samples.append(max(0, self.groups_per_update - queued))
         batch = assemble_batch_from_rollout_samples(samples)
         self.consumed_groups += len(samples)
         self.consumed_indices.extend(sorted(s.index for s in samples))
         if not self.use_rollout_log_probs:
             batch.batch.pop("rollout_log_probs", None)
-        staleness = [self.weight_version - s.start_version for s in samples]
+        ordered = sorted(samples, key=lambda s: s.index)
+        batch.meta_info.update(
+            {
+                "trajectory_param_versions": [s.start_version for s in ordered],
+                "fully_async/partial/aborts": float(sum(s.num_aborts for s in samples)),
+                "fully_async/failed_samples": float(sum(s.num_failed for s in samples)),
+                "fully_async/total_wait_time": wait_s,
+            }
+        )
+        prompts_per_epoch = max(1, len(self.train_dataloader) * int(self.ppo_config.data.train_batch_size))
+        return ordered[0].index // prompts_per_epoch, batch
+
+    def _collect_metrics_from_samples(self, batch: DataProto, metrics: dict[str, Any]) -> None:
+        """Staleness of the batch's groups against the current weights (a histogram, mean, max, how many are
+        stale), partial-rollout and failure counts, and the running counters; the batch's ``fully_async/*`` and
+        ``timing_s/*`` meta-info goes in as it is."""
+        staleness = [self.weight_version - int(v) for v in batch.meta_info["trajectory_param_versions"]]
         stale = sum(1 for k in staleness if k > 0)
         self._stale_this_period += stale
+        self.stale_trajectory_processed += stale
         histogram = Counter(staleness)
-        metrics = {f"fully_async/staleness/{k}": float(histogram.get(k, 0)) for k in range(max(staleness) + 1)}
+        metrics.update({f"fully_async/staleness/{k}": float(histogram.get(k, 0)) for k in range(max(staleness) + 1)})
+        metrics.update({k: v for k, v in batch.meta_info.items() if k.startswith(("fully_async", "timing_s"))})
         metrics.update(
             {
                 "fully_async/staleness/mean": float(np.mean(staleness)),
@@ -268,14 +428,11 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
                 "fully_async/partial/aborted_samples": float(
                     sum(int(a > 0) for a in batch.non_tensor_batch["num_aborts"])
                 ),
-                "fully_async/partial/aborts": float(sum(s.num_aborts for s in samples)),
-                "fully_async/failed_samples": float(sum(s.num_failed for s in samples)),
                 "fully_async/param_version": float(self.weight_version),
                 "fully_async/consumed_groups": float(self.consumed_groups),
+                "fully_async/count/stale_trajectory_processed": float(self.stale_trajectory_processed),
             }
         )
-        self.metrics.update(metrics)
-        return batch
 
     def _actor_version(self) -> int | None:
         """The weight version the actor holds now; None once it was updated after its last push."""
@@ -298,26 +455,34 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
 
     def _fit_update_actor(self, batch: DataProto) -> DataProto:
         batch = super()._fit_update_actor(batch)
-        if not self._actor_warmed_up():  # critic warm-up: no new weights, but the period ends (the budget renews)
-            self._end_period(self.metrics, push=False)
+        self._fit_update_local_step()
         return batch
 
-    def _fit_update_weights(self) -> None:
-        """Every ``trigger_parameter_sync_step`` updates and after the last: pause rollouter, publish v+1, resume."""
-        if self._actor_warmed_up():
-            self._end_period(self.metrics, push=True)
-
-    def _end_period(self, metrics: dict, push: bool) -> None:
+    def _fit_update_local_step(self) -> None:
+        """Count the step's update into the sync period (a critic warm-up step counts too: the period, and the
+        staleness budget with it, still ends)."""
         self.local_updates += 1
-        self._weights_unpushed = self._weights_unpushed or push
-        period_done = self.local_updates % self.trigger_parameter_sync_step == 0
+        if self._actor_warmed_up():
+            self._weights_unpushed = True
+
+    def _fit_update_weights(self) -> dict[str, Any] | None:
+        """At the end of every sync period of ``trigger_parameter_sync_step`` updates, and after the last update:
+        pause the rollouter, publish the next version (when the actor changed), resume. Returns the rollouter's
+        report of the sync, or None when this step did not sync."""
+        self._sync_report = None
+        period_done = self.local_trigger_step == 1
         # The last update is pushed even mid-period, so the servers end on the final weights (rollout-side
         # validation after the last step, users reading them back).
-        final_push = push and self.global_steps >= self.total_training_steps
+        final_push = self._weights_unpushed and self.global_steps >= self.total_training_steps
         if not (period_done or final_push):
-            return
+            return None
+        self._sync_report = self._sync_rollouter(self.metrics)
+        return self._sync_report
+
+    def _sync_rollouter(self, metrics: dict) -> dict[str, Any]:
         start = time.perf_counter()
-        metrics.update(self._get(self.rollouter.pause.remote(), "rollouter pause"))
+        report = self._get(self.rollouter.pause.remote(), "rollouter pause")
+        metrics.update(report)
         if self._weights_unpushed:
             self._push_weights(metrics)
             self._weights_unpushed = False
@@ -325,21 +490,87 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.stale_groups_per_sync.append(self._stale_this_period)
         self._stale_this_period = 0
         metrics["fully_async/sync_s"] = time.perf_counter() - start
+        self._update_schedule_context()
+        return report
+
+    def _update_schedule_context(self) -> None:
+        """``dynamic_schedule_ctx`` as of this sync: generated vs. consumed groups, the staleness budget and the
+        period's waits for the queue (which start afresh)."""
+        ctx = self.dynamic_schedule_ctx
+        stats = self._get(self.rollouter.get_statistics.remote(), "rollouter statistics")
+        ctx.total_generated_samples = int(stats.get("groups_enqueued", 0))
+        ctx.expected_samples = self.consumed_groups
+        ctx.buffer_samples = int(ctx.step_required_samples * self.staleness_threshold)
+        ctx.step_wait_times, ctx.step_wait_samples = self._step_wait_times, self._step_wait_samples
+        self._step_wait_times, self._step_wait_samples = [], []
+
+    def _update_rollout_weights(self, metrics: dict) -> None:
+        """``checkpoint_manager.update_weights()``: publish with the rollouter paused, as a sync does."""
+        self._weights_unpushed = True
+        self._sync_rollouter(metrics)
 
     def _push_weights(self, metrics: dict) -> None:
         super()._push_weights(metrics)
         if self.policy_snapshots is not None:
             self.policy_snapshots.pushed(self.weight_version)
 
+    def _fit_postprocess_step(self) -> None:
+        """The step's share of the trainer's utilisation, the queue's length, and the step's metrics into the
+        sync period's aggregate (merged into the metrics of the step that ends the period)."""
+        super()._fit_postprocess_step()
+        self._record_train_resource_utilization(self.timing_raw.get("step", 0.0))
+        self.metrics["fully_async/mq_size"] = float(self._get(self.queue.size.remote(), "message queue size"))
+        self.metrics_aggregator.add_step_metrics(self.metrics, sample_count=self.required_samples)
+        if self._sync_report is not None:
+            self._fit_log_aggregated_training_metrics(self._sync_report)
+
+    def _record_train_resource_utilization(self, allocated_time: float) -> None:
+        """Seconds of training compute (``_TRAIN_COMPUTE_TIMING_KEYS``) and of the step's whole turn, as raw
+        numbers, so that a period's utilisation is the ratio of their sums."""
+        compute = sum(self.timing_raw.get(key, 0.0) for key in self._TRAIN_COMPUTE_TIMING_KEYS)
+        self.metrics["dynamic_resource/train_compute_time_s"] = compute
+        self.metrics["dynamic_resource/train_allocated_time_s"] = float(allocated_time)
+
+    def _fit_log_aggregated_training_metrics(self, rollout_reset_timing_raw: dict[str, Any]) -> None:
+        """End of a sync period: its aggregate (``metrics_aggregator``) plus the sync's rollouter report join the
+        step's metrics under ``period/`` when the period had more than one update (one update: the step's own
+        metrics are the period's); the aggregator starts afresh."""
+        aggregated = self.metrics_aggregator.get_aggregated_metrics()
+        if self.metrics_aggregator.step_count > 1:
+            aggregated.update(rollout_reset_timing_raw)
+            self.metrics.update({f"period/{key}": value for key, value in aggregated.items()})
+        self.metrics_aggregator.reset()
+
     def _generate_validation(self, gen_batch: DataProto) -> DataProto:
         return self._get(self.rollouter.generate_sequences.remote(gen_batch), "rollouter validation generation")
 
     def _validate(self, merged: bool = False) -> dict[str, float]:
         if self.use_trainer_do_validate:
-            return super()._validate(merged)
+            return self._trainer_side_validate()
         return self._get(self.rollouter.validate.remote(), "rollouter validation")
 
+    def _trainer_side_validate(self) -> dict[str, float]:
+        """``async_training.use_trainer_do_validate``: generate on the rollout replicas, score and report here
+        (validation dumps and logged generations apply); returns the metrics."""
+        return super()._validate()
+
     # ------------------------------------------------------------------ checkpoints
+
+    def load_checkpoint(self) -> int:
+        """Resume from the newest checkpoint now (``trainer.resume_mode``); returns the restored weight version
+        (0 when starting fresh). ``fit`` then does not load again."""
+        self._load_checkpoint()
+        return self.weight_version
+
+    def _load_checkpoint(self) -> None:
+        if self._resumed:
+            return
+        super()._load_checkpoint()
+        self._resumed = True
+
+    def _save_checkpoint(self) -> None:
+        super()._save_checkpoint()
+        self.last_ckpt_version = self.weight_version + (1 if self._weights_unpushed else 0)
 
     def _checkpoint_state(self) -> dict[str, Any]:
         state = super()._checkpoint_state()
@@ -385,6 +616,8 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.consumed_groups = len(self.consumed_indices)
         self.local_updates = int(saved["local_updates"])
         self.stale_groups_per_sync = list(saved.get("stale_groups_per_sync", []))
+        self.stale_trajectory_processed = sum(self.stale_groups_per_sync)
+        self.last_ckpt_version = self.weight_version
         self._get(self.rollouter.restore.remote(self.weight_version, self.consumed_indices), "rollouter restore")
 
     def _resume_rollout_weights(self, version: int) -> None:

@@ -123,6 +123,13 @@ class Rollouter:
     def get_replica_actors(self) -> list[Any]:
         return [getattr(r, "actor", r) for r in self.replicas]
 
+    def set_message_queue_client(self, message_queue_client: Any) -> None:
+        """Put groups into the queue of ``message_queue_client`` (a ``MessageQueueClient``); before ``fit`` only."""
+        if self.stats["groups_started"]:
+            raise RuntimeError("rollouter.set_message_queue_client must be called before fit starts generating")
+        self.queue = message_queue_client.queue_actor
+        self.queue_writer = CoalescingQueueWriter(self.queue, self.put_timeout_s)
+
     async def fit(self) -> dict[str, Any]:
         """Generate every prompt of the stream, then put END_OF_STREAM; returns the final statistics."""
         try:

@@ -3,6 +3,7 @@ synchronous standalone-rollout trainer, the one-step-off trainer and the fully-a
 
 - :mod:`.engine_workers`: ``DetachActorWorker``, the actor that sends its weights to standalone replicas;
 - :mod:`.rollout_pool`: the rollout pool, its replicas, the in-process agent-loop worker and the weight sync;
+- :mod:`.checkpoint_manager`: ``SeparateCheckpointManager``, verl's ``trainer.checkpoint_manager`` over that sync;
 - :mod:`.task_runner`: ``run_async_training`` and ``AsyncTaskRunner``, main_ppo's task runner with a recipe's trainer;
 - :mod:`.entry`: their entry point, main_ppo's command line with the recipe's config and training function.
 """

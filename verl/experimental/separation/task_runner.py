@@ -16,11 +16,16 @@ from omegaconf import DictConfig
 from verl.trainer.ppo.roles import Role
 from verl.trainer.ppo.task_runner import GLOBAL_POOL, TaskRunner
 
-__all__ = ["TRAINERS", "AsyncTaskRunner", "build_async_role_worker_mapping", "run_async_training"]
+__all__ = ["TASK_RUNNERS", "TRAINERS", "AsyncTaskRunner", "build_async_role_worker_mapping", "run_async_training"]
 
 TRAINERS = {
     "fully_async": "verl.experimental.fully_async_policy.fully_async_trainer:FullyAsyncTrainer",
     "one_step_off": "verl.experimental.one_step_off_policy.ray_trainer:OneStepOffRayTrainer",
+}
+# each recipe's task runner, at verl's module path
+TASK_RUNNERS = {
+    "fully_async": "verl.experimental.fully_async_policy.fully_async_main:FullyAsyncTaskRunner",
+    "one_step_off": "verl.experimental.one_step_off_policy.main_ppo:OneStepTaskRunner",
 }
 TRAINER_POOL = GLOBAL_POOL  # the trainer side's pool: main_ppo's global pool
 
@@ -87,11 +92,8 @@ def build_trainer(config: DictConfig, kind: str, trainer_cls: type | None = None
     return runner.build_trainer(config, runner.init_resource_pool_mgr(config), worker_group_cls)
 
 
-def run_async_training(config: DictConfig, kind: str, trainer_cls: type | None = None) -> dict[str, Any]:
-    """Start or join Ray and train with the ``kind`` recipe in an :class:`AsyncTaskRunner` actor; returns the
-    run's summary."""
-    from verl.trainer.ppo.task_runner import run_task_runner
-
+def refuse_restarts(config: DictConfig, kind: str) -> None:
+    """The async recipes do not rebuild their workers after a loss: ``trainer.max_restarts`` must be 0."""
     max_restarts = int(config.trainer.max_restarts)
     if max_restarts:
         raise ValueError(
@@ -99,4 +101,14 @@ def run_async_training(config: DictConfig, kind: str, trainer_cls: type | None =
             "does); set trainer.max_restarts=0 and rerun with trainer.resume_mode=auto to continue from the last "
             "checkpoint after a lost worker"
         )
-    return run_task_runner(config, AsyncTaskRunner, kind, trainer_cls)
+
+
+def run_async_training(config: DictConfig, kind: str, trainer_cls: type | None = None) -> dict[str, Any]:
+    """Start or join Ray and train with the ``kind`` recipe in an actor of its task runner (``TASK_RUNNERS``, both
+    :class:`AsyncTaskRunner` subclasses); returns the run's summary."""
+    from verl.trainer.ppo.task_runner import run_task_runner
+
+    refuse_restarts(config, kind)
+    if kind not in TASK_RUNNERS:
+        raise ValueError(f"unknown async recipe {kind!r}; known: {sorted(TASK_RUNNERS)}")
+    return run_task_runner(config, _load(TASK_RUNNERS[kind]), trainer_cls=trainer_cls)
