@@ -35,8 +35,7 @@ from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
 from verl.experimental.separation.rollout_pool import StandaloneAgentLoopManager, start_rollout_replicas
 from verl.protocol import DataProto
 from verl.single_controller.ray.node_placement import on_this_node
-from verl.trainer.ppo.core_algos import compute_response_mask
-from verl.trainer.ppo.ray_trainer import PROMPT_KEYS, StopTraining, marked_timer
+from verl.trainer.ppo.ray_trainer import StopTraining, marked_timer
 
 __all__ = ["OneStepOffRayTrainer"]
 
@@ -113,22 +112,6 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
         from verl.trainer.ppo.reward import compute_reward, load_reward_manager
 
         return compute_reward(batch, load_reward_manager(config, tokenizer, num_examine=0))
-
-    def _join_generation(self, batch: DataProto, output: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
-        """Prompts repeated ``rollout.n`` times joined to the responses, balanced over the ranks (the template's
-        join, into the generation's own metrics and timings)."""
-        timing_raw.update(output.meta_info.pop("timing", {}) or {})
-        metrics.update(output.meta_info.pop("metrics", {}) or {})
-        batch = batch.repeat(repeat_times=self.ppo_config.rollout.n, interleave=True)
-        for key in PROMPT_KEYS:
-            batch.batch.pop(key, None)
-        batch = batch.union(output)
-        if "response_mask" not in batch.batch.keys():
-            batch.batch["response_mask"] = compute_response_mask(batch)
-        if self.ppo_config.trainer.balance_batch:
-            self._balance_batch(batch, metrics)
-        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
-        return batch
 
     def _submit(self, gen_batch: DataProto) -> Any:
         gen_batch = gen_batch.repeat(repeat_times=self.ppo_config.rollout.n, interleave=True)

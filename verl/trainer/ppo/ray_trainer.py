@@ -456,10 +456,17 @@ class RayPPOTrainer(RecipeHooks):
         return self._fit_assemble(batch, gen_output)
 
     def _fit_assemble(self, batch: DataProto | None, gen_output: DataProto) -> DataProto:
-        """Join prompts and generations (``batch`` None: the generation already carries every column), then
-        balance the batch over the ranks."""
-        self.timing_raw.update(gen_output.meta_info.pop("timing", {}) or {})
-        self.metrics.update(gen_output.meta_info.pop("metrics", {}) or {})  # agent_loop/* counters and times
+        """Join prompts and generations into the step's batch (its metrics and stage times into the step's)."""
+        return self._join_generation(batch, gen_output, self.metrics, self.timing_raw)
+
+    def _join_generation(
+        self, batch: DataProto | None, gen_output: DataProto, metrics: dict, timing_raw: dict
+    ) -> DataProto:
+        """Prompts repeated ``rollout.n`` times joined to their generations (``batch`` None: the generation already
+        carries every column), balanced over the ranks; the generation's ``metrics`` and ``timing`` go to the
+        given dicts."""
+        timing_raw.update(gen_output.meta_info.pop("timing", {}) or {})
+        metrics.update(gen_output.meta_info.pop("metrics", {}) or {})  # agent_loop/* counters and times
         if batch is None:
             batch = gen_output
         else:
@@ -470,7 +477,7 @@ class RayPPOTrainer(RecipeHooks):
         if "response_mask" not in batch.batch.keys():
             batch.batch["response_mask"] = compute_response_mask(batch)
         if self.ppo_config.trainer.balance_batch:
-            self._balance_batch(batch, self.metrics)
+            self._balance_batch(batch, metrics)
         batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
         return batch
 

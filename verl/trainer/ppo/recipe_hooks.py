@@ -18,7 +18,7 @@ import numpy as np
 
 from verl.protocol import DataProto
 from verl.trainer.ppo.generation_dump import decode_samples, pick_samples
-from verl.trainer.ppo.validation_metrics import process_validation_metrics
+from verl.trainer.ppo.validation_metrics import flatten_validation_metrics, process_validation_metrics
 
 __all__ = ["RecipeHooks"]
 
@@ -127,14 +127,7 @@ class RecipeHooks:
         """verl's flat validation metrics: ``val-core/<source>/<var>/<metric>`` for the mean/maj/best@n of the
         core variable (``acc`` when reported, else ``reward``) at the largest n, ``val-aux/...`` for the rest."""
         nested = process_validation_metrics(list(data_sources), list(sample_uids), reward_extra_infos_dict)
-        metrics: dict[str, float] = {}
-        for source, by_variable in nested.items():
-            core = "acc" if "acc" in by_variable else "reward"
-            for variable, values in by_variable.items():
-                largest_n = max(int(name.split("@")[-1].split("/")[0]) for name in values)
-                for name, value in values.items():
-                    is_core = variable == core and name.startswith(("mean", "maj", "best")) and f"@{largest_n}" in name
-                    metrics[f"{'val-core' if is_core else 'val-aux'}/{source}/{variable}/{name}"] = value
+        metrics = flatten_validation_metrics(nested)
         if len(sample_turns) > 0:
             turns = np.concatenate([np.asarray(t) for t in sample_turns])
             metrics.update(
