@@ -99,13 +99,14 @@ def test_recipe_estimator_and_loss_are_found_by_name(recipe_algos):
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # a recipe run of its own costs over a minute; the default tier resolves both names above
 def test_recipe_trains_with_its_own_loss_and_estimator(tmp_path):
     seed = int(os.environ.get("VERL_TEST_SEED", "1"))
     _check_recipe_algorithm_ran(_run_recipe(tmp_path, seed, WIRING_STEPS))
 
 
 @pytest.mark.ray
-@pytest.mark.slow  # a 60-step learning run per seed; the default tier runs the same recipe for WIRING_STEPS
+@pytest.mark.slow  # a 60-step learning run per seed
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_recipe_reward_rises_with_its_own_loss_and_estimator(tmp_path, seed):
     metrics = _run_recipe(tmp_path, seed, STEPS)

@@ -36,6 +36,8 @@ def _check_steps(run_dir, steps):
     return metrics
 
 
+@pytest.mark.slow  # a recipe run of its own costs over a minute; the default tier covers the pool placement in
+# tests/trainer/ppo/test_recipe_hooks.py and a recipe run in test_dapo_style_recipe.py
 def test_judge_on_its_own_pool_scores_every_step(tmp_path):
     result = run_recipe(MODULE, tmp_path, int(os.environ.get("VERL_TEST_SEED", "1")), WIRING_STEPS, JUDGE)
     assert result.returncode == 0, result.stderr[-4000:]
