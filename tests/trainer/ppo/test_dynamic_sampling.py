@@ -93,12 +93,17 @@ def _run(tmp_path, *overrides):
 
 @pytest.mark.ray
 def test_gen_batch_size_sets_the_prompts_of_each_generation_batch(ray_cluster, tmp_path):
-    # without filtering a step trains on its whole generation batch, as verl's trainer does
-    metrics, dumps = _run(tmp_path, "data.gen_batch_size=8")
+    # without filtering a step trains on its whole generation batch, as verl's trainer does; scored in the agent
+    # loop (verl's spelling of the switch), validation included: the generation batch carries the reward columns
+    metrics, dumps = _run(
+        tmp_path, "data.gen_batch_size=8", "reward_model.launch_reward_fn_async=true", "trainer.val_before_train=true"
+    )
     assert sorted(dumps) == [1, 2]
     for rows in dumps.values():
         assert len(rows) == 8 * 8 and len({row["uid"] for row in rows}) == 8
     assert all("train/num_gen_batches" not in row for row in metrics)
+    assert metrics[0]["step"] == 0 and "val-core/synthetic/target_digit/reward/mean@1" in metrics[0]
+    assert all(row["agent_loop/compute_score/max"] > 0 for row in metrics[1:])  # scored in the loop
 
 
 @pytest.mark.ray
