@@ -19,13 +19,12 @@ import asyncio
 import logging
 from typing import Any
 
-import numpy as np
 import ray
-from tensordict import TensorDict
 
 from verl.experimental.reward_loop.migrate import migrate_legacy_reward_impl
 from verl.experimental.reward_loop.reward_manager.base import config_value
 from verl.protocol import DataProto, pad_dataproto_to_divisor
+from verl.trainer.ppo.reward import scored_batch
 from verl.utils.extras import MissingExtraError, missing_message
 
 __all__ = ["RewardLoopManager", "RewardLoopWorker", "migrate_legacy_reward_impl"]
@@ -175,16 +174,5 @@ class RewardLoopManager:
         scores = [float(item["reward_score"]) for item in flat]
         rm_scores = self.reward_manager_cls.assemble_rm_scores(data, scores)
         extras = [dict(item.get("reward_extra_info") or {}) for item in flat]
-        keys: list[str] = []
-        for extra in extras:
-            keys.extend(k for k in extra if k not in keys)
-        non_tensor = {}
-        for key in keys:
-            column = np.empty(len(extras), dtype=object)
-            column[:] = [extra.get(key) for extra in extras]
-            non_tensor[key] = column
-        return DataProto(
-            batch=TensorDict({"rm_scores": rm_scores}, batch_size=len(data)),
-            non_tensor_batch=non_tensor,
-            meta_info={"reward_extra_keys": keys},
-        )
+        keys = list(dict.fromkeys(key for extra in extras for key in extra))
+        return scored_batch(rm_scores, {key: [extra.get(key) for extra in extras] for key in keys})

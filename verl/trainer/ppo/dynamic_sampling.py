@@ -30,12 +30,13 @@ _PER_BATCH_META = ("global_token_num",)
 def group_metric_values(batch: DataProto, metric: str) -> np.ndarray:
     """One value per response of ``batch`` for ``filter_groups.metric``; the culprit key is named when absent."""
     if metric in _SCORE_METRICS or metric == "seq_final_reward":
-        source = "token_level_rewards" if metric == "seq_final_reward" else "token_level_scores"
-        if source not in batch.batch.keys() and source == "token_level_rewards":
-            source = "token_level_scores"  # no in-reward KL yet: the final reward is the score
-        if source not in batch.batch.keys():
+        tensors = batch.batch
+        # before an in-reward KL penalty is applied the final reward is the score itself
+        final = metric == "seq_final_reward" and "token_level_rewards" in tensors.keys()
+        source = "token_level_rewards" if final else "token_level_scores"
+        if source not in tensors.keys():
             raise KeyError(f"algorithm.filter_groups.metric={metric!r} needs '{source}'; score the batch first")
-        return batch.batch[source].sum(dim=-1).float().cpu().numpy()
+        return tensors[source].sum(dim=-1).float().cpu().numpy()
     if metric not in batch.non_tensor_batch:
         raise KeyError(
             f"algorithm.filter_groups.metric={metric!r} is neither seq_reward, seq_final_reward nor a column of the "

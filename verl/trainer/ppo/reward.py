@@ -24,7 +24,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
+from tensordict import TensorDict
 
 from verl.protocol import DataProto
 from verl.utils.import_utils import load_extern_object
@@ -38,6 +40,7 @@ __all__ = [
     "compute_reward",
     "compute_reward_async",
     "extract_reward",
+    "scored_batch",
     "get_custom_reward_fn",
     "load_reward_manager",
     "resolve_reward_manager_cls",
@@ -287,6 +290,21 @@ def _compute_reward_task(
 
 
 compute_reward_async = _LazyRayTask(_compute_reward_task, "compute_reward_async", num_cpus=1)
+
+
+def scored_batch(rm_scores: torch.Tensor, extra_columns: dict[str, Any]) -> DataProto:
+    """What a reward loop returns and :func:`extract_reward` reads: ``rm_scores`` and one object column per
+    reward-extra key, the keys listed in ``meta_info["reward_extra_keys"]``."""
+    columns = {}
+    for key, values in extra_columns.items():
+        column = np.empty(len(values), dtype=object)
+        column[:] = list(values)
+        columns[key] = column
+    return DataProto(
+        batch=TensorDict({"rm_scores": rm_scores}, batch_size=rm_scores.shape[0]),
+        non_tensor_batch=columns,
+        meta_info={"reward_extra_keys": list(columns)},
+    )
 
 
 def extract_reward(batch: DataProto) -> tuple[torch.Tensor, dict[str, Any]]:

@@ -16,11 +16,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-from tensordict import TensorDict
-
 from verl.protocol import DataProto
-from verl.trainer.ppo.reward import compute_reward
+from verl.trainer.ppo.reward import compute_reward, scored_batch
 
 __all__ = ["DriverRewardLoop", "ScoredRolloutManager", "attach_scores"]
 
@@ -41,12 +38,7 @@ class DriverRewardLoop:
         """``rm_scores`` of ``batch`` and one non-tensor column per reward-extra key; the keys are listed in the
         result's ``meta_info["reward_extra_keys"]``."""
         reward_tensor, extra, self.last_metrics = compute_reward(batch, self.reward_fn, return_metrics=True)
-        columns = {key: np.asarray(values, dtype=object) for key, values in extra.items()}
-        return DataProto(
-            batch=TensorDict({"rm_scores": reward_tensor}, batch_size=len(batch)),
-            non_tensor_batch=columns,
-            meta_info={REWARD_EXTRA_KEYS: list(columns)},
-        )
+        return scored_batch(reward_tensor, extra)
 
 
 def attach_scores(batch: DataProto, scores: DataProto) -> DataProto:

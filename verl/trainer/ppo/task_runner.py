@@ -118,11 +118,6 @@ class TaskRunner:
     def add_reward_model_worker(self, config: DictConfig) -> None:
         """A model-based reward when ``reward.reward_model.enable``: on the global pool, or on a pool of its own
         with ``reward.reward_model.enable_resource_pool`` (see :meth:`add_reward_model_resource_pool`)."""
-        if not need_reward_model(config):
-            return
-        from verl.workers.reward_model import RewardModelWorker
-
-        self.role_worker_mapping.setdefault(Role.RewardModel, RewardModelWorker)
         self.add_reward_model_resource_pool(config)
 
     def add_reward_model_resource_pool(self, config: DictConfig) -> None:
