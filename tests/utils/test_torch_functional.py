@@ -377,7 +377,7 @@ def test_device_helpers_agree_with_torch():
     assert is_cuda_available == torch.cuda.is_available()
     assert get_device_name() == ("cuda" if torch.cuda.is_available() else "cpu")
     assert get_nccl_backend() == ("nccl" if torch.cuda.is_available() else "gloo")
-    assert get_torch_device() is getattr(torch, get_device_name())
+    assert get_torch_device() == getattr(torch, get_device_name())
 
 
 @pytest.mark.gpu

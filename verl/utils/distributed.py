@@ -24,14 +24,39 @@ __all__ = [
     "destroy_global_process_group",
     "set_numa_affinity",
     "default_backend",
+    "normalize_backend",
 ]
 
 logger = logging.getLogger(__name__)
 
 
-def default_backend() -> str:
-    """``cpu:gloo,cuda:nccl`` on a CUDA machine, ``gloo`` without CUDA."""
-    return "cpu:gloo,cuda:nccl" if is_cuda_available else "gloo"
+def default_backend(device_type: str | None = None) -> str:
+    """The ``init_process_group`` backend for ``device_type`` (default: this machine's device).
+
+    ``cpu:gloo,cuda:nccl`` for CUDA (gloo still serves CPU tensors such as gathered RNG states), plain ``gloo``
+    for CPU: ``cpu:gloo,cpu:gloo`` would name ``cpu`` twice, which torch rejects.
+    """
+    device_type = device_type or ("cuda" if is_cuda_available else "cpu")
+    return "gloo" if device_type == "cpu" else f"cpu:gloo,{device_type}:nccl"
+
+
+def normalize_backend(backend: str) -> str:
+    """``backend`` with repeated ``device:backend`` pairs dropped, so strings built as
+    ``f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"`` also work on a CPU run (``cpu:gloo``).
+
+    Two different backends for one device type stay an error: that is a real conflict.
+    """
+    if ":" not in backend:
+        return backend
+    pairs: dict[str, str] = {}
+    for pair in backend.split(","):
+        device, sep, name = pair.strip().partition(":")
+        if not sep:
+            return backend  # malformed: let torch report it in its own words
+        device, name = device.strip().lower(), name.strip().lower()
+        if pairs.setdefault(device, name) != name:
+            raise ValueError(f"backend {backend!r} gives device type {device!r} two backends: {pairs[device]}, {name}")
+    return ",".join(f"{device}:{name}" for device, name in pairs.items())
 
 
 def _env_int(name: str, default: int | None = None) -> int:
@@ -62,7 +87,9 @@ def _init(backend: str, rank: int, world_size: int, timeout_second: float | None
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ["MASTER_PORT"] = str(get_free_port(os.environ["MASTER_ADDR"])[0])
     kwargs = {"timeout": datetime.timedelta(seconds=timeout_second)} if timeout_second is not None else {}
-    dist.init_process_group(backend=backend, rank=rank, world_size=world_size, init_method=init_method, **kwargs)
+    dist.init_process_group(
+        backend=normalize_backend(backend), rank=rank, world_size=world_size, init_method=init_method, **kwargs
+    )
 
 
 def initialize_global_process_group(timeout_second: int = 36000) -> tuple[int, int, int]:

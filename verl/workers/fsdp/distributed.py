@@ -14,6 +14,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from verl.utils.distributed import default_backend
+
 __all__ = ["resolve_device", "init_distributed", "build_fsdp_mesh", "device_for_rank"]
 
 _DEVICES = ("auto", "cpu", "cuda")
@@ -59,11 +61,11 @@ def init_distributed(device_type: str, rank: int, world_size: int, timeout_s: fl
                 os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
     if device_type == "cuda":
         torch.cuda.set_device(device_for_rank("cuda", int(os.environ.get("LOCAL_RANK", "0"))))
-        backend = "cpu:gloo,cuda:nccl"
-    else:
-        backend = "gloo"
     dist.init_process_group(
-        backend=backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s)
+        backend=default_backend(device_type),
+        rank=rank,
+        world_size=world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
     )
 
 

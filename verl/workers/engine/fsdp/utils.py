@@ -17,12 +17,16 @@ from verl.workers.fsdp.distributed import build_fsdp_mesh
 __all__ = ["create_device_mesh", "get_sharding_strategy"]
 
 
-def create_device_mesh(world_size: int, fsdp_size: int) -> DeviceMesh:
-    """The FSDP mesh over ``world_size`` ranks on this machine's device type; ``fsdp_size`` < 0 or >= the world
-    size gives a 1-D mesh. Needs an initialised process group."""
+def create_device_mesh(world_size: int, fsdp_size: int, device_type: str | None = None) -> DeviceMesh:
+    """The FSDP mesh over ``world_size`` ranks; ``fsdp_size`` < 0 or >= the world size gives a 1-D mesh.
+
+    ``device_type`` defaults to this machine's (:func:`~verl.utils.device.get_device_name`), so on a CPU run the
+    mesh is a ``cpu`` mesh that FSDP2 shards over with gloo; pass ``"cpu"`` to shard on the CPU of a GPU machine.
+    Needs an initialised process group.
+    """
     if fsdp_size is None or fsdp_size < 0 or fsdp_size >= world_size:
         fsdp_size = -1
-    return build_fsdp_mesh(get_device_name(), int(world_size), int(fsdp_size), key="fsdp_size")
+    return build_fsdp_mesh(device_type or get_device_name(), int(world_size), int(fsdp_size), key="fsdp_size")
 
 
 def get_sharding_strategy(device_mesh: DeviceMesh, zero3_enable: bool = True) -> ShardingStrategy:
