@@ -55,6 +55,9 @@ class BaseConfig(collections.abc.Mapping):
 
     _target_: ClassVar[str] = "verl.base_config.BaseConfig"
     _mutable_fields: ClassVar[frozenset[str]] = frozenset()
+    # Keys a recipe's YAML adds to this group that no field declares: kept, read as attributes and items, so recipe
+    # code finds them on the config objects our classes hand it (built by verl.trainer.config.build_ppo_config).
+    _extra: dict[str, Any] = dataclasses.field(default_factory=dict, kw_only=True, repr=False, compare=False)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -72,13 +75,23 @@ class BaseConfig(collections.abc.Mapping):
     def __delattr__(self, name: str) -> None:
         raise dataclasses.FrozenInstanceError(f"{type(self).__name__}.{name} cannot be deleted")
 
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when no field or attribute has the name: a recipe's own key kept in ``_extra``.
+        extra = self.__dict__.get("_extra") if not name.startswith("__") else None
+        if extra and name in extra:
+            return extra[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
     # -- Mapping view -------------------------------------------------------------------------------------------
     def __getitem__(self, key: str) -> Any:
         if not isinstance(key, str):
             raise TypeError(f"{type(self).__name__} keys are field names (str), got {type(key).__name__} {key!r}")
-        # Fields, and public attributes set on the instance after construction (verl reads any attribute).
+        # Fields, a recipe's own keys, and public attributes set on the instance after construction (verl reads any
+        # attribute).
         if key in self._public_field_names() or (not key.startswith("_") and key in self.__dict__):
             return getattr(self, key)
+        if key in self._extra:
+            return self._extra[key]
         raise MissingConfigKey(f"{type(self).__name__} has no field {key!r}")
 
     def __iter__(self):
@@ -88,7 +101,7 @@ class BaseConfig(collections.abc.Mapping):
         return len(self._public_field_names())
 
     def __contains__(self, key: object) -> bool:
-        return key in self._public_field_names()
+        return key in self._public_field_names() or key in self.__dict__.get("_extra", ())
 
     # Mapping defines __eq__ (and so drops __hash__); the dataclass __eq__ of each subclass takes precedence.
     __hash__ = None  # type: ignore[assignment]
@@ -99,12 +112,15 @@ class BaseConfig(collections.abc.Mapping):
 
     def to_dict(self) -> dict[str, Any]:
         """A plain nested dict (nested configs become dicts too), e.g. for logging or ``OmegaConf.create``."""
-        return {name: _plain(getattr(self, name)) for name in self._public_field_names()}
+        fields = {name: _plain(getattr(self, name)) for name in self._public_field_names()}
+        return {**fields, **{name: _plain(value) for name, value in self._extra.items()}}
 
 
 def _plain(value: Any) -> Any:
     if isinstance(value, BaseConfig):
         return value.to_dict()
+    if isinstance(value, collections.abc.Mapping) and not isinstance(value, dict):  # a recipe's nested block
+        return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

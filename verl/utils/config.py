@@ -8,6 +8,7 @@ become plain lists/dicts, and every error message starts with the dotted key.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import difflib
 import importlib
@@ -23,14 +24,26 @@ from verl.base_config import ConfigError
 __all__ = ["ConfigError", "omega_conf_to_dataclass", "update_dict_with_config", "validate_config"]
 
 T = TypeVar("T")
+# Set while building a trainer config whose groups keep a recipe's own keys (omega_conf_to_dataclass keep_unknown).
+_KEEP_UNKNOWN: contextvars.ContextVar[bool] = contextvars.ContextVar("keep_unknown", default=False)
+# An unknown key this close to a field name (difflib ratio) is a misspelling, refused even where keys are kept.
+_TYPO_CUTOFF = 0.85
 
 
-def omega_conf_to_dataclass(config: Any, dataclass_type: type[T] | None = None, *, path: str = "") -> T:
+def omega_conf_to_dataclass(
+    config: Any, dataclass_type: type[T] | None = None, *, path: str = "", keep_unknown: bool = False
+) -> T:
     """Build ``dataclass_type`` (or the class named by ``config._target_``) from an OmegaConf node or a dict.
 
     Interpolations are resolved; unknown keys and wrong types raise :class:`ConfigError` naming ``path.key``.
     ``path`` is the dotted prefix used in messages; by default the node's own position (``cfg.actor`` -> ``actor``).
     A config that already is an instance of the requested type is returned unchanged.
+
+    ``keep_unknown``: a key no field declares is a recipe's own (its YAML extends ours) and is kept in the config's
+    ``_extra`` (read as an attribute) instead of refused; one within a typo of a field name is still refused.
+    A recipe's own ``_target_`` dataclass that does not subclass ``dataclass_type`` is accepted (duck typing): the
+    fields of ``dataclass_type`` it lacks are added to the instance, with their values from the node or their
+    defaults. One of this package's classes in the wrong place is refused.
     """
     if dataclass_type is not None and isinstance(config, dataclass_type):
         return config
@@ -42,8 +55,12 @@ def omega_conf_to_dataclass(config: Any, dataclass_type: type[T] | None = None, 
         data = dict(config)
     else:
         raise ConfigError(f"{path or '<config>'}: expected a mapping to build a config from, got {_show(config)}")
-    cls = _pick_class(data, dataclass_type, path)
-    return _build(cls, data, path)
+    token = _KEEP_UNKNOWN.set(keep_unknown)
+    try:
+        cls = _pick_class(data, dataclass_type, path)
+        return _build(cls, data, path, expected=dataclass_type)
+    finally:
+        _KEEP_UNKNOWN.reset(token)
 
 
 def update_dict_with_config(dictionary: dict, config: Any) -> None:
@@ -63,6 +80,7 @@ def validate_config(config: Any, use_reference_policy: bool = True, use_critic: 
     """
     from verl.trainer.config.compose import default_ppo_config
     from verl.trainer.config.legacy import translate_legacy_config
+    from verl.trainer.config.legacy_view import LEGACY_VIEW_KEY, is_legacy_view
     from verl.trainer.config.ppo_config import build_ppo_config
 
     del use_reference_policy, use_critic
@@ -72,7 +90,8 @@ def validate_config(config: Any, use_reference_policy: bool = True, use_critic: 
         copy = OmegaConf.create(dict(config))
     else:
         raise ConfigError(f"<config>: expected a DictConfig or a mapping, got {_show(config)}")
-    _drop_legacy_view(copy)
+    if is_legacy_view(copy):  # translating the aliases back onto their groups would make them refer to themselves
+        del copy[LEGACY_VIEW_KEY]
     try:
         defaults = default_ppo_config()
     except Exception:  # noqa: BLE001 - the packaged defaults only sharpen conflict detection
@@ -82,20 +101,6 @@ def validate_config(config: Any, use_reference_policy: bool = True, use_critic: 
     return build_ppo_config(copy)
 
 
-def _drop_legacy_view(config: DictConfig) -> None:
-    """Remove the trainer's read-only ``actor_rollout_ref`` alias node (interpolations of the flattened groups):
-    translating it back onto the groups it points at would make them refer to themselves."""
-    from verl.trainer.config.legacy_view import LEGACY_VIEW_KEY
-
-    node = config.get(LEGACY_VIEW_KEY) if LEGACY_VIEW_KEY in config else None
-    if not isinstance(node, DictConfig):
-        return
-    raw = OmegaConf.to_container(node, resolve=False)
-    aliases = {k: v for k, v in raw.items() if k != "hybrid_engine"}
-    if aliases and all(v == f"${{{k}}}" for k, v in aliases.items()):
-        del config[LEGACY_VIEW_KEY]
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 def _pick_class(data: dict, requested: type | None, path: str) -> type:
     target = data.get("_target_")
@@ -103,10 +108,7 @@ def _pick_class(data: dict, requested: type | None, path: str) -> type:
         if requested is None:
             raise ConfigError(f"{path or '<config>'}: no dataclass_type given and the node has no _target_")
         return requested
-    cls = _import_target(target, path)
-    if requested is not None and not (isinstance(cls, type) and issubclass(cls, requested)):
-        raise ConfigError(f"{_join(path, '_target_')}: {target} is not a subclass of the expected {requested.__name__}")
-    return cls
+    return _import_target(target, path)
 
 
 def _import_target(target: str, path: str) -> type:
@@ -120,18 +122,26 @@ def _import_target(target: str, path: str) -> type:
     return obj
 
 
-def _build(cls: type, data: dict, path: str) -> Any:
+def _build(cls: type, data: dict, path: str, expected: type | None = None) -> Any:
+    if expected is not None and not (isinstance(cls, type) and issubclass(cls, expected)):
+        return _build_duck_typed(cls, expected, data, path)
     hints = typing.get_type_hints(cls)
-    init_fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    kwargs = {}
+    init_fields = {f.name: f for f in dataclasses.fields(cls) if f.init and f.name != "_extra"}
+    kwargs, extra = {}, {}
     for key, value in data.items():
         if key == "_target_":
             continue
         if key not in init_fields:
             close = difflib.get_close_matches(str(key), list(init_fields), n=1)
+            kept = _KEEP_UNKNOWN.get() and "_extra" in {f.name for f in dataclasses.fields(cls)}
+            if kept and not difflib.get_close_matches(str(key), list(init_fields), n=1, cutoff=_TYPO_CUTOFF):
+                extra[key] = _kept_value(value)
+                continue
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"{_join(path, key)}: unknown key for {cls.__name__}{hint}")
         kwargs[key] = _convert(value, hints.get(key, Any), _join(path, key))
+    if extra:
+        kwargs["_extra"] = extra
     try:
         return cls(**kwargs)
     except ConfigError as exc:
@@ -140,6 +150,40 @@ def _build(cls: type, data: dict, path: str) -> Any:
         raise ConfigError(exc.detail, key=_join(path, exc.key)) from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path or cls.__name__}: {exc}") from exc
+
+
+def _build_duck_typed(cls: type, expected: type, data: dict, path: str) -> Any:
+    """A recipe's own config class in place of ``expected``: built from the keys it declares, then given every
+    field of ``expected`` it lacks (from the node when set there, else the default), so code reading
+    ``expected``'s fields finds them. Keys neither class declares follow the ``keep_unknown`` rule."""
+    own_fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    ours = {f.name for f in dataclasses.fields(expected) if f.init and f.name != "_extra"}
+    if cls.__module__.split(".")[0] == "verl":  # one of our classes in the wrong place: a mistake, not a recipe's
+        raise ConfigError(
+            f"{data.get('_target_') or cls.__qualname__} is not a subclass of the expected {expected.__name__}",
+            key=_join(path, "_target_"),
+        )
+    own_data = {k: v for k, v in data.items() if k in own_fields or k == "_target_" or k not in ours}
+    instance = _build(cls, own_data, path)
+    filler = _build(expected, {k: v for k, v in data.items() if k in ours and k not in own_fields}, path)
+    for name in sorted(ours - own_fields):
+        try:
+            object.__setattr__(instance, name, getattr(filler, name))
+        except (AttributeError, TypeError) as exc:
+            raise ConfigError(
+                f"{_join(path, '_target_')}: {cls.__module__}.{cls.__qualname__} lacks the field {name!r} that "
+                f"{expected.__name__} has, and it cannot be added ({exc})"
+            ) from exc
+    return instance
+
+
+def _kept_value(value: Any) -> Any:
+    """A recipe's own value, nested blocks readable by attribute (``cfg.overlong_buffer.len``), read-only."""
+    if isinstance(value, Mapping | list):
+        node = OmegaConf.create(value)
+        OmegaConf.set_readonly(node, True)
+        return node
+    return value
 
 
 def _convert(value: Any, tp: Any, path: str) -> Any:
@@ -168,7 +212,7 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
             return value
         if not isinstance(value, Mapping):
             raise ConfigError(f"{path}: expected a mapping for {tp.__name__}, got {_show(value)}")
-        return _build(_pick_class(dict(value), tp, path), dict(value), path)
+        return _build(_pick_class(dict(value), tp, path), dict(value), path, expected=tp)
     return _convert_scalar(value, tp, path)
 
 

@@ -116,7 +116,8 @@ class AlgoConfig(BaseConfig):
 
     gamma: float = 1.0
     lam: float = 1.0
-    adv_estimator: str = "gae"
+    # null: the recipe computes its own advantages (its fit never calls compute_advantage, which then names this key)
+    adv_estimator: str | None = "gae"
     norm_adv_by_std_in_grpo: bool = True
     use_kl_in_reward: bool = False
     kl_penalty: str = "kl"
@@ -131,7 +132,7 @@ class AlgoConfig(BaseConfig):
     def __post_init__(self) -> None:
         check(0.0 <= self.gamma <= 1.0, "gamma", f"must be in [0, 1], got {self.gamma}")
         check(0.0 <= self.lam <= 1.0, "lam", f"must be in [0, 1], got {self.lam}")
-        check(bool(self.adv_estimator), "adv_estimator", "must name an advantage estimator")
+        check(self.adv_estimator is None or bool(self.adv_estimator), "adv_estimator", "must name an estimator")
         check_kl_type("kl_penalty", self.kl_penalty)
         keys, weights = self.gdpo_reward_keys, self.gdpo_reward_weights
         check(

@@ -20,7 +20,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.legacy import override_key, translate_legacy_config, translate_legacy_overrides
 
-__all__ = ["CONFIG_DIR", "CONFIG_MODULE", "compose_ppo_config", "default_ppo_config", "search_path_override"]
+__all__ = [
+    "CONFIG_DIR",
+    "CONFIG_MODULE",
+    "compose_ppo_config",
+    "default_ppo_config",
+    "flattened_config",
+    "packaged_raw_config",
+    "search_path_override",
+]
 
 CONFIG_MODULE = "verl.trainer.config"
 CONFIG_DIR = Path(__file__).resolve().parent
@@ -92,6 +100,25 @@ def compose_ppo_config(
     return cfg
 
 
+def flattened_config(config: DictConfig) -> DictConfig:
+    """``config`` in the flattened groups, for code that receives a config from a recipe's own ``@hydra.main``.
+
+    Such a config may still hold verl's spellings (``actor_rollout_ref.actor.use_kl_loss``,
+    ``reward_model.reward_manager``) beside the packaged defaults of the flattened groups; read as it is, the
+    default would win over the value the user set. A config holding none of them (the trainer's own, whose
+    ``actor_rollout_ref`` node only aliases the groups) is returned as it is; otherwise a translated, unresolved
+    copy, with the usual warnings and "set twice" errors."""
+    from verl.trainer.config.legacy import LEGACY_ROOTS
+    from verl.trainer.config.legacy_view import is_legacy_view
+
+    legacy = [root for root in LEGACY_ROOTS if root in config and not is_legacy_view(config, root)]
+    if not legacy:
+        return config
+    copy = OmegaConf.create(OmegaConf.to_container(config, resolve=False))
+    translated, _ = translate_legacy_config(copy, defaults=default_ppo_config())
+    return translated
+
+
 def default_ppo_config() -> DictConfig:
     """The packaged defaults with no overrides, in the flattened groups only (a fresh copy on each call)."""
     return copy.deepcopy(_translated_defaults())
@@ -105,10 +132,16 @@ def _translated_defaults() -> DictConfig:
 
 
 @functools.lru_cache(maxsize=1)
+def packaged_raw_config() -> dict:
+    """``ppo_trainer`` as packaged, untranslated and unresolved (mirror included). Shared between calls: read it,
+    never change it."""
+    return OmegaConf.to_container(_packaged_composition(), resolve=False)
+
+
 def packaged_mirror_defaults() -> dict:
     """The packaged values of the ``actor_rollout_ref`` mirror in ``ppo_trainer.yaml``, unresolved: a mirror leaf
     that still holds its packaged value was not set by the user. Shared between calls: read it, never change it."""
-    return OmegaConf.to_container(_packaged_composition(), resolve=False).get("actor_rollout_ref", {})
+    return packaged_raw_config().get("actor_rollout_ref", {})
 
 
 @functools.lru_cache(maxsize=1)

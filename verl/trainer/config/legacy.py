@@ -313,6 +313,11 @@ def translate_legacy_config(
     """
     explicit = set(explicit_keys)
     report = _Reporter()
+    if defaults is not None:  # a config resolved by recipe code: its derived keys were not set by anyone
+        from verl.trainer.config.compose import packaged_raw_config  # compose imports this module
+        from verl.trainer.config.derived_values import restore_derived_values
+
+        restore_derived_values(cfg, packaged_raw_config())
     # Compare unresolved values: an interpolation default (``${trainer.n_gpus_per_node}``) is still a default.
     raw_cfg = OmegaConf.to_container(cfg, resolve=False)
     raw_defaults = OmegaConf.to_container(defaults, resolve=False) if defaults is not None else None

@@ -13,16 +13,22 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-__all__ = ["LEGACY_VIEW_KEY", "add_legacy_view", "without_legacy_view"]
+__all__ = ["LEGACY_VIEW_KEY", "add_legacy_view", "is_legacy_view", "legacy_leaf_aliases", "without_legacy_view"]
 
 LEGACY_VIEW_KEY = "actor_rollout_ref"
 _ALIASED_GROUPS = ("actor", "rollout", "ref", "model")
 
 
-def add_legacy_view(config: Any) -> Any:
+def add_legacy_view(config: Any, leaf_aliases: dict[str, str] | None = None) -> Any:
     """Add ``actor_rollout_ref.{actor,rollout,ref,model}`` aliasing the flattened groups (and verl's
-    ``hybrid_engine: true``) to a DictConfig that lacks it; anything else is returned unchanged."""
-    if not isinstance(config, DictConfig) or LEGACY_VIEW_KEY in config:
+    ``hybrid_engine: true``) to a DictConfig that lacks it, and the ``leaf_aliases`` of :func:`legacy_leaf_aliases`;
+    anything else is returned unchanged."""
+    if not isinstance(config, DictConfig):
+        return config
+    with open_dict(config):
+        for key, target in (leaf_aliases or {}).items():
+            OmegaConf.update(config, key, target, merge=False, force_add=True)
+    if LEGACY_VIEW_KEY in config:
         return config
     view: dict[str, Any] = {name: f"${{{name}}}" for name in _ALIASED_GROUPS if name in config}
     if not view:
@@ -33,9 +39,51 @@ def add_legacy_view(config: Any) -> Any:
     return config
 
 
+def legacy_leaf_aliases(config: Any) -> dict[str, str]:
+    """``{verl key: "${flattened key}"}`` for each leaf set (not null) under verl's top-level reward blocks
+    (``reward_model.overlong_buffer.len``, ``custom_reward_function.path``, ...) of an untranslated config.
+
+    A recipe's own code reads them where its YAML put them (``config.reward_model.overlong_buffer``); once the
+    config is flattened for the task runner, these aliases keep them readable there."""
+    from verl.trainer.config.legacy import LEGACY_ROOTS, translate_legacy_key
+
+    if not isinstance(config, DictConfig):
+        return {}
+    aliases = {}
+    for root in LEGACY_ROOTS:
+        if root == LEGACY_VIEW_KEY or not isinstance(config.get(root), DictConfig):
+            continue
+        for key, value in _leaves(OmegaConf.to_container(config[root], resolve=False), root):
+            target = translate_legacy_key(key) if value is not None else None
+            if isinstance(target, str) and target != key:
+                aliases[key] = f"${{{target}}}"
+    return aliases
+
+
+def _leaves(node: Any, prefix: str) -> list[tuple[str, Any]]:
+    if isinstance(node, dict) and node:
+        return [leaf for k, v in node.items() for leaf in _leaves(v, f"{prefix}.{k}")]
+    return [(prefix, node)]
+
+
+def is_legacy_view(config: Any, key: str = LEGACY_VIEW_KEY) -> bool:
+    """True when ``config[key]`` is the alias node :func:`add_legacy_view` adds (each member ``${<group>}``)."""
+    node = config.get(key) if isinstance(config, DictConfig) and key in config else None
+    if not isinstance(node, DictConfig):
+        return False
+    raw = OmegaConf.to_container(node, resolve=False)
+    aliases = {name: value for name, value in raw.items() if name != "hybrid_engine"}
+    return bool(aliases) and all(value == f"${{{name}}}" for name, value in aliases.items())
+
+
 def without_legacy_view(config: Any) -> dict[str, Any]:
     """The resolved config as a plain dict without the alias node (what trackers log: no group twice)."""
+    raw = OmegaConf.to_container(config, resolve=False) if isinstance(config, DictConfig) else {}
     container = OmegaConf.to_container(config, resolve=True)
     if isinstance(container, dict):
         container.pop(LEGACY_VIEW_KEY, None)
+        for root in ("reward_model", "custom_reward_function", "sandbox_fusion"):  # aliases of legacy_leaf_aliases
+            leaves = _leaves(raw.get(root), root) if isinstance(raw.get(root), dict) else []
+            if leaves and all(isinstance(v, str) and v.startswith("${") for _, v in leaves):
+                container.pop(root, None)
     return container

@@ -108,7 +108,7 @@ class PPOConfig(BaseConfig):
 
 def build_ppo_config(cfg: DictConfig | dict) -> PPOConfig:
     """Resolve and validate a composed config; raises :class:`~verl.base_config.ConfigError` naming the key."""
-    return omega_conf_to_dataclass(cfg, PPOConfig)
+    return omega_conf_to_dataclass(cfg, PPOConfig, keep_unknown=True)
 
 
 def as_ppo_config(config: PPOConfig | DictConfig | Mapping) -> PPOConfig:

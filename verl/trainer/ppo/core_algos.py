@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from verl.base_config import ConfigError
 from verl.trainer.ppo import advantage as _advantage
 from verl.trainer.ppo import policy_loss as _policy_loss
 from verl.trainer.ppo._util import cfg_get
@@ -203,6 +204,10 @@ def compute_advantage(
     ``num_repeat`` is accepted for verl compatibility and unused: groups come from ``uid``.
     """
     del num_repeat
+    if adv_estimator is None:
+        raise ConfigError(
+            "is null, and the trainer was asked to compute advantages: name an estimator", key="algorithm.adv_estimator"
+        )
     key = _advantage.estimator_name(adv_estimator)
     fn = ADV_ESTIMATOR_REGISTRY.get(key) or _BUILTIN_ESTIMATORS.get(key) or get_adv_estimator_fn(key)
     keys = set(data.batch.keys())

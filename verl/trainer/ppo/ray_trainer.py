@@ -185,53 +185,86 @@ class RayPPOTrainer(RecipeHooks):
         if need_teacher_policy(config):
             raise ValueError("distillation.enabled=true: this build has no distillation trainer (teacher policy)")
         self.reward_fn, self.val_reward_fn = self._reward_functions(reward_fn, val_reward_fn)
-        self.use_critic = self.ppo_config.use_critic
-        self.use_reference_policy = self.ppo_config.use_reference_policy
-        self.ref_in_actor = self.use_reference_policy and Role.RefPolicy not in role_worker_mapping
-        self.use_rm = Role.RewardModel in role_worker_mapping
-        self.use_teacher_policy = False  # refused above: no distillation trainer here
-        self.hybrid_engine = not self._standalone_rollout()
-        self.use_prefix_grouper = bool(self.ppo_config.actor.use_prefix_grouper)
-        trainer_cfg = self.ppo_config.trainer
-        self.validation_generations_logger = ValidationGenerationsLogger(
-            project_name=trainer_cfg.project_name, experiment_name=trainer_cfg.experiment_name
-        )
-        # set by init_workers, as in verl
-        self.checkpoint_manager: Any = None
-        self.async_rollout_manager: Any = None
-        self.async_rollout_mode = False
-        self.llm_server_manager: Any = None
-        self.teacher_model_manager: Any = None
-        self.distillation_config: Any = None
-        self.resource_pool_to_cls: dict[Any, dict[str, RayClassWithInitArgs]] = {}
-        self.reward_loop_manager = None if self.reward_fn is None else DriverRewardLoop(self.reward_fn)
-        self.max_steps_duration = 0.0  # the longest step so far (seconds), as verl keeps it
-        self.gen_steps = 0  # generation batches drawn (more than global_steps under dynamic sampling)
-        self.group_filter = GroupFilter.from_config(self.ppo_config) if self._dynamic_sampling() else None
-        algorithm = self.ppo_config.algorithm
-        self.kl_ctrl_in_reward = core_algos.get_kl_controller(algorithm.kl_ctrl) if algorithm.use_kl_in_reward else None
-        self.bypass_mode = algorithm.rollout_correction.bypass_mode
-        if self.bypass_mode:
-            self._route_bypass_loss()
-        self.global_steps = 0
-        self.weight_version = 0
-        self.restarts = 0  # how often the task runner rebuilt this run's workers after one died (trainer.max_restarts)
-        self.weight_checksums: dict[int, str] = {}  # version -> checksum every replica reported for it
-        self.metrics: dict[str, Any] = {}  # the current step's metrics, filled by the stages
-        self.timing_raw: dict[str, float] = {}  # the current step's stage times (seconds)
-        self.is_last_step = False
-        self.epoch = 0
-        self.logger: Tracking | None = None  # the running fit()'s tracker
-        self.progress_bar: tqdm | None = None
-        self.last_val_metrics: dict[str, float] | None = None  # the final step's validation
-        self.reward_tensor: torch.Tensor | None = None  # the last scored batch's token-level scores
-        self.reward_extra_infos_dict: dict[str, Any] = {}
+        self._init_run_state()
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
-        self.checkpointer = TrainerCheckpointer(self.ppo_config.trainer)
-        self._unfinished_checkpoint: tuple[int, dict[str, Any]] | None = None  # async save in flight
-        self._val_generations: list[dict[str, Any]] | None = None  # picked by the last validation
-        self._batch_dicts: Any = None  # the running fit()'s dataloader batches (dynamic sampling draws more)
-        self._init_dump_executor()
+
+    def _init_run_state(self) -> None:
+        """The trainer's state besides what its arguments set, each attribute only where it is missing.
+
+        ``__init__`` calls it; so does the first read of one of these attributes on a trainer whose recipe subclass
+        wrote its own ``__init__`` without calling ours (setting ``config``, ``tokenizer``, the workers' mapping and
+        whatever else verl's ``__init__`` sets): what the recipe set is kept, the rest is derived from ``config``."""
+        self.__dict__["_run_state_ready"] = True
+        state = self.__dict__
+        typed = self.ppo_config
+        mapping = state.get("role_worker_mapping") or {}
+        state.setdefault("processor", None)
+        state.setdefault("device_name", typed.trainer.device)
+        state.setdefault("ray_worker_group_cls", RayWorkerGroup)
+        state.setdefault("reward_fn", None)
+        state.setdefault("val_reward_fn", None)
+        state.setdefault("use_critic", typed.use_critic)
+        state.setdefault("use_reference_policy", typed.use_reference_policy)
+        state.setdefault("ref_in_actor", self.use_reference_policy and Role.RefPolicy not in mapping)
+        state.setdefault("use_rm", Role.RewardModel in mapping)
+        state.setdefault("use_teacher_policy", False)  # no distillation trainer here (refused in __init__)
+        state.setdefault("hybrid_engine", not self._standalone_rollout())
+        state.setdefault("use_prefix_grouper", bool(typed.actor.use_prefix_grouper))
+        if "validation_generations_logger" not in state:
+            self.validation_generations_logger = ValidationGenerationsLogger(
+                project_name=typed.trainer.project_name, experiment_name=typed.trainer.experiment_name
+            )
+        # set by init_workers, as in verl
+        for name in (
+            "checkpoint_manager",
+            "async_rollout_manager",
+            "llm_server_manager",
+            "teacher_model_manager",
+            "distillation_config",
+        ):
+            state.setdefault(name, None)
+        state.setdefault("async_rollout_mode", False)
+        state.setdefault("resource_pool_to_cls", {})
+        state.setdefault("reward_loop_manager", None if self.reward_fn is None else DriverRewardLoop(self.reward_fn))
+        state.setdefault("max_steps_duration", 0.0)  # the longest step so far (seconds), as verl keeps it
+        state.setdefault("gen_steps", 0)  # generation batches drawn (more than global_steps under dynamic sampling)
+        if "group_filter" not in state:
+            self.group_filter = GroupFilter.from_config(typed) if self._dynamic_sampling() else None
+        algorithm = typed.algorithm
+        if "kl_ctrl_in_reward" not in state:
+            use_kl = algorithm.use_kl_in_reward
+            self.kl_ctrl_in_reward = core_algos.get_kl_controller(algorithm.kl_ctrl) if use_kl else None
+        if "bypass_mode" not in state:
+            self.bypass_mode = algorithm.rollout_correction.bypass_mode
+            if self.bypass_mode:
+                self._route_bypass_loss()
+        state.setdefault("global_steps", 0)
+        state.setdefault("weight_version", 0)
+        state.setdefault("restarts", 0)  # how often the task runner rebuilt this run's workers (trainer.max_restarts)
+        state.setdefault("weight_checksums", {})  # version -> checksum every replica reported for it
+        state.setdefault("metrics", {})  # the current step's metrics, filled by the stages
+        state.setdefault("timing_raw", {})  # the current step's stage times (seconds)
+        state.setdefault("is_last_step", False)
+        state.setdefault("epoch", 0)
+        state.setdefault("logger", None)  # the running fit()'s tracker
+        state.setdefault("progress_bar", None)
+        state.setdefault("last_val_metrics", None)  # the final step's validation
+        state.setdefault("reward_tensor", None)  # the last scored batch's token-level scores
+        state.setdefault("reward_extra_infos_dict", {})
+        state.setdefault("checkpointer", TrainerCheckpointer(typed.trainer))
+        state.setdefault("_unfinished_checkpoint", None)  # async save in flight
+        state.setdefault("_val_generations", None)  # picked by the last validation
+        state.setdefault("_batch_dicts", None)  # the running fit()'s dataloader batches (dynamic sampling draws more)
+        if "_dump_executor" not in state:
+            self._init_dump_executor()
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for a missing attribute: a recipe's own __init__ skipped ours, so derive the state once.
+        if not name.startswith("__") and not self.__dict__.get("_run_state_ready") and "config" in self.__dict__:
+            self._init_run_state()
+            if name in self.__dict__:
+                return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _standalone_rollout(self) -> bool:
         """Whether the rollout replicas live outside the actor workers (the separated trainers)."""
@@ -272,6 +305,25 @@ class RayPPOTrainer(RecipeHooks):
             total = trainer.total_training_steps
         self.total_training_steps = total
         logger.info("train steps: %d (%d batches per epoch)", total, len(self.train_dataloader))
+
+    @property
+    def ppo_config(self) -> PPOConfig:
+        """The typed twin of ``self.config``: built in ``__init__``, or here on first use when a recipe's own
+        ``__init__`` set ``self.config`` without calling ours."""
+        typed = self.__dict__.get("_ppo_config")
+        if typed is None:
+            config = self.__dict__.get("config")
+            if config is None:
+                raise AttributeError(
+                    f"{type(self).__name__}.ppo_config: the trainer has no config; a subclass __init__ that does not "
+                    "call RayPPOTrainer.__init__ must set self.config first"
+                )
+            typed = self.__dict__["_ppo_config"] = as_ppo_config(config)
+        return typed
+
+    @ppo_config.setter
+    def ppo_config(self, value: PPOConfig) -> None:
+        self.__dict__["_ppo_config"] = value
 
     @property
     def worker_config(self) -> PPOConfig:

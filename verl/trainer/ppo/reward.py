@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 from tensordict import TensorDict
 
 from verl.protocol import DataProto
@@ -61,8 +62,19 @@ def _section(config: Any, key: str) -> Any:
         return getattr(config, key, None)
 
 
+def _flat(config: Any) -> Any:
+    """A recipe's own composed config may hold verl's spellings (``reward_model.reward_manager``) beside our
+    defaults (``reward.reward_manager: naive``): read it translated, so the value the user set wins."""
+    if isinstance(config, DictConfig) and "reward" in config:
+        from verl.trainer.config.compose import flattened_config
+
+        return flattened_config(config)
+    return config
+
+
 def _reward_config(config: Any) -> Any:
     """The ``reward`` group of a full trainer config, or ``config`` itself when it is that group."""
+    config = _flat(config)
     reward = _section(config, "reward")
     if reward is not None:
         return reward
@@ -77,6 +89,7 @@ def get_custom_reward_fn(config: Any) -> CustomRewardFn | None:
 
     The file is imported here, in the driver, so a wrong path or name fails at start-up with the culprit named.
     """
+    config = _flat(config)
     section = _section(_reward_config(config), "custom_reward_function")
     if section is None:
         section = _section(config, "custom_reward_function")  # legacy top-level group

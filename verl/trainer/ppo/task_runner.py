@@ -306,13 +306,15 @@ def run_ppo(config: DictConfig, task_runner_class: Any = None) -> str:
 def run_task_runner(config: DictConfig, task_runner_class: Any = None, *init_args: Any, **init_kwargs: Any) -> Any:
     """Start or join Ray, create the ``task_runner_class`` actor (default ``TaskRunner``) with ``init_args`` /
     ``init_kwargs``, and return what its ``run(config)`` returns (the async recipes' runner: the run's summary)."""
+    from verl.trainer.config.legacy_view import add_legacy_view, legacy_leaf_aliases
+
+    leaf_aliases = legacy_leaf_aliases(config)  # what a recipe's YAML set under verl's reward blocks
     config = _flattened(config)
     if not ray.is_initialized():
         ray.init(**_ray_init_kwargs(config))
-    from verl.trainer.config.legacy_view import add_legacy_view
-
-    # resolved, then verl's nested spelling added back as read-only aliases for the runner (config.actor_rollout_ref.*)
-    resolved = add_legacy_view(OmegaConf.create(OmegaConf.to_container(config, resolve=True)))
+    # resolved, then verl's spellings added back as read-only aliases for the runner (config.actor_rollout_ref.*,
+    # config.reward_model.*)
+    resolved = add_legacy_view(OmegaConf.create(OmegaConf.to_container(config, resolve=True)), leaf_aliases)
     from verl.single_controller.ray.node_placement import on_this_node
     from verl.utils.ray_utils import dump_ray_timeline
 

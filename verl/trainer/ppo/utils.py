@@ -40,6 +40,17 @@ _DATASET_BUILDERS = {
 __getattr__ = lazy_exports(__name__, _DATASET_BUILDERS)
 
 
+def _flat(config: Any) -> Any:
+    """A recipe's own composed config may hold verl's spellings beside our defaults: read it translated."""
+    from omegaconf import DictConfig
+
+    if isinstance(config, DictConfig):
+        from verl.trainer.config.compose import flattened_config
+
+        return flattened_config(config)
+    return config
+
+
 def _group(config: Any, name: str) -> Any:
     """``config.<name>``, or ``config.actor_rollout_ref.<name>`` in a legacy-spelled config; None when absent."""
     value = config.get(name) if hasattr(config, "get") else getattr(config, name, None)
@@ -64,6 +75,7 @@ def need_critic(config: Any) -> bool:
     rule of ``PPOConfig.use_critic``, read from any config shape (verl's nested spelling included)."""
     from verl.workers.config.critic import critic_enabled
 
+    config = _flat(config)
     estimator = _read(_group(config, "algorithm"), "adv_estimator")
     return critic_enabled(_read(_group(config, "critic"), "enable"), estimator)
 
@@ -71,12 +83,14 @@ def need_critic(config: Any) -> bool:
 def need_reference_policy(config: Any) -> bool:
     """A reference policy is needed for a KL term: in the reward (``algorithm.use_kl_in_reward``) or in the
     actor's loss (``actor.use_kl_loss``)."""
+    config = _flat(config)
     in_reward = bool(_read(_group(config, "algorithm"), "use_kl_in_reward", False))
     return in_reward or bool(_read(_group(config, "actor"), "use_kl_loss", False))
 
 
 def need_reward_model(config: Any) -> bool:
     """A model-based reward (``reward.reward_model.enable``; verl's older top-level ``reward_model.enable``)."""
+    config = _flat(config)
     reward = _group(config, "reward")
     model = _read(reward, "reward_model")
     if model is None:
@@ -87,4 +101,5 @@ def need_reward_model(config: Any) -> bool:
 def need_teacher_policy(config: Any) -> bool:
     """A distillation teacher (``distillation.enabled``); this build has no distillation trainer, so a config that
     enables it is refused where the trainer is built."""
+    config = _flat(config)
     return bool(_read(_group(config, "distillation"), "enabled", False))
