@@ -34,6 +34,7 @@ from verl.trainer.config.legacy import (
     translate_legacy_overrides,
 )
 from verl.trainer.config.ppo_config import PPOConfig, build_ppo_config
+from verl.trainer.config.recipe_keys import RecipeKeyWarning, warn_recipe_keys
 from verl.trainer.demo import DEMO_CONFIG_NAME
 from verl.utils.import_utils import lazy_exports
 
@@ -165,6 +166,7 @@ def _hydra_main(config: DictConfig) -> None:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
     check_inert_keys(typed, skip=derived - _EXPLICIT_KEYS)
+    warn_recipe_keys(typed)
     print(format_batch_plan(compute_batch_plan(typed)), flush=True)
     global _RESULT
     if _TRAIN is not None:
@@ -255,7 +257,7 @@ def _one_line_config_warnings() -> None:
     original = warnings.formatwarning
 
     def formatwarning(message, category, filename, lineno, line=None):  # noqa: ANN001 - warnings' signature
-        if issubclass(category, LegacyConfigWarning | InertConfigWarning):
+        if issubclass(category, LegacyConfigWarning | InertConfigWarning | RecipeKeyWarning):
             return f"{category.__name__}: {message}\n"
         return original(message, category, filename, lineno, line)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import difflib
+import functools
 import importlib
 import types
 import typing
@@ -41,9 +42,8 @@ def omega_conf_to_dataclass(
 
     ``keep_unknown``: a key no field declares is a recipe's own (its YAML extends ours) and is kept in the config's
     ``_extra`` (read as an attribute) instead of refused; one within a typo of a field name is still refused.
-    A recipe's own ``_target_`` dataclass that does not subclass ``dataclass_type`` is accepted (duck typing): the
-    fields of ``dataclass_type`` it lacks are added to the instance, with their values from the node or their
-    defaults. One of this package's classes in the wrong place is refused.
+    A recipe's own ``_target_`` dataclass that does not subclass ``dataclass_type`` is accepted (duck typing, see
+    :func:`duck_typed_class`); one of this package's classes in the wrong place is refused.
     """
     if dataclass_type is not None and isinstance(config, dataclass_type):
         return config
@@ -139,7 +139,7 @@ def _build(cls: type, data: dict, path: str, expected: type | None = None) -> An
                 continue
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"{_join(path, key)}: unknown key for {cls.__name__}{hint}")
-        kwargs[key] = _convert(value, hints.get(key, Any), _join(path, key))
+        kwargs[key] = _convert(value, hints.get(key, Any), _join(path, key), _default_class(init_fields[key]))
     if extra:
         kwargs["_extra"] = extra
     try:
@@ -153,28 +153,56 @@ def _build(cls: type, data: dict, path: str, expected: type | None = None) -> An
 
 
 def _build_duck_typed(cls: type, expected: type, data: dict, path: str) -> Any:
-    """A recipe's own config class in place of ``expected``: built from the keys it declares, then given every
-    field of ``expected`` it lacks (from the node when set there, else the default), so code reading
-    ``expected``'s fields finds them. Keys neither class declares follow the ``keep_unknown`` rule."""
-    own_fields = {f.name for f in dataclasses.fields(cls) if f.init}
-    ours = {f.name for f in dataclasses.fields(expected) if f.init and f.name != "_extra"}
-    if cls.__module__.split(".")[0] == "verl":  # one of our classes in the wrong place: a mistake, not a recipe's
+    """A recipe's own config class in place of ``expected``, built as a class that is both: the recipe's fields and
+    defaults win, the fields of ``expected`` it lacks keep ours, and ``isinstance`` holds for either class."""
+    if _ours(cls):  # one of our classes in the wrong place: a mistake, not a recipe's
         raise ConfigError(
             f"{data.get('_target_') or cls.__qualname__} is not a subclass of the expected {expected.__name__}",
             key=_join(path, "_target_"),
         )
-    own_data = {k: v for k, v in data.items() if k in own_fields or k == "_target_" or k not in ours}
-    instance = _build(cls, own_data, path)
-    filler = _build(expected, {k: v for k, v in data.items() if k in ours and k not in own_fields}, path)
-    for name in sorted(ours - own_fields):
-        try:
-            object.__setattr__(instance, name, getattr(filler, name))
-        except (AttributeError, TypeError) as exc:
-            raise ConfigError(
-                f"{_join(path, '_target_')}: {cls.__module__}.{cls.__qualname__} lacks the field {name!r} that "
-                f"{expected.__name__} has, and it cannot be added ({exc})"
-            ) from exc
+    try:
+        both = duck_typed_class(cls, expected)
+    except TypeError as exc:
+        raise ConfigError(
+            f"{data.get('_target_')} cannot stand in for {expected.__name__} ({exc}); subclass "
+            f"{expected.__module__}.{expected.__qualname__} instead",
+            key=_join(path, "_target_"),
+        ) from exc
+    return _build(both, data, path)
+
+
+@functools.cache
+def duck_typed_class(own: type, expected: type) -> type:
+    """The dataclass deriving from a recipe's ``own`` config class and our ``expected`` one (built once per pair).
+
+    Pickled as the pair it came from, so a worker process rebuilds the same class."""
+    namespace = {
+        "__module__": own.__module__,
+        "__qualname__": f"{own.__qualname__}[{expected.__name__}]",
+        "_target_": f"{own.__module__}.{own.__qualname__}",
+        "__reduce__": _reduce_duck_typed,
+    }
+    return dataclasses.dataclass(type(own.__name__, (own, expected), namespace))
+
+
+def _reduce_duck_typed(self: Any) -> tuple:
+    own, expected = type(self).__bases__
+    return _rebuild_duck_typed, (own, expected, dict(self.__dict__))
+
+
+def _rebuild_duck_typed(own: type, expected: type, state: dict) -> Any:
+    instance = object.__new__(duck_typed_class(own, expected))
+    instance.__dict__.update(state)
     return instance
+
+
+def _default_class(field: dataclasses.Field) -> type | None:
+    factory = field.default_factory
+    return factory if isinstance(factory, type) and dataclasses.is_dataclass(factory) else None
+
+
+def _ours(cls: type) -> bool:
+    return cls.__module__.split(".")[0] == "verl"
 
 
 def _kept_value(value: Any) -> Any:
@@ -186,8 +214,9 @@ def _kept_value(value: Any) -> Any:
     return value
 
 
-def _convert(value: Any, tp: Any, path: str) -> Any:
-    """Check ``value`` against annotation ``tp``, building nested dataclasses and plain containers."""
+def _convert(value: Any, tp: Any, path: str, concrete: type | None = None) -> Any:
+    """Check ``value`` against annotation ``tp``, building nested dataclasses and plain containers. ``concrete``:
+    the field's default class, which a recipe's own class stands in for (``FSDPActorConfig`` for ``ActorConfig``)."""
     if isinstance(value, DictConfig | ListConfig):
         value = OmegaConf.to_container(value, resolve=True)
     if tp is Any or tp is object:
@@ -212,7 +241,9 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
             return value
         if not isinstance(value, Mapping):
             raise ConfigError(f"{path}: expected a mapping for {tp.__name__}, got {_show(value)}")
-        return _build(_pick_class(dict(value), tp, path), dict(value), path, expected=tp)
+        expected = concrete if concrete is not None and issubclass(concrete, tp) else tp
+        cls = _pick_class(dict(value), tp, path)
+        return _build(cls, dict(value), path, expected=tp if issubclass(cls, tp) else expected)
     return _convert_scalar(value, tp, path)
 
 

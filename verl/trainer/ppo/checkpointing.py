@@ -45,7 +45,7 @@ class TrainerCheckpointer:
         from verl.trainer.config.trainer_config import TrainerConfig
 
         if not isinstance(trainer_config, TrainerConfig):
-            trainer_config = omega_conf_to_dataclass(trainer_config, TrainerConfig, path="trainer")
+            trainer_config = omega_conf_to_dataclass(trainer_config, TrainerConfig, path="trainer", keep_unknown=True)
         self.root = Path(os.path.expanduser(str(trainer_config.default_local_dir)))
         self.resume_mode = trainer_config.resume_mode
         self.resume_from_path = trainer_config.resume_from_path

@@ -76,7 +76,7 @@ class RestartPolicy:
         from verl.utils.config import omega_conf_to_dataclass
 
         self.config = config
-        trainer = omega_conf_to_dataclass(config.trainer, TrainerConfig, path="trainer")
+        trainer = omega_conf_to_dataclass(config.trainer, TrainerConfig, path="trainer", keep_unknown=True)
         self.max_restarts = trainer.max_restarts
         self.restarts = 0
         self.checkpointer = TrainerCheckpointer(trainer)

@@ -292,7 +292,10 @@ def _flattened(config: DictConfig) -> DictConfig:
         return config
     from verl.trainer.main_ppo import resolve_config
 
-    config, _ = resolve_config(config)
+    config, typed = resolve_config(config)
+    from verl.trainer.config.recipe_keys import warn_recipe_keys
+
+    warn_recipe_keys(typed)  # a recipe's own main: main_ppo's start-up checks did not run
     return config
 
 

@@ -68,7 +68,7 @@ def read_group(config: Any, name: str, cls: type, required: bool = False) -> Any
         return cls()
     if isinstance(value, cls):
         return value
-    return omega_conf_to_dataclass(value, cls, path=name)
+    return omega_conf_to_dataclass(value, cls, path=name, keep_unknown=True)  # a recipe's own keys are kept
 
 
 def per_rank_update_sizes(role_config: Any, group: str, rollout_n: int, dp_size: int) -> dict[str, int | None]:

@@ -93,7 +93,7 @@ class HFRewardModel:
         from verl.workers.config.reward import RewardModelConfig
 
         if not isinstance(config, RewardModelConfig):
-            config = omega_conf_to_dataclass(config, RewardModelConfig, path="reward.reward_model")
+            config = omega_conf_to_dataclass(config, RewardModelConfig, path="reward.reward_model", keep_unknown=True)
         model_cfg = config.model
         if not model_cfg.path:
             raise ValueError("reward.reward_model.model.path must name the reward model checkpoint")

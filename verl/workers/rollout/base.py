@@ -164,9 +164,15 @@ class BaseRollout(abc.ABC):
         from verl.utils.config import omega_conf_to_dataclass
         from verl.workers.config import HFModelConfig, RolloutConfig
 
-        self.config = config if not _is_mapping_node(config) else omega_conf_to_dataclass(config, RolloutConfig)
+        self.config = (
+            config
+            if not _is_mapping_node(config)
+            else omega_conf_to_dataclass(config, RolloutConfig, keep_unknown=True)
+        )
         self.model_config = (
-            model_config if not _is_mapping_node(model_config) else omega_conf_to_dataclass(model_config, HFModelConfig)
+            model_config
+            if not _is_mapping_node(model_config)
+            else omega_conf_to_dataclass(model_config, HFModelConfig, keep_unknown=True)
         )
         self.device_mesh = device_mesh
 

@@ -70,7 +70,9 @@ def _loss_mode(config: Any) -> str:
     if not isinstance(policy_loss, PolicyLossConfig):
         from verl.utils.config import omega_conf_to_dataclass
 
-        policy_loss = omega_conf_to_dataclass(policy_loss, PolicyLossConfig, path="actor.policy_loss")
+        policy_loss = omega_conf_to_dataclass(
+            policy_loss, PolicyLossConfig, path="actor.policy_loss", keep_unknown=True
+        )
     return policy_loss.loss_mode
 
 
