@@ -313,3 +313,45 @@ def test_a_curriculum_sampler_and_the_data_set_see_every_finished_step():
     assert trainer.train_dataloader.sampler.seen == [6] and trainer.train_dataset.ends == [6]
     trainer.train_dataloader, trainer.train_dataset = SimpleNamespace(sampler=None), object()
     trainer._fit_experimental(_batch(6))  # plain samplers and data sets have nothing to update
+
+
+def test_a_subclass_init_that_skips_ours_gets_the_trainer_state(tiny_model_dir):
+    from verl.trainer.config.compose import compose_ppo_config
+    from verl.trainer.demo import prepare_demo_data
+    from verl.trainer.ppo.ray_trainer import Role
+    from verl.trainer.ppo.utils import create_rl_dataset
+    from verl.utils import hf_tokenizer
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    files = prepare_demo_data()
+    config = compose_ppo_config(
+        [
+            "algorithm.adv_estimator=gae",
+            f"data.train_files={files['train']}",
+            f"data.val_files={files['test']}",
+            "data.train_batch_size=16",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+        ]
+    )
+    tokenizer = hf_tokenizer(str(tiny_model_dir))
+
+    class OwnInitTrainer(RayPPOTrainer):
+        def __init__(self, config, tokenizer):  # verl-era recipes set what they need and skip the parent's
+            self.config = config
+            self.tokenizer = tokenizer
+            self.role_worker_mapping = {Role.ActorRollout: object}
+            self.resource_pool_manager = None
+            self.use_critic = False  # what the recipe sets is kept
+            train = create_rl_dataset(config.data.train_files, config.data, tokenizer, None, is_train=True)
+            val = create_rl_dataset(config.data.val_files, config.data, tokenizer, None, is_train=False)
+            self._create_dataloader(train, val, collate_fn, None)
+
+    trainer = OwnInitTrainer(config, tokenizer)
+    assert trainer.ppo_config.data.train_batch_size == 16
+    assert trainer.total_training_steps == len(trainer.train_dataloader) * trainer.ppo_config.trainer.total_epochs
+    assert trainer.use_critic is False and trainer.ppo_config.use_critic is True  # gae: ours would say True
+    assert trainer.global_steps == 0 and trainer.metrics == {} and trainer.checkpointer is not None
+    assert trainer.group_filter is None and trainer.processor is None
+    with pytest.raises(AttributeError, match="no attribute 'not_a_trainer_attribute'"):
+        trainer.not_a_trainer_attribute  # noqa: B018
