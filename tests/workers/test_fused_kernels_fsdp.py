@@ -46,7 +46,7 @@ def _run(model_dir: str, mesh, rank: int, fused: bool) -> dict:
         FSDPActorConfig(ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=ROWS), use_fused_kernels=fused
     )
     actor = DataParallelPPOActor(config, model)
-    log_probs, entropy = actor._forward_micro_batch(
+    log_probs, entropy = actor._forward_responses(
         _micro_batch(model.config.vocab_size, rank), temperature=0.9, calculate_entropy=True, entropy_grad=True
     )
     (log_probs.sum() - 0.1 * entropy.sum()).backward()

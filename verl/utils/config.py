@@ -47,6 +47,8 @@ def omega_conf_to_dataclass(
     """
     if dataclass_type is not None and isinstance(config, dataclass_type):
         return config
+    if dataclass_type is None and dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return config  # already built (what the trainer hands its workers), as a recipe's worker re-reads it
     if isinstance(config, DictConfig):
         if not path:  # a node taken from a bigger config knows where it lives: name keys by their full path
             path = config._get_full_key(None) or ""

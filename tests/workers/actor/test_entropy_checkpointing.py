@@ -49,7 +49,7 @@ def grads_and_recomputes(base_model, checkpointing: bool, chunking: bool) -> tup
         entropy_from_logits_with_chunking=chunking,
     )
     actor = DataParallelPPOActor(config, model)
-    log_probs, entropy = actor._forward_micro_batch(
+    log_probs, entropy = actor._forward_responses(
         micro_batch(model.config.vocab_size), temperature=0.7, calculate_entropy=True, entropy_grad=True
     )
     loss = log_probs.sum() - 0.3 * entropy.sum()

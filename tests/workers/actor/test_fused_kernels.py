@@ -57,7 +57,7 @@ def forward_and_grads(base_model, fused: bool, remove_padding: bool, entropy_gra
     actor = make_actor(model, fused, remove_padding)
     micro = micro_batch(model.config.vocab_size)
     with LogitRows(model.config.vocab_size) as seen:
-        log_probs, entropy = actor._forward_micro_batch(
+        log_probs, entropy = actor._forward_responses(
             micro, temperature=0.7, calculate_entropy=True, entropy_grad=entropy_grad
         )
     (log_probs.sum() - 0.3 * entropy.sum()).backward() if entropy_grad else log_probs.sum().backward()

@@ -26,7 +26,7 @@ def entropy_and_grads(base_model, compiled: bool, rows: int = ROWS):
     config = FSDPActorConfig(ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=ROWS, use_torch_compile=compiled)
     actor = DataParallelPPOActor(config, model)
     micro = micro_batch(model.config.vocab_size)[:rows]
-    log_probs, entropy = actor._forward_micro_batch(micro, temperature=0.7, calculate_entropy=True, entropy_grad=True)
+    log_probs, entropy = actor._forward_responses(micro, temperature=0.7, calculate_entropy=True, entropy_grad=True)
     (log_probs.sum() - 0.3 * entropy.sum()).backward()
     return (log_probs.detach(), entropy.detach()), [p.grad.clone() for p in model.parameters()]
 

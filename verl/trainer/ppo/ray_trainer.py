@@ -152,6 +152,39 @@ class RayPPOTrainer(RecipeHooks):
     :class:`~verl.trainer.ppo.recipe_hooks.RecipeHooks`.
     """
 
+    # The run state _init_run_state derives from the config (verl's names where verl has them).
+    use_critic: bool
+    use_reference_policy: bool
+    ref_in_actor: bool
+    use_rm: bool
+    use_teacher_policy: bool
+    hybrid_engine: bool
+    use_prefix_grouper: bool
+    checkpoint_manager: Any
+    async_rollout_manager: Any
+    async_rollout_mode: bool
+    llm_server_manager: Any
+    teacher_model_manager: Any
+    distillation_config: Any
+    resource_pool_to_cls: dict[Any, dict[str, RayClassWithInitArgs]]
+    reward_loop_manager: Any
+    max_steps_duration: float
+    gen_steps: int
+    global_steps: int
+    weight_version: int
+    restarts: int
+    weight_checksums: dict[int, str]
+    metrics: dict[str, Any]
+    timing_raw: dict[str, float]
+    is_last_step: bool
+    epoch: int
+    logger: Tracking | None
+    progress_bar: tqdm | None
+    last_val_metrics: dict[str, float] | None
+    reward_tensor: torch.Tensor | None
+    reward_extra_infos_dict: dict[str, Any]
+    checkpointer: TrainerCheckpointer
+
     def __init__(
         self,
         config: DictConfig,

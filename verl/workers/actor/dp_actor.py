@@ -27,6 +27,8 @@ from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.actor.batching import positive_int, read_meta, restore_order, select_batch, split_micro_batches
 from verl.workers.actor.fused_head import check_fused_head, fused_lm_head
+from verl.workers.actor.hook_results import grad_norm_value, hook_name, model_inputs, policy_outputs
+from verl.workers.actor.optim_step import clip_and_step, resolve_grad_clip
 from verl.workers.actor.token_forward import (
     ResponseSlots,
     forward_for_responses,
@@ -75,31 +77,66 @@ class DataParallelPPOActor(BasePPOActor):
     ``kl_loss_type``, ``log_prob_*`` defaults and ``use_remove_padding``.
     ``use_remove_padding`` and ``use_fused_kernels`` are also public attributes:
     ActorConfig has no such fields, so the worker copies them from the model config.
+
+    Recipes subclass it and override verl's hooks, which both loops call through ``self``:
+    ``_forward_micro_batch(micro_batch, temperature, calculate_entropy=False) -> (entropy, log_prob)`` (scoring
+    and every update micro-batch) and ``_optimizer_step() -> grad_norm`` (every optimizer step of the update).
     """
 
     def __init__(self, config: Any, actor_module: nn.Module, actor_optimizer: torch.optim.Optimizer | None = None):
         super().__init__(config)
         self.actor_module = actor_module
         self.actor_optimizer = actor_optimizer
-        self.use_remove_padding = bool(getattr(config, "use_remove_padding", False))
         seed = getattr(config, "data_loader_seed", None)
         self._shuffle_generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
+        # Whether the entropy the default forward returns carries a gradient while grad is enabled. True outside
+        # update_policy (verl's behaviour); update_policy drops it when nothing differentiates the entropy.
+        self._entropy_grad = True
+        self._checkpoint_offloader = None  # verl's activation-offload handle; activation offload is a model switch
+        self.scaler = None  # verl's fp16 grad scaler; parameters here are fp32 or bf16, which need none
+        self.gradient_accumulation = 1  # micro-batches per mini-batch of the last fixed-size update
+        self._apply_config()
+
+    def _apply_config(self) -> None:
+        """Derive the attributes that follow ``self.config``; the worker re-runs it when it hands a recipe's actor
+        the per-rank view of the config that actor was built with."""
+        config = self.config
+        self.use_remove_padding = bool(getattr(config, "use_remove_padding", False))
         self._compiled = bool(getattr(config, "use_torch_compile", False))
         self._entropy_of = _entropy_function(config)
+        self.compute_entropy_from_logits = self._entropy_of  # verl's name: [tokens, vocab] logits -> [tokens]
         self.use_fused_kernels = bool(getattr(config, "use_fused_kernels", False))
         # checked here, once: an unsuitable model fails when the worker is built, naming the key
-        self._fused_head = check_fused_head(actor_module) if self.use_fused_kernels else None
+        self._fused_head = check_fused_head(self.actor_module) if self.use_fused_kernels else None
+        self.use_dynamic_bsz = bool(getattr(config, "use_dynamic_bsz", False))
+        self.ulysses_sequence_parallel_size = 1  # every rank holds whole sequences (no Ulysses here)
+        self.use_ulysses_sp = False
+        self.use_prefix_grouper = False
+        self.device_name = module_device(self.actor_module).type
+        # the dtype the forward computes in: FSDP casts parameters to bfloat16 on an accelerator, none on CPU
+        self.param_dtype = torch.float32 if self.device_name == "cpu" else torch.bfloat16
 
     # ------------------------------------------------------------------ forward
 
     def _forward_micro_batch(
+        self, micro_batch: dict[str, torch.Tensor], temperature: float, calculate_entropy: bool = False
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``(entropy, log_prob)`` of the responses in ``micro_batch`` under ``logits / temperature``.
+
+        ``micro_batch`` holds ``input_ids``, ``attention_mask``, ``position_ids`` ([B, S]) and ``responses``
+        ([B, R]) (plus, during an update, the loss's tensors). Both results are [B, R] float32; entropy is ``None``
+        unless ``calculate_entropy``. Values at padded response slots are unspecified; callers mask them with
+        ``response_mask``. Recipes override this hook; ``compute_log_prob`` and ``update_policy`` both call it.
+        """
+        micro = _forward_tensordict(micro_batch)
+        log_prob, entropy = self._forward_responses(micro, temperature, calculate_entropy, self._entropy_grad)
+        return entropy, log_prob
+
+    def _forward_responses(
         self, micro: TensorDict, temperature: float, calculate_entropy: bool, entropy_grad: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs ([B, R], float32) of the responses under ``logits / temperature``, and optionally entropy.
-
-        Values at padded response slots are unspecified (0 past the micro-batch's longest response and under
-        padding removal); callers mask them with ``response_mask``.
-        """
+        """Log-probs ([B, R], float32) of the responses, and optionally entropy (with a gradient only when
+        ``entropy_grad``): the fused or unfused path, over the micro-batch's own response columns."""
         micro, cut = trim_response_padding(micro)
         if self._fused_head is not None:
             log_probs, entropy = self._forward_fused(micro, temperature, calculate_entropy, entropy_grad)
@@ -110,7 +147,7 @@ class DataParallelPPOActor(BasePPOActor):
     def _forward_unfused(
         self, micro: TensorDict, temperature: float, calculate_entropy: bool, entropy_grad: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``_forward_micro_batch`` with log-probs and entropy computed from the module's logits."""
+        """``_forward_responses`` with log-probs and entropy computed from the module's logits."""
         responses = micro["responses"]
         flat_logits, slots = self._forward_slots(micro)
         logits = slots.take(flat_logits).float()
@@ -133,7 +170,7 @@ class DataParallelPPOActor(BasePPOActor):
     def _forward_fused(
         self, micro: TensorDict, temperature: float, calculate_entropy: bool, entropy_grad: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``_forward_micro_batch`` with the head computing log-probs and entropy itself (``use_fused_kernels``)."""
+        """``_forward_responses`` with the head computing log-probs and entropy itself (``use_fused_kernels``)."""
         with_grad = entropy_grad and torch.is_grad_enabled()
         with fused_lm_head(
             self._fused_head,
@@ -162,6 +199,35 @@ class DataParallelPPOActor(BasePPOActor):
         """Per-token entropy ([B, R]) of ``logits`` ([B, R, V])."""
         return self._entropy_of(logits.reshape(-1, logits.shape[-1])).view(logits.shape[:-1])
 
+    def _forward_hook(
+        self, micro: TensorDict, temperature: float, calculate_entropy: bool, need_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Call ``self._forward_micro_batch`` (a recipe's override included) as verl does; ``(log_prob, entropy)``."""
+        result = self._forward_micro_batch(
+            model_inputs(micro), temperature=temperature, calculate_entropy=calculate_entropy
+        )
+        where = hook_name(self, "_forward_micro_batch")
+        return policy_outputs(result, tuple(micro["responses"].shape), need_entropy, where)
+
+    # ------------------------------------------------------------------ optimizer
+
+    def _optimizer_step(self) -> torch.Tensor:
+        """Clip the gradients to ``grad_clip`` and step the optimizer unless their norm is not finite; returns the
+        norm (a 0-d tensor). ``update_policy`` calls it once per mini-batch and clears the gradients afterwards;
+        recipes override it to change the step (another clipping, a second optimizer)."""
+        if self.actor_optimizer is None:
+            raise RuntimeError(f"{hook_name(self, '_optimizer_step')}: this actor has no optimizer")
+        max_norm = resolve_grad_clip(getattr(self.config, "grad_clip", None), "actor.grad_clip")
+        grad_norm, _ = clip_and_step(
+            self.actor_module, self.actor_optimizer, max_norm, who="actor update", zero_grad=False
+        )
+        return torch.tensor(grad_norm)
+
+    def _optimizer_step_norm(self) -> float:
+        return grad_norm_value(self._optimizer_step(), hook_name(self, "_optimizer_step"))
+
+    # ------------------------------------------------------------------ scoring
+
     def compute_log_prob(
         self, data: DataProto, calculate_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -170,7 +236,7 @@ class DataParallelPPOActor(BasePPOActor):
         meta_info: ``temperature`` (required), ``micro_batch_size`` or
         ``use_dynamic_bsz`` + ``max_token_len`` (defaulting to the config's
         ``log_prob_*`` fields). Needs batch keys responses, input_ids,
-        attention_mask, position_ids.
+        attention_mask, position_ids. Each micro-batch goes through ``_forward_micro_batch``.
         """
         where = "DataParallelPPOActor.compute_log_prob"
         temperature = read_temperature(data, where)
@@ -200,7 +266,9 @@ class DataParallelPPOActor(BasePPOActor):
         log_probs, entropies = [], []
         with torch.no_grad():
             for micro in micro_batches:
-                log_prob, entropy = self._forward_micro_batch(micro.to(device), temperature, calculate_entropy)
+                log_prob, entropy = self._forward_hook(
+                    micro.to(device), temperature, calculate_entropy, need_entropy=calculate_entropy
+                )
                 log_probs.append(log_prob)
                 entropies.append(entropy)
         log_prob = restore_order(log_probs, batch_idx)
@@ -218,7 +286,8 @@ class DataParallelPPOActor(BasePPOActor):
         ``use_kl_loss``; uses rollout_is_weights when present. When the trainer
         leaves the rollout correction to an on-policy update (``meta_info`` key
         ``rollout_correction_in_update``), the weights and the ``rollout_corr/*``
-        metrics come from this update's own forward and rollout_log_probs. Returns lists of
+        metrics come from this update's own forward and rollout_log_probs. Every micro-batch is scored by
+        ``_forward_micro_batch`` and every step taken by ``_optimizer_step``. Returns lists of
         per-micro-batch ``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/ppo_kl``,
         ``actor/entropy`` (and ``actor/kl_loss``, ``actor/kl_coef``), per-step
         ``actor/grad_norm`` and ``actor/step_skipped``, and ``actor/lr``.
@@ -229,6 +298,8 @@ class DataParallelPPOActor(BasePPOActor):
         cfg = self.config
         temperature = read_temperature(data, where)
         plan = UpdatePlan.from_config(cfg, "actor", group_by_length=not self.use_remove_padding)
+        if plan.micro_batch_size is not None:
+            self.gradient_accumulation = max(1, plan.mini_batch_size // plan.micro_batch_size)
         policy_loss_fn = get_policy_loss_fn(_loss_mode(cfg))
         loss_config = _policy_loss_config(cfg)
         entropy_coeff = float(getattr(cfg, "entropy_coeff", 0.0) or 0.0)
@@ -256,8 +327,8 @@ class DataParallelPPOActor(BasePPOActor):
 
         def micro_loss(micro: TensorDict, scale: float) -> dict[str, Any]:
             response_mask = micro["response_mask"].float()
-            log_prob, entropy = self._forward_micro_batch(
-                micro, temperature, calculate_entropy=True, entropy_grad=entropy_coeff != 0
+            log_prob, entropy = self._forward_hook(
+                micro, temperature, calculate_entropy=True, need_entropy=entropy_coeff != 0
             )
             if response_mask.sum() == 0:
                 # Nothing to learn from, but keep the backward so sharded wrappers run their hooks on every rank.
@@ -279,9 +350,13 @@ class DataParallelPPOActor(BasePPOActor):
                 config=loss_config,
                 rollout_is_weights=rollout_is_weights,
             )
-            entropy_agg = agg_loss(entropy, response_mask, plan.loss_agg_mode)
-            loss = pg_loss - entropy_coeff * entropy_agg if entropy_coeff != 0 else pg_loss
-            metrics: dict[str, Any] = {"actor/pg_loss": pg_loss.detach(), "actor/entropy": entropy_agg.detach()}
+            loss = pg_loss
+            metrics: dict[str, Any] = {"actor/pg_loss": pg_loss.detach()}
+            if entropy is not None:
+                entropy_agg = agg_loss(entropy, response_mask, plan.loss_agg_mode)
+                if entropy_coeff != 0:
+                    loss = pg_loss - entropy_coeff * entropy_agg
+                metrics["actor/entropy"] = entropy_agg.detach()
             if use_kl_loss:
                 kld = kl_penalty(log_prob, micro["ref_log_prob"], kl_loss_type)
                 kl_loss = agg_loss(kld, response_mask, plan.loss_agg_mode)
@@ -292,14 +367,38 @@ class DataParallelPPOActor(BasePPOActor):
             metrics.update(pg_metrics)
             return metrics
 
-        metrics = run_updates(
-            batch, plan, micro_loss, self.actor_module, self.actor_optimizer, self._shuffle_generator, "actor"
-        )
+        # The default forward's entropy needs a gradient only when the loss uses it, or when an override of
+        # _forward_micro_batch may build on it.
+        overridden = type(self)._forward_micro_batch is not DataParallelPPOActor._forward_micro_batch
+        previous, self._entropy_grad = self._entropy_grad, entropy_coeff != 0 or overridden
+        try:
+            metrics = run_updates(
+                batch,
+                plan,
+                micro_loss,
+                self.actor_module,
+                self.actor_optimizer,
+                self._shuffle_generator,
+                "actor",
+                optimizer_step=self._optimizer_step_norm,
+            )
+        finally:
+            self._entropy_grad = previous
         if seen:
             log_prob, rollout_log_prob, response_mask = (torch.cat(parts) for parts in zip(*seen))
             for key, value in in_update_metrics(log_prob, rollout_log_prob, response_mask, correction).items():
                 metrics[key] = [value]
         return metrics
+
+
+def _forward_tensordict(micro_batch: Any) -> TensorDict:
+    """The forward's four tensors of a hook's micro-batch (a dict or a TensorDict) as a TensorDict, no copies."""
+    if isinstance(micro_batch, TensorDict):
+        return micro_batch
+    missing = [key for key in _FORWARD_KEYS if key not in micro_batch]
+    if missing:
+        raise KeyError(f"DataParallelPPOActor._forward_micro_batch needs micro_batch keys {missing}")
+    return TensorDict({key: micro_batch[key] for key in _FORWARD_KEYS}, batch_size=[micro_batch["responses"].shape[0]])
 
 
 def _policy_loss_config(cfg: Any) -> Any:

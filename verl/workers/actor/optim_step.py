@@ -28,12 +28,15 @@ def resolve_grad_clip(value: float | None, name: str) -> float:
     return float(value)
 
 
-def clip_and_step(module: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float, who: str) -> tuple[float, bool]:
+def clip_and_step(
+    module: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float, who: str, *, zero_grad: bool = True
+) -> tuple[float, bool]:
     """Clip the gradients of ``module`` to ``max_norm`` and step ``optimizer`` unless the norm is not finite.
 
     Works for plain and FSDP2 (DTensor) parameters: ``clip_grad_norm_`` reduces
     across shards and every rank sees the same total, so all ranks skip
-    together. Returns ``(grad_norm, stepped)``; gradients are cleared either way.
+    together. Returns ``(grad_norm, stepped)``; gradients are cleared either way
+    unless ``zero_grad`` is false (then the caller clears them).
     """
     total = torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm=max_norm)
     if hasattr(total, "full_tensor"):
@@ -44,5 +47,6 @@ def clip_and_step(module: nn.Module, optimizer: torch.optim.Optimizer, max_norm:
         optimizer.step()
     else:
         logger.warning("%s: gradient norm is %s; optimizer step skipped and gradients dropped", who, grad_norm)
-    optimizer.zero_grad(set_to_none=True)
+    if zero_grad:
+        optimizer.zero_grad(set_to_none=True)
     return grad_norm, stepped

@@ -9,6 +9,7 @@ by the data-parallel size).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,10 +28,12 @@ from verl.workers.actor.batching import (
 from verl.workers.actor.optim_step import clip_and_step, resolve_grad_clip
 from verl.workers.actor.token_forward import module_device
 
-__all__ = ["UpdatePlan", "MicroLossFn", "run_updates"]
+__all__ = ["UpdatePlan", "MicroLossFn", "OptimizerStepFn", "run_updates"]
 
 # (micro_batch, loss_scale) -> metrics of that micro-batch; the function calls backward itself.
 MicroLossFn = Callable[[TensorDict, float], dict[str, Any]]
+# () -> the gradient norm of the step it took (clip, step; a non-finite norm means the step was skipped).
+OptimizerStepFn = Callable[[], float]
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,13 @@ def run_updates(
     optimizer: torch.optim.Optimizer,
     generator: torch.Generator,
     prefix: str,
+    optimizer_step: OptimizerStepFn | None = None,
 ) -> dict[str, list[float]]:
     """Run every optimizer step of ``plan`` over ``batch``.
+
+    ``optimizer_step`` takes each step (the actor's or critic's overridable ``_optimizer_step``); by default the
+    gradients are clipped to ``plan.max_grad_norm`` and ``optimizer`` steps unless their norm is not finite.
+    Gradients are cleared after every step either way.
 
     Metrics: whatever ``micro_loss`` returns (one entry per micro-batch), plus
     ``{prefix}/grad_norm`` and ``{prefix}/step_skipped`` (1.0 when the norm was
@@ -107,7 +115,12 @@ def run_updates(
             micro = micro.to(device)
             scale = micro_loss_scale(micro["response_mask"], mini["response_mask"].to(device), plan.loss_agg_mode)
             append_metrics(metrics, micro_loss(micro, scale))
-        grad_norm, stepped = clip_and_step(module, optimizer, plan.max_grad_norm, who=f"{prefix} update")
+        if optimizer_step is None:
+            grad_norm, stepped = clip_and_step(module, optimizer, plan.max_grad_norm, who=f"{prefix} update")
+        else:
+            grad_norm = optimizer_step()
+            stepped = math.isfinite(grad_norm)
+            optimizer.zero_grad(set_to_none=True)
         append_metrics(metrics, {f"{prefix}/grad_norm": grad_norm, f"{prefix}/step_skipped": 0.0 if stepped else 1.0})
     append_metrics(metrics, {f"{prefix}/lr": float(optimizer.param_groups[0]["lr"])})
     return metrics

@@ -18,6 +18,8 @@ from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import compute_value_loss
 from verl.utils.torch_functional import masked_mean
 from verl.workers.actor.batching import positive_int, read_meta, restore_order, select_batch, split_micro_batches
+from verl.workers.actor.hook_results import grad_norm_value, hook_name, model_inputs, value_outputs
+from verl.workers.actor.optim_step import clip_and_step, resolve_grad_clip
 from verl.workers.actor.token_forward import (
     forward_for_responses,
     module_device,
@@ -40,6 +42,10 @@ class DataParallelPPOCritic(BasePPOCritic):
     ``forward_max_token_len_per_gpu``, ``shuffle``, ``data_loader_seed``,
     ``grad_clip``, ``cliprange_value``, ``loss_agg_mode``, and ``use_remove_padding``
     (its own or ``config.model.use_remove_padding``; also a public attribute).
+
+    Recipes subclass it and override verl's hooks, which both loops call through ``self``:
+    ``_forward_micro_batch(micro_batch) -> values`` (``compute_values`` and every update micro-batch) and
+    ``_optimizer_step() -> grad_norm`` (every optimizer step of ``update_critic``).
     """
 
     def __init__(self, config: Any, critic_module: nn.Module, critic_optimizer: torch.optim.Optimizer | None):
@@ -49,10 +55,15 @@ class DataParallelPPOCritic(BasePPOCritic):
         self.use_remove_padding = _remove_padding_flag(config)
         seed = getattr(config, "data_loader_seed", None)
         self._shuffle_generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
+        self.ulysses_sequence_parallel_size = 1  # every rank holds whole sequences (no Ulysses here)
+        self.device_name = module_device(critic_module).type
+        self.gradient_accumulation = 1  # micro-batches per mini-batch of the last fixed-size update
 
-    def _forward_micro_batch(self, micro: TensorDict) -> torch.Tensor:
-        """Values ([B, R], float32) before each response token; unspecified at padded slots."""
-        micro, cut = trim_response_padding(micro)
+    def _forward_micro_batch(self, micro_batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Values ([B, R], float32) before each response token of ``micro_batch`` (``input_ids``,
+        ``attention_mask``, ``position_ids``, ``responses``); unspecified at padded slots. Recipes override this
+        hook; ``compute_values`` and ``update_critic`` both call it."""
+        micro, cut = trim_response_padding(_forward_tensordict(micro_batch))
         flat, slots = forward_for_responses(
             self.critic_module,
             micro["input_ids"],
@@ -67,6 +78,26 @@ class DataParallelPPOCritic(BasePPOCritic):
                 raise ValueError(f"the critic module must output one value per token, got {values.shape[-1]}")
             values = values.squeeze(-1)
         return pad_response_columns(slots.clean(values.float()), cut)
+
+    def _forward_hook(self, micro: TensorDict) -> torch.Tensor:
+        """Call ``self._forward_micro_batch`` (a recipe's override included) as verl does and check its values."""
+        values = self._forward_micro_batch(model_inputs(micro))
+        where = hook_name(self, "_forward_micro_batch")
+        return value_outputs(values, tuple(micro["responses"].shape), where)
+
+    def _optimizer_step(self) -> torch.Tensor:
+        """Clip the gradients to ``grad_clip`` and step the optimizer unless their norm is not finite; returns the
+        norm (a 0-d tensor). ``update_critic`` calls it once per mini-batch and clears the gradients afterwards."""
+        if self.critic_optimizer is None:
+            raise RuntimeError(f"{hook_name(self, '_optimizer_step')}: this critic has no optimizer")
+        max_norm = resolve_grad_clip(getattr(self.config, "grad_clip", None), "critic.grad_clip")
+        grad_norm, _ = clip_and_step(
+            self.critic_module, self.critic_optimizer, max_norm, who="critic update", zero_grad=False
+        )
+        return torch.tensor(grad_norm)
+
+    def _optimizer_step_norm(self) -> float:
+        return grad_norm_value(self._optimizer_step(), hook_name(self, "_optimizer_step"))
 
     def compute_values(self, data: DataProto) -> torch.Tensor:
         """Values [N, R], zero outside ``response_mask``.
@@ -99,7 +130,7 @@ class DataParallelPPOCritic(BasePPOCritic):
         self.critic_module.eval()
         device = module_device(self.critic_module)
         with torch.no_grad():
-            values = restore_order([self._forward_micro_batch(micro.to(device)) for micro in micro_batches], batch_idx)
+            values = restore_order([self._forward_hook(micro.to(device)) for micro in micro_batches], batch_idx)
         return values * batch["response_mask"].to(device=values.device, dtype=values.dtype)
 
     def update_critic(self, data: DataProto) -> dict[str, list[float]]:
@@ -114,6 +145,8 @@ class DataParallelPPOCritic(BasePPOCritic):
         if self.critic_optimizer is None:
             raise RuntimeError(f"{where}: this critic has no optimizer; pass critic_optimizer")
         plan = UpdatePlan.from_config(self.config, "critic", group_by_length=not self.use_remove_padding)
+        if plan.micro_batch_size is not None:
+            self.gradient_accumulation = max(1, plan.mini_batch_size // plan.micro_batch_size)
         cliprange_value = getattr(self.config, "cliprange_value", None)
         if cliprange_value is None:
             raise ValueError("critic.cliprange_value must be set (a positive float)")
@@ -121,7 +154,7 @@ class DataParallelPPOCritic(BasePPOCritic):
 
         def micro_loss(micro: TensorDict, scale: float) -> dict[str, Any]:
             response_mask = micro["response_mask"].float()
-            vpreds = self._forward_micro_batch(micro)
+            vpreds = self._forward_hook(micro)
             if response_mask.sum() == 0:
                 (vpreds.sum() * 0.0).backward()
                 return {}
@@ -141,8 +174,26 @@ class DataParallelPPOCritic(BasePPOCritic):
             }
 
         return run_updates(
-            batch, plan, micro_loss, self.critic_module, self.critic_optimizer, self._shuffle_generator, "critic"
+            batch,
+            plan,
+            micro_loss,
+            self.critic_module,
+            self.critic_optimizer,
+            self._shuffle_generator,
+            "critic",
+            optimizer_step=self._optimizer_step_norm,
         )
+
+
+def _forward_tensordict(micro_batch: Any) -> TensorDict:
+    """The forward's four tensors of a hook's micro-batch (a dict or a TensorDict) as a TensorDict, no copies."""
+    if isinstance(micro_batch, TensorDict):
+        return micro_batch
+    keys = ["responses", "input_ids", "attention_mask", "position_ids"]
+    missing = [key for key in keys if key not in micro_batch]
+    if missing:
+        raise KeyError(f"DataParallelPPOCritic._forward_micro_batch needs micro_batch keys {missing}")
+    return TensorDict({key: micro_batch[key] for key in keys}, batch_size=[micro_batch["responses"].shape[0]])
 
 
 def _remove_padding_flag(config: Any) -> bool:

@@ -4,6 +4,13 @@ Roles: ``actor`` (train), ``rollout`` (generate), ``ref`` (score with the frozen
 ``actor_rollout`` / ``actor_rollout_ref``, where the three take turns in the same process (the hybrid engine). The
 reference in ``actor_rollout_ref`` is a second, frozen FSDP copy without optimizer; with LoRA it is the actor itself
 with its adapters switched off, so no second copy is needed.
+
+``init_model`` follows verl's steps, each an overridable method of the worker: the policy from
+``_build_model_optimizer(model_path, fsdp_config, optim_config, override_model_config, ..., role="actor")``, which
+returns ``(module, optimizer, lr_scheduler, model_config)``; the ``DataParallelPPOActor``; the engine from
+``_build_rollout``; the reference from ``_build_model_optimizer(..., role="ref")[0]``; then the FLOPs counter and the
+checkpoint manager. A recipe overriding a step (calling ``super()`` and changing the result, or building its own) is
+what runs; a result this worker cannot use fails naming the recipe's class and the step.
 """
 
 from __future__ import annotations
@@ -16,27 +23,41 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig
+from torch import nn
 
-from verl.checkpoint_engine import iter_named_weights, iter_weight_buckets, megabytes_to_bytes
+from verl.checkpoint_engine import iter_named_weights, iter_weight_buckets, megabytes_to_bytes, normalize_weight_name
+from verl.checkpoint_engine.lora import LORA_PARAM_MARKERS
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
 from verl.trainer.config.trainer_config import TrainerConfig
 from verl.utils.weight_checksum import weight_checksum
 from verl.workers.actor.dp_actor import DataParallelPPOActor
+from verl.workers.actor.hook_results import describe
 from verl.workers.config import ActorConfig, FSDPActorConfig, HFModelConfig, RolloutConfig
 from verl.workers.fsdp.checkpoint_manager import FSDPCheckpointManager
 from verl.workers.fsdp.distributed import build_fsdp_mesh, device_for_rank, init_distributed, resolve_device
-from verl.workers.fsdp.fsdp_wrap import apply_fsdp2, load_model, load_optimizer, offload_model, offload_optimizer
+from verl.workers.fsdp.fsdp_wrap import (
+    apply_fsdp2,
+    fsdp2_kwargs,
+    is_sharded,
+    load_model,
+    load_optimizer,
+    offload_model,
+    offload_optimizer,
+    remap_optimizer_params,
+    shard_late_modules,
+)
 from verl.workers.fsdp.hf_export import export_hf_weights
 from verl.workers.fsdp.hybrid_rollout import HybridRollout
 from verl.workers.fsdp.model_loader import (
     export_config,
+    hf_weight_names,
     load_causal_lm,
     load_tokenizer,
     parse_dtype,
     resolve_model_path,
 )
-from verl.workers.fsdp.optimizer import build_lr_scheduler, build_optimizer
+from verl.workers.fsdp.optimizer import build_lr_scheduler, build_optimizer, cover_new_param_groups
 from verl.workers.fsdp.worker_config import (
     ConfigView,
     has_group,
@@ -59,6 +80,37 @@ def compute_dtype(device: torch.device) -> torch.dtype | None:
 
 def _to_cpu(data: DataProto) -> DataProto:
     return data.to("cpu") if data.batch is not None else data
+
+
+def _export_config_of(model_config: Any, module: nn.Module, where: str) -> Any:
+    """The Hugging Face config saved with exports: what the build step returned when it is one, else the
+    module's own (a recipe's step may return another description of the model)."""
+    from transformers import PretrainedConfig
+
+    if isinstance(model_config, PretrainedConfig):
+        return model_config
+    base = module.get_base_model() if callable(getattr(module, "get_base_model", None)) else module
+    if not isinstance(getattr(base, "config", None), PretrainedConfig):
+        raise TypeError(
+            f"{where} returned {describe(model_config)} as model_config and a module without a Hugging Face config; "
+            "return the model's transformers config (the worker exports and counts FLOPs with it)"
+        )
+    return export_config(module)
+
+
+def _warn_untrained(module: nn.Module, optimizer: torch.optim.Optimizer, where: str) -> None:
+    """Log the trainable parameters ``optimizer`` does not update: a module a recipe added without handing its
+    parameters to the optimizer would otherwise stay at its initial values without a word."""
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    missing = [name for name, p in module.named_parameters() if p.requires_grad and id(p) not in held]
+    if missing:
+        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        logger.warning("%s: trainable parameters not in the optimizer stay as they are: %s", where, shown)
+
+
+def _is_adapter_weight(key: str) -> bool:
+    parts = key.split(".")
+    return any(part in LORA_PARAM_MARKERS for part in parts) or "original_module" in parts
 
 
 class ActorRolloutRefWorker(Worker):
@@ -91,33 +143,58 @@ class ActorRolloutRefWorker(Worker):
         self._is_lora = int(self.model_config.lora_rank or 0) > 0
         self._register_dispatch_collect_info("actor", dp_rank=self.rank, is_collect=True)
 
+        # verl's worker attributes, which recipes read in their overrides
+        self.ulysses_sequence_parallel_size = 1  # every rank holds whole sequences (no Ulysses here)
+        self.ulysses_device_mesh = None
+        self._is_offload_param, self._is_offload_optimizer = self._offload_flags()
+        self.device_mesh = None  # the actor's FSDP mesh, built by init_model before the models
+        self._meshes: dict[int, Any] = {}
         self.actor_module_fsdp = None
+        self.actor_module = None
         self.actor_optimizer = None
         self.actor_lr_scheduler = None
+        self.actor_model_config = None
         self.actor: DataParallelPPOActor | None = None
         self.ref_module_fsdp = None
         self.ref_policy: DataParallelPPOActor | None = None
         self.rollout: HybridRollout | None = None
+        self.flops_counter = None
         self.checkpoint_manager: FSDPCheckpointManager | None = None
         self.tokenizer = None
+        self.processor = None
+        self.generation_config = None
         self.hf_config = None
+        self._fsdp_kwargs: dict[str, dict[str, Any]] = {}  # per role: how its module was sharded
+        self._own_policies: dict[str, Any] = {}  # "actor" / "ref_policy": (the policy built here, its config view)
+        self._rollout_extra: tuple[int, frozenset[str]] | None = None  # (id of the module, its non-HF weight names)
 
     # ------------------------------------------------------------------ building
 
     def _fsdp_config(self, group_config: Any) -> Any:
         return getattr(group_config, "fsdp_config", None)
 
-    def _wrap(self, module: torch.nn.Module, group_config: Any, group: str) -> torch.nn.Module:
-        fsdp_cfg = self._fsdp_config(group_config)
-        fsdp_size = getattr(fsdp_cfg, "fsdp_size", -1) if fsdp_cfg is not None else -1
-        mesh = build_fsdp_mesh(self.device_type, self.world_size, fsdp_size, key=f"{group}.fsdp_config.fsdp_size")
+    def _mesh(self, fsdp_size: int, group: str) -> Any:
+        """The FSDP mesh for ``fsdp_size`` (one per size: each mesh is a collective to build)."""
+        fsdp_size = int(fsdp_size)
+        if fsdp_size not in self._meshes:
+            key = f"{group}.fsdp_config.fsdp_size"
+            self._meshes[fsdp_size] = build_fsdp_mesh(self.device_type, self.world_size, fsdp_size, key=key)
+        return self._meshes[fsdp_size]
+
+    def _wrap(self, module: torch.nn.Module, fsdp_cfg: Any, group: str) -> torch.nn.Module:
+        """Shard ``module`` as ``fsdp_cfg`` (a ``fsdp_config`` group) says; ``group`` names it in errors."""
+        mesh = self._mesh(getattr(fsdp_cfg, "fsdp_size", -1) if fsdp_cfg is not None else -1, group)
         module.to(self.device)
+        options = {
+            "param_dtype": compute_dtype(self.device),
+            "reshard_after_forward": bool(getattr(fsdp_cfg, "reshard_after_forward", True)),
+            "cpu_offload": bool(getattr(fsdp_cfg, "offload_policy", False)) and self.device.type != "cpu",
+        }
+        self._fsdp_kwargs[group] = fsdp2_kwargs(mesh, **options)
         return apply_fsdp2(
             module,
             mesh,
-            param_dtype=compute_dtype(self.device),
-            reshard_after_forward=bool(getattr(fsdp_cfg, "reshard_after_forward", True)),
-            cpu_offload=bool(getattr(fsdp_cfg, "offload_policy", False)) and self.device.type != "cpu",
+            **options,
             wrap_policy=getattr(fsdp_cfg, "wrap_policy", None),
             forward_prefetch=bool(getattr(fsdp_cfg, "forward_prefetch", False)),
             key=f"{group}.fsdp_config",
@@ -128,33 +205,188 @@ class ActorRolloutRefWorker(Worker):
         inject it (verl's trainer writes it into ``actor.optim`` before building workers)."""
         return optim_with_total_steps(optim, self.trainer_config)
 
-    def _model_dtype(self, group_config: Any, group: str) -> torch.dtype:
-        fsdp_cfg = self._fsdp_config(group_config)
-        return parse_dtype(getattr(fsdp_cfg, "model_dtype", "fp32"), key=f"{group}.fsdp_config.model_dtype")
-
     def _offload_flags(self) -> tuple[bool, bool]:
         fsdp_cfg = self._fsdp_config(self.actor_config)
         return bool(getattr(fsdp_cfg, "param_offload", False)), bool(getattr(fsdp_cfg, "optimizer_offload", False))
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def init_model(self) -> None:
-        """Load, shard and set up optimizer, reference policy and rollout engine as the role asks."""
-        self.tokenizer = load_tokenizer(self.model_config, self.model_path)
-        # model-level switches the actor and reference policy read as their own attributes
-        forward_flags = {
+    def _build_model_optimizer(
+        self,
+        model_path: str,
+        fsdp_config: Any,
+        optim_config: Any,
+        override_model_config: dict[str, Any] | None,
+        use_remove_padding: bool = False,
+        use_fused_kernels: bool = False,
+        enable_gradient_checkpointing: bool = False,
+        trust_remote_code: bool = False,
+        use_liger: bool = False,
+        role: str = "actor",
+        enable_activation_offload: bool = False,
+        use_prefix_grouper: bool = False,
+        use_tiled_mlp: bool = False,
+        tiled_mlp_shards: int = 4,
+    ) -> tuple[nn.Module, torch.optim.Optimizer | None, Any, Any]:
+        """Load the policy (``role="actor"``, trainable) or the reference (``role="ref"``, frozen), shard it, and for
+        the actor with an ``optim_config`` build AdamW and its schedule.
+
+        Returns ``(module, optimizer, lr_scheduler, model_config)``: the sharded module, ``None, None`` for the
+        reference, and the Hugging Face config saved with exports. Recipes override this step to add modules to
+        the model (before wrapping: build your own; after ``super()``: this worker shards what was added) or to
+        change the optimizer. Padding removal and the fused head are the actor's (``use_remove_padding``,
+        ``use_fused_kernels``); prefix grouping and tiled MLPs are not part of this build and are refused.
+        """
+        from verl.models.transformers.monkey_patch import apply_monkey_patch
+
+        if role not in ("actor", "ref"):
+            raise ValueError(
+                f"{type(self).__name__}._build_model_optimizer: role must be 'actor' or 'ref', got {role!r}"
+            )
+        group = "actor" if role == "actor" else "ref"
+        model_config = ConfigView(
+            self.model_config,
+            override_config=dict(override_model_config or {}),
+            enable_gradient_checkpointing=bool(enable_gradient_checkpointing),
+            enable_activation_offload=bool(enable_activation_offload),
+            trust_remote_code=bool(trust_remote_code),
+            use_liger=bool(use_liger),
+        )
+        model_dtype = getattr(fsdp_config, "model_dtype", None) or "fp32"
+        dtype = parse_dtype(model_dtype, key=f"{group}.fsdp_config.model_dtype")
+        module = load_causal_lm(model_config, model_path, dtype, trainable=role == "actor")
+        apply_monkey_patch(
+            module,
+            ulysses_sp_size=self.ulysses_sequence_parallel_size,
+            use_remove_padding=False,  # the actor packs sequences itself; nothing to patch
+            use_prefix_grouper=use_prefix_grouper,
+            use_tiled_mlp=use_tiled_mlp,
+            tiled_mlp_shards=tiled_mlp_shards,
+        )
+        hf_config = export_config(module)
+        module = self._wrap(module, fsdp_config, group)
+        optimizer = lr_scheduler = None
+        if role == "actor" and optim_config is not None:
+            optimizer = build_optimizer(module.parameters(), optim_config)
+            lr_scheduler = build_lr_scheduler(optimizer, optim_config)
+        return module, optimizer, lr_scheduler, hf_config
+
+    def _build_rollout(self, trust_remote_code: bool = False) -> None:
+        """The rollout engine of this rank (``self.rollout``), loaded from ``model.path``."""
+        del trust_remote_code  # the engine reads model.trust_remote_code itself
+        pad = self.tokenizer.pad_token_id
+        if pad is None:
+            pad = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else 0
+        self.rollout = HybridRollout(self.rollout_config, self.model_path, self.device, pad)
+
+    def _build_arguments(self, role: str) -> dict[str, Any]:
+        """The keyword arguments verl's ``init_model`` passes ``_build_model_optimizer`` for ``role``."""
+        model = self.model_config
+        group_config = self.actor_config if role == "actor" else self.ref_config
+        tiled = dict(getattr(model, "tiled_mlp", None) or {})
+        arguments = {
+            "model_path": self.model_path,
+            "fsdp_config": self._fsdp_config(group_config),
+            "optim_config": self._optim_config(self.actor_config.optim) if role == "actor" else None,
+            "override_model_config": dict(model.override_config or {}),
+            "use_remove_padding": bool(model.use_remove_padding),
+            "use_fused_kernels": bool(model.use_fused_kernels),
+            "trust_remote_code": bool(model.trust_remote_code),
+            "use_liger": bool(model.use_liger),
+            "role": role,
+            "use_prefix_grouper": bool(getattr(self.actor_config, "use_prefix_grouper", False)),
+            "use_tiled_mlp": bool(tiled.get("enabled", False)),
+            "tiled_mlp_shards": int(tiled.get("num_shards", 4)),
+        }
+        if role == "actor":
+            arguments["enable_gradient_checkpointing"] = bool(model.enable_gradient_checkpointing)
+            arguments["enable_activation_offload"] = bool(model.enable_activation_offload)
+        return arguments
+
+    def _run_build_hook(self, role: str) -> tuple[nn.Module, Any, Any, Any]:
+        """``self._build_model_optimizer`` (a recipe's override included) for ``role``, its result checked and the
+        modules it added after wrapping sharded like the rest."""
+        where = f"{type(self).__name__}._build_model_optimizer(role={role!r})"
+        result = self._build_model_optimizer(**self._build_arguments(role))
+        if not isinstance(result, tuple | list) or len(result) != 4:
+            raise TypeError(
+                f"{where} returned {describe(result)}; it must return (module, optimizer, lr_scheduler, model_config)"
+            )
+        module, optimizer, lr_scheduler, model_config = result
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"{where} returned {describe(module)} as the module; expected a torch.nn.Module")
+        if role == "actor":
+            if not isinstance(optimizer, torch.optim.Optimizer):
+                raise TypeError(f"{where} returned {describe(optimizer)} as the optimizer; the actor needs one")
+            if not (
+                callable(getattr(lr_scheduler, "step", None)) and callable(getattr(lr_scheduler, "state_dict", None))
+            ):
+                raise TypeError(
+                    f"{where} returned {describe(lr_scheduler)} as the lr_scheduler; the actor steps it once per "
+                    "update and checkpoints it (it needs step() and state_dict())"
+                )
+        self._shard_added_modules(module, optimizer, role, where)
+        if optimizer is not None:
+            _warn_untrained(module, optimizer, where)
+            if lr_scheduler is not None:
+                cover_new_param_groups(lr_scheduler, optimizer, where)
+        return module, optimizer, lr_scheduler, model_config
+
+    def _shard_added_modules(self, module: nn.Module, optimizer: Any, role: str, where: str) -> None:
+        """Shard what a recipe's build step left unsharded in a sharded model, and repoint its optimizer."""
+        if not is_sharded(module):
+            if self.world_size > 1 and any(p.requires_grad for p in module.parameters()):
+                raise ValueError(
+                    f"{where} returned a module that is not sharded on a {self.world_size}-rank group: its gradients "
+                    "would not be reduced across ranks; wrap it with fully_shard / apply_fsdp2 before returning"
+                )
+            return
+        kwargs = self._fsdp_kwargs.get(role) or fsdp2_kwargs(self._mesh(-1, role))
+        remap_optimizer_params(optimizer, shard_late_modules(module, kwargs, who=where), who=where)
+
+    def _policy_view(self, config: Any, role: str) -> ConfigView:
+        """``config`` as the actor (``role="actor"``) or the reference reads it: the model-level forward switches,
+        and for the actor the per-rank update sizes (prompt counts x rollout.n / ranks), as verl's worker
+        normalises them."""
+        flags = {
             "use_remove_padding": bool(self.model_config.use_remove_padding),
             "use_fused_kernels": bool(self.model_config.use_fused_kernels),
         }
+        if role != "actor":
+            return ConfigView(config, **flags)
+        typed = config if callable(getattr(config, "micro_batch_size_per_gpu", None)) else None
+        if typed is None:
+            typed = read_group({"actor": config}, "actor", FSDPActorConfig)
+        return ConfigView(config, **flags, **per_rank_update_sizes(typed, "actor", self.rollout_n, self.world_size))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Build the policy, its actor, the rollout engine and the reference as the role asks, in verl's order (see
+        the module docstring), then the FLOPs counter and the checkpoint manager."""
+        from verl.utils.flops_counter import FlopsCounter
+
+        self.tokenizer = load_tokenizer(self.model_config, self.model_path)
+        if self._is_actor or self._is_ref:
+            self.device_mesh = self._mesh(getattr(self._fsdp_config(self.actor_config), "fsdp_size", -1), "actor")
         if self._is_actor:
-            module = load_causal_lm(self.model_config, self.model_path, self._model_dtype(self.actor_config, "actor"))
-            self.hf_config = export_config(module)
-            self.actor_module_fsdp = self._wrap(module, self.actor_config, "actor")
-            optim = self._optim_config(self.actor_config.optim)
-            self.actor_optimizer = build_optimizer(self.actor_module_fsdp.parameters(), optim)
-            self.actor_lr_scheduler = build_lr_scheduler(self.actor_optimizer, optim)
-            sizes = per_rank_update_sizes(self.actor_config, "actor", self.rollout_n, self.world_size)
-            view = ConfigView(self.actor_config, **forward_flags, **sizes)
+            built = self._run_build_hook("actor")
+            self.actor_module_fsdp, self.actor_optimizer, self.actor_lr_scheduler, self.actor_model_config = built
+            self.actor_module = self.actor_module_fsdp
+            where = f"{type(self).__name__}._build_model_optimizer(role='actor')"
+            self.hf_config = _export_config_of(self.actor_model_config, self.actor_module_fsdp, where)
+            view = self._policy_view(self.actor_config, "actor")
             self.actor = DataParallelPPOActor(view, self.actor_module_fsdp, self.actor_optimizer)
+            self._own_policies["actor"] = (self.actor, view)
+        if self._is_rollout:
+            self._build_rollout(trust_remote_code=bool(self.model_config.trust_remote_code))
+        if self._is_ref:
+            ref_view = self._policy_view(self.ref_config, "ref")
+            if self._is_lora and self.actor_module_fsdp is not None:
+                self.ref_policy = DataParallelPPOActor(ref_view, self.actor_module_fsdp)
+            else:
+                self.ref_module_fsdp = self._run_build_hook("ref")[0]
+                self.ref_policy = DataParallelPPOActor(ref_view, self.ref_module_fsdp)
+            self._own_policies["ref_policy"] = (self.ref_policy, ref_view)
+        if self._is_actor:
+            self.flops_counter = FlopsCounter(self.hf_config)
             self.checkpoint_manager = FSDPCheckpointManager(
                 self.actor_module_fsdp,
                 self.actor_optimizer,
@@ -166,22 +398,24 @@ class ActorRolloutRefWorker(Worker):
                 generators={"actor_shuffle": self.actor._shuffle_generator},
                 role="actor",
             )
-        if self._is_ref:
-            ref_view = ConfigView(self.ref_config, **forward_flags)
-            if self._is_lora and self.actor_module_fsdp is not None:
-                self.ref_policy = DataParallelPPOActor(ref_view, self.actor_module_fsdp)
-            else:
-                module = load_causal_lm(
-                    self.model_config, self.model_path, self._model_dtype(self.ref_config, "ref"), trainable=False
-                )
-                self.ref_module_fsdp = self._wrap(module, self.ref_config, "ref")
-                self.ref_policy = DataParallelPPOActor(ref_view, self.ref_module_fsdp)
-        if self._is_rollout:
-            pad = self.tokenizer.pad_token_id
-            if pad is None:
-                pad = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else 0
-            self.rollout = HybridRollout(self.rollout_config, self.model_path, self.device, pad)
         self._offload_actor()
+
+    def _policy(self, attr: str, method: str) -> Any:
+        """``self.actor`` / ``self.ref_policy``. A recipe that replaced it after ``init_model`` (verl's pattern:
+        ``self.actor = MyActor(config=..., actor_module=self.actor_module_fsdp, ...)``) built it with the config
+        as given, while verl's worker has already normalised that config to per-rank sizes: its actor gets the
+        per-rank view of its own config here, once, and its shuffle generator is checkpointed."""
+        policy = self._require(attr, method)
+        own, own_view = self._own_policies.get(attr, (None, None))
+        if policy is own or not isinstance(policy, DataParallelPPOActor):
+            return policy
+        if policy.config is not own_view:
+            policy.config = self._policy_view(policy.config, "actor" if attr == "actor" else "ref")
+            policy._apply_config()
+        if attr == "actor" and self.checkpoint_manager is not None:
+            self.checkpoint_manager.generators["actor_shuffle"] = policy._shuffle_generator
+        self._own_policies[attr] = (policy, policy.config)
+        return policy
 
     # ------------------------------------------------------------------ offload
 
@@ -221,7 +455,7 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` and ``entropys`` ([N, R]) of the responses under the current policy."""
-        actor = self._require("actor", "compute_log_prob")
+        actor = self._policy("actor", "compute_log_prob")
         data = self._prepare(data, "log_prob_micro_batch_size_per_gpu", self.actor_config)
         self._load_actor()
         log_probs, entropy = actor.compute_log_prob(data, calculate_entropy=True)
@@ -235,7 +469,7 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """``ref_log_prob`` ([N, R]) under the reference policy (LoRA: the actor with adapters off)."""
-        ref = self._require("ref_policy", "compute_ref_log_prob")
+        ref = self._policy("ref_policy", "compute_ref_log_prob")
         data = self._prepare(data, "log_prob_micro_batch_size_per_gpu", self.ref_config)
         shares_actor = self.ref_module_fsdp is None
         if shares_actor:
@@ -253,7 +487,7 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:
         """One PPO update over this rank's share of the batch; returns ``meta_info['metrics']`` (lists)."""
-        actor = self._require("actor", "update_actor")
+        actor = self._policy("actor", "update_actor")
         data = data.to(self.device) if self.device.type != "cpu" else data
         data.meta_info.setdefault("temperature", self.rollout_config.temperature)
         self._load_actor(with_optimizer=True)
@@ -272,12 +506,32 @@ class ActorRolloutRefWorker(Worker):
         rollout = self._require("rollout", "generate_sequences")
         return rollout.generate_sequences(_to_cpu(prompts))
 
+    def _rollout_weights(self, method: str):
+        """The actor's full weights (LoRA merged) under Hugging Face names, without the weights of modules a recipe
+        added to the policy (a head the rollout model does not have); collective over the group."""
+        module = self._require("actor_module_fsdp", method)
+        extra = self._recipe_weight_names(module)
+        weights = iter_named_weights(module)
+        return weights if not extra else ((name, tensor) for name, tensor in weights if name not in extra)
+
+    def _recipe_weight_names(self, module: nn.Module) -> frozenset[str]:
+        """Names of the policy's weights that its Hugging Face architecture lacks (found once per module)."""
+        if self._rollout_extra is not None and self._rollout_extra[0] == id(module):
+            return self._rollout_extra[1]
+        names = {normalize_weight_name(key) for key in module.state_dict() if not _is_adapter_weight(key)}
+        known = hf_weight_names(self.hf_config, bool(self.model_config.trust_remote_code))
+        extra = frozenset() if known is None else frozenset(names - known)
+        if extra:
+            logger.info("weights kept out of rollout weight updates (not in the HF model): %s", sorted(extra))
+        self._rollout_extra = (id(module), extra)
+        return extra
+
     def iter_rollout_weight_buckets(self, bucket_bytes: int | None = None):
-        """Full actor weights (LoRA merged) under Hugging Face names, in buckets; collective over the group."""
-        module = self._require("actor_module_fsdp", "iter_rollout_weight_buckets")
+        """Full actor weights (LoRA merged) under Hugging Face names, in buckets, without the weights of modules a
+        recipe added to the policy; collective over the group."""
         if bucket_bytes is None:
             bucket_bytes = megabytes_to_bytes(self.rollout_config.update_weights_bucket_megabytes)
-        return iter_weight_buckets(module, bucket_bytes)
+        return iter_weight_buckets(self._rollout_weights("iter_rollout_weight_buckets"), bucket_bytes)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def update_rollout_weights(self, version: int) -> dict[str, Any]:
@@ -318,10 +572,10 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def actor_weights_checksum(self, dtype: str | None = None) -> str:
         """Checksum of the actor's full (LoRA-merged) weights, optionally cast to ``dtype`` (e.g. the rollout's)."""
-        module = self._require("actor_module_fsdp", "actor_weights_checksum")
+        self._require("actor_module_fsdp", "actor_weights_checksum")
         self._load_actor()
         cast = parse_dtype(dtype, key="dtype") if dtype else None
-        checksum = weight_checksum(list(iter_named_weights(module)), dtype=cast)
+        checksum = weight_checksum(list(self._rollout_weights("actor_weights_checksum")), dtype=cast)
         self._offload_actor()
         return checksum
 
@@ -403,6 +657,7 @@ class ActorRolloutRefWorker(Worker):
     ) -> str:
         """Save model, optimizer, LR schedule, RNG and ``extra_state`` (see FSDPCheckpointManager)."""
         manager = self._require("checkpoint_manager", "save_checkpoint")
+        self._policy("actor", "save_checkpoint")
         self._load_actor(with_optimizer=True)
         try:
             return manager.save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep, extra_state)
@@ -420,6 +675,7 @@ class ActorRolloutRefWorker(Worker):
     ) -> dict[str, Any]:
         """Restore a checkpoint; returns ``{global_step, extra_state}`` as saved."""
         manager = self._require("checkpoint_manager", "load_checkpoint")
+        self._policy("actor", "load_checkpoint")
         self._load_actor(with_optimizer=True)
         try:
             return manager.load_checkpoint(local_path, hdfs_path, del_local_after_load)

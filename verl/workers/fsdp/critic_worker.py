@@ -1,22 +1,41 @@
-"""CriticWorker: one rank of the value model (FSDP2) used by GAE-style advantage estimators."""
+"""CriticWorker: one rank of the value model (FSDP2) used by GAE-style advantage estimators.
+
+``init_model`` builds the value model through the overridable ``_build_critic_model_optimizer(config)`` (verl's
+step: ``config`` is the ``critic`` group; it returns ``(module, optimizer, lr_scheduler)``), then the
+``DataParallelPPOCritic`` and the checkpoint manager. A recipe's override is what runs; a result this worker cannot
+use fails naming the recipe's class and the step.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 import torch
 from omegaconf import DictConfig
+from torch import nn
 
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
 from verl.trainer.config.trainer_config import TrainerConfig
+from verl.workers.actor.hook_results import describe
 from verl.workers.config import CriticConfig, FSDPCriticConfig
 from verl.workers.critic.dp_critic import DataParallelPPOCritic
 from verl.workers.fsdp.actor_worker import compute_dtype
 from verl.workers.fsdp.checkpoint_manager import FSDPCheckpointManager
 from verl.workers.fsdp.distributed import build_fsdp_mesh, device_for_rank, init_distributed, resolve_device
-from verl.workers.fsdp.fsdp_wrap import apply_fsdp2, load_model, load_optimizer, offload_model, offload_optimizer
+from verl.workers.fsdp.fsdp_wrap import (
+    apply_fsdp2,
+    fsdp2_kwargs,
+    is_sharded,
+    load_model,
+    load_optimizer,
+    offload_model,
+    offload_optimizer,
+    remap_optimizer_params,
+    shard_late_modules,
+)
 from verl.workers.fsdp.hf_export import export_hf_weights
 from verl.workers.fsdp.model_loader import (
     export_config,
@@ -25,7 +44,7 @@ from verl.workers.fsdp.model_loader import (
     parse_dtype,
     resolve_model_path,
 )
-from verl.workers.fsdp.optimizer import build_lr_scheduler, build_optimizer
+from verl.workers.fsdp.optimizer import build_lr_scheduler, build_optimizer, cover_new_param_groups
 from verl.workers.fsdp.worker_config import (
     ConfigView,
     has_group,
@@ -33,6 +52,8 @@ from verl.workers.fsdp.worker_config import (
     per_rank_update_sizes,
     read_group,
 )
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["CriticWorker"]
 
@@ -59,48 +80,111 @@ class CriticWorker(Worker):
         init_distributed(self.device_type, self.rank, self.world_size)
         self.device = device_for_rank(self.device_type, self.local_rank)
         torch.manual_seed(int(trainer.seed))
+        self.ulysses_sequence_parallel_size = 1  # every rank holds whole sequences (no Ulysses here)
+        self._is_offload_param, self._is_offload_optimizer = self._flags()
+        self.device_mesh = None
         self.critic_module_fsdp = None
+        self.critic_module = None  # verl's name for the same module
         self.critic_optimizer = None
         self.critic_lr_scheduler = None
+        self.critic_model_config = None
         self.critic: DataParallelPPOCritic | None = None
         self.checkpoint_manager: FSDPCheckpointManager | None = None
+        self.tokenizer = None
+        self._fsdp_kwargs: dict[str, Any] | None = None
+        self._own_critic: tuple[Any, Any] = (None, None)  # (the critic built here, its config view)
 
     def _flags(self) -> tuple[bool, bool]:
         fsdp_cfg = getattr(self.critic_config, "fsdp_config", None)
         return bool(getattr(fsdp_cfg, "param_offload", False)), bool(getattr(fsdp_cfg, "optimizer_offload", False))
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def init_model(self) -> None:
-        """Load the checkpoint with a fresh value head, shard it, and build optimizer and schedule."""
-        fsdp_cfg = getattr(self.critic_config, "fsdp_config", None)
+    def _build_critic_model_optimizer(self, config: Any) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
+        """Load ``config.model`` (the ``critic`` group's) with a fresh value head, shard it, and build AdamW and its
+        schedule from ``config.optim``; returns ``(module, optimizer, lr_scheduler)``. Recipes override this step
+        to change the value model or its optimizer; modules they add after ``super()`` are sharded by the worker."""
+        fsdp_cfg = getattr(config, "fsdp_config", None)
+        model_config = config.model
+        model_path = self.model_path if model_config is self.model_config else resolve_model_path(model_config)
         dtype = parse_dtype(getattr(fsdp_cfg, "model_dtype", "fp32"), key="critic.fsdp_config.model_dtype")
-        module = load_critic_model(self.model_config, self.model_path, dtype)
-        hf_config = export_config(module)
-        mesh = build_fsdp_mesh(
+        module = load_critic_model(model_config, model_path, dtype)
+        self.critic_model_config = export_config(module)
+        self.device_mesh = build_fsdp_mesh(
             self.device_type, self.world_size, getattr(fsdp_cfg, "fsdp_size", -1), key="critic.fsdp_config.fsdp_size"
         )
         module.to(self.device)
-        self.critic_module_fsdp = apply_fsdp2(
+        options = {
+            "param_dtype": compute_dtype(self.device),
+            "reshard_after_forward": bool(getattr(fsdp_cfg, "reshard_after_forward", True)),
+            "cpu_offload": bool(getattr(fsdp_cfg, "offload_policy", False)) and self.device.type != "cpu",
+        }
+        self._fsdp_kwargs = fsdp2_kwargs(self.device_mesh, **options)
+        module = apply_fsdp2(
             module,
-            mesh,
-            param_dtype=compute_dtype(self.device),
-            reshard_after_forward=bool(getattr(fsdp_cfg, "reshard_after_forward", True)),
-            cpu_offload=bool(getattr(fsdp_cfg, "offload_policy", False)) and self.device.type != "cpu",
+            self.device_mesh,
+            **options,
             wrap_policy=getattr(fsdp_cfg, "wrap_policy", None),
             forward_prefetch=bool(getattr(fsdp_cfg, "forward_prefetch", False)),
             key="critic.fsdp_config",
         )
-        optim = optim_with_total_steps(self.critic_config.optim, self.trainer_config)
-        self.critic_optimizer = build_optimizer(self.critic_module_fsdp.parameters(), optim, key="critic.optim")
-        self.critic_lr_scheduler = build_lr_scheduler(self.critic_optimizer, optim, key="critic.optim")
-        sizes = per_rank_update_sizes(self.critic_config, "critic", self.rollout_n, self.world_size)
-        view = ConfigView(self.critic_config, use_remove_padding=bool(self.model_config.use_remove_padding), **sizes)
+        optim = optim_with_total_steps(config.optim, self.trainer_config)
+        optimizer = build_optimizer(module.parameters(), optim, key="critic.optim")
+        return module, optimizer, build_lr_scheduler(optimizer, optim, key="critic.optim")
+
+    def _run_build_hook(self) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
+        """``self._build_critic_model_optimizer`` (a recipe's override included), its result checked and the modules
+        it added after wrapping sharded like the rest."""
+        where = f"{type(self).__name__}._build_critic_model_optimizer"
+        result = self._build_critic_model_optimizer(self.critic_config)
+        if not isinstance(result, tuple | list) or len(result) != 3:
+            raise TypeError(f"{where} returned {describe(result)}; it must return (module, optimizer, lr_scheduler)")
+        module, optimizer, lr_scheduler = result
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"{where} returned {describe(module)} as the module; expected a torch.nn.Module")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"{where} returned {describe(optimizer)} as the optimizer; the critic needs one")
+        if not (callable(getattr(lr_scheduler, "step", None)) and callable(getattr(lr_scheduler, "state_dict", None))):
+            raise TypeError(
+                f"{where} returned {describe(lr_scheduler)} as the lr_scheduler; the critic steps it once per update "
+                "and checkpoints it (it needs step() and state_dict())"
+            )
+        if is_sharded(module):
+            kwargs = self._fsdp_kwargs or fsdp2_kwargs(self.device_mesh)
+            remap_optimizer_params(optimizer, shard_late_modules(module, kwargs, who=where), who=where)
+        elif self.world_size > 1:
+            raise ValueError(
+                f"{where} returned a module that is not sharded on a {self.world_size}-rank group: its gradients "
+                "would not be reduced across ranks; wrap it with fully_shard / apply_fsdp2 before returning"
+            )
+        cover_new_param_groups(lr_scheduler, optimizer, where)
+        return module, optimizer, lr_scheduler
+
+    def _critic_view(self, config: Any) -> ConfigView:
+        """``config`` (the ``critic`` group, or the whole config holding it) with per-rank update sizes and the model's
+        padding switch, as verl's worker normalises the config its critic reads."""
+        group = self.critic_config if has_group(config, "critic") else config
+        typed = group if callable(getattr(group, "micro_batch_size_per_gpu", None)) else None
+        if typed is None:
+            typed = read_group({"critic": group}, "critic", FSDPCriticConfig)
+        sizes = per_rank_update_sizes(typed, "critic", self.rollout_n, self.world_size)
+        return ConfigView(group, use_remove_padding=bool(self.model_config.use_remove_padding), **sizes)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Build the value model through ``_build_critic_model_optimizer``, then the critic and checkpoint manager."""
+        self.critic_module_fsdp, self.critic_optimizer, self.critic_lr_scheduler = self._run_build_hook()
+        self.critic_module = self.critic_module_fsdp
+        hf_config = self.critic_model_config
+        if hf_config is None or not hasattr(hf_config, "to_dict"):
+            hf_config = export_config(self.critic_module_fsdp)
+        view = self._critic_view(self.critic_config)
         self.critic = DataParallelPPOCritic(view, self.critic_module_fsdp, self.critic_optimizer)
+        self._own_critic = (self.critic, view)
+        self.tokenizer = load_tokenizer(self.model_config, self.model_path)
         self.checkpoint_manager = FSDPCheckpointManager(
             self.critic_module_fsdp,
             self.critic_optimizer,
             self.critic_lr_scheduler,
-            processing_class=load_tokenizer(self.model_config, self.model_path),
+            processing_class=self.tokenizer,
             checkpoint_config=self.critic_config.checkpoint,
             hf_config=hf_config,
             export_weights=lambda out_dir: export_hf_weights(self.critic_module_fsdp, out_dir),
@@ -124,9 +208,20 @@ class CriticWorker(Worker):
             offload_optimizer(self.critic_optimizer, self.device)
 
     def _critic(self, method: str) -> DataParallelPPOCritic:
+        """``self.critic``; one a recipe built after ``init_model`` gets the per-rank view of its config once (see
+        ``ActorRolloutRefWorker._policy``)."""
         if self.critic is None:
             raise RuntimeError(f"CriticWorker.{method}: call init_model first")
-        return self.critic
+        own, own_view = self._own_critic
+        critic = self.critic
+        if critic is not own and isinstance(critic, DataParallelPPOCritic):
+            if critic.config is not own_view:
+                critic.config = self._critic_view(critic.config)
+                critic.use_remove_padding = bool(self.model_config.use_remove_padding)
+            if self.checkpoint_manager is not None:
+                self.checkpoint_manager.generators["critic_shuffle"] = critic._shuffle_generator
+            self._own_critic = (critic, critic.config)
+        return critic
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
@@ -166,6 +261,7 @@ class CriticWorker(Worker):
     ) -> str:
         if self.checkpoint_manager is None:
             raise RuntimeError("CriticWorker.save_checkpoint: call init_model first")
+        self._critic("save_checkpoint")
         self._load(with_optimizer=True)
         try:
             return self.checkpoint_manager.save_checkpoint(
@@ -187,6 +283,7 @@ class CriticWorker(Worker):
     ) -> dict[str, Any]:
         if self.checkpoint_manager is None:
             raise RuntimeError("CriticWorker.load_checkpoint: call init_model first")
+        self._critic("load_checkpoint")
         self._load(with_optimizer=True)
         try:
             return self.checkpoint_manager.load_checkpoint(local_path, hdfs_path, del_local_after_load)

@@ -17,11 +17,16 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 
 __all__ = [
     "decoder_layer_classes",
     "layers_to_shard",
+    "fsdp2_kwargs",
     "apply_fsdp2",
+    "is_sharded",
+    "shard_late_modules",
+    "remap_optimizer_params",
     "offload_model",
     "load_model",
     "offload_optimizer",
@@ -79,6 +84,25 @@ def _chain_forward_prefetch(layers: list[nn.Module]) -> None:
         layer.set_modules_to_forward_prefetch([following])
 
 
+def fsdp2_kwargs(
+    mesh: DeviceMesh,
+    *,
+    param_dtype: torch.dtype | None = None,
+    reduce_dtype: torch.dtype = torch.float32,
+    reshard_after_forward: bool = True,
+    cpu_offload: bool = False,
+) -> dict[str, Any]:
+    """The ``fully_shard`` keyword arguments :func:`apply_fsdp2` shards every module with."""
+    kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
+    if param_dtype is not None:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=param_dtype, reduce_dtype=reduce_dtype, cast_forward_inputs=True
+        )
+    if cpu_offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+    return kwargs
+
+
 def apply_fsdp2(
     model: nn.Module,
     mesh: DeviceMesh,
@@ -105,13 +129,13 @@ def apply_fsdp2(
     layers = layers_to_shard(model, wrap_policy, key=f"{key}.wrap_policy")  # a bad policy fails on one rank too
     if mesh.size() == 1 and param_dtype is None and not cpu_offload:
         return model
-    kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
-    if param_dtype is not None:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(
-            param_dtype=param_dtype, reduce_dtype=reduce_dtype, cast_forward_inputs=True
-        )
-    if cpu_offload:
-        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+    kwargs = fsdp2_kwargs(
+        mesh,
+        param_dtype=param_dtype,
+        reduce_dtype=reduce_dtype,
+        reshard_after_forward=reshard_after_forward,
+        cpu_offload=cpu_offload,
+    )
     if not layers:
         logger.warning(
             "%s.wrap_policy selects no layer of %s; sharding the root module only", key, type(model).__name__
@@ -164,3 +188,70 @@ def load_optimizer(optimizer: torch.optim.Optimizer | None, device: torch.device
     if optimizer is None or device.type == "cpu":
         return
     _move_optimizer_state(optimizer, device)
+
+
+def is_sharded(model: nn.Module) -> bool:
+    """True when ``fully_shard`` manages parameters of ``model`` (they are DTensors)."""
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def _owner(name: str) -> str:
+    return name.rpartition(".")[0]
+
+
+def shard_late_modules(model: nn.Module, fsdp_kwargs: Mapping[str, Any], who: str) -> dict[int, nn.Parameter]:
+    """Shard the submodules that were added to an already sharded ``model`` (a recipe's head registered after
+    ``fully_shard``), each as a parameter group of its own, so their gradients are reduced across ranks and their
+    forward sees the same mixed precision as the rest of the model.
+
+    Returns ``{id(old parameter): new parameter}`` for :func:`remap_optimizer_params`: sharding replaces the
+    parameter objects an optimizer built earlier holds. A plain parameter that no such submodule owns alone (one
+    registered on a sharded module itself) cannot be sharded afterwards: ValueError naming it and ``who``.
+    """
+    plain = {name: p for name, p in model.named_parameters() if not isinstance(p, DTensor)}
+    if not plain:
+        return {}
+    modules = dict(model.named_modules())
+
+    def all_plain(path: str) -> bool:
+        return path != "" and all(not isinstance(p, DTensor) for p in modules[path].parameters())
+
+    roots: set[str] = set()
+    stranded: list[str] = []
+    for name in plain:
+        path = _owner(name)
+        if not all_plain(path):
+            stranded.append(name)
+            continue
+        while all_plain(_owner(path)):  # the outermost module holding only plain parameters
+            path = _owner(path)
+        roots.add(path)
+    if stranded:
+        raise ValueError(
+            f"{who}: parameters {sorted(stranded)} were added to the model after it was sharded (FSDP2) and are "
+            "not held by a module of their own, so they cannot be sharded now; register them inside an "
+            "nn.Module added to the model, or add them before the model is wrapped"
+        )
+    for path in sorted(roots):
+        fully_shard(modules[path], **dict(fsdp_kwargs))
+    sharded = dict(model.named_parameters())
+    logger.info("%s: sharded modules added after wrapping: %s", who, sorted(roots))
+    return {id(old): sharded[name] for name, old in plain.items()}
+
+
+def remap_optimizer_params(
+    optimizer: torch.optim.Optimizer | None, mapping: Mapping[int, nn.Parameter], who: str
+) -> None:
+    """Point ``optimizer`` at the parameters that replaced the ones it was built with (see :func:`shard_late_modules`).
+
+    The optimizer must not have stepped yet: its state would belong to the replaced objects."""
+    if optimizer is None or not mapping:
+        return
+    for group in optimizer.param_groups:
+        for i, param in enumerate(group["params"]):
+            new = mapping.get(id(param))
+            if new is None:
+                continue
+            if optimizer.state.get(param):
+                raise ValueError(f"{who}: the optimizer already holds state for a parameter that had to be resharded")
+            group["params"][i] = new

@@ -23,6 +23,7 @@ __all__ = [
     "apply_lora",
     "is_lora_model",
     "export_config",
+    "hf_weight_names",
 ]
 
 logger = logging.getLogger(__name__)
@@ -236,3 +237,19 @@ def export_config(model: nn.Module) -> Any:
     config = copy.deepcopy(base.config)
     config.architectures = [type(base).__name__]
     return config
+
+
+def hf_weight_names(hf_config: Any, trust_remote_code: bool = False) -> frozenset[str] | None:
+    """The state-dict names of the causal LM ``hf_config`` describes, built on the meta device (no memory, no
+    weights): the names a rollout engine loads. ``None`` when transformers cannot build the architecture."""
+    from transformers import AutoModelForCausalLM, PretrainedConfig
+
+    if not isinstance(hf_config, PretrainedConfig):
+        return None
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(hf_config, trust_remote_code=trust_remote_code)
+    except Exception as err:  # noqa: BLE001 - best effort: without the names, no weight is held back
+        logger.warning("cannot list the weights of %s: %s", type(hf_config).__name__, err)
+        return None
+    return frozenset(model.state_dict().keys())

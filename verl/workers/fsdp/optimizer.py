@@ -14,7 +14,7 @@ from torch import nn
 
 from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
-__all__ = ["build_optimizer", "build_lr_scheduler"]
+__all__ = ["build_optimizer", "build_lr_scheduler", "cover_new_param_groups"]
 
 
 def build_optimizer(params: Iterable[nn.Parameter], optim_config: Any, key: str = "actor.optim") -> torch.optim.AdamW:
@@ -65,3 +65,30 @@ def build_lr_scheduler(
             num_cycles=float(getattr(optim_config, "num_cycles", 0.5)),
         )
     raise ValueError(f"{key}.lr_scheduler_type={kind!r} is not supported; use constant or cosine")
+
+
+def cover_new_param_groups(lr_scheduler: Any, optimizer: torch.optim.Optimizer, who: str) -> int:
+    """Extend ``lr_scheduler`` to the param groups added to ``optimizer`` after it was built (a recipe's head added
+    with ``add_param_group``): each follows the first group's schedule, relative to its own ``lr``. Without this a
+    schedule steps only the groups it knew, and torch refuses to step it at all. Returns how many were added.
+
+    Raises ValueError naming ``who`` for a scheduler that is not a per-group ``LambdaLR`` (its groups cannot be
+    extended); build it after the last ``add_param_group`` then.
+    """
+    base_lrs = getattr(lr_scheduler, "base_lrs", None)
+    if base_lrs is None or len(base_lrs) >= len(optimizer.param_groups):
+        return 0
+    lambdas = getattr(lr_scheduler, "lr_lambdas", None)
+    if getattr(lr_scheduler, "optimizer", None) is not optimizer or not lambdas:
+        raise ValueError(
+            f"{who}: the lr_scheduler ({type(lr_scheduler).__name__}) covers {len(base_lrs)} param groups but the "
+            f"optimizer has {len(optimizer.param_groups)}; build the scheduler after adding param groups"
+        )
+    added = optimizer.param_groups[len(base_lrs) :]
+    for group in added:
+        group.setdefault("initial_lr", group["lr"])
+        base_lrs.append(group["initial_lr"])
+        lambdas.append(lambdas[0])
+        group["lr"] = group["initial_lr"] * lambdas[0](lr_scheduler.last_epoch)
+    lr_scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+    return len(added)
