@@ -9,6 +9,7 @@ from __future__ import annotations
 from torch import nn
 
 from verl.single_controller.base.decorator import Dispatch, register
+from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.fsdp_workers import ActorRolloutRefWorker
 from worker_subclass.aux_actor import AuxCalibrationActor
 
@@ -65,6 +66,7 @@ class AuxHeadWorker(ActorRolloutRefWorker):
     def init_model(self):
         super().init_model()
         if self._is_actor:
+            actor_config = omega_conf_to_dataclass(self.config.actor)  # as verl's recipes re-read their group
             self.actor = AuxCalibrationActor(
-                config=self.config.actor, actor_module=self.actor_module_fsdp, actor_optimizer=self.actor_optimizer
+                config=actor_config, actor_module=self.actor_module_fsdp, actor_optimizer=self.actor_optimizer
             )
