@@ -12,6 +12,7 @@ from verl.trainer.config.async_config import AsyncTrainingConfig
 from verl.trainer.config.base_model import BaseModelConfig
 from verl.trainer.config.batch_plan import compute_batch_plan, format_batch_plan
 from verl.trainer.config.compose import compose_ppo_config, default_ppo_config
+from verl.trainer.config.config import HybridRolloutSwitchConfig, ModuleConfig, ProfileConfig
 from verl.trainer.config.data_config import CustomClsConfig, DataConfig, SamplerConfig
 from verl.trainer.config.legacy import translate_legacy_config, translate_legacy_overrides
 from verl.trainer.config.ppo_config import GROUPS, PPOConfig, build_ppo_config
@@ -27,9 +28,12 @@ __all__ = [
     "CustomClsConfig",
     "DataConfig",
     "FilterGroupsConfig",
+    "HybridRolloutSwitchConfig",
     "KLControlConfig",
+    "ModuleConfig",
     "PFPPOConfig",
     "PPOConfig",
+    "ProfileConfig",
     "RolloutCorrectionConfig",
     "SamplerConfig",
     "TrainerConfig",

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.base_config import BaseConfig, check
+from verl.workers.config.engine import FSDPEngineConfig
 
-__all__ = ["BaseModelConfig"]
+__all__ = ["BaseModelConfig", "FSDPCriticModelCfg"]
 
 
 @dataclass
@@ -50,3 +51,21 @@ class BaseModelConfig(BaseConfig):
                 values[target] = lora[source]
         values.update(overrides)
         return HFModelConfig(**values)
+
+
+@dataclass
+class FSDPCriticModelCfg(BaseModelConfig):
+    """verl's model block of an FSDP critic (also importable from :mod:`verl.workers.config.critic`): the checkpoint
+    keys plus its loading, LoRA and sharding (``fsdp_config``) knobs. The trainer's critic reads ``critic.model``
+    (:class:`~verl.workers.config.HFModelConfig`) and ``critic.fsdp_config`` instead; this class is for recipes
+    that build verl's block themselves."""
+
+    use_shm: bool = False
+    enable_activation_offload: bool = False
+    use_remove_padding: bool = False
+    enable_gradient_checkpointing: bool = True
+    fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    target_modules: str | list[str] = "all-linear"
+    tiled_mlp: dict[str, Any] = field(default_factory=lambda: {"enabled": False, "num_shards": 4})

@@ -32,6 +32,7 @@ _PROFILER = "no profiler is wired into this build (nsys, torch, npu, memory snap
 _ENGINE = "the rollout engines here take their settings from the rollout keys in docs/config.md and engine_kwargs"
 _FOLLOWS = "the actor-level key of the same name decides (actor.*)"
 _NO_TRAINER_MODES = "this build has one trainer (the async recipes have their own entry points)"
+_ENGINE_BATCH = "the actor, critic and ref keys decide the trainer's batches (this key acts in TrainingWorker only)"
 
 # config class name -> {field: why it has no effect}
 INERT_FIELDS: dict[str, dict[str, str]] = {
@@ -57,8 +58,18 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "dtype": "the trainer holds parameters in model_dtype; there is no separate compute dtype",
         "qat": "quantization-aware training is not implemented",
         "turbo_config": "verl's TurboFSDP engine is not included",
+        "mixed_precision": "parameters are held in model_dtype; there is no separate mixed-precision policy",
+        "use_dynamic_bsz": _ENGINE_BATCH,
+        "max_token_len_per_gpu": _ENGINE_BATCH,
+        "micro_batch_size_per_gpu": _ENGINE_BATCH,
+        "infer_max_token_len_per_gpu": _ENGINE_BATCH,
+        "infer_micro_batch_size_per_gpu": _ENGINE_BATCH,
+        "use_fused_kernels": "model.use_fused_kernels decides",
+        "use_remove_padding": "model.use_remove_padding decides",
+        "router_replay": "MoE routing replay is not implemented",
     },
     "OptimizerConfig": {
+        "grad_clip": "actor.grad_clip / critic.grad_clip clip the updates (this key only sets optim.clip_grad)",
         "zero_indexed_step": "the learning-rate schedule always counts steps from 0",
         "override_optimizer_config": "extra optimizer arguments are not passed on (AdamW from the keys above)",
     },
@@ -73,16 +84,22 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "use_fused_kernels": "model.use_fused_kernels decides",
         "use_remove_padding": "model.use_remove_padding decides",
         "profiler": _PROFILER,
+        "ppo_infer_micro_batch_size_per_gpu": "log_prob_micro_batch_size_per_gpu decides",
+        "ppo_infer_max_token_len_per_gpu": "log_prob_max_token_len_per_gpu decides",
+        "use_rollout_log_probs": "algorithm.rollout_correction.bypass_mode takes old_log_probs from the rollout "
+        "(the async recipes: async_training.use_rollout_log_probs)",
+        "qat": "quantization-aware training is not implemented",
     },
     "FSDPActorConfig": {
         "ulysses_sequence_parallel_size": _SP,
         "entropy_from_logits_chunk_size": "the entropy is computed in row chunks of a fixed byte budget",
         "pad_to_length": "sequences are not padded to fixed lengths",
-        "qat": "quantization-aware training is not implemented",
     },
     "CriticConfig": {
         "loss_scale_factor": "the value loss is averaged by critic.loss_agg_mode",
         "profiler": _PROFILER,
+        "ppo_infer_micro_batch_size_per_gpu": "forward_micro_batch_size_per_gpu decides",
+        "ppo_infer_max_token_len_per_gpu": "forward_max_token_len_per_gpu decides",
     },
     "FSDPCriticConfig": {"ulysses_sequence_parallel_size": _SP},
     "HFModelConfig": {
@@ -91,6 +108,8 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "tiled_mlp": "tiled MLP is not implemented",
         "mtp": "multi-token prediction and speculative decoding are not implemented",
         "lora": "this is verl's Megatron LoRA block; FSDP LoRA is model.lora_rank / lora_alpha / target_modules",
+        "target_parameters": "LoRA adapts modules only (model.target_modules), not bare parameters",
+        "local_tokenizer_path": "the tokenizer is loaded from tokenizer_path",
     },
     "MultiTurnConfig": {"num_repeat_rollouts": "each prompt is rolled out rollout.n times"},
     "CheckpointEngineConfig": {"engine_kwargs": "the built-in backends take no extra arguments"},
@@ -119,6 +138,19 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "trace": "rollout tracing (weave, mlflow traces) is not implemented",
         "prometheus": "the rollout servers export no Prometheus metrics",
         "disaggregation": "prefill/decode disaggregation is not implemented",
+        "standalone_gpu_memory_utilization": "rollout.gpu_memory_utilization applies to standalone rollouts too",
+        "moe_tensor_parallel_size": _ENGINE,
+        "server": "requests reach the rollout servers as Ray calls; there is no HTTP client to tune",
+        "checkpoint_manager_class": "weights reach the rollout through rollout.checkpoint_engine.backend; no "
+        "manager class is loaded",
+        "layer_name_map": "weights reach the rollout under the trained model's own parameter names",
+        "sglang_engine_mode": _ENGINE,
+        "limit_images": _MM,
+        "enable_sleep_mode": "the vLLM engine always starts with sleep mode (engine_kwargs.vllm.enable_sleep_mode "
+        "overrides it)",
+        "log_prob_micro_batch_size": "actor.log_prob_micro_batch_size decides (verl's "
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size is moved there); this key reads it back",
+        "custom": "free-form settings for a recipe's own rollout code; nothing in this package reads them",
     },
     "RewardConfig": {"sandbox_fusion": "no code-execution sandbox is called by the built-in scorers"},
     "RewardModelConfig": {
@@ -190,6 +222,8 @@ def _changed_leaves(key: str, value: Any, default: Any) -> Iterator[tuple[str, A
     """``(dotted key, value)`` of every leaf of ``value`` that differs from ``default`` (blocks compared per leaf)."""
     if dataclasses.is_dataclass(value) and type(value) is type(default):
         for f in dataclasses.fields(value):
+            if f.metadata.get("runtime"):
+                continue
             yield from _changed_leaves(f"{key}.{f.name}", getattr(value, f.name), getattr(default, f.name))
     elif isinstance(value, dict) and isinstance(default, dict) and default:
         for name, sub in value.items():
@@ -218,6 +252,8 @@ def inert_settings(config: Any, prefix: str = "") -> list[tuple[str, Any, str]]:
     for cls in type(config).__mro__:
         inert = {**INERT_FIELDS.get(cls.__name__, {}), **inert}
     for f in dataclasses.fields(config):
+        if f.metadata.get("runtime"):  # an object verl's workers attach (e.g. actor.engine is actor.fsdp_config)
+            continue
         value = getattr(config, f.name, None)
         key = f"{prefix}{f.name}"
         reason = inert.get(f.name, INERT_KEYS.get(key))

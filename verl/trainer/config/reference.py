@@ -72,6 +72,8 @@ def _section(prefix: str, cls: type, out: list[str], names: tuple[str, ...] | No
     for field in dataclasses.fields(cls):
         if field.name.startswith("_") or (names is not None and field.name not in names):
             continue
+        if field.metadata.get("runtime"):  # an object verl's workers attach (actor.engine, model.tokenizer), no key
+            continue
         tp = hints[field.name]
         key = f"{prefix}.{field.name}" if prefix else field.name
         default = _default_of(field)

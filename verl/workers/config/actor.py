@@ -12,7 +12,9 @@ from typing import Any
 
 from verl.base_config import BaseConfig, check
 from verl.workers.config.engine import FSDPEngineConfig, check_strategy
+from verl.workers.config.engine_common import RouterReplayConfig
 from verl.workers.config.inert_blocks import inert_block
+from verl.workers.config.model import RUNTIME_FIELD
 from verl.workers.config.optimizer import OptimizerConfig
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "CheckpointConfig",
     "FSDPActorConfig",
     "PolicyLossConfig",
+    "RouterReplayConfig",
 ]
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -100,7 +103,9 @@ class ActorConfig(BaseConfig):
     ``log_prob_micro_batch_size`` is verl's deprecated size over all processes; composing the config turns it into
     ``log_prob_micro_batch_size_per_gpu``. ``tau_pos``/``tau_neg`` are the gate temperatures of ``loss_mode=sapo``;
     ``loss_scale_factor`` divides the summed loss by a constant instead of the token count.
-    The fields after ``rollout_n`` are verl's keys without effect here (``inert_keys.py`` says why for each).
+    The fields after ``rollout_n`` are verl's keys without effect here (``inert_keys.py`` says why for each), except
+    the run-time objects verl's workers attach: ``model_config`` and ``global_batch_info`` (None: the update loop
+    supplies each micro-batch's counts to the loss). ``engine`` is the backend block (e.g. ``fsdp_config``).
     """
 
     _mutable_fields = frozenset(
@@ -109,6 +114,9 @@ class ActorConfig(BaseConfig):
             "ppo_micro_batch_size",
             "ppo_micro_batch_size_per_gpu",
             "log_prob_micro_batch_size_per_gpu",
+            "ppo_infer_micro_batch_size_per_gpu",
+            "engine",
+            "model_config",
         }
     )
 
@@ -151,8 +159,18 @@ class ActorConfig(BaseConfig):
     use_fused_kernels: bool = False
     use_remove_padding: bool = False
     profiler: dict[str, Any] = field(default_factory=lambda: inert_block("profiler"))
+    ppo_infer_micro_batch_size_per_gpu: int | None = None
+    ppo_infer_max_token_len_per_gpu: int = 16384
+    use_rollout_log_probs: bool = False
+    qat: dict[str, Any] = field(default_factory=lambda: inert_block("qat"))
+    # Any: a round trip through to_dict() hands it back as a plain dict
+    model_config: Any = field(default=None, compare=False, repr=False, metadata=RUNTIME_FIELD)
+    global_batch_info: dict[str, Any] | None = field(default=None, compare=False, metadata=RUNTIME_FIELD)
 
     def __post_init__(self) -> None:
+        # verl's name of the backend block (fsdp_config, megatron, ...), which each subclass sets: an attribute, not
+        # a field, so that neither the YAML nor to_dict() repeats the block
+        object.__setattr__(self, "engine", None)
         check(bool(self.strategy), "strategy", "must not be empty")
         check(self.ppo_mini_batch_size >= 1, "ppo_mini_batch_size", f"must be >= 1, got {self.ppo_mini_batch_size}")
         check(
@@ -165,6 +183,7 @@ class ActorConfig(BaseConfig):
             "ppo_micro_batch_size_per_gpu",
             "log_prob_micro_batch_size_per_gpu",
             "log_prob_micro_batch_size",
+            "ppo_infer_micro_batch_size_per_gpu",
         ):
             value = getattr(self, key)
             check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
@@ -173,7 +192,7 @@ class ActorConfig(BaseConfig):
             "loss_scale_factor",
             f"must be > 0 or null, got {self.loss_scale_factor}",
         )
-        for key in ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu"):
+        for key in ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu", "ppo_infer_max_token_len_per_gpu"):
             check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
         check(self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
         check(self.clip_ratio > 0, "clip_ratio", f"must be > 0, got {self.clip_ratio}")
@@ -221,11 +240,11 @@ class FSDPActorConfig(ActorConfig):
     entropy_checkpointing: bool = False
     entropy_from_logits_chunk_size: int = 2048
     pad_to_length: bool = False
-    qat: dict[str, Any] = field(default_factory=lambda: inert_block("qat"))
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_strategy("strategy", self.strategy)
+        object.__setattr__(self, "engine", self.fsdp_config)
         check(
             self.ulysses_sequence_parallel_size >= 1,
             "ulysses_sequence_parallel_size",

@@ -16,7 +16,17 @@ from verl.workers.config.inert_blocks import inert_block
 from verl.workers.config.model import HFModelConfig
 from verl.workers.config.optimizer import OptimizerConfig
 
-__all__ = ["CriticConfig", "FSDPCriticConfig"]
+__all__ = ["CriticConfig", "FSDPCriticConfig", "FSDPCriticModelCfg"]  # noqa: F822 - the last is loaded lazily
+
+
+def __getattr__(name: str) -> Any:
+    # verl's critic model block builds on the trainer's BaseModelConfig, which this package cannot import up front
+    # (verl.trainer.config imports it): loaded on first use.
+    if name == "FSDPCriticModelCfg":
+        from verl.trainer.config.base_model import FSDPCriticModelCfg
+
+        return FSDPCriticModelCfg
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def critic_enabled(enable: bool | None, adv_estimator: Any) -> bool:
@@ -32,7 +42,8 @@ class CriticConfig(BaseConfig):
     """Value-model training knobs; batch-size units are those of :class:`ActorConfig`.
 
     ``forward_micro_batch_size`` is verl's deprecated size over all processes; composing the config turns it into
-    ``forward_micro_batch_size_per_gpu``. ``loss_scale_factor`` and ``profiler`` have no effect here."""
+    ``forward_micro_batch_size_per_gpu``. ``loss_scale_factor``, ``profiler`` and ``ppo_infer_*`` have no effect
+    here; ``engine`` is the backend block (``fsdp_config``), as verl's workers read it."""
 
     _mutable_fields = frozenset(
         {
@@ -40,6 +51,8 @@ class CriticConfig(BaseConfig):
             "ppo_micro_batch_size",
             "ppo_micro_batch_size_per_gpu",
             "forward_micro_batch_size_per_gpu",
+            "ppo_infer_micro_batch_size_per_gpu",
+            "engine",
         }
     )
 
@@ -65,8 +78,11 @@ class CriticConfig(BaseConfig):
     forward_micro_batch_size: int | None = None
     loss_scale_factor: float | None = None
     profiler: dict[str, Any] = field(default_factory=lambda: inert_block("profiler"))
+    ppo_infer_micro_batch_size_per_gpu: int | None = None
+    ppo_infer_max_token_len_per_gpu: int = 32768
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "engine", None)  # the backend block, set by each subclass (see ActorConfig)
         check(bool(self.strategy), "strategy", "must not be empty")
         check(self.rollout_n >= 1, "rollout_n", f"must be >= 1, got {self.rollout_n}")
         check(self.ppo_mini_batch_size >= 1, "ppo_mini_batch_size", f"must be >= 1, got {self.ppo_mini_batch_size}")
@@ -80,9 +96,15 @@ class CriticConfig(BaseConfig):
             "ppo_micro_batch_size_per_gpu",
             "forward_micro_batch_size_per_gpu",
             "forward_micro_batch_size",
+            "ppo_infer_micro_batch_size_per_gpu",
         ):
             value = getattr(self, key)
             check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
+        check(
+            self.ppo_infer_max_token_len_per_gpu >= 1,
+            "ppo_infer_max_token_len_per_gpu",
+            f"must be >= 1, got {self.ppo_infer_max_token_len_per_gpu}",
+        )
         check(self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
         check(self.cliprange_value > 0, "cliprange_value", f"must be > 0, got {self.cliprange_value}")
         check_loss_agg_mode("loss_agg_mode", self.loss_agg_mode)
@@ -103,7 +125,8 @@ class CriticConfig(BaseConfig):
 
 @dataclass
 class FSDPCriticConfig(CriticConfig):
-    """CriticConfig for the FSDP/FSDP2 backend."""
+    """CriticConfig for the FSDP/FSDP2 backend. ``fsdp`` (verl 0.9.1's name of ``fsdp_config``, whose YAML key is
+    translated) and ``engine`` read ``fsdp_config``."""
 
     fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
     ulysses_sequence_parallel_size: int = 1
@@ -111,8 +134,13 @@ class FSDPCriticConfig(CriticConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_strategy("strategy", self.strategy)
+        object.__setattr__(self, "engine", self.fsdp_config)
         check(
             self.ulysses_sequence_parallel_size >= 1,
             "ulysses_sequence_parallel_size",
             f"must be >= 1, got {self.ulysses_sequence_parallel_size}",
         )
+
+    @property
+    def fsdp(self) -> FSDPEngineConfig:
+        return self.fsdp_config

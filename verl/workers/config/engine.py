@@ -1,14 +1,33 @@
-"""FSDPEngineConfig: how an actor/critic/ref model is sharded and offloaded (``*.fsdp_config``)."""
+"""FSDPEngineConfig: how an actor/critic/ref model is sharded and offloaded (``*.fsdp_config``).
+
+verl's engine-config names (``EngineConfig``, ``EngineRouterReplayConfig``, ``QATEngineConfig``) are importable from
+here too; they live in :mod:`.engine_common`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.base_config import BaseConfig, ConfigError, check
+from verl.base_config import ConfigError, check
+from verl.workers.config.engine_common import (
+    EngineCommonFields,
+    EngineConfig,
+    EngineRouterReplayConfig,
+    QATEngineConfig,
+)
 from verl.workers.config.inert_blocks import inert_block
 
-__all__ = ["MODEL_DTYPES", "TRAINING_STRATEGIES", "WRAP_POLICY_KEYS", "FSDPEngineConfig", "check_strategy"]
+__all__ = [
+    "MODEL_DTYPES",
+    "TRAINING_STRATEGIES",
+    "WRAP_POLICY_KEYS",
+    "EngineConfig",
+    "EngineRouterReplayConfig",
+    "FSDPEngineConfig",
+    "QATEngineConfig",
+    "check_strategy",
+]
 
 MODEL_DTYPES = ("fp32", "bf16", "fp16", "float32", "bfloat16", "float16")
 WRAP_POLICY_KEYS = ("transformer_layer_cls_to_wrap", "min_num_params")
@@ -37,7 +56,7 @@ def check_strategy(key: str, value: str) -> None:
 
 
 @dataclass
-class FSDPEngineConfig(BaseConfig):
+class FSDPEngineConfig(EngineCommonFields):
     """FSDP2 knobs. ``fsdp_size=-1`` shards over the whole data-parallel group; a positive value uses hybrid
     sharding with groups of that size. ``model_dtype`` is the dtype of the parameters held by the trainer.
     ``wrap_policy`` picks the modules sharded on their own: ``transformer_layer_cls_to_wrap`` (class names, default
@@ -45,7 +64,10 @@ class FSDPEngineConfig(BaseConfig):
     ``forward_prefetch`` has each sharded layer start the next layer's all-gather before its own forward.
 
     The fields after ``model_dtype`` are verl's engine keys that have no effect here (``inert_keys.py`` says why for
-    each); ``strategy`` is checked so that a Megatron or other backend is refused by name."""
+    each); ``strategy`` is checked so that a Megatron or other backend is refused by name. The batch keys every
+    engine config carries (:class:`EngineCommonFields`: ``use_dynamic_bsz``, ``*micro_batch_size_per_gpu``, ...)
+    act in :class:`~verl.workers.engine_workers.TrainingWorker`; the PPO workers take them from the actor, critic
+    and ref groups instead."""
 
     wrap_policy: dict[str, Any] = field(default_factory=lambda: {"min_num_params": 0})
     param_offload: bool = False
@@ -71,8 +93,10 @@ class FSDPEngineConfig(BaseConfig):
     dtype: str = "bfloat16"
     qat: dict[str, Any] = field(default_factory=lambda: inert_block("qat"))
     turbo_config: dict[str, Any] = field(default_factory=lambda: inert_block("turbo_config"))
+    mixed_precision: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         unknown = sorted(set(self.wrap_policy) - set(WRAP_POLICY_KEYS))
         check(not unknown, "wrap_policy", f"unknown key(s) {unknown}; allowed: {list(WRAP_POLICY_KEYS)}")
         min_params = self.wrap_policy.get("min_num_params") or 0

@@ -1,7 +1,7 @@
 """The keys every verl engine config carries, whatever its backend (batching, offload, dtype, seed, router replay).
 
-verl's Megatron and TorchTitan configs (:mod:`.megatron`, :mod:`.torchtitan`) build on these; this package's own
-:class:`~verl.workers.config.engine.FSDPEngineConfig` keeps its historical field set.
+Every engine config here builds on them: this package's :class:`~verl.workers.config.engine.FSDPEngineConfig` and
+verl's Megatron, TorchTitan, VeOmni and AutoModel configs. ``EngineConfig`` is verl's name for the class.
 """
 
 from __future__ import annotations
@@ -11,9 +11,49 @@ from typing import Any
 
 from verl.base_config import BaseConfig, check
 
-__all__ = ["ROUTER_REPLAY_MODES", "EngineCommonFields"]
+__all__ = [
+    "ROUTER_REPLAY_MODES",
+    "EngineCommonFields",
+    "EngineConfig",
+    "EngineRouterReplayConfig",
+    "QATEngineConfig",
+    "RouterReplayConfig",
+]
 
 ROUTER_REPLAY_MODES = ("disabled", "R2", "R3")
+
+
+@dataclass
+class EngineRouterReplayConfig(BaseConfig):
+    """MoE router replay: ``mode`` is ``disabled``, ``R2`` (replay the routing recorded in training) or ``R3`` (replay
+    the rollout's routing); the files hold recorded routing decisions. No engine here records or replays routing."""
+
+    mode: str = "disabled"
+    record_file: str | None = None
+    replay_file: str | None = None
+
+    def __post_init__(self) -> None:
+        check(
+            self.mode in ROUTER_REPLAY_MODES, "mode", f"must be one of {list(ROUTER_REPLAY_MODES)}, got {self.mode!r}"
+        )
+
+
+@dataclass
+class RouterReplayConfig(EngineRouterReplayConfig):
+    """verl's older name of :class:`EngineRouterReplayConfig` (its actor module exports it)."""
+
+
+@dataclass
+class QATEngineConfig(BaseConfig):
+    """Quantization-aware training inside an engine (``mode`` w4a16 or w4a4, blockwise ``group_size``); the engines
+    here do not implement it, so ``*.fsdp_config.qat`` and the engines' ``qat`` blocks have no effect."""
+
+    enable: bool = False
+    mode: str = "w4a16"
+    group_size: int = 16
+    ignore_patterns: list[str] = field(default_factory=lambda: ["lm_head", "embed_tokens", "re:.*mlp.gate$"])
+    activation_observer: str = "static_minmax"
+    quantization_config_path: str | None = None
 
 
 @dataclass
@@ -63,3 +103,6 @@ class EngineCommonFields(BaseConfig):
             "router_replay.mode",
             f"must be one of {list(ROUTER_REPLAY_MODES)}, got {mode!r}",
         )
+
+
+EngineConfig = EngineCommonFields  # verl's name

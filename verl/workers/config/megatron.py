@@ -15,6 +15,7 @@ from typing import Any
 
 from verl.base_config import check
 from verl.workers.config.actor import ActorConfig
+from verl.workers.config.checkpoint import McoreCheckpointConfig
 from verl.workers.config.critic import CriticConfig
 from verl.workers.config.engine_common import EngineCommonFields
 from verl.workers.config.optimizer import OptimizerConfig
@@ -144,7 +145,7 @@ class McoreActorConfig(ActorConfig):
     entropy_from_logits_chunk_size: int = 2048
     megatron: McoreEngineConfig = field(default_factory=McoreEngineConfig)
     profile: dict[str, Any] = field(default_factory=dict)
-    use_rollout_log_probs: bool = False
+    checkpoint: McoreCheckpointConfig = field(default_factory=McoreCheckpointConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -162,6 +163,7 @@ class McoreCriticConfig(CriticConfig):
     strategy: str = "megatron"
     nccl_timeout: int = 600
     megatron: McoreEngineConfig = field(default_factory=McoreEngineConfig)
+    checkpoint: McoreCheckpointConfig = field(default_factory=McoreCheckpointConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()

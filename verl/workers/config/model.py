@@ -8,7 +8,18 @@ from typing import Any
 from verl.base_config import BaseConfig, check
 from verl.workers.config.inert_blocks import inert_block
 
-__all__ = ["BUILTIN_TINY_MODEL", "DEFAULT_ATTN_IMPLEMENTATION", "HFModelConfig", "attn_implementation_of"]
+__all__ = [
+    "BUILTIN_TINY_MODEL",
+    "DEFAULT_ATTN_IMPLEMENTATION",
+    "RUNTIME_FIELD",
+    "HFModelConfig",
+    "MtpConfig",
+    "attn_implementation_of",
+]
+
+# Marks a field holding a run-time object verl's workers attach (the backend block as ``engine``, the loaded
+# tokenizer or Hugging Face config), not a setting: equality and the inert-key checks skip it.
+RUNTIME_FIELD = {"runtime": True}
 
 # Sentinel for ``model.path``: "build the project's tiny demo model (verl.utils.tiny_model) and use that folder".
 # It lets `python -m verl.trainer.main_ppo` run with no arguments on a machine that cannot reach a model hub.
@@ -25,6 +36,26 @@ def attn_implementation_of(override_config: Any) -> str:
 
 
 @dataclass
+class MtpConfig(BaseConfig):
+    """Multi-token prediction: load/save the MTP layers (``enable``), train them (``enable_train``, with
+    ``detach_encoder`` and ``mtp_loss_scaling_factor``) or use them for speculative decoding in the rollout
+    (``enable_rollout``; the ``speculative_*`` keys for SGLang, ``method`` / ``num_speculative_tokens`` for vLLM).
+    Not implemented here: ``model.mtp`` and ``rollout.mtp`` have no effect."""
+
+    enable: bool = False
+    enable_train: bool = False
+    enable_rollout: bool = False
+    detach_encoder: bool = False
+    mtp_loss_scaling_factor: float = 0.1
+    speculative_algorithm: str = "EAGLE"
+    speculative_num_steps: int = 3
+    speculative_eagle_topk: int = 1
+    speculative_num_draft_tokens: int = 4
+    method: str = "mtp"
+    num_speculative_tokens: int = 1
+
+
+@dataclass
 class HFModelConfig(BaseConfig):
     """Where the model lives and how to load it; the worker does the loading, this only describes it.
 
@@ -33,9 +64,28 @@ class HFModelConfig(BaseConfig):
     ``enable_activation_offload`` keeps what a trainable model's forward saves for backward in pinned host memory.
     ``use_fused_kernels`` has the policy's LM head compute log-probs and entropy per chunk of rows instead of making
     the ``[tokens, vocab]`` logits (:mod:`verl.workers.actor.fused_head`).
-    ``fused_kernel_options``, ``tiled_mlp``, ``mtp`` and ``lora`` (the Megatron engine's LoRA block) are verl's keys
-    without effect here (``inert_keys.py``).
+    ``fused_kernel_options``, ``tiled_mlp``, ``mtp``, ``lora`` (the Megatron engine's LoRA block) and
+    ``target_parameters`` are verl's keys without effect here (``inert_keys.py``).
+
+    The fields after ``target_parameters`` are what verl's own class fills in when it loads the model (local
+    copies of the checkpoint, the loaded Hugging Face config, tokenizer and processor). The workers here load the
+    model themselves, so they stay None unless a recipe sets them (they are mutable, as in verl); ``model_type``
+    names the head (``language_model`` or ``value_model``).
     """
+
+    _mutable_fields = frozenset(
+        {
+            "local_path",
+            "local_hf_config_path",
+            "local_tokenizer_path",
+            "model_type",
+            "hf_config",
+            "generation_config",
+            "tokenizer",
+            "processor",
+            "architectures",
+        }
+    )
 
     path: str = BUILTIN_TINY_MODEL
     tokenizer_path: str | None = None
@@ -59,6 +109,17 @@ class HFModelConfig(BaseConfig):
     tiled_mlp: dict[str, Any] = field(default_factory=lambda: {"enabled": False, "num_shards": 4})
     mtp: dict[str, Any] = field(default_factory=lambda: inert_block("mtp"))
     lora: dict[str, Any] = field(default_factory=lambda: inert_block("megatron_lora"))
+    target_parameters: list[str] | None = None
+    local_path: str | None = None
+    local_hf_config_path: str | None = None
+    local_tokenizer_path: str | None = None
+    model_type: str = "language_model"
+    load_tokenizer: bool = True
+    hf_config: Any = field(default=None, compare=False, repr=False, metadata=RUNTIME_FIELD)
+    generation_config: Any = field(default=None, compare=False, repr=False, metadata=RUNTIME_FIELD)
+    tokenizer: Any = field(default=None, compare=False, repr=False, metadata=RUNTIME_FIELD)
+    processor: Any = field(default=None, compare=False, repr=False, metadata=RUNTIME_FIELD)
+    architectures: list[str] | None = None
 
     def __post_init__(self) -> None:
         check(isinstance(self.path, str) and self.path != "", "path", "must name a model folder or hub id")

@@ -17,8 +17,10 @@ class OptimizerConfig(BaseConfig):
     """Optimizer and schedule. ``total_training_steps`` is injected by the trainer once the data size is known,
     which is why it is the one mutable field. ``lr_warmup_steps > 0`` wins over ``lr_warmup_steps_ratio``.
 
-    verl's ``warmup_style`` is the older name of ``lr_scheduler_type`` and sets it when given. Optimizers come from
-    ``torch.optim`` only (``optimizer_impl``); ``zero_indexed_step`` and ``override_optimizer_config`` are accepted
+    verl's ``warmup_style`` is the older name of ``lr_scheduler_type`` and sets it when given; likewise its
+    deprecated ``grad_clip`` sets ``clip_grad`` (the PPO actor and critic clip by their own ``grad_clip``, which
+    ``clip_grad`` follows in the packaged YAML). Optimizers come from ``torch.optim`` only (``optimizer_impl``);
+    ``zero_indexed_step`` and ``override_optimizer_config`` are accepted
     without effect (``inert_keys.py``)."""
 
     _mutable_fields = frozenset({"total_training_steps"})
@@ -38,8 +40,11 @@ class OptimizerConfig(BaseConfig):
     zero_indexed_step: bool = True
     warmup_style: str | None = None
     override_optimizer_config: dict[str, Any] | None = None
+    grad_clip: float | None = None
 
     def __post_init__(self) -> None:
+        if self.grad_clip is not None:
+            object.__setattr__(self, "clip_grad", self.grad_clip)
         if self.warmup_style is not None:
             check(
                 self.lr_scheduler_type in ("constant", self.warmup_style),

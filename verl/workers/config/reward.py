@@ -15,7 +15,47 @@ from typing import Any
 from verl.base_config import BaseConfig, check
 from verl.workers.config.inert_blocks import inert_block
 
-__all__ = ["CustomRewardFunctionConfig", "RewardConfig", "RewardModelConfig", "RewardModelPathConfig"]
+__all__ = [
+    "CustomRewardFunctionConfig",
+    "ModuleConfig",
+    "RewardConfig",
+    "RewardManagerConfig",
+    "RewardModelConfig",
+    "RewardModelPathConfig",
+    "SandboxFusionConfig",
+]
+
+
+@dataclass
+class ModuleConfig(BaseConfig):
+    """A Python file (``path``) or importable module (``name``) to load code from."""
+
+    path: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class RewardManagerConfig(BaseConfig):
+    """verl 0.9.1's ``reward.reward_manager`` block: ``source`` ``register`` picks a registered manager by ``name``;
+    ``importlib`` loads class ``name`` from ``module``. Here ``reward.reward_manager`` is the registered name itself
+    (the block's ``name`` is translated to it) and managers are never imported by path (``importlib`` is refused)."""
+
+    source: str = "register"
+    name: str = "naive"
+    module: ModuleConfig | None = field(default_factory=ModuleConfig)
+
+    def __post_init__(self) -> None:
+        check(self.source in ("register", "importlib"), "source", f"must be register or importlib, got {self.source!r}")
+
+
+@dataclass
+class SandboxFusionConfig(BaseConfig):
+    """verl's code-execution sandbox (``reward.sandbox_fusion``): its ``url``, concurrent requests and memory
+    limit per process. No built-in scorer here calls it."""
+
+    url: str | None = None
+    max_concurrent: int = 64
+    memory_limit_mb: int = 1024
 
 
 @dataclass
@@ -49,7 +89,8 @@ class RewardModelConfig(BaseConfig):
 
     ``micro_batch_size`` is verl's deprecated size over all processes (composing the config turns it into
     ``micro_batch_size_per_gpu``). verl 0.9.1's ``rollout`` (a rollout engine serving the reward model) has no
-    effect here."""
+    effect here. ``model_path`` (verl 0.9.1's name of ``model.path``, whose YAML key is translated) reads
+    ``model.path``."""
 
     enable: bool = False
     strategy: str = "fsdp"
@@ -63,6 +104,10 @@ class RewardModelConfig(BaseConfig):
     n_gpus_per_node: int = 8
     nnodes: int = 0
     rollout: dict[str, Any] = field(default_factory=lambda: inert_block("reward_rollout"))
+
+    @property
+    def model_path(self) -> str | None:
+        return self.model.path
 
     def __post_init__(self) -> None:
         check(

@@ -19,8 +19,11 @@ __all__ = [
     "CheckpointEngineConfig",
     "CustomAsyncServerConfig",
     "MultiTurnConfig",
+    "PrometheusConfig",
     "RolloutConfig",
     "SamplingConfig",
+    "ServerConfig",
+    "TraceConfig",
 ]
 
 CHECKPOINT_ENGINE_BACKENDS = ("naive", "ray", "collective")
@@ -124,17 +127,61 @@ class AgentLoopConfig(BaseConfig):
 
 
 @dataclass
+class TraceConfig(BaseConfig):
+    """verl's rollout tracing (``backend`` weave or mlflow, at most ``max_samples_per_step_per_worker`` per step,
+    ``token2text`` decoding). Not implemented here: ``rollout.trace`` has no effect."""
+
+    project_name: str | None = None
+    experiment_name: str | None = None
+    backend: str | None = None
+    token2text: bool = False
+    max_samples_per_step_per_worker: int | None = None
+
+    def __post_init__(self) -> None:
+        value = self.max_samples_per_step_per_worker
+        check(value is None or value >= 0, "max_samples_per_step_per_worker", f"must be >= 0 or null, got {value}")
+
+
+@dataclass
+class ServerConfig(BaseConfig):
+    """verl's HTTP client settings for a rollout engine run as a server (timeouts, retries, connections). The
+    rollout servers here are called in process through Ray, so these have no effect."""
+
+    timeout: float = 60.0
+    max_attempts: int = 3
+    retry_delay: float = 2.0
+    max_connections: int = 1000
+    max_start_wait_time: float = 300.0
+
+
+@dataclass
+class PrometheusConfig(BaseConfig):
+    """verl's Prometheus export of the rollout servers' metrics. Not implemented here: ``rollout.prometheus`` has
+    no effect."""
+
+    enable: bool = False
+    port: int = 9090
+    file: str = "/tmp/ray/session_latest/metrics/prometheus/prometheus.yml"
+    served_model_name: str | None = None
+
+
+@dataclass
 class CheckpointEngineConfig(BaseConfig):
     """Trainer -> rollout weight transfer: ``naive`` (same process), ``ray`` (object store), ``collective``.
 
-    verl's ``update_weights_bucket_megabytes`` is translated to ``bucket_megabytes``; ``engine_kwargs`` has no effect,
-    and a ``custom_backend_module`` is refused (the backends are the three above)."""
+    ``update_weights_bucket_megabytes`` (verl's name of ``bucket_megabytes``, whose YAML key is translated) reads
+    ``bucket_megabytes``. ``engine_kwargs`` has no effect, and a ``custom_backend_module`` is refused (the backends
+    are the three above)."""
 
     backend: str = "naive"
     bucket_megabytes: int = 512
     timeout_s: float = 600.0
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     custom_backend_module: str | None = None
+
+    @property
+    def update_weights_bucket_megabytes(self) -> int:
+        return self.bucket_megabytes
 
     def __post_init__(self) -> None:
         check(
@@ -163,7 +210,15 @@ class RolloutConfig(BaseConfig):
     ``data_parallel_size`` is vLLM's ``data_parallel_size`` / SGLang's ``dp_size``: engine copies inside one replica,
     which then spans ``tensor_model_parallel_size x data_parallel_size`` GPUs (the ``hf`` engine refuses values > 1).
     The fields after ``checkpoint_engine`` are verl's engine keys without effect here (``inert_keys.py`` says why for
-    each; engine arguments that vLLM or SGLang should see go in ``engine_kwargs.vllm`` / ``engine_kwargs.sglang``).
+    each; engine arguments that vLLM or SGLang should see go in ``engine_kwargs.vllm`` / ``engine_kwargs.sglang``),
+    but for these:
+
+    - ``log_prob_*``: verl keeps the old-log-prob batch keys here; this build computes old log-probs in the actor,
+      whose ``actor.log_prob_*`` keys decide. The packaged YAML has these read them back, and
+      ``actor.log_prob_micro_batch_size`` (the deprecated size over all processes) follows
+      ``rollout.log_prob_micro_batch_size`` when that is set.
+    - ``custom``: free-form settings for a recipe's own rollout code; nothing here reads them.
+    - ``repetition_penalty``: only 1.0 (none) is accepted; the rollout's requests carry no penalty.
     """
 
     name: str = "hf"
@@ -225,6 +280,20 @@ class RolloutConfig(BaseConfig):
     trace: dict[str, Any] = field(default_factory=lambda: inert_block("trace"))
     prometheus: dict[str, Any] = field(default_factory=lambda: inert_block("prometheus"))
     disaggregation: dict[str, Any] = field(default_factory=lambda: inert_block("disaggregation"))
+    log_prob_micro_batch_size: int | None = None
+    log_prob_micro_batch_size_per_gpu: int | None = None
+    log_prob_use_dynamic_bsz: bool = False
+    log_prob_max_token_len_per_gpu: int = 16384
+    custom: dict[str, Any] | None = None
+    repetition_penalty: float = 1.0
+    standalone_gpu_memory_utilization: float | None = None
+    moe_tensor_parallel_size: int = 1
+    server: ServerConfig = field(default_factory=ServerConfig)
+    checkpoint_manager_class: str | None = None
+    layer_name_map: dict[str, Any] = field(default_factory=dict)
+    sglang_engine_mode: str = "local"
+    limit_images: int | None = None
+    enable_sleep_mode: bool = True
 
     def __post_init__(self) -> None:
         check(bool(self.name), "name", "must name a rollout engine (hf, vllm, sglang)")
@@ -270,6 +339,19 @@ class RolloutConfig(BaseConfig):
         )
         check(self.nnodes >= 0, "nnodes", f"must be >= 0 (0 = share the actor's processes), got {self.nnodes}")
         check(self.n_gpus_per_node >= 1, "n_gpus_per_node", f"must be >= 1, got {self.n_gpus_per_node}")
+        for key in ("log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"):
+            value = getattr(self, key)
+            check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
+        check(
+            self.log_prob_max_token_len_per_gpu >= 1,
+            "log_prob_max_token_len_per_gpu",
+            f"must be >= 1, got {self.log_prob_max_token_len_per_gpu}",
+        )
+        check(
+            self.repetition_penalty == 1.0,
+            "repetition_penalty",
+            f"is {self.repetition_penalty}, but the rollout's requests carry no repetition penalty here (only 1.0)",
+        )
         check(
             self.update_weights_bucket_megabytes >= 1,
             "update_weights_bucket_megabytes",

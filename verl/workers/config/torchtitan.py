@@ -1,4 +1,5 @@
-"""verl's TorchTitan configs: ``TorchtitanEngineConfig`` and ``TorchtitanOptimizerConfig``.
+"""verl's TorchTitan configs: ``TorchtitanEngineConfig``, ``TorchtitanOptimizerConfig``, ``TorchTitanActorConfig`` and
+``TorchTitanCriticConfig``.
 
 A recipe can build, read and pass them with verl's keys and defaults; no engine here trains with them.
 ``strategy`` is ``torchtitan``, and asking the engine registry (:class:`verl.workers.engine.EngineRegistry`) for that
@@ -11,10 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.base_config import check
+from verl.workers.config.actor import ActorConfig
+from verl.workers.config.critic import CriticConfig
 from verl.workers.config.engine_common import EngineCommonFields
 from verl.workers.config.optimizer import OptimizerConfig
 
-__all__ = ["TorchtitanEngineConfig", "TorchtitanOptimizerConfig"]
+__all__ = ["TorchTitanActorConfig", "TorchTitanCriticConfig", "TorchtitanEngineConfig", "TorchtitanOptimizerConfig"]
 
 _ATTN_TYPES = ("flex", "flex_flash", "varlen")
 _SPMD_BACKENDS = ("default", "full_dtensor", "spmd_types")
@@ -101,3 +104,44 @@ class TorchtitanOptimizerConfig(OptimizerConfig):
         )
         check(0.0 <= self.min_lr_factor <= 1.0, "min_lr_factor", f"must be in [0, 1], got {self.min_lr_factor}")
         check(self.eps > 0, "eps", f"must be > 0, got {self.eps}")
+
+
+def _as_engine(value: Any) -> TorchtitanEngineConfig:
+    return value if isinstance(value, TorchtitanEngineConfig) else TorchtitanEngineConfig(**dict(value or {}))
+
+
+@dataclass
+class TorchTitanActorConfig(ActorConfig):
+    """The policy's training knobs (:class:`ActorConfig`) with a TorchTitan engine block (``torchtitan``); ``engine``
+    names the same block, as in verl."""
+
+    strategy: str = "torchtitan"
+    torchtitan: TorchtitanEngineConfig = field(default_factory=TorchtitanEngineConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(
+            self.strategy == "torchtitan",
+            "strategy",
+            f"must be 'torchtitan' for a TorchTitan actor, got {self.strategy!r}",
+        )
+        object.__setattr__(self, "torchtitan", _as_engine(self.torchtitan))
+        object.__setattr__(self, "engine", self.torchtitan)
+
+
+@dataclass
+class TorchTitanCriticConfig(CriticConfig):
+    """The value model's training knobs (:class:`CriticConfig`) with a TorchTitan engine block (``torchtitan``)."""
+
+    strategy: str = "torchtitan"
+    torchtitan: TorchtitanEngineConfig = field(default_factory=TorchtitanEngineConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(
+            self.strategy == "torchtitan",
+            "strategy",
+            f"must be 'torchtitan' for a TorchTitan critic, got {self.strategy!r}",
+        )
+        object.__setattr__(self, "torchtitan", _as_engine(self.torchtitan))
+        object.__setattr__(self, "engine", self.torchtitan)
