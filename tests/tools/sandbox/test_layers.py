@@ -169,20 +169,84 @@ def test_allowed_packages_import_and_the_others_stay_hidden():
     assert result.error_type == "ModuleNotFoundError", result
 
 
+_LISTING = """
+import json, os
+def listing(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError as err:
+        return type(err).__name__
+chains = {}
+for prefix in json.loads(PREFIXES):
+    parts = [p for p in prefix.split("/") if p]
+    for depth in range(len(parts)):
+        folder = "/" + "/".join(parts[:depth])
+        chains[folder] = listing(folder)
+print(json.dumps({"etc": listing("/etc"), "dev": listing("/dev"), "chains": chains}))
+open("/x", "w")
+"""
+# the system's folders the minimal root may show at its top level, besides the run's own and the interpreter's path
+_SYSTEM_TOP = {"sandbox", "packages", "usr", "lib", "lib64", "lib32", "libx32", "etc", "dev"}
+
+
+def minimal_root_listing(limits: SandboxLimits) -> tuple[dict, object]:
+    """What a sandboxed program sees at its root, in ``/etc`` and ``/dev``, and in every folder on the way to the
+    interpreter's installation (and to its virtual environment, if any)."""
+    prefixes = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix)})
+    result = run_python_sync(f"PREFIXES = {json.dumps(json.dumps(prefixes))}\n" + _LISTING, limits)
+    return json.loads(result.stdout), result
+
+
+def check_minimal_root(seen: dict, prefixes: list[str]) -> None:
+    """Each folder on the way to an interpreter prefix holds only the next step towards one; nothing else of the
+    host (home folders, /tmp, /proc, the project) shows."""
+    steps: dict[str, set[str]] = {}
+    for prefix in prefixes:
+        parts = [p for p in prefix.split("/") if p]
+        for depth in range(len(parts)):
+            steps.setdefault("/" + "/".join(parts[:depth]), set()).add(parts[depth])
+    for folder, listed in seen["chains"].items():
+        allowed = steps[folder] | (_SYSTEM_TOP if folder == "/" else set())
+        if folder != "/" and any(folder.startswith(p) for p in ("/usr", "/lib")):
+            continue  # the system's library folders are bound whole
+        assert set(listed) <= allowed, f"{folder} shows {sorted(set(listed) - allowed)}"
+    assert "sandbox" in seen["chains"]["/"] and not {"proc", "sys", "boot", "var"} & set(seen["chains"]["/"])
+    assert set(seen["etc"]) <= {"ld.so.cache", "localtime"}, seen["etc"]
+    assert set(seen["dev"]) <= {"null", "zero", "full", "random", "urandom"}, seen["dev"]
+
+
 def test_the_minimal_root_holds_only_what_python_needs():
     limits = SandboxLimits(**FAST, landlock=False)  # look at the mounts alone
     if "minimal_root" not in available_layers(limits):
         pytest.skip("no minimal root on this machine")
-    result = run_python_sync(
-        "import os\nprint(sorted(os.listdir('/')))\nprint(sorted(os.listdir('/etc')))\n"
-        "print(sorted(os.listdir('/dev')))\nopen('/x', 'w')",
-        limits,
-    )
-    top, etc, dev = (json.loads(line.replace("'", '"')) for line in result.stdout.splitlines())
-    assert "sandbox" in top and not {"home", "proc", "sys", "tmp", "work", "var", "boot"} & set(top), top
-    assert set(etc) <= {"ld.so.cache", "localtime"}, etc
-    assert set(dev) <= {"null", "zero", "full", "random", "urandom"}, dev
+    seen, result = minimal_root_listing(limits)
+    check_minimal_root(seen, sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix)}))
     assert result.error_type == "OSError" and "Read-only file system" in result.error_message, result
+
+
+def test_the_minimal_root_of_an_interpreter_in_a_venv_under_a_temporary_folder(tmp_path):
+    """Where the user's venv lives (/tmp, a home folder, /opt) shows in the root as the path to it, and only that."""
+    limits = SandboxLimits(**FAST, landlock=False)
+    if "minimal_root" not in available_layers(limits):
+        pytest.skip("no minimal root on this machine")
+    venv = tmp_path / "home" / "someone" / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    script = textwrap.dedent(f"""
+        import json, os, sys
+        sys.path.insert(0, {str(REPO)!r})
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_layers import FAST, minimal_root_listing
+        from verl.tools.sandbox import SandboxLimits
+        seen, result = minimal_root_listing(SandboxLimits(**FAST, landlock=False))
+        prefixes = sorted({{os.path.realpath(p) for p in (sys.base_prefix, sys.prefix)}})
+        print(json.dumps({{"seen": seen, "prefixes": prefixes}}))
+    """)
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert str(venv.resolve()) in report["prefixes"]
+    check_minimal_root(report["seen"], report["prefixes"])
+    assert report["seen"]["chains"][str(tmp_path.resolve())] == ["home"]  # the temporary folder shows one step
 
 
 # --- the trainer is not root; the machine has no user namespaces (real kernels, in a child trainer) -------------
