@@ -167,6 +167,41 @@ def test_killed_replica_mid_batch_loses_no_sample(standalone):
         assert s.dead == [0] and s.retries >= 1
 
 
+def test_a_killed_agent_loop_worker_is_named_first(standalone, caplog):
+    """Runs after the replica kill: it kills agent-loop worker 1 mid-batch (the manager is done with after it)."""
+    import ray
+
+    from verl.single_controller.ray.errors import WorkerDiedError
+
+    _, manager = standalone
+    n = 8
+    batch = prompt_batch(
+        [[1, 10 + i] for i in range(n)], agent_names=["long_test"] * n, max_tokens=[160] * n, data_source=["test"] * n
+    )
+    victim = manager.workers[1]
+    pid = ray.get(victim.__ray_call__.remote(lambda self: os.getpid()))
+
+    async def run():
+        task = asyncio.ensure_future(manager.generate_sequences_async(batch))
+        deadline = time.monotonic() + 120
+        while sum((await manager.server_stats())[1].in_flight) == 0:  # worker 1 has requests in flight
+            assert time.monotonic() < deadline and not task.done(), "worker 1 never got requests in flight"
+            await asyncio.sleep(0.02)
+        os.kill(pid, 9)
+        return await task
+
+    with pytest.raises(WorkerDiedError) as info:
+        asyncio.run(run())
+    first_line = str(info.value).splitlines()[0]
+    assert first_line.startswith("agent-loop worker rank 1 died during generate_sequences() on node "), first_line
+    assert f"pid {pid}" in first_line and "(the worker was running the agent loops of rows 4..7" in str(info.value)
+    assert info.value.role == "agent-loop worker" and info.value.rank == 1
+    # the surviving worker was stopped with the batch: nothing of it can outlive the error
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(manager.workers[0].ready.remote(), timeout=30)
+    assert "routing around it" not in caplog.text
+
+
 @pytest.mark.slow  # the colocated e2e runs drive hybrid engines too
 def test_hybrid_engines_in_actor_workers(ray_cluster, tiny_model_dir, tiny_lm):
     from omegaconf import OmegaConf

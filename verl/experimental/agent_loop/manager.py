@@ -343,10 +343,10 @@ class AgentLoopManager:
                 shard.meta_info[MAX_IN_FLIGHT_KEY] = share
             if group is not None:
                 shard.meta_info[BATCH_GROUP_KEY] = group
-            what = f"agent loop worker {i} (rows {offset}..{offset + len(shard) - 1})"
-            calls.append(await_ray(self.workers[i].generate_sequences.remote(shard), self.call_timeout_s, what))
+            rows = f"rows {offset}..{offset + len(shard) - 1}"
+            calls.append(asyncio.ensure_future(self._generate_on_worker(i, shard, rows)))
             offset += len(shard)
-        parts = await asyncio.gather(*calls)
+        parts = await self._gather_or_stop(calls)
         metrics: list[dict[str, float]] = []
         peak = 0  # the workers' peaks summed: a bound of the trajectories in flight at once
         for part in parts:
@@ -356,6 +356,44 @@ class AgentLoopManager:
         output.meta_info[AGENT_LOOP_METRICS_KEY] = metrics
         output.meta_info[PEAK_IN_FLIGHT_KEY] = peak
         return output
+
+    async def _generate_on_worker(self, index: int, shard: DataProto, rows: str) -> DataProto:
+        """One worker's share; its death becomes a :class:`WorkerDiedError` naming it (role, index, node, the rows
+        it was generating), as a dead training rank is named."""
+        from ray.exceptions import RayActorError
+
+        from verl.single_controller.ray.errors import translate_ray_error
+
+        worker = self.workers[index]
+        what = f"agent loop worker {index} ({rows})"
+        try:
+            return await await_ray(worker.generate_sequences.remote(shard), self.call_timeout_s, what)
+        except RayActorError as err:
+            died = translate_ray_error(
+                err, role="agent-loop worker", rank=index, method="generate_sequences", actor_id=worker._actor_id.hex()
+            )
+            died.args = (f"{died}\n(the worker was running the agent loops of {rows} of the batch)",)
+            raise died from None
+
+    async def _gather_or_stop(self, calls: list[asyncio.Future]) -> list[DataProto]:
+        """Every worker's output. When a worker died, the others are stopped before its error is raised: the batch
+        is lost and the run ends, and their requests must not outlive it to log errors of their own (about replicas
+        torn down under them) after the one that names the cause."""
+        from verl.single_controller.ray.errors import WorkerDiedError
+
+        try:
+            return await asyncio.gather(*calls)
+        except WorkerDiedError:
+            import ray
+
+            for call in calls:
+                call.cancel()
+            for worker in self.workers:
+                try:
+                    ray.kill(worker)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+            raise
 
     # ------------------------------------------------------------------ replicas
 

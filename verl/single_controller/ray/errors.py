@@ -129,7 +129,8 @@ def translate_ray_error(
     if isinstance(err, RayActorError):
         first = read_first_error(actor_id) if actor_id else None
         node_id = node_of_actor(actor_id) if actor_id else None
-        where = f" on {describe_node(node_id)}" if node_id else ""
+        pid = actor_record(actor_id).get("Pid") if actor_id else None
+        where = (f" on {describe_node(node_id)}" if node_id else "") + (f", pid {pid}" if pid else "")
         message = f"{who} died during {method}(){where}: {err}"
         if first:
             message += f"\n--- first error logged by {who} ---\n{first}"
