@@ -231,3 +231,12 @@ def test_resume_needs_model_shards(conversation_files, tiny_model_dir, tmp_path)
     hf_only = build_sft_config({**cfg.to_dict(), "checkpoint": {"save_contents": ["hf_model"]}})
     with pytest.raises(ConfigError, match=r"checkpoint.load_contents: is \['hf_model'\]: resuming from .* needs"):
         SFTTrainer(hf_only)
+
+
+def test_verl_s_deprecated_grad_clip_sets_clip_grad():
+    from verl.trainer.sft.engine_keys import read_optim
+    from verl.trainer.sft.key_reader import KeyReader
+
+    keys = KeyReader({"optim": {"lr": 1e-4, "clip_grad": 1.0, "grad_clip": 0.25}})
+    assert read_optim(keys)["clip_grad"] == 0.25
+    assert read_optim(KeyReader({"optim": {"lr": 1e-4, "clip_grad": 0.5}}))["clip_grad"] == 0.5

@@ -84,6 +84,8 @@ def read_optim(keys: KeyReader, prefix: str = "optim") -> dict[str, Any]:
     legacy_style = keys.take(f"{prefix}.warmup_style", None)  # verl's deprecated name of lr_scheduler_type
     keys.ignore(f"{prefix}.zero_indexed_step", True, "the schedule counts steps from 0")
     keys.take(f"{prefix}.total_training_steps", -1)  # the trainer sets it from the data size
+    clip_grad = keys.take(f"{prefix}.clip_grad", 1.0)
+    grad_clip = keys.take(f"{prefix}.grad_clip", None)  # verl's deprecated name of clip_grad: sets it when given
     optim = {
         "optimizer": "AdamW",
         "lr": keys.take(f"{prefix}.lr"),
@@ -91,7 +93,7 @@ def read_optim(keys: KeyReader, prefix: str = "optim") -> dict[str, Any]:
         "lr_warmup_steps_ratio": keys.take(f"{prefix}.lr_warmup_steps_ratio", 0.0),
         "weight_decay": keys.take(f"{prefix}.weight_decay", 0.01),
         "betas": keys.take(f"{prefix}.betas", [0.9, 0.999]),
-        "clip_grad": keys.take(f"{prefix}.clip_grad", 1.0),
+        "clip_grad": clip_grad if grad_clip is None else grad_clip,
         "lr_scheduler_type": legacy_style or scheduler,
         "min_lr_ratio": keys.take(f"{prefix}.min_lr_ratio", 0.0),
         "num_cycles": keys.take(f"{prefix}.num_cycles", 0.5),
