@@ -18,7 +18,12 @@ from hydra import compose, initialize_config_dir, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config.legacy import override_key, translate_legacy_config, translate_legacy_overrides
+from verl.trainer.config.legacy import (
+    LEGACY_ROOT,
+    override_key,
+    translate_legacy_config,
+    translate_legacy_overrides,
+)
 
 __all__ = [
     "CONFIG_DIR",
@@ -141,7 +146,7 @@ def packaged_raw_config() -> dict:
 def packaged_mirror_defaults() -> dict:
     """The packaged values of the ``actor_rollout_ref`` mirror in ``ppo_trainer.yaml``, unresolved: a mirror leaf
     that still holds its packaged value was not set by the user. Shared between calls: read it, never change it."""
-    return packaged_raw_config().get("actor_rollout_ref", {})
+    return packaged_raw_config().get(LEGACY_ROOT, {})
 
 
 @functools.lru_cache(maxsize=1)

@@ -35,6 +35,7 @@ from verl.trainer.config.key_rules import ANY, Drop, Refuse, Rename, backend_err
 
 __all__ = [
     "FREE_FORM_KEYS",
+    "LEGACY_ROOT",
     "LEGACY_ROOTS",
     "LegacyConfigWarning",
     "apply_global_micro_batch_sizes",
@@ -51,7 +52,9 @@ class LegacyConfigWarning(FutureWarning):
     """A legacy (``actor_rollout_ref.*``-style) key was translated; shown to end users by default."""
 
 
-LEGACY_ROOTS = ("actor_rollout_ref", "reward_model", "custom_reward_function", "sandbox_fusion")
+# verl's nested group of the policy roles: the one name of it in this package
+LEGACY_ROOT = "actor_rollout_ref"
+LEGACY_ROOTS = (LEGACY_ROOT, "reward_model", "custom_reward_function", "sandbox_fusion")
 # Mappings whose keys are the user's own (engine arguments, reward kwargs, ray.init arguments, ...).
 FREE_FORM_KEYS = (
     "rollout.engine_kwargs",
@@ -229,7 +232,6 @@ def _leaves(node: Any, prefix: str) -> Iterable[tuple[str, Any]]:
 
 
 _UNSET = object()
-MIRROR_ROOT = "actor_rollout_ref"
 
 
 def _is_untouched_mirror(key: str, value: Any, raw_defaults: Any) -> bool:
@@ -237,11 +239,11 @@ def _is_untouched_mirror(key: str, value: Any, raw_defaults: Any) -> bool:
     mirror's own packaged value (``ppo_trainer.yaml`` lists verl keys there that live elsewhere here) or the value
     of the flattened key it mirrors (``actor_rollout_ref.rollout.n`` mirrors ``rollout.n``). Without the packaged
     defaults nothing can be told apart and every leaf counts as set."""
-    if raw_defaults is None or not key.startswith(MIRROR_ROOT + "."):
+    if raw_defaults is None or not key.startswith(LEGACY_ROOT + "."):
         return False
     from verl.trainer.config.compose import packaged_mirror_defaults  # compose imports this module
 
-    mirrored = key[len(MIRROR_ROOT) + 1 :]
+    mirrored = key[len(LEGACY_ROOT) + 1 :]
     packaged = _raw_select(packaged_mirror_defaults(), mirrored)
     if packaged is not _UNSET:
         return value == packaged

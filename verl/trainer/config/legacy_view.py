@@ -13,9 +13,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from verl.trainer.config.legacy import LEGACY_ROOT
+
 __all__ = ["LEGACY_VIEW_KEY", "add_legacy_view", "is_legacy_view", "legacy_leaf_aliases", "without_legacy_view"]
 
-LEGACY_VIEW_KEY = "actor_rollout_ref"
+LEGACY_VIEW_KEY = LEGACY_ROOT
 _ALIASED_GROUPS = ("actor", "rollout", "ref", "model")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from verl.single_controller.base import Worker
+from verl.trainer.config.legacy import LEGACY_ROOT
 from verl.trainer.ppo.roles import Role
 from verl.utils.import_utils import lazy_exports
 
@@ -55,9 +56,7 @@ def _group(config: Any, name: str) -> Any:
     """``config.<name>``, or ``config.actor_rollout_ref.<name>`` in a legacy-spelled config; None when absent."""
     value = config.get(name) if hasattr(config, "get") else getattr(config, name, None)
     if value is None:
-        legacy = (
-            config.get("actor_rollout_ref") if hasattr(config, "get") else getattr(config, "actor_rollout_ref", None)
-        )
+        legacy = config.get(LEGACY_ROOT) if hasattr(config, "get") else getattr(config, LEGACY_ROOT, None)
         if legacy is not None:
             value = legacy.get(name) if hasattr(legacy, "get") else getattr(legacy, name, None)
     return value
