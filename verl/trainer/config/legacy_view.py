@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verl.trainer.config.legacy import LEGACY_ROOT
+from verl.trainer.config.legacy import LEGACY_ROOT, LEGACY_ROOTS, _leaves, translate_legacy_key
 
 __all__ = ["LEGACY_VIEW_KEY", "add_legacy_view", "is_legacy_view", "legacy_leaf_aliases", "without_legacy_view"]
 
@@ -47,8 +47,6 @@ def legacy_leaf_aliases(config: Any) -> dict[str, str]:
 
     A recipe's own code reads them where its YAML put them (``config.reward_model.overlong_buffer``); once the
     config is flattened for the task runner, these aliases keep them readable there."""
-    from verl.trainer.config.legacy import LEGACY_ROOTS, translate_legacy_key
-
     if not isinstance(config, DictConfig):
         return {}
     aliases = {}
@@ -62,30 +60,26 @@ def legacy_leaf_aliases(config: Any) -> dict[str, str]:
     return aliases
 
 
-def _leaves(node: Any, prefix: str) -> list[tuple[str, Any]]:
-    if isinstance(node, dict) and node:
-        return [leaf for k, v in node.items() for leaf in _leaves(v, f"{prefix}.{k}")]
-    return [(prefix, node)]
-
-
 def is_legacy_view(config: Any, key: str = LEGACY_VIEW_KEY) -> bool:
-    """True when ``config[key]`` is the alias node :func:`add_legacy_view` adds (each member ``${<group>}``)."""
+    """True when ``config[key]`` holds aliases only: the node :func:`add_legacy_view` adds (each member
+    ``${<group>}``), or, for verl's reward blocks, the leaves of :func:`legacy_leaf_aliases`."""
     node = config.get(key) if isinstance(config, DictConfig) and key in config else None
     if not isinstance(node, DictConfig):
         return False
     raw = OmegaConf.to_container(node, resolve=False)
-    aliases = {name: value for name, value in raw.items() if name != "hybrid_engine"}
-    return bool(aliases) and all(value == f"${{{name}}}" for name, value in aliases.items())
+    if key == LEGACY_VIEW_KEY:
+        aliases = {name: value for name, value in raw.items() if name != "hybrid_engine"}
+        return bool(aliases) and all(value == f"${{{name}}}" for name, value in aliases.items())
+    leaves = list(_leaves(raw, key))
+    return bool(leaves) and all(isinstance(value, str) and value.startswith("${") for _, value in leaves)
 
 
 def without_legacy_view(config: Any) -> dict[str, Any]:
     """The resolved config as a plain dict without the alias node (what trackers log: no group twice)."""
-    raw = OmegaConf.to_container(config, resolve=False) if isinstance(config, DictConfig) else {}
     container = OmegaConf.to_container(config, resolve=True)
     if isinstance(container, dict):
         container.pop(LEGACY_VIEW_KEY, None)
-        for root in ("reward_model", "custom_reward_function", "sandbox_fusion"):  # aliases of legacy_leaf_aliases
-            leaves = _leaves(raw.get(root), root) if isinstance(raw.get(root), dict) else []
-            if leaves and all(isinstance(v, str) and v.startswith("${") for _, v in leaves):
+        for root in LEGACY_ROOTS:
+            if is_legacy_view(config, root):
                 container.pop(root, None)
     return container

@@ -212,6 +212,7 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **rew
     """
     from verl.experimental.reward_loop.reward_manager import RewardManagerBase
 
+    config = _flat(config)  # once here: the readers below then find the flattened groups
     compute_score = get_custom_reward_fn(config)  # first: the user's file may register the manager
     name, source, _ = _manager_spec(_reward_config(config))
     if source == "register" and name in REWARD_MANAGER_REGISTRY:

@@ -14,7 +14,15 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-__all__ = ["describe", "grad_norm_value", "hook_name", "model_inputs", "policy_outputs", "value_outputs"]
+__all__ = [
+    "build_outputs",
+    "describe",
+    "grad_norm_value",
+    "hook_name",
+    "model_inputs",
+    "policy_outputs",
+    "value_outputs",
+]
 
 
 def hook_name(owner: object, hook: str) -> str:
@@ -92,3 +100,22 @@ def grad_norm_value(result: Any, where: str) -> float:
     if isinstance(result, int | float) and not isinstance(result, bool):
         return float(result)
     raise TypeError(f"{where} returned {describe(result)}; it must return the gradient norm (a tensor or a float)")
+
+
+def build_outputs(result: Any, names: tuple[str, ...], trains: bool, role: str, where: str) -> tuple[Any, ...]:
+    """What a worker's ``_build_*_model_optimizer`` returned, checked: a tuple of ``names`` whose first item is the
+    module and, when ``trains`` (the ``role`` is updated), whose optimizer and lr_scheduler can step."""
+    if not isinstance(result, tuple | list) or len(result) != len(names):
+        raise TypeError(f"{where} returned {describe(result)}; it must return ({', '.join(names)})")
+    module, optimizer, lr_scheduler = result[:3]
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{where} returned {describe(module)} as the module; expected a torch.nn.Module")
+    if trains:
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"{where} returned {describe(optimizer)} as the optimizer; the {role} needs one")
+        if not (callable(getattr(lr_scheduler, "step", None)) and callable(getattr(lr_scheduler, "state_dict", None))):
+            raise TypeError(
+                f"{where} returned {describe(lr_scheduler)} as the lr_scheduler; the {role} steps it once per update "
+                "and checkpoints it (it needs step() and state_dict())"
+            )
+    return tuple(result)

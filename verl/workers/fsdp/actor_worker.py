@@ -32,7 +32,7 @@ from verl.single_controller.base import Dispatch, Worker, register
 from verl.trainer.config.trainer_config import TrainerConfig
 from verl.utils.weight_checksum import weight_checksum
 from verl.workers.actor.dp_actor import DataParallelPPOActor
-from verl.workers.actor.hook_results import describe
+from verl.workers.actor.hook_results import build_outputs, describe
 from verl.workers.config import ActorConfig, FSDPActorConfig, HFModelConfig, RolloutConfig
 from verl.workers.fsdp.checkpoint_manager import FSDPCheckpointManager
 from verl.workers.fsdp.distributed import build_fsdp_mesh, device_for_rank, init_distributed, resolve_device
@@ -306,23 +306,8 @@ class ActorRolloutRefWorker(Worker):
         modules it added after wrapping sharded like the rest."""
         where = f"{type(self).__name__}._build_model_optimizer(role={role!r})"
         result = self._build_model_optimizer(**self._build_arguments(role))
-        if not isinstance(result, tuple | list) or len(result) != 4:
-            raise TypeError(
-                f"{where} returned {describe(result)}; it must return (module, optimizer, lr_scheduler, model_config)"
-            )
-        module, optimizer, lr_scheduler, model_config = result
-        if not isinstance(module, nn.Module):
-            raise TypeError(f"{where} returned {describe(module)} as the module; expected a torch.nn.Module")
-        if role == "actor":
-            if not isinstance(optimizer, torch.optim.Optimizer):
-                raise TypeError(f"{where} returned {describe(optimizer)} as the optimizer; the actor needs one")
-            if not (
-                callable(getattr(lr_scheduler, "step", None)) and callable(getattr(lr_scheduler, "state_dict", None))
-            ):
-                raise TypeError(
-                    f"{where} returned {describe(lr_scheduler)} as the lr_scheduler; the actor steps it once per "
-                    "update and checkpoints it (it needs step() and state_dict())"
-                )
+        names = ("module", "optimizer", "lr_scheduler", "model_config")
+        module, optimizer, lr_scheduler, model_config = build_outputs(result, names, role == "actor", role, where)
         self._shard_added_modules(module, optimizer, role, where)
         if optimizer is not None:
             _warn_untrained(module, optimizer, where)

@@ -19,7 +19,7 @@ from torch import nn
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
 from verl.trainer.config.trainer_config import TrainerConfig
-from verl.workers.actor.hook_results import describe
+from verl.workers.actor.hook_results import build_outputs
 from verl.workers.config import CriticConfig, FSDPCriticConfig
 from verl.workers.critic.dp_critic import DataParallelPPOCritic
 from verl.workers.fsdp.actor_worker import compute_dtype
@@ -135,18 +135,8 @@ class CriticWorker(Worker):
         it added after wrapping sharded like the rest."""
         where = f"{type(self).__name__}._build_critic_model_optimizer"
         result = self._build_critic_model_optimizer(self.critic_config)
-        if not isinstance(result, tuple | list) or len(result) != 3:
-            raise TypeError(f"{where} returned {describe(result)}; it must return (module, optimizer, lr_scheduler)")
-        module, optimizer, lr_scheduler = result
-        if not isinstance(module, nn.Module):
-            raise TypeError(f"{where} returned {describe(module)} as the module; expected a torch.nn.Module")
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"{where} returned {describe(optimizer)} as the optimizer; the critic needs one")
-        if not (callable(getattr(lr_scheduler, "step", None)) and callable(getattr(lr_scheduler, "state_dict", None))):
-            raise TypeError(
-                f"{where} returned {describe(lr_scheduler)} as the lr_scheduler; the critic steps it once per update "
-                "and checkpoints it (it needs step() and state_dict())"
-            )
+        names = ("module", "optimizer", "lr_scheduler")
+        module, optimizer, lr_scheduler = build_outputs(result, names, True, "critic", where)
         if is_sharded(module):
             kwargs = self._fsdp_kwargs or fsdp2_kwargs(self.device_mesh)
             remap_optimizer_params(optimizer, shard_late_modules(module, kwargs, who=where), who=where)
