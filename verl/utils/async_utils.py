@@ -1,4 +1,4 @@
-"""Small asyncio helpers that keep the async code rules of DESIGN.md section 8.
+"""Small asyncio helpers that keep the project's async code rules.
 
 - Every wait has a timeout, and a timeout names what was waited on (:func:`wait_named`, :func:`await_ray`).
 - Background tasks go through :func:`spawn_logged`: the exception is logged with its traceback, recorded on the

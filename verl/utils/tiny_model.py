@@ -3,7 +3,7 @@
 Tests and the demo load it with ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained(path)`` exactly as users load
 real checkpoints, so every code path that touches a model is exercised end to end on a laptop CPU.
 
-Design choices (see DESIGN.md section 7):
+Design choices (the demo: docs/quickstart.md):
 
 * Llama architecture: for Qwen2 configs ``AutoTokenizer`` forces a byte-level BPE class that drops the space token.
 * Char-level ``WordLevel`` vocabulary: one token per character, so "fraction of response tokens equal to d" style

@@ -1,6 +1,6 @@
 """The batch plan: every derived batch size of a PPO step, computed once from the resolved config.
 
-Units (DESIGN.md section 6): ``data.train_batch_size`` and ``*_mini_batch_size`` count prompts (each expands to
+Units (docs/config.md, batch sizes): ``data.train_batch_size`` and ``*_mini_batch_size`` count prompts (each expands to
 ``rollout.n`` samples); ``*_micro_batch_size_per_gpu`` counts samples per process.
 
 What is padded and what is refused:

@@ -5,7 +5,7 @@ specific rules come before their parents; a renamed key is matched again, so rul
 
 - :class:`Rename` moves it. Spellings that are current in verl 0.9.1 (``custom_reward_function.*``, the 0.9.1
   ``reward_model.*`` keys, ``critic.fsdp.*``) move silently; spellings verl itself retired, and verl's nested
-  ``actor_rollout_ref.*`` layout (DESIGN.md section 6), move with one deprecation warning. verl 0.9.1's top-level
+  ``actor_rollout_ref.*`` layout (docs/config.md), move with one deprecation warning. verl 0.9.1's top-level
   reward keys are null unless set, so a null there moves nothing.
 - :class:`Drop` removes it. A value other than verl's default is named in an ``InertConfigWarning`` with the
   reason it has no effect here; ``reason=None`` drops it silently (class paths of verl's own dataclasses).

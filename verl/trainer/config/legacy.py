@@ -2,7 +2,7 @@
 
 The rules live in :mod:`verl.trainer.config.key_rules`. In short::
 
-    actor_rollout_ref.actor.*                   -> actor.*          (deprecation warning, DESIGN.md section 6)
+    actor_rollout_ref.actor.*                   -> actor.*          (deprecation warning, docs/config.md)
     actor_rollout_ref.rollout.log_prob_*        -> actor.log_prob_*   (old log-probs are an actor computation)
     actor_rollout_ref.{ref,rollout,model}.*     -> {ref,rollout,model}.*
     custom_reward_function.*, sandbox_fusion.*  -> reward.*         (current in verl 0.9.1: no warning)

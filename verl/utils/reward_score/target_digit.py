@@ -1,7 +1,7 @@
 """Target-digit reward: the fraction of response characters that match the ground truth position by position.
 
 With the tiny model's char-level tokenizer one character is one token, so for ground truth ``"77777777"`` this is
-"the fraction of the first 8 response tokens equal to 7" (DESIGN.md section 7). Partial credit gives GRPO a signal
+"the fraction of the first 8 response tokens equal to 7" (docs/quickstart.md). Partial credit gives GRPO a signal
 from the very first random samples.
 """
 

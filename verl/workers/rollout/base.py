@@ -77,7 +77,7 @@ class RolloutMode(Enum):
 
 
 class RolloutReplica(abc.ABC):
-    """The token-level contract of one rollout engine, whatever carries the calls to it (DESIGN.md section 5).
+    """The token-level contract of one rollout engine, whatever carries the calls to it (docs/architecture.md).
 
     Three transports serve it: the :class:`RolloutServer` itself in the process that holds it, and, from other
     processes, ``StandaloneReplica`` (the server is a Ray actor) and ``WorkerRankReplica`` (the server lives in a
