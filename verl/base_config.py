@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 __all__ = ["BaseConfig", "ConfigError", "MissingConfigKey", "check"]
 
@@ -75,12 +75,14 @@ class BaseConfig(collections.abc.Mapping):
     def __delattr__(self, name: str) -> None:
         raise dataclasses.FrozenInstanceError(f"{type(self).__name__}.{name} cannot be deleted")
 
-    def __getattr__(self, name: str) -> Any:
-        # Only reached when no field or attribute has the name: a recipe's own key kept in ``_extra``.
-        extra = self.__dict__.get("_extra") if not name.startswith("__") else None
-        if extra and name in extra:
-            return extra[name]
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+    if not TYPE_CHECKING:  # hidden from type checkers, so that a misspelt attribute stays an error there
+
+        def __getattr__(self, name: str) -> Any:
+            # Only reached when no field or attribute has the name: a recipe's own key kept in ``_extra``.
+            extra = self.__dict__.get("_extra") if not name.startswith("__") else None
+            if extra and name in extra:
+                return extra[name]
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     # -- Mapping view -------------------------------------------------------------------------------------------
     def __getitem__(self, key: str) -> Any:

@@ -31,7 +31,7 @@ import reprlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -132,7 +132,9 @@ class DataProtoItem:
 class DataProto:
     """A batch of samples: tensors, per-sample Python objects and batch-wide meta info (see module docstring)."""
 
-    batch: TensorDict | None = None
+    # Typed as upstream verl does: a DataProto without tensors (batch=None) is the exception, so callers are not made
+    # to narrow it at every use. TensorDict is Any to the checker, so the None default type-checks.
+    batch: TensorDict = None
     non_tensor_batch: dict[str, np.ndarray] = field(default_factory=dict)
     meta_info: dict[str, Any] = field(default_factory=dict)
 
@@ -326,6 +328,15 @@ class DataProto:
         rows = positions.numpy()
         non_tensor = {key: value[rows] for key, value in self.non_tensor_batch.items()}
         return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(self.meta_info))
+
+    @overload
+    def __getitem__(self, item: int) -> DataProtoItem: ...
+
+    @overload
+    def __getitem__(self, item: slice | list[Any] | np.ndarray) -> DataProto: ...
+
+    @overload
+    def __getitem__(self, item: Any) -> DataProto | DataProtoItem: ...
 
     def __getitem__(self, item: Any) -> DataProto | DataProtoItem:
         """int -> DataProtoItem; slice -> DataProto view; int list/array/tensor or boolean mask -> DataProto copy."""

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from verl.checkpoint_engine import send_weights
+from verl.workers.config import RolloutConfig
 
 
-def rollout_config(**overrides: Any) -> SimpleNamespace:
+def rollout_config(**overrides: Any) -> RolloutConfig:
     values = dict(
         name="hf",
         prompt_length=16,
@@ -26,7 +26,7 @@ def rollout_config(**overrides: Any) -> SimpleNamespace:
         max_model_len=None,
     )
     values.update(overrides)
-    return SimpleNamespace(**values)
+    return RolloutConfig(**values)
 
 
 @torch.no_grad()

@@ -123,12 +123,9 @@ def test_manager_rejects_bad_arguments(tiny_lm):
 
 
 def test_manager_reads_the_rollout_config(tiny_lm):
-    from types import SimpleNamespace
+    from verl.workers.config import CheckpointEngineConfig, RolloutConfig
 
-    config = SimpleNamespace(
-        update_weights_bucket_megabytes=8,
-        checkpoint_engine=SimpleNamespace(backend="ray", bucket_megabytes=None, timeout_s=30.0),
-    )
+    config = RolloutConfig(checkpoint_engine=CheckpointEngineConfig(backend="ray", bucket_megabytes=8, timeout_s=30.0))
     manager = CheckpointEngineManager.from_config(config, LocalTrainer(tiny_lm), replicas=[object()])
     assert manager.backend == "ray" and manager.engine.bucket_bytes == 8 << 20 and manager.engine.timeout_s == 30.0
     assert list(manager.replicas) == ["replica0"]

@@ -18,6 +18,7 @@ from verl.checkpoint_engine import (
 )
 from verl.checkpoint_engine.streaming import merge_weight_chunks, split_weight_chunks
 from verl.checkpoint_engine.worker import RolloutServerWeightAdapter
+from verl.workers.config import CheckpointEngineConfig
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
 
@@ -134,7 +135,7 @@ class _Trainer:
 
 
 def test_manager_accepts_verls_constructor_and_replica_helpers():
-    config = SimpleNamespace(backend="ray", bucket_megabytes=2, timeout_s=30.0)
+    config = CheckpointEngineConfig(backend="ray", bucket_megabytes=2, timeout_s=30.0)
     first, second = object(), object()
     manager = CheckpointEngineManager(config, _Trainer(), [first])
     assert manager.backend == "ray" and manager.actor_wg is manager.trainer

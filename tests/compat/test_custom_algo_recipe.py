@@ -9,13 +9,14 @@ import math
 import os
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 from recipe_runs import RECIPE_ROOT, read_jsonl, run_recipe
 
+from verl.trainer.config.algo_config import AlgoConfig
 from verl.trainer.ppo import core_algos
+from verl.workers.config.actor import ActorConfig
 
 STEPS = 60  # the learning run (slow tier)
 WIRING_STEPS = 3  # the default tier's run: the recipe's estimator and loss run, no learning claim
@@ -78,19 +79,19 @@ def test_recipe_estimator_and_loss_are_found_by_name(recipe_algos):
     rewards[0, 1] = 1.0  # group "a": scores 1, 0, 0, 0 (the first response ends after two tokens)
     mask = torch.tensor([[1, 1, 0]] + [[1, 1, 1]] * 4, dtype=torch.float32)
     index = ["a", "a", "a", "a", "b"]  # "b" has a single response: no baseline, advantage 0
-    adv, returns = estimator(rewards, mask, index=index, config=SimpleNamespace(norm_adv_by_std_in_grpo=True))
+    adv, returns = estimator(rewards, mask, index=index, config=AlgoConfig(norm_adv_by_std_in_grpo=True))
     # leave-one-out baselines 0 and 1/3, divided by the group std 0.5
     assert adv[:, 0].tolist() == pytest.approx([2.0, -2 / 3, -2 / 3, -2 / 3, 0.0], abs=1e-5)
     assert torch.equal(adv, adv[:, :1] * mask)
     assert returns[0].tolist() == [1.0, 1.0, 0.0] and returns[1:].abs().sum() == 0  # rewards to go
-    adv, _ = estimator(rewards, mask, index=index, config=SimpleNamespace(norm_adv_by_std_in_grpo=False))
+    adv, _ = estimator(rewards, mask, index=index, config=AlgoConfig(norm_adv_by_std_in_grpo=False))
     assert adv[:, 0].tolist() == pytest.approx([1.0, -1 / 3, -1 / 3, -1 / 3, 0.0])
 
     loss_fn = core_algos.get_policy_loss_fn("log_clip")
     old = torch.zeros(2, 2)
     new = torch.tensor([[0.5, 0.1], [-0.5, 0.0]])  # log-ratios; clip_ratio 0.2 bounds them to [-0.2, 0.2]
     advantages = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
-    config = SimpleNamespace(clip_ratio=0.2, global_batch_info={})
+    config = ActorConfig(clip_ratio=0.2, global_batch_info={})
     loss, metrics = loss_fn(old, new, advantages, torch.ones(2, 2), "token-mean", config)
     expected = (-math.exp(0.2) - math.exp(0.1) + math.exp(-0.2) + 1.0) / 4
     assert loss.item() == pytest.approx(expected, rel=1e-6)

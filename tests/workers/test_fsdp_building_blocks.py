@@ -1,9 +1,10 @@
 """Building blocks of the FSDP workers, without Ray or a process group: model-path checks, optimizer and LR
-schedules, per-rank batch sizes, LoRA weight merging, weight buckets, config views and the hybrid rollout's batch
-layout."""
+schedules, per-rank batch sizes, LoRA weight merging, weight buckets, per-rank config copies and the hybrid
+rollout's batch layout."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from types import SimpleNamespace
@@ -16,14 +17,14 @@ from verl.base_config import ConfigError
 from verl.checkpoint_engine import iter_named_weights
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask
-from verl.workers.config import FSDPActorConfig, OptimizerConfig, RolloutConfig
+from verl.workers.config import FSDPActorConfig, HFModelConfig, OptimizerConfig, RolloutConfig
 from verl.workers.fsdp.checkpoint_manager import FSDPCheckpointManager
 from verl.workers.fsdp.distributed import resolve_device
 from verl.workers.fsdp.hybrid_rollout import HybridRollout
 from verl.workers.fsdp.model_loader import apply_lora, parse_dtype, resolve_model_path
 from verl.workers.fsdp.optimizer import build_lr_scheduler, build_optimizer
 from verl.workers.fsdp.weights import adapter_state, has_lora
-from verl.workers.fsdp.worker_config import ConfigView, optim_with_total_steps, per_rank_update_sizes, read_group
+from verl.workers.fsdp.worker_config import optim_with_total_steps, per_rank_update_sizes, read_group, with_rank_sizes
 
 # ---------------------------------------------------------------------------------------------------- model path
 
@@ -31,25 +32,25 @@ from verl.workers.fsdp.worker_config import ConfigView, optim_with_total_steps, 
 def test_missing_model_path_names_key_and_path(tmp_path):
     missing = tmp_path / "nowhere"
     with pytest.raises(FileNotFoundError, match=r"model\.path=.*nowhere.*no such folder"):
-        resolve_model_path(SimpleNamespace(path=str(missing)))
+        resolve_model_path(HFModelConfig(path=str(missing)))
 
 
 def test_model_path_that_is_a_file_or_lacks_config_or_weights(tmp_path):
     a_file = tmp_path / "weights.bin"
     a_file.write_text("x")
     with pytest.raises(NotADirectoryError, match="weights.bin"):
-        resolve_model_path(SimpleNamespace(path=str(a_file)))
+        resolve_model_path(HFModelConfig(path=str(a_file)))
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(FileNotFoundError, match=r"empty.*no config\.json"):
-        resolve_model_path(SimpleNamespace(path=str(empty)))
+        resolve_model_path(HFModelConfig(path=str(empty)))
     (empty / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(FileNotFoundError, match=r"critic\.model\.path=.*empty.*no weights"):
-        resolve_model_path(SimpleNamespace(path=str(empty)), key="critic.model.path")
+        resolve_model_path(HFModelConfig(path=str(empty)), key="critic.model.path")
 
 
 def test_valid_model_path_is_returned(tiny_model_dir):
-    assert resolve_model_path(SimpleNamespace(path=str(tiny_model_dir))) == str(tiny_model_dir)
+    assert resolve_model_path(HFModelConfig(path=str(tiny_model_dir))) == str(tiny_model_dir)
 
 
 def test_bad_dtype_and_device_names_are_errors():
@@ -113,7 +114,7 @@ def test_optimizer_takes_only_trainable_parameters():
     with pytest.raises(ValueError, match="no trainable parameters"):
         build_optimizer([frozen], OptimizerConfig(lr=0.1))
     with pytest.raises(ValueError, match=r"actor\.optim\.optimizer='SGD'"):
-        build_optimizer([live], SimpleNamespace(optimizer="SGD", lr=0.1))
+        build_optimizer([live], OptimizerConfig(optimizer="SGD", lr=0.1))
 
 
 # ---------------------------------------------------------------------------------------------------- batch sizes
@@ -149,13 +150,14 @@ def test_schedule_takes_total_steps_from_trainer_when_optim_lacks_them():
     assert optim_with_total_steps(own, TrainerConfig(total_training_steps=4)) is own
 
 
-def test_config_view_overrides_and_is_read_only():
-    base = FSDPActorConfig(ppo_mini_batch_size=8, clip_ratio=0.3)
-    view = ConfigView(base, ppo_mini_batch_size=2, use_remove_padding=True)
-    assert (view.ppo_mini_batch_size, view.use_remove_padding, view.clip_ratio) == (2, True, 0.3)
-    assert view.get("not_a_field", "d") == "d"
-    with pytest.raises(AttributeError, match="read-only"):
-        view.clip_ratio = 1.0
+def test_per_rank_copy_replaces_sizes_and_leaves_the_config_alone():
+    base = FSDPActorConfig(ppo_mini_batch_size=8, clip_ratio=0.3, _extra={"recipe_key": 1})
+    copy = with_rank_sizes(base, "actor", rollout_n=2, dp_size=4, use_remove_padding=True)
+    assert (copy.ppo_mini_batch_size, copy.use_remove_padding, copy.clip_ratio) == (4, True, 0.3)
+    assert copy.recipe_key == 1 and type(copy) is FSDPActorConfig
+    assert (base.ppo_mini_batch_size, base.use_remove_padding) == (8, False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.clip_ratio = 1.0
 
 
 def test_read_group_validates_with_dotted_keys():
@@ -176,8 +178,13 @@ def test_lora_merge_matches_peft_merge_and_unload(tiny_model_dir):
     plain_names = list(base.state_dict())
     model = apply_lora(
         base,
-        SimpleNamespace(
-            lora_rank=4, lora_alpha=8, target_modules="all-linear", exclude_modules=None, lora_adapter_path=None
+        HFModelConfig(
+            path=str(tiny_model_dir),
+            lora_rank=4,
+            lora_alpha=8,
+            target_modules="all-linear",
+            exclude_modules=None,
+            lora_adapter_path=None,
         ),
     )
     gen = torch.Generator().manual_seed(0)

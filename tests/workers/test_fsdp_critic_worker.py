@@ -17,7 +17,7 @@ from verl.workers.config import FSDPCriticConfig
 from verl.workers.critic.dp_critic import DataParallelPPOCritic
 from verl.workers.fsdp.model_loader import load_critic_model
 from verl.workers.fsdp.optimizer import build_optimizer
-from verl.workers.fsdp.worker_config import ConfigView, per_rank_update_sizes
+from verl.workers.fsdp.worker_config import with_rank_sizes
 from verl.workers.fsdp_workers import CriticWorker
 
 pytestmark = pytest.mark.ray
@@ -82,8 +82,7 @@ def reference(tiny_model_dir):
     torch.manual_seed(1)
     model = load_critic_model(OmegaConf.create({"path": str(tiny_model_dir)}), str(tiny_model_dir), torch.float32)
     optimizer = build_optimizer(model.parameters(), OmegaConf.create({"lr": 1e-2}), key="critic.optim")
-    sizes = per_rank_update_sizes(cfg, "critic", rollout_n=1, dp_size=1)
-    return DataParallelPPOCritic(ConfigView(cfg, use_remove_padding=False, **sizes), model, optimizer)
+    return DataParallelPPOCritic(with_rank_sizes(cfg, "critic", rollout_n=1, dp_size=1), model, optimizer)
 
 
 def test_values_update_and_resume_match_unsharded_critic(critic_group, reference, tmp_path):

@@ -38,13 +38,10 @@ def _run(model_dir: str, mesh, rank: int, fused: bool) -> dict:
     from verl.workers.actor.dp_actor import DataParallelPPOActor
     from verl.workers.config.actor import FSDPActorConfig
     from verl.workers.fsdp.fsdp_wrap import apply_fsdp2
-    from verl.workers.fsdp.worker_config import ConfigView
 
     torch.manual_seed(0)
     model = apply_fsdp2(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), mesh)
-    config = ConfigView(
-        FSDPActorConfig(ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=ROWS), use_fused_kernels=fused
-    )
+    config = FSDPActorConfig(ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=ROWS, use_fused_kernels=fused)
     actor = DataParallelPPOActor(config, model)
     log_probs, entropy = actor._forward_responses(
         _micro_batch(model.config.vocab_size, rank), temperature=0.9, calculate_entropy=True, entropy_grad=True

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -17,7 +18,33 @@ from verl.checkpoint_engine.backend import WeightSyncRequest, get_checkpoint_eng
 from verl.checkpoint_engine.buckets import megabytes_to_bytes
 from verl.utils.ray_utils import auto_await
 
-__all__ = ["CheckpointEngineManager", "WeightSyncError", "call_trainer_ranks"]
+if TYPE_CHECKING:
+    from verl.workers.config import CheckpointEngineConfig
+
+__all__ = ["CheckpointEngineManager", "WeightSyncError", "as_checkpoint_engine_config", "call_trainer_ranks"]
+
+
+def as_checkpoint_engine_config(config: Any) -> CheckpointEngineConfig:
+    """``rollout.checkpoint_engine`` as a typed ``CheckpointEngineConfig``, built once from an OmegaConf node, a
+    mapping or a ``SimpleNamespace`` when it is not one; verl's ``update_weights_bucket_megabytes`` key is read as
+    ``bucket_megabytes``."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from verl.utils.config_builder import as_config
+    from verl.workers.config import CheckpointEngineConfig
+
+    if isinstance(config, CheckpointEngineConfig):
+        return config
+    if isinstance(config, DictConfig):
+        config = OmegaConf.to_container(config, resolve=True)
+    elif isinstance(config, SimpleNamespace):
+        config = vars(config)
+    if isinstance(config, Mapping) and "update_weights_bucket_megabytes" in config:
+        config = dict(config)
+        megabytes = config.pop("update_weights_bucket_megabytes")
+        if megabytes is not None:
+            config.setdefault("bucket_megabytes", megabytes)
+    return as_config(config, CheckpointEngineConfig, "rollout.checkpoint_engine")
 
 
 class WeightSyncError(RuntimeError):
@@ -62,14 +89,15 @@ class CheckpointEngineManager:
 
     Args:
         backend: ``naive`` | ``ray`` | ``collective`` (or any registered name); or, as in verl, the
-            ``rollout.checkpoint_engine`` config itself (its backend, bucket size and timeout are read).
+            ``rollout.checkpoint_engine`` config itself (its backend, bucket size and timeout are read; see
+            :func:`as_checkpoint_engine_config`).
         trainer: what holds the weights: a worker group / actor handle(s) / object exposing ``send_weights``
             (verl's name for it, ``actor_wg``, is accepted as a keyword).
         replicas: standalone replicas (list -> named ``replica0``..., or a name -> replica mapping); none for
             ``naive``, whose engines live inside the trainer workers.
-        bucket_megabytes: ``rollout.update_weights_bucket_megabytes``: the bound on one bucket.
+        bucket_megabytes: the bound on one bucket (None: the config's, or ``CheckpointEngineConfig``'s default).
         dtype: cast weights to the rollout's dtype before sending (and hash in it); None keeps the trainer's.
-        timeout_s: limit on every wait of an update.
+        timeout_s: limit on every wait of an update (None: the config's, or ``CheckpointEngineConfig``'s default).
         **options: backend options (``max_inflight_buckets`` for ray, ``device`` for collective).
     """
 
@@ -87,19 +115,19 @@ class CheckpointEngineManager:
         **options: Any,
     ) -> None:
         config = config if config is not None else (None if isinstance(backend, str) else backend)
-        if config is not None:
-            backend = _config_value(config, "backend") or "naive"
-            if bucket_megabytes is None:
-                bucket_megabytes = _config_value(config, "bucket_megabytes") or _config_value(
-                    config, "update_weights_bucket_megabytes"
-                )
-            if timeout_s is None:
-                timeout_s = _config_value(config, "timeout_s")
-        if not isinstance(backend, str):
+        if config is None and not isinstance(backend, str):
             raise TypeError(
                 f"CheckpointEngineManager: backend must be a backend name or the checkpoint_engine "
                 f"config, got {type(backend).__name__}"
             )
+        engine_config = as_checkpoint_engine_config({} if config is None else config)
+        if config is not None:
+            config = engine_config
+            backend = engine_config.backend
+        if bucket_megabytes is None:
+            bucket_megabytes = engine_config.bucket_megabytes
+        if timeout_s is None:
+            timeout_s = engine_config.timeout_s
         if trainer is None:
             trainer = actor_wg
         if trainer is None:
@@ -113,12 +141,7 @@ class CheckpointEngineManager:
             self.replicas = dict(replicas)
         elif replicas is not None:
             self.add_replicas(list(replicas))
-        self.engine = engine_cls(
-            megabytes_to_bytes(512 if bucket_megabytes is None else bucket_megabytes),
-            dtype=dtype,
-            timeout_s=600.0 if timeout_s is None else timeout_s,
-            **options,
-        )
+        self.engine = engine_cls(megabytes_to_bytes(bucket_megabytes), dtype=dtype, timeout_s=timeout_s, **options)
         self.last_metrics: dict[str, float] = {}
 
     @property
@@ -176,15 +199,15 @@ class CheckpointEngineManager:
         replicas: Sequence[Any] | Mapping[str, Any] | None = None,
         **overrides: Any,
     ) -> CheckpointEngineManager:
-        """Build from ``rollout`` config: ``checkpoint_engine.backend``, ``checkpoint_engine.timeout_s`` and
-        ``update_weights_bucket_megabytes`` (``checkpoint_engine.bucket_megabytes`` when set)."""
-        engine_cfg = getattr(rollout_config, "checkpoint_engine", None)
+        """Build from the ``rollout`` config (built into a ``RolloutConfig``): ``checkpoint_engine.backend``,
+        ``checkpoint_engine.bucket_megabytes`` and ``checkpoint_engine.timeout_s``; ``overrides`` win."""
+        from verl.workers.rollout.base import as_rollout_config
+
+        engine_cfg = as_rollout_config(rollout_config).checkpoint_engine
         kwargs: dict[str, Any] = {
-            "backend": getattr(engine_cfg, "backend", None) or "naive",
-            "bucket_megabytes": getattr(engine_cfg, "bucket_megabytes", None)
-            or getattr(rollout_config, "update_weights_bucket_megabytes", None)
-            or 512,
-            "timeout_s": getattr(engine_cfg, "timeout_s", None) or 600.0,
+            "backend": engine_cfg.backend,
+            "bucket_megabytes": engine_cfg.bucket_megabytes,
+            "timeout_s": engine_cfg.timeout_s,
         }
         kwargs.update(overrides)
         return cls(trainer=trainer, replicas=replicas, **kwargs)
@@ -240,7 +263,3 @@ class CheckpointEngineManager:
     async def update_weights_async(self, version: int | None = None, global_steps: int | None = None) -> dict[str, Any]:
         """``update_weights`` off the event loop (it blocks on trainer and replica calls)."""
         return await asyncio.to_thread(self._publish, global_steps if version is None else version)
-
-
-def _config_value(config: Any, key: str) -> Any:
-    return config.get(key) if hasattr(config, "get") else getattr(config, key, None)

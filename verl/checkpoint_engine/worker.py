@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl.checkpoint_engine.buckets import BucketPacker, megabytes_to_bytes
+from verl.checkpoint_engine.manager import as_checkpoint_engine_config
 from verl.checkpoint_engine.streaming import CheckpointEngine, CheckpointEngineRegistry, ensure_async_iterator
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
@@ -17,23 +18,17 @@ from verl.single_controller.base.decorator import Dispatch, register
 __all__ = ["CheckpointEngineWorker", "RolloutServerWeightAdapter", "build_checkpoint_engine"]
 
 
-def _read(config: Any, key: str, default: Any = None) -> Any:
-    value = config.get(key, default) if hasattr(config, "get") else getattr(config, key, default)
-    return default if value is None else value
-
-
 def engine_bucket_bytes(engine_config: Any) -> int:
-    """Bucket bound of ``rollout.checkpoint_engine`` (verl's ``update_weights_bucket_megabytes`` or ours,
-    ``bucket_megabytes``)."""
-    megabytes = _read(engine_config, "update_weights_bucket_megabytes") or _read(engine_config, "bucket_megabytes", 512)
-    return megabytes_to_bytes(megabytes)
+    """Bucket bound of ``rollout.checkpoint_engine`` (``bucket_megabytes``, verl's
+    ``update_weights_bucket_megabytes``) in bytes."""
+    return megabytes_to_bytes(as_checkpoint_engine_config(engine_config).bucket_megabytes)
 
 
 def build_checkpoint_engine(engine_config: Any, **kwargs: Any) -> CheckpointEngine:
     """The streaming engine ``rollout.checkpoint_engine`` names, with its ``engine_kwargs[backend]``."""
-    backend = _read(engine_config, "backend", "naive")
-    engine_kwargs = dict(_read(engine_config, "engine_kwargs", {}).get(backend, {}) or {})
-    engine_kwargs.update(kwargs)
+    engine_config = as_checkpoint_engine_config(engine_config)
+    backend = engine_config.backend
+    engine_kwargs = {**(engine_config.engine_kwargs.get(backend) or {}), **kwargs}
     return CheckpointEngineRegistry.new(backend, bucket_size=engine_bucket_bytes(engine_config), **engine_kwargs)
 
 
@@ -82,12 +77,12 @@ class CheckpointEngineWorker(Worker):
     def __init__(
         self, rollout_config: Any, model_config: Any, server_adapter: Any = None, *args: Any, **kwargs: Any
     ) -> None:
+        from verl.workers.rollout.base import as_model_config, as_rollout_config
+
         super().__init__()
-        self.rollout_config = rollout_config
-        self.model_config = model_config
-        engine_config = _read(rollout_config, "checkpoint_engine")
-        if engine_config is None:
-            raise ValueError("CheckpointEngineWorker: rollout_config has no checkpoint_engine group")
+        self.rollout_config = as_rollout_config(rollout_config)
+        self.model_config = as_model_config(model_config)
+        engine_config = self.rollout_config.checkpoint_engine
         self.checkpoint_engine: CheckpointEngine = build_checkpoint_engine(engine_config)
         self.server_adapter = (
             server_adapter

@@ -48,16 +48,12 @@ _FORWARDED_WHEN_SET = (
 
 
 def _profiler_tool(config: Any) -> str | None:
-    if config is None:
+    """``global_profiler.tool`` of a DictConfig, dict or :class:`~verl.trainer.config.PPOConfig` (the block is verl's
+    free-form one: no dataclass declares it)."""
+    if config is None or "global_profiler" not in config:
         return None
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(config, DictConfig):
-        return OmegaConf.select(config, "global_profiler.tool", default=None)
-    profiler = config.get("global_profiler") if hasattr(config, "get") else getattr(config, "global_profiler", None)
-    if profiler is None:
-        return None
-    return profiler.get("tool") if hasattr(profiler, "get") else getattr(profiler, "tool", None)
+    profiler = config["global_profiler"]
+    return profiler["tool"] if profiler is not None and "tool" in profiler else None
 
 
 def _torch_is_rocm_build() -> bool:

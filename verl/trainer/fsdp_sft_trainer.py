@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import hydra
 import torch
@@ -126,7 +126,11 @@ class FSDPSFTTrainer:
     ) -> None:
         from verl.trainer.sft.trainer import SFTTrainer
 
-        tree = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
+        tree = (
+            cast(dict[str, Any], OmegaConf.to_container(config, resolve=True))
+            if isinstance(config, DictConfig)
+            else dict(config)
+        )
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         if device_mesh is not None and int(device_mesh.size()) != world_size:
             raise ValueError(

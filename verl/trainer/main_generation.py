@@ -190,14 +190,17 @@ def write_responses(dataset: Any, responses: list[list[str]], output_path: str) 
 
 
 def load_model_and_tokenizer(model_cfg: Any, key: str) -> tuple[str, Any]:
-    """(local model folder, tokenizer) of a ``model`` group; ``external_lib`` imported first."""
+    """(local model folder, tokenizer) of a ``model`` group (converted to its dataclass); ``external_lib`` imported
+    first."""
     import importlib
 
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config import HFModelConfig
     from verl.workers.fsdp.model_loader import load_tokenizer, resolve_model_path
 
-    external = getattr(model_cfg, "external_lib", None)
-    if external:
-        importlib.import_module(external)
+    model_cfg = omega_conf_to_dataclass(model_cfg, HFModelConfig, path=key.rsplit(".", 1)[0], keep_unknown=True)
+    if model_cfg.external_lib:
+        importlib.import_module(model_cfg.external_lib)
     model_path = resolve_model_path(model_cfg, key=key)
     return model_path, load_tokenizer(model_cfg, model_path)
 

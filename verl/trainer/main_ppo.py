@@ -26,15 +26,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.base_config import ConfigError
 from verl.trainer.config.batch_plan import compute_batch_plan, format_batch_plan
-from verl.trainer.config.inert_keys import InertConfigWarning, check_inert_keys, interpolated_keys
-from verl.trainer.config.legacy import (
-    LegacyConfigWarning,
-    override_key,
-    translate_legacy_config,
-    translate_legacy_overrides,
-)
+from verl.trainer.config.inert_keys import InertConfigWarning, check_inert_keys
+from verl.trainer.config.legacy import LegacyConfigWarning, override_key, translate_legacy_overrides
 from verl.trainer.config.ppo_config import PPOConfig, build_ppo_config
 from verl.trainer.config.recipe_keys import RecipeKeyWarning, warn_recipe_keys
+from verl.trainer.config.resolve import attach_ppo_config, resolve_composed
 from verl.trainer.demo import DEMO_CONFIG_NAME
 from verl.utils.import_utils import lazy_exports
 
@@ -117,21 +113,14 @@ def run_ppo(config: DictConfig, task_runner_class: Any = None) -> str | None:
 def resolve_config(
     config: DictConfig, explicit_keys: Sequence[str] = (), derived: set[str] | None = None
 ) -> tuple[DictConfig, PPOConfig]:
-    """Translate legacy blocks, resolve interpolations and validate; returns the DictConfig and its typed twin.
+    """Translate legacy blocks, resolve interpolations and build the typed config, once; returns the DictConfig
+    (carrying its typed twin, which the task runner, the trainer and the workers reuse) and the twin.
 
     ``derived``: when given, filled with the keys whose values were interpolations (for :func:`check_inert_keys`).
     """
-    from verl.trainer.config.compose import default_ppo_config
-
-    try:
-        defaults = default_ppo_config()
-    except Exception:  # a user config tree without the packaged defaults on its search path
-        defaults = None
-    config, _ = translate_legacy_config(config, explicit_keys=explicit_keys, defaults=defaults)
-    if derived is not None:
-        derived.update(interpolated_keys(config))
-    OmegaConf.resolve(config)
-    return config, build_ppo_config(config)
+    config = resolve_composed(config, explicit_keys=explicit_keys, derived=derived)
+    typed = build_ppo_config(config)
+    return attach_ppo_config(config, typed), typed
 
 
 def check_data_files(config: Any) -> None:

@@ -13,7 +13,7 @@ overrides, config checks and trainer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -31,7 +31,7 @@ def _is_legacy_view(config: DictConfig) -> bool:
     rather than settings of its own."""
     node = config.get(LEGACY_VIEW_KEY)
     return isinstance(node, DictConfig) and all(
-        OmegaConf.is_interpolation(node, key) for key in node if key != "hybrid_engine"
+        OmegaConf.is_interpolation(node, cast(str, key)) for key in node if key != "hybrid_engine"
     )
 
 

@@ -10,7 +10,7 @@ a Hugging Face folder. The training itself is :class:`verl.trainer.sft.trainer.S
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -30,7 +30,11 @@ class SFTTrainer(_SFTTrainer):
 
     def __init__(self, config: SFTConfig | DictConfig | dict[str, Any], **kwargs: Any) -> None:
         if not isinstance(config, SFTConfig):
-            tree = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
+            tree = (
+                cast(dict[str, Any], OmegaConf.to_container(config, resolve=True))
+                if isinstance(config, DictConfig)
+                else dict(config)
+            )
             config = engine_tree_to_sft_config(tree)
         super().__init__(config, **kwargs)
 
@@ -60,7 +64,7 @@ def create_sft_dataset(
         from verl.utils.import_utils import load_extern_object
 
         cls = load_extern_object(
-            custom["path"], custom.get("name"), config_key="data.custom_cls.path", what="dataset class"
+            custom["path"], custom.get("name") or "", config_key="data.custom_cls.path", what="dataset class"
         )
         return cls(parquet_files=data_paths, tokenizer=tokenizer, config=data_config, max_samples=max_samples)
     thinking = get("enable_thinking_default", None)

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 
 from verl.utils.hdfs_io import copy, exists, is_non_local, makedirs
+from verl.utils.tiny_model import BUILTIN_TINY_MODEL, tiny_model_path
 
 __all__ = [
     "copy",
@@ -142,11 +143,7 @@ def copy_to_local(
     """A local path for ``src`` (see :func:`copy_local_path_from_hdfs`); with ``use_shm`` a local file or folder is
     then read from its shared-memory copy. A hub id stays a hub id (transformers downloads it). The built-in tiny
     model (``model.path=verl:tiny-demo``) is built on first use and its folder returned."""
-    from verl.workers.config.model import BUILTIN_TINY_MODEL
-
     if src == BUILTIN_TINY_MODEL:
-        from verl.utils.tiny_model import tiny_model_path
-
         src = str(tiny_model_path())
     local_path = copy_local_path_from_hdfs(src, cache_dir, filelock, verbose, always_recopy)
     if use_shm and os.path.exists(local_path):

@@ -10,18 +10,73 @@ packages are optional: ``pip install weave`` / ``pip install mlflow``.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from verl.utils.extras import MissingExtraError, missing_message
 
-__all__ = ["BACKENDS", "RolloutTraceConfig", "rollout_trace_attr", "rollout_trace_op"]
+__all__ = [
+    "BACKENDS",
+    "RolloutTraceConfig",
+    "current_trajectory",
+    "get_trajectory_info",
+    "rollout_trace_attr",
+    "rollout_trace_op",
+    "trajectory_attr",
+]
 
 BACKENDS = ("weave", "mlflow")
 # The trajectory-context flag set by rollout_trace_attr(trace=...) (not the rollout.trace config block).
 _TRACE_FLAG = "trace"
+_TRAJECTORY: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("verl_trajectory", default=None)
+
+
+@contextlib.contextmanager
+def trajectory_attr(
+    step: int = -1,
+    sample_index: Any = None,
+    rollout_n: int = 0,
+    validate: bool = False,
+    name: str = "rollout_trace",
+    trace: bool = True,
+    **attrs: Any,
+) -> Iterator[dict[str, Any]]:
+    """Mark the code inside as working on one trajectory and yield its attributes (``trace=False``: not selected
+    for tracing). The agent loop's form (step first); :func:`rollout_trace_attr` is verl's, with the backends."""
+    info = {
+        "step": step,
+        "sample_index": sample_index,
+        "rollout_n": rollout_n,
+        "validate": validate,
+        "name": name,
+        "trace": trace,
+        **attrs,
+    }
+    token = _TRAJECTORY.set(info)
+    try:
+        yield info
+    finally:
+        _TRAJECTORY.reset(token)
+
+
+def current_trajectory() -> dict[str, Any] | None:
+    """The attributes of the enclosing :func:`trajectory_attr` / :func:`rollout_trace_attr`, or None outside one."""
+    return _TRAJECTORY.get()
+
+
+async def get_trajectory_info(step: int, index: Sequence[Any], validate: bool) -> list[dict[str, Any]]:
+    """One ``{step, sample_index, rollout_n, validate}`` per row; ``rollout_n`` counts the consecutive rows of one
+    sample index (the ``rollout.n`` copies of a prompt sit next to each other)."""
+    info: list[dict[str, Any]] = []
+    previous, repeat = object(), 0
+    for value in index:
+        repeat = repeat + 1 if value == previous else 0
+        previous = value
+        info.append({"step": step, "sample_index": value, "rollout_n": repeat, "validate": validate})
+    return info
 
 
 class RolloutTraceConfig:
@@ -114,11 +169,8 @@ def rollout_trace_attr(
     trace: bool = True,
 ) -> Iterator[None]:
     """Mark the code inside as working on one trajectory (verl's argument order); ``trace=False`` keeps its
-    calls out of the trace. The attributes are the agent loop's trajectory context
-    (:func:`verl.experimental.agent_loop.trace.current_trajectory`)."""
-    from verl.experimental.agent_loop.trace import rollout_trace_attr as trajectory
-
-    with trajectory(
+    calls out of the trace. The attributes are the trajectory context (:func:`current_trajectory`)."""
+    with trajectory_attr(
         step=-1 if step is None else step,
         sample_index=sample_index,
         rollout_n=0 if rollout_n is None else rollout_n,
@@ -138,14 +190,8 @@ def rollout_trace_attr(
             yield
 
 
-def _trajectory() -> dict[str, Any] | None:
-    from verl.experimental.agent_loop.trace import current_trajectory
-
-    return current_trajectory()
-
-
 def _attributes() -> dict[str, Any]:
-    info = _trajectory() or {}
+    info = current_trajectory() or {}
     keys = ("sample_index", "step", "rollout_n", "validate")
     attributes = {k: info[k] for k in keys if info.get(k) is not None}
     attributes["experiment_name"] = RolloutTraceConfig.get_instance().experiment_name
@@ -219,7 +265,7 @@ class _Call:
 def _tracing() -> bool:
     if RolloutTraceConfig.get_backend() is None:
         return False
-    info = _trajectory()
+    info = current_trajectory()
     return info is None or bool(info.get(_TRACE_FLAG, True))
 
 

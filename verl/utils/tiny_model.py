@@ -24,6 +24,10 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+# Sentinel for ``model.path``: "build the project's tiny demo model (this kit) and use that folder". It lets
+# `python -m verl.trainer.main_ppo` run with no arguments on a machine that cannot reach a model hub.
+BUILTIN_TINY_MODEL = "verl:tiny-demo"
+
 PAD_TOKEN = "<pad>"
 BOS_TOKEN = "<bos>"
 EOS_TOKEN = "<eos>"

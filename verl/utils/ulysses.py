@@ -6,17 +6,21 @@ with all-to-alls. This build does not implement that (``ulysses_sequence_paralle
 meaning, and this module implements that meaning: padding to a multiple of 1 adds nothing, slicing keeps the whole
 sequence, gathers and all-to-alls return their input, and the pad size is 0. An SP group or size larger than 1 is
 refused with :class:`SequenceParallelNotSupportedError` instead of silently computing on a fraction of a sequence.
+The sharding managers (verl's ``BaseShardingManager`` / ``FSDPUlyssesShardingManager``) are defined here too.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = [  # noqa: F822 (the sharding managers are loaded lazily by __getattr__)
+if TYPE_CHECKING:
+    from verl.protocol import DataProto
+
+__all__ = [
     "SequenceParallelNotSupportedError",
     "set_ulysses_sequence_parallel_group",
     "get_ulysses_sequence_parallel_group",
@@ -212,10 +216,46 @@ def validate_ulysses_config(num_heads: int, ulysses_sequence_size: int) -> None:
         _refuse(f"validate_ulysses_config(num_heads={num_heads})", ulysses_sequence_size)
 
 
-def __getattr__(name: str) -> Any:
-    # The sharding managers live with the workers; loaded on first use so importing this module stays light.
-    if name in ("BaseShardingManager", "FSDPUlyssesShardingManager"):
-        from verl.workers import sharding_manager
+class BaseShardingManager:
+    """A context manager around one phase of a worker, plus the data conversions in and out.
 
-        return getattr(sharding_manager, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    ``with manager: out = manager.postprocess_data(compute(manager.preprocess_data(data)))``. The base class changes
+    nothing (the identity); subclasses reshard. ``timing`` collects the seconds a subclass spends resharding.
+    """
+
+    def __init__(self) -> None:
+        self.timing: dict[str, float] = {}
+
+    def __enter__(self) -> BaseShardingManager:
+        return self
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        return None
+
+    def preprocess_data(self, data: DataProto) -> DataProto:
+        """Data as the inner phase needs it (e.g. gathered over a sequence-parallel group)."""
+        return data
+
+    def postprocess_data(self, data: DataProto) -> DataProto:
+        """The inner phase's output as the caller's dispatch expects it."""
+        return data
+
+
+def _mesh_sp_size(device_mesh: Any) -> int:
+    names = getattr(device_mesh, "mesh_dim_names", None) or ()
+    return int(device_mesh["sp"].size()) if "sp" in names else 1
+
+
+class FSDPUlyssesShardingManager(BaseShardingManager):
+    """Switch to a model's Ulysses sequence-parallel group: the identity for a worker without sequence parallelism
+    (``device_mesh=None``, or an ``sp`` dimension of size 1); an ``sp`` group larger than 1 is refused."""
+
+    def __init__(self, device_mesh: Any = None) -> None:
+        super().__init__()
+        if device_mesh is not None and _mesh_sp_size(device_mesh) > 1:
+            raise SequenceParallelNotSupportedError(
+                f"FSDPUlyssesShardingManager: a sequence-parallel mesh of size "
+                f"{_mesh_sp_size(device_mesh)}; Ulysses sequence parallelism is not part of this "
+                "build (set ulysses_sequence_parallel_size=1)"
+            )
+        self.device_mesh = device_mesh

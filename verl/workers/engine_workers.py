@@ -43,10 +43,12 @@ from verl.checkpoint_engine.worker import build_checkpoint_engine
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.utils import tensordict_utils as tu
+from verl.utils.config_builder import as_config
 from verl.utils.device import get_device_name
 from verl.utils.metric.utils import Metric
 from verl.utils.py_functional import append_to_dict
 from verl.utils.tensordict_utils import maybe_fix_3d_position_ids
+from verl.workers.config.distillation import DistillationConfig
 from verl.workers.config.training_worker import TrainingWorkerConfig
 from verl.workers.engine import BaseEngine, EngineRegistry
 from verl.workers.fsdp.actor_worker import ActorRolloutRefWorker as FSDPActorRolloutRefWorker
@@ -293,7 +295,9 @@ class ActorRolloutRefWorker(FSDPActorRolloutRefWorker):
     ``update_weights(global_steps, mode)``; see the module docstring."""
 
     def __init__(self, config: Any, role: str, distillation_config: Any = None, **kwargs: Any) -> None:
-        if distillation_config is not None and bool(getattr(distillation_config, "enabled", True)):
+        if distillation_config is not None:
+            distillation_config = as_config(distillation_config, DistillationConfig, "distillation")
+        if distillation_config is not None and distillation_config.enabled:
             raise ValueError(
                 "ActorRolloutRefWorker: distillation (distillation_config) is not supported by the FSDP "
                 "policy worker; leave it unset"

@@ -89,7 +89,7 @@ def test_a_verl_style_loop_runs_in_the_worker(tiny_model_dir, tiny_lm, make_repl
     assert out.batch["responses"][0].tolist() == response
     assert out.batch["prompts"][0, -len(prompt) :].tolist() == prompt
     assert out.batch["response_mask"][0].tolist() == [1] * R
-    assert out.non_tensor_batch["saw"][0] == [True, "dict", "RLHFDataset"]
+    assert out.non_tensor_batch["saw"][0] == [True, "DataConfig", "RLHFDataset"]  # the typed data group
     assert out.meta_info["metrics"][0]["num_preempted"] == -1  # the metrics dict became AgentLoopMetrics
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from verl.experimental.fully_async_policy.server_manager import PartialRolloutServerManager
+from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import TokenOutput
 from verl.workers.rollout.hf.server import HFRolloutServer
 
@@ -17,9 +17,9 @@ RESPONSE = 48
 
 
 def _config():
-    return SimpleNamespace(
+    return RolloutConfig(
         name="hf",
-        prompt_length=RESPONSE + 16,
+        prompt_length=RESPONSE + 8,  # the continuation's prompt holds the prompt and the aborted prefix
         response_length=RESPONSE,
         max_num_seqs=4,
         calculate_log_probs=True,

@@ -38,7 +38,14 @@ def test_manager_scores_a_batch_on_its_workers(ray_cluster, tiny_model_dir, toke
 
 
 def test_served_reward_model_is_refused(ray_cluster):
-    config = OmegaConf.create({"reward": {"reward_model": {"enable": True}, "custom_reward_function": {"path": None}}})
+    config = OmegaConf.create(
+        {
+            "reward": {
+                "reward_model": {"enable": True, "model": {"path": "/rm"}},
+                "custom_reward_function": {"path": None},
+            }
+        }
+    )
     with pytest.raises(MissingExtraError, match="served reward model.*not part of this build"):
         RewardLoopManager(config)
 

@@ -138,17 +138,19 @@ def test_format_is_a_table_with_every_role():
     assert all(line.startswith("|") for line in lines[1:])
 
 
-def test_plan_from_a_dictconfig():
-    from verl.trainer.config.compose import compose_ppo_config
+def test_plan_from_a_composed_config():
+    from verl.trainer.config import compose_ppo_config, to_ppo_config
 
     plan = compute_batch_plan(
-        compose_ppo_config(
-            [
-                "data.train_batch_size=16",
-                "actor.ppo_mini_batch_size=4",
-                "rollout.n=2",
-                "actor.ppo_micro_batch_size_per_gpu=2",
-            ]
+        to_ppo_config(
+            compose_ppo_config(
+                [
+                    "data.train_batch_size=16",
+                    "actor.ppo_mini_batch_size=4",
+                    "rollout.n=2",
+                    "actor.ppo_micro_batch_size_per_gpu=2",
+                ]
+            )
         )
     )
     assert plan["samples_per_step"] == 32 and plan["actor"]["micro_batches_per_mini_batch"] == 4

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from verl.base_config import BaseConfig, ConfigError
 from verl.trainer.config.recipe_keys import RecipeKeyWarning, warn_recipe_keys
-from verl.trainer.ppo.reward import _manager_spec, _reward_config, load_reward_manager
+from verl.trainer.ppo.reward import load_reward_manager, reward_settings
 from verl.trainer.ppo.utils import need_reference_policy, need_reward_model
 from verl.utils.config import validate_config
 from verl.workers.config import ActorConfig, FSDPActorConfig
@@ -94,7 +94,7 @@ def test_a_recipe_s_own_actor_config_class_stands_in_for_ours():
 def test_a_legacy_key_that_picks_an_implementation_wins_over_an_untouched_default():
     cfg = _compose("reward_model.reward_manager=dapo", "actor_rollout_ref.actor.use_kl_loss=true")
     assert OmegaConf.select(cfg, "reward.reward_manager") == "naive"  # the untouched default beside it
-    assert _manager_spec(_reward_config(cfg))[0] == "dapo"
+    assert reward_settings(cfg).manager.name == "dapo"
     assert _typed(cfg).reward.reward_manager == "dapo"
     assert need_reference_policy(cfg) is True
     assert need_reward_model(_compose("reward_model.enable=true")) is True

@@ -11,7 +11,8 @@ from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.compose import default_ppo_config
-from verl.trainer.config.legacy import _leaves, translate_legacy_config, translate_legacy_key
+from verl.trainer.config.key_rules import config_leaves
+from verl.trainer.config.legacy import translate_legacy_config, translate_legacy_key
 from verl.trainer.config.ppo_config import build_ppo_config
 
 MIRROR = "actor_rollout_ref"
@@ -45,7 +46,7 @@ def _value_of_its_own(key: str, value):
 def _mirror_cases(packaged: DictConfig) -> list[tuple[str, object]]:
     resolved = OmegaConf.to_container(packaged, resolve=True)[MIRROR]
     cases = []
-    for key, value in _leaves(resolved, MIRROR):
+    for key, value in config_leaves(resolved, MIRROR):
         own = _value_of_its_own(key, value)
         if own is not None:
             cases.append((key, own))
@@ -79,7 +80,7 @@ def test_every_mirror_key_translates_the_same_resolved_or_not(packaged):
         for key, value in batch:
             OmegaConf.update(cfg, key, value, merge=False)
         raw, resolved = _translated(cfg, False), _translated(cfg, True)
-        assert dict(_leaves(resolved, "")) == dict(_leaves(raw, ""))
+        assert dict(config_leaves(resolved, "")) == dict(config_leaves(raw, ""))
         if batch is not main:
             continue
         lost, arrived = [], OmegaConf.create(resolved)

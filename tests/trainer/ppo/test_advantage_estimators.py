@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from verl.protocol import DataProto
+from verl.trainer.config.algo_config import AlgoConfig
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import (
     AdvantageEstimator,
@@ -171,7 +172,7 @@ def test_gae_matches_reference(seed, gamma, lam):
 
 def test_gae_reads_gamma_lam_from_config_and_requires_values():
     rewards, mask, values, _ = make_batch(3, dense=True)
-    cfg = type("Algo", (), {"gamma": 0.5, "lam": 0.7})()
+    cfg = AlgoConfig(gamma=0.5, lam=0.7)
     fn = get_adv_estimator_fn("gae")
     a1, _ = fn(token_level_rewards=rewards, values=values, response_mask=mask, config=cfg)
     a2, _ = fn(token_level_rewards=rewards, values=values, response_mask=mask, gamma=0.5, lam=0.7)

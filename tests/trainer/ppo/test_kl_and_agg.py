@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 import random
-from types import SimpleNamespace
 
 import pytest
 import torch
 
+from verl.trainer.config.algo_config import KLControlConfig
 from verl.trainer.ppo.core_algos import (
     AdaptiveKLController,
     FixedKLController,
@@ -214,14 +214,14 @@ def test_adaptive_controller_matches_reference():
 
 
 def test_get_kl_controller_from_config():
-    fixed = get_kl_controller(SimpleNamespace(type="fixed", kl_coef=0.01, horizon=10000, target_kl=0.1))
+    fixed = get_kl_controller(KLControlConfig(type="fixed", kl_coef=0.01, horizon=10000, target_kl=0.1))
     assert isinstance(fixed, FixedKLController) and fixed.value == 0.01
     adaptive = get_kl_controller({"type": "adaptive", "kl_coef": 0.02, "horizon": 100, "target_kl": 0.5})
     assert isinstance(adaptive, AdaptiveKLController)
     assert (adaptive.value, adaptive.horizon, adaptive.target) == (0.02, 100, 0.5)
-    with pytest.raises(ValueError, match=r"Unknown algorithm.kl_ctrl.type 'pid'.*'fixed', 'adaptive'"):
+    with pytest.raises(ValueError, match=r"algorithm.kl_ctrl.type: must be 'fixed' or 'adaptive', got 'pid'"):
         get_kl_controller({"type": "pid"})
-    with pytest.raises(ValueError, match=r"algorithm.kl_ctrl.horizon must be > 0"):
+    with pytest.raises(ValueError, match=r"algorithm.kl_ctrl.horizon: must be >= 1"):
         get_kl_controller({"type": "adaptive", "horizon": 0})
 
 

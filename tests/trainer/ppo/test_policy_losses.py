@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 import random
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import get_policy_loss_fn, register_policy_loss
+from verl.workers.config.actor import ActorConfig
 
 AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
@@ -86,7 +86,8 @@ def check(loss, grad, ref_loss, ref_grad):
     torch.testing.assert_close(grad, torch.tensor(ref_grad, dtype=torch.float64), rtol=1e-9, atol=1e-12)
 
 
-CFG = SimpleNamespace(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0)
+CFG_FIELDS = {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": 3.0}
+CFG = ActorConfig(**CFG_FIELDS)
 
 
 # ----------------------------------------------------------------------------- vanilla
@@ -134,7 +135,7 @@ def test_vanilla_clip_higher_is_asymmetric():
     new = torch.log(torch.tensor([[1.25, 1.25]], dtype=torch.float64))  # ratio 1.25
     adv = torch.tensor([[1.0, 1.0]], dtype=torch.float64)
     mask = torch.ones(1, 2, dtype=torch.float64)
-    sym = SimpleNamespace(clip_ratio=0.2, clip_ratio_low=None, clip_ratio_high=None, clip_ratio_c=3.0)
+    sym = ActorConfig(clip_ratio=0.2, clip_ratio_low=None, clip_ratio_high=None, clip_ratio_c=3.0)
     _, grad_sym, m_sym = run_loss("vanilla", old, new, adv, mask, "token-mean", sym)
     _, grad_high, m_high = run_loss("vanilla", old, new, adv, mask, "token-mean", CFG)
     assert m_sym["actor/pg_clipfrac"] == 1.0 and torch.all(grad_sym == 0)  # 1.25 > 1.2: clipped
@@ -151,7 +152,7 @@ def test_vanilla_on_policy_is_minus_mean_advantage():
 def test_config_may_be_a_mapping_and_defaults_apply():
     old, new, adv, mask, _ = make_inputs(4)
     as_obj, _, _ = run_loss("vanilla", old, new, adv, mask, "token-mean", CFG)
-    as_dict, _, _ = run_loss("vanilla", old, new, adv, mask, "token-mean", dict(vars(CFG)))
+    as_dict, _, _ = run_loss("vanilla", old, new, adv, mask, "token-mean", dict(CFG_FIELDS))
     assert as_obj == as_dict
     default, _, _ = run_loss("vanilla", old, new, adv, mask, "token-mean", None)
     explicit, _, _ = run_loss("vanilla", old, new, adv, mask, "token-mean", {"clip_ratio": 0.2, "clip_ratio_c": 3.0})
@@ -160,7 +161,7 @@ def test_config_may_be_a_mapping_and_defaults_apply():
 
 def test_bad_policy_loss_inputs_are_named():
     old, new, adv, mask, weights = make_inputs(0)
-    with pytest.raises(ValueError, match=r"actor.clip_ratio_c must be > 1.0"):
+    with pytest.raises(ValueError, match=r"actor.clip_ratio_c: must be > 1"):
         run_loss("vanilla", old, new, adv, mask, "token-mean", {"clip_ratio_c": 0.5})
     with pytest.raises(ValueError, match=r"rollout_is_weights shape \(6, 7\)"):
         run_loss("vanilla", old, new, adv, mask, "token-mean", None, weights[:, :-1])

@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 
 from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
 from verl.trainer.config import PPOConfig, TrainerConfig
-from verl.trainer.config.ppo_config import as_ppo_config
+from verl.trainer.config.resolve import as_ppo_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, StopTraining, generation_seed
 from verl.workers.config import RolloutConfig
 

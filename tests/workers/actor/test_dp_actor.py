@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -284,7 +283,7 @@ def test_a_module_that_ignores_logits_to_keep_is_named(model):
 
 def test_remove_padding_reads_the_config_flag(model):
     assert DataParallelPPOActor(make_config(), model).use_remove_padding is False
-    assert DataParallelPPOActor(SimpleNamespace(use_remove_padding=True), model).use_remove_padding is True
+    assert DataParallelPPOActor(make_config(use_remove_padding=True), model).use_remove_padding is True
 
 
 def test_remove_padding_rejects_position_ids_that_do_not_restart(model):

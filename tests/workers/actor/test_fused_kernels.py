@@ -16,7 +16,6 @@ from verl.protocol import DataProto
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 from verl.workers.actor.fused_head import check_fused_head, fused_lm_head
 from verl.workers.config.actor import FSDPActorConfig
-from verl.workers.fsdp.worker_config import ConfigView
 
 PROMPT_LEN, RESPONSE_LEN, ROWS = 4, 5, 4
 
@@ -48,8 +47,14 @@ def micro_batch(vocab_size: int) -> TensorDict:
 
 
 def make_actor(model, fused: bool, remove_padding: bool = False, **config) -> DataParallelPPOActor:
-    base = FSDPActorConfig(ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=2, **config)
-    return DataParallelPPOActor(ConfigView(base, use_fused_kernels=fused, use_remove_padding=remove_padding), model)
+    config = FSDPActorConfig(
+        ppo_mini_batch_size=ROWS,
+        ppo_micro_batch_size_per_gpu=2,
+        use_fused_kernels=fused,
+        use_remove_padding=remove_padding,
+        **config,
+    )
+    return DataParallelPPOActor(config, model)
 
 
 def forward_and_grads(base_model, fused: bool, remove_padding: bool, entropy_grad: bool):
@@ -94,9 +99,8 @@ def test_log_prob_pass_and_update_follow_the_unfused_path(base_model):
     for fused in (False, True):
         model = copy.deepcopy(base_model)
         actor = DataParallelPPOActor(
-            ConfigView(
-                FSDPActorConfig(ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=2, entropy_coeff=0.01),
-                use_fused_kernels=fused,
+            FSDPActorConfig(
+                ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=2, entropy_coeff=0.01, use_fused_kernels=fused
             ),
             model,
             torch.optim.SGD(model.parameters(), lr=1.0),  # SGD: Adam would magnify rounding in tiny grads

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import torch
 
+from verl.workers.config import RolloutConfig
 
-def rollout_config(**overrides) -> SimpleNamespace:
-    """The RolloutConfig attributes the hf server reads, small enough for CPU tests."""
+
+def rollout_config(**overrides) -> RolloutConfig:
+    """A RolloutConfig small enough for CPU tests."""
     values = dict(
         name="hf",
         prompt_length=32,
@@ -24,7 +24,7 @@ def rollout_config(**overrides) -> SimpleNamespace:
         max_model_len=None,
     )
     values.update(overrides)
-    return SimpleNamespace(**values)
+    return RolloutConfig(**values)
 
 
 def random_prompts(count: int, vocab_size: int, min_len: int = 2, max_len: int = 20, seed: int = 0) -> list[list[int]]:

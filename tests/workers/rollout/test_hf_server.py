@@ -218,7 +218,7 @@ def test_prompt_longer_than_prompt_length_errors_or_truncates(make_server, tiny_
 
 
 def test_max_tokens_capped_by_max_model_len(make_server):
-    server = make_server(rollout_config(max_model_len=20))
+    server = make_server(rollout_config(prompt_length=16, max_model_len=20))
     out = asyncio.run(server.generate(list(range(3, 13)), dict(GREEDY, max_tokens=40), "cap"))
     assert len(out.token_ids) == 10 and out.stop_reason == "length"
 

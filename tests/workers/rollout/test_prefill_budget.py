@@ -52,7 +52,7 @@ def test_the_server_prefills_within_the_budget_and_samples_the_same_tokens(make_
     prompts = random_prompts(8, 60, min_len=3, max_len=12, seed=4)
     params = {"temperature": 1.0, "max_tokens": 10, "logprobs": True, "ignore_eos": True, "seed": 11}
     results, shapes_by_budget = {}, {}
-    for budget in (None, 24):
+    for budget in (8192, 24):  # 8192: every admitted prompt in one prefill
         server = make_server(rollout_config(max_num_seqs=8, max_num_batched_tokens=budget), min_admit_chunk=8)
         shapes, handle = _prefill_shapes(server.model)
 
@@ -67,13 +67,13 @@ def test_the_server_prefills_within_the_budget_and_samples_the_same_tokens(make_
             handle.remove()
         shapes_by_budget[budget] = shapes
     assert max(rows * width for rows, width in shapes_by_budget[24]) <= 24
-    assert len(shapes_by_budget[24]) > len(shapes_by_budget[None])  # the budget did split the prefill
-    assert max(rows * width for rows, width in shapes_by_budget[None]) > 24
-    for whole, grouped in zip(results[None], results[24]):
+    assert len(shapes_by_budget[24]) > len(shapes_by_budget[8192])  # the budget did split the prefill
+    assert max(rows * width for rows, width in shapes_by_budget[8192]) > 24
+    for whole, grouped in zip(results[8192], results[24]):
         assert grouped.token_ids == whole.token_ids
         torch.testing.assert_close(torch.tensor(grouped.log_probs), torch.tensor(whole.log_probs), atol=1e-5, rtol=0)
 
 
-def test_a_bad_budget_fails_when_the_server_is_built(make_server):
-    with pytest.raises(ValueError, match="rollout.max_num_batched_tokens must be >= 1"):
-        make_server(rollout_config(max_num_batched_tokens=-5))
+def test_a_bad_budget_fails_when_the_config_is_built():
+    with pytest.raises(ValueError, match="max_num_batched_tokens: must be >= 1, got -5"):
+        rollout_config(max_num_batched_tokens=-5)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 from _rollout_helpers import reference_greedy, rollout_config
@@ -43,7 +42,7 @@ def test_replica_classes_by_engine_name():
 @pytest.mark.skipif(is_package_available("vllm"), reason="vLLM is installed")
 def test_vllm_replica_without_vllm_names_the_extra():
     with pytest.raises(MissingExtraError, match=r"verl\[vllm\]"):
-        get_rollout_replica_class("vllm")(0, rollout_config(name="vllm"), SimpleNamespace(local_path="/x"))
+        get_rollout_replica_class("vllm")(0, rollout_config(name="vllm"), HFModelConfig(local_path="/x"))
 
 
 @pytest.mark.ray
@@ -52,7 +51,7 @@ def test_hf_replica_serves_the_model_from_verl_arguments(ray_cluster, tiny_model
     replica = replica_cls(
         3,
         rollout_config(),
-        SimpleNamespace(local_path=str(tiny_model_dir)),
+        HFModelConfig(local_path=str(tiny_model_dir)),
         gpus_per_node=1,
         server_kwargs={"device": "cpu"},
     )

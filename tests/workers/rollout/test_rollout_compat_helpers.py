@@ -14,6 +14,7 @@ from _rollout_helpers import reference_greedy, rollout_config
 
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask
+from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import TokenOutput
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerManager
 from verl.workers.rollout.schemas import Message
@@ -56,7 +57,7 @@ def test_model_length_and_engine_gpus():
     assert get_max_position_embeddings(SimpleNamespace(text_config=SimpleNamespace(max_position_embeddings=64))) == 64
     with pytest.raises(ValueError, match="max_position_embeddings"):
         get_max_position_embeddings(SimpleNamespace())
-    assert engine_gpus(SimpleNamespace(tensor_model_parallel_size=2, data_parallel_size=3)) == 6
+    assert engine_gpus(RolloutConfig(name="vllm", tensor_model_parallel_size=2, data_parallel_size=3)) == 6
 
 
 def test_message_schema_validates_tool_calls():

@@ -103,13 +103,12 @@ NOT_A_SERVER = object
 
 
 def _with_custom_server(path, name):
-    from types import SimpleNamespace
-
     from _rollout_helpers import rollout_config
 
-    config = rollout_config()
-    config.agent = SimpleNamespace(custom_async_server=SimpleNamespace(path=path and str(path), name=name))
-    return config
+    from verl.workers.config.rollout import AgentLoopConfig, CustomAsyncServerConfig
+
+    custom = CustomAsyncServerConfig(path=path and str(path), name=name)
+    return rollout_config(agent=AgentLoopConfig(custom_async_server=custom))
 
 
 def test_custom_async_server_class_serves_the_requests(tmp_path, tiny_causal_lm):

@@ -188,24 +188,6 @@ def _unwrap(value: Any) -> Any:
     return value.config if isinstance(value, DictConfigWrap) else value
 
 
-def _get(mapping: Any, key: str, default: Any = None) -> Any:
-    if mapping is None:
-        return default
-    if hasattr(mapping, "get"):
-        value = mapping.get(key, default)
-    else:
-        value = getattr(mapping, key, default)
-    return default if value is None else value
-
-
-def _loop_data_kwargs(data_config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The data group's ``apply_chat_template_kwargs`` and ``mm_processor_kwargs``."""
-    return (
-        dict(_get(data_config, "apply_chat_template_kwargs", {})),
-        dict(_get(data_config, "mm_processor_kwargs", {})),
-    )
-
-
 class AgentLoopBase(abc.ABC):
     """Base class of agent loops; subclasses implement :meth:`run` and register with ``@register("name")``.
 
@@ -235,7 +217,7 @@ class AgentLoopBase(abc.ABC):
         hf_model_type: str | None = None,
         **kwargs: Any,
     ) -> None:
-        from verl.experimental.agent_loop.config import derived_once, rollout_group
+        from verl.experimental.agent_loop.config import as_data_config, data_group, rollout_group
 
         self.config = _unwrap(trainer_config)
         self.rollout_config = rollout_group(self.config)
@@ -248,10 +230,9 @@ class AgentLoopBase(abc.ABC):
             dataset_cls = RLHFDataset
         self.dataset_cls = dataset_cls
         data = _unwrap(data_config)
-        self.data_config = data if data is not None else _get(self.config, "data", {})
-        template_kwargs, mm_kwargs = derived_once(self.data_config, "loop_data_kwargs", _loop_data_kwargs)
-        self.apply_chat_template_kwargs = dict(template_kwargs)
-        self.mm_processor_kwargs = dict(mm_kwargs)
+        self.data_config = data_group(self.config) if data is None else as_data_config(data)
+        self.apply_chat_template_kwargs = dict(self.data_config.apply_chat_template_kwargs)
+        self.mm_processor_kwargs = dict(self.data_config.mm_processor_kwargs)
         self.hf_model_type = hf_model_type
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)
@@ -287,7 +268,7 @@ class AgentLoopBase(abc.ABC):
     def chat_renderer(self) -> ChatRenderer:
         """The chat template with ``data.apply_chat_template_kwargs`` (token building helpers below)."""
         if self._renderer is None:
-            mode = _get(_get(self.rollout_config, "multi_turn"), "tokenization_sanity_check_mode", "disable")
+            mode = self.rollout_config.multi_turn.tokenization_sanity_check_mode
             self._renderer = ChatRenderer(self.tokenizer, self.apply_chat_template_kwargs, mode)
         return self._renderer
 

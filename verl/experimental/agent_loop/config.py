@@ -10,11 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from verl.trainer.config.data_config import DataConfig
+from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.config import HFModelConfig, RewardConfig, RolloutConfig
 from verl.workers.fsdp.worker_config import has_group, read_group
 
 __all__ = [
     "SAMPLING_META_KEYS",
+    "as_data_config",
+    "data_group",
     "derived_once",
     "model_group",
     "reward_group",
@@ -70,6 +74,20 @@ def _holder(config: Any, name: str) -> Any:
 
 def model_group(config: Any) -> HFModelConfig:
     return read_group(_holder(config, "model"), "model", HFModelConfig, required=True)
+
+
+def data_group(config: Any) -> DataConfig:
+    """The typed ``data`` group of ``config`` (defaults when it has none; converted once per config object)."""
+    return derived_once(config, "data", lambda c: read_group(c, "data", DataConfig))
+
+
+def as_data_config(data: Any) -> DataConfig:
+    """A ``data`` group given on its own (a DictConfig or dict) as its dataclass (converted once per object)."""
+    if isinstance(data, DataConfig):
+        return data
+    return derived_once(
+        data, "data_config", lambda d: omega_conf_to_dataclass(d, DataConfig, path="data", keep_unknown=True)
+    )
 
 
 def reward_group(config: Any) -> RewardConfig:

@@ -31,7 +31,7 @@ async def prompt_ids_of(
 
 def request_id_for(loop: AgentLoopBase, priority: Any) -> str:
     """A fresh id per trajectory; under ``rollout.full_determinism`` a stable one derived from the sample."""
-    if getattr(loop.rollout_config, "full_determinism", False):
+    if loop.rollout_config.full_determinism:
         return f"det-{int(priority)}"
     return uuid.uuid4().hex
 

@@ -370,7 +370,7 @@ class ToolAgentLoop(AgentLoopBase):
         raw_prompt = kwargs.get("raw_prompt")
         messages = [dict(m) for m in raw_prompt] if raw_prompt is not None else []
         media = await self.process_multi_modal_info(messages) if messages else {}
-        request_id = self._make_request_id(priority, bool(getattr(self.rollout_config, "full_determinism", False)))
+        request_id = self._make_request_id(priority, self.rollout_config.full_determinism)
         agent_data = AgentData(
             messages,
             media.get("images"),

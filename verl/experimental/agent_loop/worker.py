@@ -37,7 +37,7 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 from verl.experimental.agent_loop.concurrency import MAX_IN_FLIGHT_KEY, PEAK_IN_FLIGHT_KEY, InFlightLimiter
 from verl.experimental.agent_loop.config import (
-    derived_once,
+    data_group,
     model_group,
     reward_in_loop_enabled,
     rollout_group,
@@ -50,6 +50,7 @@ from verl.experimental.agent_loop.trace import get_trajectory_info
 from verl.experimental.agent_loop.utils import resolve_config_path
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask
+from verl.workers.fsdp.worker_config import has_group
 from verl.workers.rollout.request_batching import CURRENT_BATCH_GROUP
 
 __all__ = ["AGENT_LOOP_METRICS_KEY", "BATCH_GROUP_KEY", "ROW_OFFSET_KEY", "AgentLoopWorker", "resolve_agent_names"]
@@ -83,16 +84,15 @@ def _row_prompt_ids(batch: DataProto, i: int) -> list[int] | None:
     return ids.tolist()
 
 
-def _group(config: Any, name: str) -> Any:
-    if config is None:
-        return None
-    if isinstance(config, Mapping) or hasattr(config, "keys"):
-        return config.get(name) if name in config else None
-    return getattr(config, name, None)
+def _distillation_enabled(config: Any) -> bool:
+    """verl's top-level ``distillation`` block (a free-form block here: no dataclass declares it)."""
+    from verl.experimental.agent_loop.config import _holder
 
-
-def _data_group(config: Any) -> Any:
-    return _group(config, "data")
+    holder = _holder(config, "distillation")
+    if not has_group(holder, "distillation"):
+        return False
+    block = holder["distillation"] if hasattr(holder, "keys") else holder.distillation
+    return bool(block.get("enable") or block.get("enabled"))
 
 
 def _model_type(model_path: str) -> str | None:
@@ -142,7 +142,6 @@ class AgentLoopWorker:
         max_sessions: int = 10000,
         reward_fn: Any = None,
     ) -> None:
-        from verl.experimental.agent_loop.config import _holder
         from verl.tools.tool_registry import load_all_tools
         from verl.utils.dataset.factory import get_dataset_class
         from verl.workers.fsdp.model_loader import load_tokenizer, resolve_model_path
@@ -155,12 +154,11 @@ class AgentLoopWorker:
         self.processor = None
         self.hf_model_type = _model_type(model_path)
         self.pad_token_id = pad_token_id_of(self.tokenizer)
-        self.data_config = _group(config, "data")
+        self.data_config = data_group(config)
         self.dataset_cls = get_dataset_class(self.data_config)
-        self.mm_processor_kwargs = dict(_group(self.data_config, "mm_processor_kwargs") or {})
+        self.mm_processor_kwargs = dict(self.data_config.mm_processor_kwargs)
         self.teacher_client = teacher_client
-        distillation = _group(_holder(config, "distillation"), "distillation")
-        self.distillation_enabled = bool(_group(distillation, "enable") or _group(distillation, "enabled"))
+        self.distillation_enabled = _distillation_enabled(config)
         if teacher_client is not None or self.distillation_enabled:
             raise NotImplementedError(
                 "AgentLoopWorker: online policy distillation (teacher_client / distillation.*) "
@@ -267,7 +265,7 @@ class AgentLoopWorker:
             "dataset_cls": self.dataset_cls,
             # read from the config, not self.data_config, as verl's worker does (recipes build workers bare); once
             # per config object, since this runs per sample
-            "data_config": DictConfigWrap(derived_once(self.config, "data", _data_group)),
+            "data_config": DictConfigWrap(data_group(self.config)),
             "tools": ToolListWrap(list(self.tools)),
         }
         if _is_direct(entry):

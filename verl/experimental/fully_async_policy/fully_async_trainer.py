@@ -129,10 +129,11 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self._stale_this_period = 0
         self.stale_trajectory_processed = 0  # stale groups trained on so far
         self.last_ckpt_version = 0  # the weight version the newest checkpoint holds
-        self.rollouter = None
-        self.queue = None
+        # Ray actor handles and the rollouter's fit() reference, once started
+        self.rollouter: Any = None
+        self.queue: Any = None
         self.message_queue_client: MessageQueueClient | None = None
-        self._rollouter_ref = None
+        self._rollouter_ref: Any = None
         self.policy_snapshots: PolicySnapshots | None = None  # built with the workers
         self._resumed = False  # load_checkpoint ran (fit must not load again)
         # the last sync: the rollouter's report (None while no sync ended in this step)
@@ -369,12 +370,13 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
     def _fit_generate(self, batch: DataProto | None = None) -> DataProto:
         """The next update's groups from the queue, ordered by their position in the prompt stream."""
         with marked_timer("gen", self.timing_raw):
-            self.epoch, batch = self._get_samples_from_queue()
-            if batch is None:
+            epoch, batch = self._get_samples_from_queue()
+            if epoch is None or batch is None:
                 raise StopTraining(
                     f"the rollouter's stream ended ({self.leftover_groups} group(s) left over, fewer than the "
                     f"{self.groups_per_update} one update needs)"
                 )
+            self.epoch = epoch
             self._collect_metrics_from_samples(batch, self.metrics)
         return self._fit_assemble(None, batch)
 
@@ -395,7 +397,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         batch = assemble_batch_from_rollout_samples(samples)
         self.consumed_groups += len(samples)
         self.consumed_indices.extend(sorted(s.index for s in samples))
-        if not self.use_rollout_log_probs:
+        if not self.use_rollout_log_probs and batch.batch is not None:
             batch.batch.pop("rollout_log_probs", None)
         ordered = sorted(samples, key=lambda s: s.index)
         batch.meta_info.update(

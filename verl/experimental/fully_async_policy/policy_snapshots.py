@@ -116,6 +116,7 @@ class PolicySnapshots:
 def _take_rows(into: DataProto, source: DataProto, rows: np.ndarray) -> DataProto:
     """``into`` with the tensors of ``rows`` replaced by ``source``'s."""
     mask = torch.as_tensor(rows, dtype=torch.bool)
+    assert into.batch is not None and source.batch is not None
     for key in into.batch.keys():
         into.batch[key][mask] = source.batch[key][mask]
     return into

@@ -246,7 +246,7 @@ class Rollouter:
     async def validate(self, val_reward_fn: Any = None) -> dict[str, float]:
         """Validation on the rollout side: generate over the validation set with ``rollout.val_kwargs`` under the
         current weights and score it here; returns mean@n / best@n / pass@n metrics."""
-        from verl.trainer.ppo.metric_utils import process_validation_metrics
+        from verl.trainer.ppo.metric_utils import validation_reward_metrics
         from verl.trainer.ppo.reward import compute_reward, load_reward_manager
 
         if self.val_dataloader is None:
@@ -264,11 +264,11 @@ class Rollouter:
             batch = batch.repeat(repeat_times=n, interleave=True)
             out = await self.generate_sequences(batch)
             peak_in_flight = max(peak_in_flight, out.meta_info["metrics"]["agent_loop/peak_in_flight"])
-            reward, _ = await asyncio.to_thread(compute_reward, out, reward_fn)
+            reward = (await asyncio.to_thread(compute_reward, out, reward_fn))[0]
             scores.extend(reward.sum(-1).tolist())
             uids.extend(out.non_tensor_batch["uid"].tolist())
             sources.extend(out.non_tensor_batch.get(key, np.array(["unknown"] * len(out), dtype=object)).tolist())
-        metrics = process_validation_metrics(sources, uids, scores)
+        metrics = validation_reward_metrics(sources, uids, scores)
         metrics["val/param_version"] = float(self.version)
         metrics["val-aux/peak_in_flight"] = peak_in_flight
         return metrics

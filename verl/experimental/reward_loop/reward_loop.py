@@ -22,9 +22,8 @@ from typing import Any
 import ray
 
 from verl.experimental.reward_loop.migrate import migrate_legacy_reward_impl
-from verl.experimental.reward_loop.reward_manager.base import config_value
 from verl.protocol import DataProto, pad_dataproto_to_divisor
-from verl.trainer.ppo.reward import scored_batch
+from verl.trainer.ppo.reward import RewardSettings, reward_settings, scored_batch
 from verl.utils.extras import MissingExtraError, missing_message
 
 __all__ = ["RewardLoopManager", "RewardLoopWorker", "migrate_legacy_reward_impl"]
@@ -48,27 +47,17 @@ def _served_reward_model_error(what: str) -> MissingExtraError:
     )
 
 
-def _uses_served_reward_model(config: Any) -> bool:
-    enabled = bool(config_value(config, "reward", "reward_model", "enable", default=False))
-    return enabled and not config_value(config, "reward", "custom_reward_function", "path")
-
-
-def _policy_model_config(config: Any) -> Any:
-    """The policy model group: ``model`` here, ``actor_rollout_ref.model`` in verl's layout."""
-    model = config_value(config, "model")
-    if model is None:
-        model = config_value(config, "actor_rollout_ref", "model")
-    if model is None:
-        raise KeyError(
-            "the config has no policy model group (model or actor_rollout_ref.model) to take the tokenizer from"
-        )
-    return model
+def _uses_served_reward_model(settings: RewardSettings) -> bool:
+    reward = settings.reward
+    return reward.reward_model.enable and not reward.custom_reward_function.path
 
 
 def _load_policy_tokenizer(config: Any) -> Any:
+    """The tokenizer of the policy model group (``model``, or ``actor_rollout_ref.model`` in verl's layout)."""
+    from verl.experimental.agent_loop.config import model_group
     from verl.workers.fsdp.model_loader import load_tokenizer, resolve_model_path
 
-    model = _policy_model_config(config)
+    model = model_group(config)
     return load_tokenizer(model, resolve_model_path(model))
 
 
@@ -83,19 +72,18 @@ class RewardLoopWorker:
 
     def __init__(self, config: Any, reward_router_address: str | None = None) -> None:
         self.config = config
+        self.settings = reward_settings(config)
         self.reward_router_address = reward_router_address
         self._init_reward_fn()
 
     def _init_reward_fn(self) -> None:
         from verl.trainer.ppo.reward import build_reward_loop_manager
 
-        if _uses_served_reward_model(self.config):
+        if _uses_served_reward_model(self.settings):
             raise _served_reward_model_error("verl.experimental.reward_loop.RewardLoopWorker")
         self.input_tokenizer = _load_policy_tokenizer(self.config)
         self.reward_model_tokenizer = None
-        rm_path = config_value(self.config, "reward", "reward_model", "model_path") or config_value(
-            self.config, "reward", "reward_model", "model", "path"
-        )
+        rm_path = self.settings.reward.reward_model.model.path
         if self.reward_router_address is not None and rm_path:
             from transformers import AutoTokenizer
 
@@ -135,14 +123,15 @@ class RewardLoopManager:
     """
 
     def __init__(self, config: Any, rm_resource_pool: Any = None) -> None:
-        if _uses_served_reward_model(config) or rm_resource_pool is not None:
+        self.settings = reward_settings(config)
+        if _uses_served_reward_model(self.settings) or rm_resource_pool is not None:
             raise _served_reward_model_error("verl.experimental.reward_loop.RewardLoopManager")
         from verl.trainer.ppo.reward import resolve_reward_manager_cls
 
         self.config = config
         self.reward_model_manager = None
         self.reward_router_address = None
-        self.reward_manager_cls = resolve_reward_manager_cls(config)
+        self.reward_manager_cls = resolve_reward_manager_cls(self.settings)
         self.reward_loop_workers_class = ray.remote(RewardLoopWorker)
         self._init_reward_loop_workers()
 
@@ -152,7 +141,7 @@ class RewardLoopManager:
         return self.reward_loop_workers
 
     def _init_reward_loop_workers(self) -> None:
-        count = max(1, int(config_value(self.config, "reward", "num_workers", default=1)))
+        count = max(1, self.settings.reward.num_workers)
         node_ids = _cpu_node_ids()
         if not node_ids:
             raise RuntimeError("RewardLoopManager: the Ray cluster has no live node with CPUs for reward workers")

@@ -175,19 +175,23 @@ def _original(func: Callable, signature: inspect.Signature) -> Callable:
     Ray, however, unwraps a method to its innermost function before reading its signature, so the innermost
     function must accept the lifted future-result keywords too.
     """
+    original: Callable[..., Any]
     if inspect.iscoroutinefunction(func):
 
-        async def original(*args, **kwargs):
+        async def async_original(*args, **kwargs):
             return await func(*args, **kwargs)
 
+        original = async_original
     else:
 
-        def original(*args, **kwargs):
+        def sync_original(*args, **kwargs):
             return func(*args, **kwargs)
 
-    functools.update_wrapper(original, func)
-    del original.__wrapped__
-    original.__signature__ = signature
+        original = sync_original
+
+    functools.update_wrapper(original, func)  # also copies func's __name__ / __qualname__
+    delattr(original, "__wrapped__")
+    setattr(original, "__signature__", signature)  # noqa: B010 - function attribute the checker does not know
     return original
 
 
@@ -236,8 +240,9 @@ def register(
                     _record_failure()
                     raise
 
-        inner.__signature__ = _accepting_future_refs(func)
-        inner.__wrapped__ = _original(func, inner.__signature__)
+        signature = _accepting_future_refs(func)
+        setattr(inner, "__signature__", signature)  # noqa: B010 - function attributes the checker does not know
+        setattr(inner, "__wrapped__", _original(func, signature))  # noqa: B010
         setattr(inner, MAGIC_ATTR, dict(attrs))
         return inner
 

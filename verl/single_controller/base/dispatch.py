@@ -191,7 +191,7 @@ def _all_ranks(worker_group: Any) -> list[int]:
 
 # Ranks whose outputs make up the merged DataProto, in order; lets a non-blocking call build a future without
 # collecting first.
-collect_dp_compute_data_proto.data_proto_output_ranks = _all_ranks
+setattr(collect_dp_compute_data_proto, "data_proto_output_ranks", _all_ranks)  # noqa: B010 - function attribute
 
 
 def make_nd_compute_dataproto_dispatch_fn(mesh_name: str) -> dict[str, Callable]:
@@ -229,5 +229,5 @@ def make_nd_compute_dataproto_dispatch_fn(mesh_name: str) -> dict[str, Callable]
         ranks = output_ranks(worker_group)
         return concat_batches([output[r] for r in ranks], ranks)
 
-    collect_fn.data_proto_output_ranks = output_ranks
+    setattr(collect_fn, "data_proto_output_ranks", output_ranks)  # noqa: B010 - function attribute
     return {"dispatch_fn": dispatch_fn, "collect_fn": collect_fn}

@@ -6,6 +6,8 @@ from collections.abc import Iterator
 
 
 class _DynamicEnumMeta(type):
+    _members: dict[str, DynamicEnum]  # set on each DynamicEnum class (declared for the type checker)
+
     def __getattr__(cls, name: str) -> DynamicEnum:
         registry = cls.__dict__.get("_members")
         if registry is not None and name in registry:

@@ -173,8 +173,9 @@ class Worker(WorkerHelper):
 
     def get_cuda_visible_devices(self) -> str:
         """Devices this process may use (what Ray assigned on a GPU node, "" on CPU)."""
-        if getattr(self, "_cuda_visible_devices", None) is not None:
-            return self._cuda_visible_devices
+        visible = getattr(self, "_cuda_visible_devices", None)
+        if visible is not None:
+            return visible
         return os.environ.get("CUDA_VISIBLE_DEVICES", "")
 
     # -- mesh-aware dispatch --------------------------------------------------------------------------------

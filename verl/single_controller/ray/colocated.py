@@ -61,15 +61,19 @@ class ColocatedWorker(Worker):
 
 
 def _delegate(role: str, name: str, func: Callable, attrs: dict | None, exposed_as: str) -> Callable:
+    method: Callable[..., Any]
     if inspect.iscoroutinefunction(func):
 
-        async def method(self, *args, **kwargs):
+        async def async_method(self, *args, **kwargs):
             return await getattr(self.worker_dict[role], name)(*args, **kwargs)
 
+        method = async_method
     else:
 
-        def method(self, *args, **kwargs):
+        def sync_method(self, *args, **kwargs):
             return getattr(self.worker_dict[role], name)(*args, **kwargs)
+
+        method = sync_method
 
     method.__name__ = exposed_as
     method.__qualname__ = exposed_as
@@ -120,6 +124,7 @@ def _merge(class_dict: dict[str, RayClassWithInitArgs], factory: str, prefix: st
             attrs = get_register_attrs(func)
             if attrs is None:
                 continue
+            assert func is not None  # it carries register() settings
             add(f"{role}_{name}", role, _delegate(role, name, func, attrs, f"{role}_{name}"))
             role_methods[role][name] = f"{role}_{name}"
             if _is_direct_rollout(attrs) and "rollout" in role:

@@ -71,7 +71,7 @@ class WorkerError(RuntimeError):
 def _rebuild_error(cls: type, message: str, state: dict[str, Any]) -> WorkerError:
     # the builtin base whose constructor lays the object out (OSError for the timeout, which is a TimeoutError too)
     layout_base = OSError if issubclass(cls, OSError) else Exception
-    error = layout_base.__new__(cls, message)
+    error: WorkerError = layout_base.__new__(cls, message)
     Exception.__init__(error, message)
     error.__dict__.update(state)
     return error
@@ -260,7 +260,7 @@ def died_error(
     actor_id: str | None,
     worker_names: list[str] | None,
     seen_by: str | None = None,
-) -> WorkerDiedError:
+) -> WorkerError:
     """The WorkerDiedError of a rank whose actor is gone (``cause``: Ray's error for its call, if one came)."""
     if cause is not None:
         error = translate_ray_error(

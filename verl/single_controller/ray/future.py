@@ -37,7 +37,7 @@ class RayDataProtoFuture(DataProtoFuture):
     actor_ids: list[str] | None = None
     worker_names: list[str] | None = None
 
-    def chunk(self, chunks: int) -> list[RayDataProtoFuture]:
+    def chunk(self, chunks: int) -> list[DataProtoFuture]:  # RayDataProtoFutures; list is invariant
         if not isinstance(chunks, int) or chunks < 1:
             raise ValueError(f"chunks must be a positive int, got {chunks!r}")
         return [

@@ -83,7 +83,7 @@ def assign_nodes(
             node.node_id for node in nodes if node.node_id not in used_by_pool and _fits(free[node.node_id], need)
         ]
         fresh = [node_id for node_id in candidates if node_id not in taken]
-        pick = (fresh or candidates or [None])[0]
+        pick = fresh[0] if fresh else candidates[0] if candidates else None
         chosen.append(pick)
         if pick is not None:
             used_by_pool.add(pick)

@@ -37,7 +37,7 @@ def _env_float(name: str, default: float) -> float:
 def _node_ip_of(pg: PlacementGroup, node_ips: dict[str, str]) -> str:
     node_ids = ray.util.placement_group_table(pg).get("bundles_to_node_id") or {}
     first = node_ids.get(0) if isinstance(node_ids, dict) else None
-    return node_ips.get(first, "")
+    return "" if first is None else node_ips.get(first, "")
 
 
 def _sorted_by_node_ip(pgs: list[PlacementGroup], store: list[int]) -> tuple[list[PlacementGroup], list[int]]:
@@ -151,6 +151,7 @@ class RayResourcePool(ResourcePool):
         lifetime = "detached" if self.detached else None
         if self.node_ids is None:
             self.plan_nodes()
+        assert self.node_ids is not None  # plan_nodes always sets it
         pgs = []
         for i, (count, node_id) in enumerate(zip(self.store, self.node_ids)):
             pinned = {} if node_id is None else {"bundle_label_selector": [{NODE_ID_LABEL: node_id}] * count}

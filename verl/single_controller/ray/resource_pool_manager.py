@@ -78,7 +78,7 @@ class ResourcePoolManager:
         from verl.single_controller.ray.node_placement import alive_nodes, free_resources
 
         nodes = alive_nodes()
-        free, taken = free_resources(nodes), set()
+        free, taken = free_resources(nodes), set[str]()
         for pool in self.resource_pool_dict.values():
             pool.plan_nodes(nodes, free, taken)
 
@@ -126,10 +126,10 @@ class ResourcePoolManager:
         per_process = self.cpus_per_process
         if per_process is None:
             per_process = _env_float(CPU_PER_PROCESS_ENV, DEFAULT_CPUS_PER_PROCESS_CPU_ONLY)
-        need = per_process * self.get_n_gpus()
+        need_cpu = per_process * self.get_n_gpus()
         have = available.get("CPU", 0)
-        if need > have + 1e-9:
+        if need_cpu > have + 1e-9:
             raise ValueError(
-                f"resource pools {sorted(self.resource_pool_spec)} need {need:g} CPU for {self.get_n_gpus()} "
+                f"resource pools {sorted(self.resource_pool_spec)} need {need_cpu:g} CPU for {self.get_n_gpus()} "
                 f"processes but the cluster has {have:g} available; lower cpus_per_process or the process counts"
             )

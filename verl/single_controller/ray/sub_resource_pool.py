@@ -43,6 +43,7 @@ class SubRayResourcePool(RayResourcePool):
     def get_placement_groups(
         self, strategy: str = "STRICT_PACK", name: str | None = None, device_name: str | None = None
     ) -> list[PlacementGroup]:
+        assert self.pgs is not None  # set from the parent's groups in __init__
         return self.pgs
 
     def bundle_slots(self, pgs: list[PlacementGroup] | None = None) -> list[tuple[PlacementGroup, int]]:

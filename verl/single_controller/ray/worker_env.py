@@ -70,5 +70,5 @@ def local_layout(slots: list[tuple[Any, int]]) -> list[tuple[int, int]]:
 
 
 def _pg_key(pg: Any) -> Any:
-    pg_id = getattr(pg, "id", None)
+    pg_id: Any = getattr(pg, "id", None)
     return pg_id.hex() if hasattr(pg_id, "hex") else id(pg)

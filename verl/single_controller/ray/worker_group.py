@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -61,6 +61,10 @@ class RayWorkerGroup(WorkerGroup):
     $VERL_WORKER_CALL_TIMEOUT_S or 1800 s). Alternatively attach to running actors with ``worker_names`` or
     ``worker_handles``.
     """
+
+    if TYPE_CHECKING:
+        # The worker class's @register methods are bound onto the group at run time (init_model, generate_sequences...).
+        def __getattr__(self, name: str) -> Any: ...
 
     def __init__(
         self,
@@ -140,6 +144,7 @@ class RayWorkerGroup(WorkerGroup):
     # -- creation ---------------------------------------------------------------------------------------------
     def _attach(self, worker_names: list[str] | None, worker_handles: list[Any] | None) -> None:
         if worker_handles is None:
+            assert worker_names is not None  # __init__ attaches only when names or handles are given
             worker_handles = []
             for name in worker_names:
                 try:
@@ -177,7 +182,7 @@ class RayWorkerGroup(WorkerGroup):
         slots = pool.bundle_slots(pgs)
         world_size = len(slots)
         rendezvous_key = f"rendezvous/{self.name_prefix}_{uuid.uuid4().hex[:8]}"
-        resources = pool.actor_resources(use_gpu=self.use_gpu)
+        resources: dict[str, Any] = pool.actor_resources(use_gpu=self.use_gpu)  # num_cpus / num_gpus keywords
         runtime_env = self._profiling_runtime_env()
         if self._explicit_master is not None:
             self.master_address, self.master_port = self._explicit_master
@@ -199,6 +204,8 @@ class RayWorkerGroup(WorkerGroup):
                     if self._master_port_range is not None:
                         env[PORT_RANGE_ENV] = "{}-{}".format(*self._master_port_range)
                 else:
+                    # set above (explicit master) or by rank 0's rendezvous in an earlier iteration
+                    assert self.master_address is not None and self.master_port is not None
                     env["MASTER_ADDR"], env["MASTER_PORT"] = self.master_address, self.master_port
                 env.update(self.customized_worker_env)
                 name = f"{self.name_prefix}_rank{rank}"
@@ -388,9 +395,12 @@ class RayWorkerGroup(WorkerGroup):
         group.method_names = list(methods)
         group._workers, group._worker_names, group._actor_ids = self._workers, self._worker_names, self._actor_ids
         group._method_prefix = f"{role}_"
+        assert self.ray_cls_with_init is not None  # a fused group was spawned from its class
         user_cls = self.ray_cls_with_init.user_cls
         for name, full_name in methods.items():
-            setattr(group, name, group._make_group_method(full_name, get_register_attrs(getattr(user_cls, full_name))))
+            attrs = get_register_attrs(getattr(user_cls, full_name))
+            assert attrs is not None  # methods lists the fused class's registered methods
+            setattr(group, name, group._make_group_method(full_name, attrs))
             group._bound_methods[name] = full_name
         return group
 

@@ -16,6 +16,7 @@ from verl.trainer.config.config import HybridRolloutSwitchConfig, ModuleConfig, 
 from verl.trainer.config.data_config import CustomClsConfig, DataConfig, SamplerConfig
 from verl.trainer.config.legacy import translate_legacy_config, translate_legacy_overrides
 from verl.trainer.config.ppo_config import GROUPS, PPOConfig, build_ppo_config
+from verl.trainer.config.resolve import as_ppo_config, to_ppo_config
 from verl.trainer.config.trainer_config import TrainerConfig
 from verl.workers.config.actor import CheckpointConfig  # verl 0.9.1 exports it from here
 
@@ -37,11 +38,13 @@ __all__ = [
     "RolloutCorrectionConfig",
     "SamplerConfig",
     "TrainerConfig",
+    "as_ppo_config",
     "build_ppo_config",
     "compose_ppo_config",
     "compute_batch_plan",
     "default_ppo_config",
     "format_batch_plan",
+    "to_ppo_config",
     "translate_legacy_config",
     "translate_legacy_overrides",
 ]

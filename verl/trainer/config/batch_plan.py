@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from verl.base_config import ConfigError
 
@@ -26,15 +26,13 @@ if TYPE_CHECKING:
 __all__ = ["RankUpdateSizes", "compute_batch_plan", "format_batch_plan", "rank_update_sizes"]
 
 
-def compute_batch_plan(config: Any) -> dict[str, Any]:
+def compute_batch_plan(config: PPOConfig) -> dict[str, Any]:
     """Derive every batch size of one step; raise :class:`ConfigError` naming the keys of an impossible plan.
 
-    ``config`` is a :class:`~verl.trainer.config.ppo_config.PPOConfig` or a composed DictConfig.
+    ``config`` is the typed :class:`~verl.trainer.config.ppo_config.PPOConfig` (a composed DictConfig converts with
+    :func:`verl.trainer.config.to_ppo_config`, which checks this plan already).
     """
-    from verl.trainer.config.ppo_config import PPOConfig, build_ppo_config
-
-    cfg: PPOConfig = config if isinstance(config, PPOConfig) else build_ppo_config(config)
-    return _plan(cfg)
+    return _plan(config)
 
 
 def _plan(cfg: PPOConfig) -> dict[str, Any]:
@@ -93,7 +91,8 @@ def _plan(cfg: PPOConfig) -> dict[str, Any]:
         if use_ref
         else None
     )
-    if cfg.critic.is_enabled(cfg.algorithm.adv_estimator):
+    # is_enabled reads any estimator but "gae" (None included) as "no critic"
+    if cfg.critic.is_enabled(cast(str, cfg.algorithm.adv_estimator)):
         critic = _update_plan("critic", cfg.critic, cfg, world)
         critic.update(
             _forward_plan(

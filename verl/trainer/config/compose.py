@@ -12,6 +12,7 @@ import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import yaml
 from hydra import compose, initialize_config_dir, initialize_config_module
@@ -19,11 +20,11 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.legacy import (
-    LEGACY_ROOT,
     override_key,
     translate_legacy_config,
     translate_legacy_overrides,
 )
+from verl.trainer.config.packaged import CONFIG_MODULE, packaged_composition, packaged_raw_config
 
 __all__ = [
     "CONFIG_DIR",
@@ -35,7 +36,6 @@ __all__ = [
     "search_path_override",
 ]
 
-CONFIG_MODULE = "verl.trainer.config"
 CONFIG_DIR = Path(__file__).resolve().parent
 _PACKAGED = f"pkg://{CONFIG_MODULE}"
 
@@ -113,13 +113,13 @@ def flattened_config(config: DictConfig) -> DictConfig:
     default would win over the value the user set. A config holding none of them (the trainer's own, whose
     ``actor_rollout_ref`` node only aliases the groups) is returned as it is; otherwise a translated, unresolved
     copy, with the usual warnings and "set twice" errors."""
-    from verl.trainer.config.legacy import LEGACY_ROOTS
+    from verl.trainer.config.key_rules import LEGACY_ROOTS
     from verl.trainer.config.legacy_view import is_legacy_view
 
     legacy = [root for root in LEGACY_ROOTS if root in config and not is_legacy_view(config, root)]
     if not legacy:
         return config
-    copy = OmegaConf.create(OmegaConf.to_container(config, resolve=False))
+    copy = OmegaConf.create(cast(dict[str, Any], OmegaConf.to_container(config, resolve=False)))
     translated, _ = translate_legacy_config(copy, defaults=default_ppo_config())
     return translated
 
@@ -131,39 +131,6 @@ def default_ppo_config() -> DictConfig:
 
 @functools.lru_cache(maxsize=1)
 def _translated_defaults() -> DictConfig:
-    packaged = _packaged_composition()
+    packaged = packaged_composition()
     cfg, _ = translate_legacy_config(packaged.copy(), defaults=packaged)
     return cfg
-
-
-@functools.lru_cache(maxsize=1)
-def packaged_raw_config() -> dict:
-    """``ppo_trainer`` as packaged, untranslated and unresolved (mirror included). Shared between calls: read it,
-    never change it."""
-    return OmegaConf.to_container(_packaged_composition(), resolve=False)
-
-
-def packaged_mirror_defaults() -> dict:
-    """The packaged values of the ``actor_rollout_ref`` mirror in ``ppo_trainer.yaml``, unresolved: a mirror leaf
-    that still holds its packaged value was not set by the user. Shared between calls: read it, never change it."""
-    return packaged_raw_config().get(LEGACY_ROOT, {})
-
-
-@functools.lru_cache(maxsize=1)
-def _packaged_composition() -> DictConfig:
-    """``ppo_trainer`` composed from the packaged config module with no overrides, untranslated.
-
-    Composed even inside a running Hydra app (a recipe's own ``@hydra.main``, whose search path may not reach
-    ``ppo_trainer`` outside its primary config): the app's Hydra state is set aside for the compose and put back
-    after it. Callers copy it before changing anything."""
-    hydra_state = GlobalHydra.instance()
-    outer = hydra_state.hydra
-    hydra_state.clear()
-    try:
-        with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
-            return compose(config_name="ppo_trainer")
-    finally:
-        hydra_state = GlobalHydra.instance()
-        hydra_state.clear()
-        if outer is not None:
-            hydra_state.initialize(outer)

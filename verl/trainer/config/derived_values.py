@@ -15,7 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from verl.trainer.config.legacy import _leaves
+from verl.trainer.config.key_rules import config_leaves
 
 __all__ = ["derived_keys", "restore_derived_values"]
 
@@ -24,7 +24,7 @@ _UNSET = object()
 
 def derived_keys(packaged_raw: dict) -> dict[str, str]:
     """Dotted key -> interpolation, for every leaf of the unresolved packaged config that is an interpolation."""
-    return {key: value for key, value in _leaves(packaged_raw, "") if _is_interpolation(value)}
+    return {key: value for key, value in config_leaves(packaged_raw, "") if _is_interpolation(value)}
 
 
 def restore_derived_values(cfg: DictConfig, packaged_raw: dict) -> list[str]:
@@ -37,7 +37,9 @@ def restore_derived_values(cfg: DictConfig, packaged_raw: dict) -> list[str]:
         parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
         if not isinstance(parent, DictConfig) or leaf not in parent.keys():
             continue
-        value = parent._get_node(leaf)._value()
+        node = parent._get_node(leaf)
+        assert node is not None  # leaf is one of parent's keys
+        value = node._value()
         if isinstance(value, DictConfig | ListConfig) or _is_interpolation(value):
             continue
         with open_dict(parent):

@@ -247,9 +247,10 @@ def inert_settings(config: Any, prefix: str = "") -> list[tuple[str, Any, str]]:
     """``(key, value, reason)`` for every inert key of the typed ``config`` tree that differs from its default."""
     if not dataclasses.is_dataclass(config):
         return []
-    found = []
-    inert = {}
-    for cls in type(config).__mro__:
+    found: list[tuple[str, Any, str]] = []
+    inert: dict[str, str] = {}
+    config_type: type = type(config)
+    for cls in config_type.__mro__:
         inert = {**INERT_FIELDS.get(cls.__name__, {}), **inert}
     for f in dataclasses.fields(config):
         if f.metadata.get("runtime"):  # an object verl's workers attach (e.g. actor.engine is actor.fsdp_config)

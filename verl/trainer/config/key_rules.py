@@ -17,10 +17,37 @@ Settings of verl's Megatron-LM engine (any key with a ``megatron`` segment) are 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ANY", "RULES", "Drop", "Refuse", "Rename", "backend_error", "find_rule"]
+__all__ = [
+    "ANY",
+    "LEGACY_ROOT",
+    "LEGACY_ROOTS",
+    "RULES",
+    "Drop",
+    "Refuse",
+    "Rename",
+    "backend_error",
+    "config_leaves",
+    "find_rule",
+]
+
+# verl's nested group of the policy roles: the one name of it in this package
+LEGACY_ROOT = "actor_rollout_ref"
+# verl's top-level blocks whose keys move into the flattened groups
+LEGACY_ROOTS = (LEGACY_ROOT, "reward_model", "custom_reward_function", "sandbox_fusion")
+
+
+def config_leaves(node: Any, prefix: str) -> Iterable[tuple[str, Any]]:
+    """``(dotted key, value)`` of every leaf of a plain nested dict (an empty dict is a leaf), under ``prefix``."""
+    if isinstance(node, dict) and node:
+        for k, v in node.items():
+            yield from config_leaves(v, f"{prefix}.{k}" if prefix else str(k))
+    else:
+        yield prefix, node
+
 
 ANY = object()  # Drop.default: no value is verl's default, every value set is reported
 

@@ -26,12 +26,24 @@ import logging
 import re
 import warnings
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl.base_config import ConfigError
-from verl.trainer.config.key_rules import ANY, Drop, Refuse, Rename, backend_error, find_rule
+from verl.trainer.config.derived_values import restore_derived_values
+from verl.trainer.config.key_rules import (
+    ANY,
+    LEGACY_ROOT,
+    LEGACY_ROOTS,
+    Drop,
+    Refuse,
+    Rename,
+    backend_error,
+    config_leaves,
+    find_rule,
+)
+from verl.trainer.config.packaged import packaged_mirror_defaults, packaged_raw_config
 
 __all__ = [
     "FREE_FORM_KEYS",
@@ -52,9 +64,6 @@ class LegacyConfigWarning(FutureWarning):
     """A legacy (``actor_rollout_ref.*``-style) key was translated; shown to end users by default."""
 
 
-# verl's nested group of the policy roles: the one name of it in this package
-LEGACY_ROOT = "actor_rollout_ref"
-LEGACY_ROOTS = (LEGACY_ROOT, "reward_model", "custom_reward_function", "sandbox_fusion")
 # Mappings whose keys are the user's own (engine arguments, reward kwargs, ray.init arguments, ...).
 FREE_FORM_KEYS = (
     "rollout.engine_kwargs",
@@ -191,7 +200,11 @@ def translate_legacy_overrides(overrides: Sequence[str]) -> tuple[list[str], lis
             if isinstance(rule, Rename) and rule.deprecated:
                 report.rename(key, str(new_key))
                 break
-        if prefix == "+" and "." in str(new_key) or (prefix == "" and value is not None and _is_free_form(new_key)):
+        if (
+            prefix == "+"
+            and "." in str(new_key)
+            or (prefix == "" and value is not None and _is_free_form(cast(str, new_key)))
+        ):
             prefix = "++"
         new_override = f"{prefix}{new_key}" + (f"={value}" if value is not None else "")
         previous = origin.get(str(new_key))
@@ -223,14 +236,6 @@ def _rewrite_interpolations(value: Any) -> Any:
     return re.sub(r"(?<![\w.])[A-Za-z_]\w*(?:\.\w+)+", repl, value)
 
 
-def _leaves(node: Any, prefix: str) -> Iterable[tuple[str, Any]]:
-    if isinstance(node, dict) and node:
-        for k, v in node.items():
-            yield from _leaves(v, f"{prefix}.{k}" if prefix else str(k))
-    else:
-        yield prefix, node
-
-
 _UNSET = object()
 
 
@@ -241,7 +246,6 @@ def _is_untouched_mirror(key: str, value: Any, raw_defaults: Any) -> bool:
     defaults nothing can be told apart and every leaf counts as set."""
     if raw_defaults is None or not key.startswith(LEGACY_ROOT + "."):
         return False
-    from verl.trainer.config.compose import packaged_mirror_defaults  # compose imports this module
 
     mirrored = key[len(LEGACY_ROOT) + 1 :]
     packaged = _raw_select(packaged_mirror_defaults(), mirrored)
@@ -280,7 +284,7 @@ def _pop_leaves(cfg: DictConfig, keys: list[str]) -> None:
 
 def _follow_moved_keys(cfg: DictConfig, raw: Any) -> None:
     """Point interpolations left in ``cfg`` (``${oc.select:actor_rollout_ref.rollout.name}``) at the moved keys."""
-    for key, value in _leaves(raw, ""):
+    for key, value in config_leaves(raw, ""):
         new_value = _rewrite_interpolations(value)
         if new_value != value:
             with open_dict(cfg):
@@ -316,16 +320,13 @@ def translate_legacy_config(
     explicit = set(explicit_keys)
     report = _Reporter()
     if defaults is not None:  # a config resolved by recipe code: its derived keys were not set by anyone
-        from verl.trainer.config.compose import packaged_raw_config  # compose imports this module
-        from verl.trainer.config.derived_values import restore_derived_values
-
         restore_derived_values(cfg, packaged_raw_config())
     # Compare unresolved values: an interpolation default (``${trainer.n_gpus_per_node}``) is still a default.
     raw_cfg = OmegaConf.to_container(cfg, resolve=False)
     raw_defaults = OmegaConf.to_container(defaults, resolve=False) if defaults is not None else None
     moves: list[tuple[str, Any, list[Any]]] = []
     untouched: list[str] = []  # leaves of the packaged mirror (ppo_trainer.yaml) nobody set: dropped silently
-    for key, value in _leaves(raw_cfg, ""):
+    for key, value in config_leaves(raw_cfg, ""):
         problem = backend_error(key)
         if problem is not None:
             raise ConfigError(problem, key=key)

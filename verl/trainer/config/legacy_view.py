@@ -9,11 +9,12 @@ Writes must go to the flattened groups (the alias node is not a copy).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verl.trainer.config.legacy import LEGACY_ROOT, LEGACY_ROOTS, _leaves, translate_legacy_key
+from verl.trainer.config.key_rules import LEGACY_ROOT, LEGACY_ROOTS, config_leaves
+from verl.trainer.config.legacy import translate_legacy_key
 
 __all__ = ["LEGACY_VIEW_KEY", "add_legacy_view", "is_legacy_view", "legacy_leaf_aliases", "without_legacy_view"]
 
@@ -53,7 +54,7 @@ def legacy_leaf_aliases(config: Any) -> dict[str, str]:
     for root in LEGACY_ROOTS:
         if root == LEGACY_VIEW_KEY or not isinstance(config.get(root), DictConfig):
             continue
-        for key, value in _leaves(OmegaConf.to_container(config[root], resolve=False), root):
+        for key, value in config_leaves(OmegaConf.to_container(config[root], resolve=False), root):
             target = translate_legacy_key(key) if value is not None else None
             if isinstance(target, str) and target != key:
                 aliases[key] = f"${{{target}}}"
@@ -66,11 +67,11 @@ def is_legacy_view(config: Any, key: str = LEGACY_VIEW_KEY) -> bool:
     node = config.get(key) if isinstance(config, DictConfig) and key in config else None
     if not isinstance(node, DictConfig):
         return False
-    raw = OmegaConf.to_container(node, resolve=False)
+    raw = cast(dict[str, Any], OmegaConf.to_container(node, resolve=False))  # node is a DictConfig
     if key == LEGACY_VIEW_KEY:
         aliases = {name: value for name, value in raw.items() if name != "hybrid_engine"}
         return bool(aliases) and all(value == f"${{{name}}}" for name, value in aliases.items())
-    leaves = list(_leaves(raw, key))
+    leaves = list(config_leaves(raw, key))
     return bool(leaves) and all(isinstance(value, str) and value.startswith("${") for _, value in leaves)
 
 
@@ -82,4 +83,4 @@ def without_legacy_view(config: Any) -> dict[str, Any]:
         for root in LEGACY_ROOTS:
             if is_legacy_view(config, root):
                 container.pop(root, None)
-    return container
+    return cast(dict[str, Any], container)

@@ -1,26 +1,28 @@
 """PPOConfig: the whole resolved trainer config as one typed object, with the cross-group checks.
 
 :func:`build_ppo_config` is the start-up gate that turns the composed DictConfig into typed groups, so that every bad
-key or value fails before any process starts. The trainer keeps the DictConfig as ``self.config`` (verl's recipes
-read it), but it reads its own settings from the typed twin (:func:`as_ppo_config`), and that typed object, with the
-sizes only the trainer knows filled in (:func:`with_total_training_steps`), is what every worker receives.
+key or value fails before any process starts. It runs once per run (:mod:`verl.trainer.config.resolve` carries the
+object on to the task runner and the trainer). The trainer keeps the DictConfig as ``self.config`` (verl's recipes
+read it) but reads its own settings from this object, and this object, with the sizes only the trainer knows filled
+in (:func:`with_total_training_steps`), is what every worker receives.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig
 
 from verl.base_config import BaseConfig, ConfigError, check
 from verl.trainer.config.algo_config import AlgoConfig
 from verl.trainer.config.async_config import AsyncTrainingConfig
+from verl.trainer.config.batch_plan import _plan
 from verl.trainer.config.data_config import DataConfig
 from verl.trainer.config.trainer_config import TrainerConfig
-from verl.utils.config import omega_conf_to_dataclass
+from verl.utils.config_builder import omega_conf_to_dataclass
 from verl.workers.config import (
     ActorConfig,
     CriticConfig,
@@ -32,7 +34,9 @@ from verl.workers.config import (
 )
 from verl.workers.config.inert_blocks import inert_block
 
-__all__ = ["GROUPS", "PPOConfig", "as_ppo_config", "build_ppo_config", "with_total_training_steps"]
+__all__ = ["GROUPS", "PPOConfig", "build_ppo_config", "with_total_training_steps"]
+
+logger = logging.getLogger(__name__)
 
 GROUPS = ("data", "model", "actor", "ref", "rollout", "critic", "reward", "algorithm", "trainer", "async_training")
 # verl's `model_engine` config group picks the training engine; only its FSDP one ("dp") exists here.
@@ -93,13 +97,12 @@ class PPOConfig(BaseConfig):
             "rollout.prompt_length",
             f"({self.rollout.prompt_length}) must be >= data.max_prompt_length ({self.data.max_prompt_length})",
         )
-        from verl.trainer.config.batch_plan import _plan
-
         _plan(self)  # raises ConfigError for an impossible batch plan
 
     @property
     def use_critic(self) -> bool:
-        return self.critic.is_enabled(self.algorithm.adv_estimator)
+        # is_enabled reads any estimator but "gae" (None included) as "no critic"
+        return self.critic.is_enabled(cast(str, self.algorithm.adv_estimator))
 
     @property
     def use_reference_policy(self) -> bool:
@@ -108,17 +111,9 @@ class PPOConfig(BaseConfig):
 
 def build_ppo_config(cfg: DictConfig | dict) -> PPOConfig:
     """Resolve and validate a composed config; raises :class:`~verl.base_config.ConfigError` naming the key."""
-    return omega_conf_to_dataclass(cfg, PPOConfig, keep_unknown=True)
-
-
-def as_ppo_config(config: PPOConfig | DictConfig | Mapping) -> PPOConfig:
-    """``config`` itself when already typed; else its validated typed twin (verl's nested spelling and the
-    trainer's ``actor_rollout_ref`` aliases are translated on a copy; ``config`` is not modified)."""
-    if isinstance(config, PPOConfig):
-        return config
-    from verl.utils.config import validate_config
-
-    return validate_config(config)
+    typed = omega_conf_to_dataclass(cfg, PPOConfig, keep_unknown=True)
+    logger.debug("PPOConfig built")  # once per run: tests/trainer/test_config_built_once.py counts these lines
+    return typed
 
 
 def with_total_training_steps(config: PPOConfig, total_steps: int) -> PPOConfig:

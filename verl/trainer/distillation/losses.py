@@ -30,11 +30,12 @@ import torch
 from tensordict import TensorDict
 
 from verl.base_config import BaseConfig
-from verl.trainer.ppo._util import cfg_get
+from verl.trainer.ppo._util import as_actor_config, as_distillation_config
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.utils import tensordict_utils as tu
 from verl.utils.metric import AggregationType, Metric
-from verl.workers.fsdp.worker_config import ConfigView
+from verl.workers.config.actor import ActorConfig
+from verl.workers.config.distillation import DistillationLossConfig
 from verl.workers.utils.padding import no_padding_2_padding
 
 __all__ = [
@@ -62,7 +63,7 @@ _GLOBAL_COUNTS = ("dp_size", "batch_num_tokens", "global_batch_size")
 
 def is_distillation_enabled(config: Any) -> bool:
     """Whether a ``distillation`` config (dataclass, dict or DictConfig; ``None``: no block) turns distillation on."""
-    return bool(cfg_get(config, "enabled", False))
+    return config is not None and as_distillation_config(config).enabled
 
 
 @dataclass
@@ -121,13 +122,10 @@ def get_distillation_loss_settings(loss_name: str) -> DistillationLossSettings:
 # ----------------------------------------------------------------------------------------------------- helpers
 
 
-def _loss_config(distillation_config: Any) -> Any:
+def _loss_config(distillation_config: Any) -> DistillationLossConfig:
     if distillation_config is None:
         raise ValueError("distillation loss called without a distillation config")
-    loss_config = cfg_get(distillation_config, "distillation_loss", None)
-    if loss_config is None:
-        raise ValueError("the distillation config has no distillation_loss group")
-    return loss_config
+    return as_distillation_config(distillation_config).distillation_loss
 
 
 def _padded_bool(mask: torch.Tensor) -> torch.Tensor:
@@ -141,11 +139,11 @@ def _batch_value(data: TensorDict, key: str) -> Any:
     return value
 
 
-def _global_batch_info(config: Any, data: TensorDict) -> dict[str, Any]:
+def _global_batch_info(config: ActorConfig, data: TensorDict) -> dict[str, Any]:
     """The mini-batch counts the engine put in the batch, for aggregating a micro-batch's share of the loss."""
     info = {key: _batch_value(data, key) for key in _GLOBAL_COUNTS}
     info["dp_size"] = int(info["dp_size"] or 1)
-    info["loss_scale_factor"] = cfg_get(config, "loss_scale_factor", None)
+    info["loss_scale_factor"] = config.loss_scale_factor
     return info
 
 
@@ -175,18 +173,20 @@ def distillation_loss(
     distillation loss's own clipped policy loss (``clip_ratio*`` of the distillation config), else they are
     aggregated over ``response_mask``.
     """
+    config = as_actor_config(config)
+    distillation_config = as_distillation_config(distillation_config)
     loss_config = _loss_config(distillation_config)
-    loss_fn = get_distillation_loss_fn(str(cfg_get(loss_config, "loss_mode", "k3")))
+    loss_fn = get_distillation_loss_fn(loss_config.loss_mode)
     losses, metrics = loss_fn(config, distillation_config, model_output, data)
     response_mask = _padded_bool(data["response_mask"])
     metrics.update(compute_distillation_loss_range(losses, response_mask))
-    clamp = cfg_get(loss_config, "loss_max_clamp", None)
+    clamp = loss_config.loss_max_clamp
     if clamp is not None:
         losses = losses.clamp(min=-float(clamp), max=float(clamp))  # the lower bound matters for k1
     info = _global_batch_info(config, data)
-    agg_mode = str(cfg_get(config, "loss_agg_mode", "token-mean"))
-    if cfg_get(loss_config, "use_policy_gradient", True):
-        policy_loss_fn = get_policy_loss_fn(str(cfg_get(loss_config, "policy_loss_mode", "vanilla")))
+    agg_mode = config.loss_agg_mode
+    if loss_config.use_policy_gradient:
+        policy_loss_fn = get_policy_loss_fn(loss_config.policy_loss_mode)
         old_log_prob = data["old_log_probs"]
         old_log_prob = old_log_prob.to_padded_tensor(0.0) if old_log_prob.is_nested else old_log_prob
         weights = data.get("rollout_is_weights", None)
@@ -198,7 +198,12 @@ def distillation_loss(
             advantages=-losses.detach(),
             response_mask=response_mask,
             loss_agg_mode=agg_mode,
-            config=ConfigView(loss_config, global_batch_info=info),
+            config=ActorConfig(
+                clip_ratio=loss_config.clip_ratio,
+                clip_ratio_low=loss_config.clip_ratio_low,
+                clip_ratio_high=loss_config.clip_ratio_high,
+                global_batch_info=info,
+            ),
             rollout_is_weights=weights,
         )
         metrics.update({f"distillation/{key.removeprefix('actor/')}": value for key, value in pg_metrics.items()})
@@ -225,16 +230,17 @@ def distillation_ppo_loss(
     """
     if student_logits is not None:
         return compute_topk_loss(config, distillation_config, data, student_logits, data_format)
+    assert model_output is not None  # the engine passes model_output whenever student_logits is not given
     from verl.workers.utils.losses import ppo_loss
 
     loss_config = _loss_config(distillation_config)
     distill, metrics = distillation_loss(config, distillation_config, model_output, data)
-    use_task_rewards = bool(cfg_get(loss_config, "use_task_rewards", True))
+    use_task_rewards = loss_config.use_task_rewards
     total: Any = 0.0
     if use_task_rewards:
         total, policy_metrics = ppo_loss(config, model_output, data, dp_group)
         metrics = {**policy_metrics, **metrics}
-    coef = float(cfg_get(loss_config, "distillation_loss_coef", 1.0)) if use_task_rewards else 1.0
+    coef = float(loss_config.distillation_loss_coef) if use_task_rewards else 1.0
     total = total + coef * distill
     metrics["distillation/loss"] = Metric(AggregationType.SUM, distill.detach())
     return total, metrics
@@ -244,7 +250,7 @@ def compute_topk_loss(
     config: Any, distillation_config: Any, data: TensorDict, student_logits: torch.Tensor, data_format: str = "thd"
 ) -> dict[str, torch.Tensor]:
     """Top-k losses from the student's logits inside the logits processor; each output is ``[bsz, seqlen]``."""
-    strategy = str(cfg_get(config, "strategy", "fsdp"))
+    strategy = as_actor_config(config).strategy
     if strategy not in ("fsdp", "fsdp2", "veomni"):
         from verl.utils.extras import MissingExtraError, missing_message
 
@@ -310,7 +316,7 @@ def compute_forward_kl_topk(
     if overlap_count is not None and overlap_advantage is not None:
         overlap_count = no_padding_2_padding(overlap_count, data)
         overlap_advantage = no_padding_2_padding(overlap_advantage, data)
-        topk = int(cfg_get(_loss_config(distillation_config), "topk", 1))
+        topk = int(_loss_config(distillation_config).topk or 1)
         metrics["distillation/overlap_ratio"] = (overlap_count[mask].float().mean() / topk).item()
         overlapping = mask & (overlap_count > 0)
         metrics["distillation/overlap_token_advantage"] = (
@@ -340,7 +346,7 @@ def compute_distillation_loss_reverse_kl_estimator(
             f"distillation estimator: teacher_logprobs {tuple(teacher.shape)}, student log_probs "
             f"{tuple(student.shape)} and response_mask {tuple(mask.shape)} must have one shape"
         )
-    mode = str(cfg_get(_loss_config(distillation_config), "loss_mode", "k3"))
+    mode = _loss_config(distillation_config).loss_mode
     losses = kl_penalty(logprob=student, ref_logprob=teacher, kl_penalty=mode)
     selected = losses[mask]
     abs_loss = selected.abs().mean().detach() if selected.numel() else torch.zeros(())

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.trainer.ppo._util import cfg_get, same_function
+from verl.trainer.ppo._util import as_algo_config, same_function
 from verl.utils.torch_functional import masked_whiten
 
 __all__ = [
@@ -195,8 +195,10 @@ def compute_gae_advantage_return(
         raise ValueError(
             f"gae: values shape {tuple(values.shape)} != token_level_rewards shape {tuple(token_level_rewards.shape)}"
         )
-    gamma = cfg_get(config, "gamma", 1.0) if gamma is None else gamma
-    lam = cfg_get(config, "lam", 1.0) if lam is None else lam
+    if gamma is None or lam is None:
+        config = as_algo_config(config)
+        gamma = config.gamma if gamma is None else gamma
+        lam = config.lam if lam is None else lam
     mask = response_mask.to(values.dtype)
     next_value = torch.zeros_like(values[:, 0])
     running = torch.zeros_like(values[:, 0])
@@ -228,11 +230,11 @@ def compute_grpo_outcome_advantage(
 
     ``norm_adv_by_std_in_grpo=False`` is Dr.GRPO (no std division, which would upweight
     prompts that are nearly always solved or failed). When not given, the flag is read from
-    ``config.norm_adv_by_std_in_grpo`` (default True). Singleton groups get 0.
+    ``config.norm_adv_by_std_in_grpo``. Singleton groups get 0.
     """
     _check_shapes("grpo", token_level_rewards, response_mask)
     if norm_adv_by_std_in_grpo is None:
-        norm_adv_by_std_in_grpo = bool(cfg_get(config, "norm_adv_by_std_in_grpo", True))
+        norm_adv_by_std_in_grpo = as_algo_config(config).norm_adv_by_std_in_grpo
     scores = token_level_rewards.sum(dim=-1)
     ids = _group_ids("grpo", index, scores.shape[0], scores.device)
     mean, std, _ = _group_stats(scores, ids)
@@ -262,12 +264,13 @@ def compute_grpo_passk_outcome_advantage(
     """
     _check_shapes("grpo_passk", token_level_rewards, response_mask)
     if norm_adv_by_std_in_grpo is None:
-        norm_adv_by_std_in_grpo = bool(cfg_get(config, "norm_adv_by_std_in_grpo", True))
+        norm_adv_by_std_in_grpo = as_algo_config(config).norm_adv_by_std_in_grpo
     scores = token_level_rewards.sum(dim=-1)
     ids = _group_ids("grpo_passk", index, scores.shape[0], scores.device)
     _, std, counts = _group_stats(scores, ids)
     if bool((counts < 2).any()):
         lone = int(torch.nonzero(counts < 2)[0].item())
+        assert index is not None  # _group_ids raised otherwise
         uid = index[lone]
         raise ValueError(
             f"grpo_passk needs at least 2 responses per prompt (rollout.n >= 2); group {uid!r} has only one"
@@ -317,10 +320,10 @@ def compute_reinforce_plus_plus_outcome_advantage(
 
     Masked positions (tool output inside a multi-turn response, padding) are skipped: the
     running return carries through them undiscounted, and they get 0. ``gamma`` defaults to
-    ``config.gamma`` (1.0 without a config).
+    ``config.gamma``.
     """
     _check_shapes("reinforce_plus_plus", token_level_rewards, response_mask)
-    gamma = cfg_get(config, "gamma", 1.0) if gamma is None else gamma
+    gamma = as_algo_config(config).gamma if gamma is None else gamma
     mask = response_mask.to(token_level_rewards.dtype)
     returns = torch.zeros_like(token_level_rewards)
     running = torch.zeros_like(token_level_rewards[:, 0])

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.trainer.ppo._util import cfg_get
+from verl.trainer.ppo._util import as_algo_config
 from verl.trainer.ppo.advantage import (
     AdvantageEstimator,
     _check_shapes,
@@ -73,14 +73,15 @@ def compute_gdpo_outcome_advantage(
     components = [token_level_rewards]
     weights: list[float] | None = None
     if config is not None and non_tensor_batch is not None:
-        keys = cfg_get(config, "gdpo_reward_keys", None)
+        config = as_algo_config(config)
+        keys = config.gdpo_reward_keys
         if not keys:
             raise ValueError(
                 "gdpo needs algorithm.gdpo_reward_keys: the reward components (keys of the reward function's info "
                 "dict, e.g. ['format_reward', 'accuracy_reward']) to normalise separately"
             )
         components = _gdpo_component_rewards(list(keys), response_mask, non_tensor_batch)
-        configured = cfg_get(config, "gdpo_reward_weights", None)
+        configured = config.gdpo_reward_weights
         weights = None if configured is None else [float(w) for w in configured]
     if weights is None:
         weights = [1.0] * len(components)

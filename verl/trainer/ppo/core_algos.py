@@ -25,7 +25,7 @@ import torch
 from verl.base_config import ConfigError
 from verl.trainer.ppo import advantage as _advantage
 from verl.trainer.ppo import policy_loss as _policy_loss
-from verl.trainer.ppo._util import cfg_get
+from verl.trainer.ppo._util import as_algo_config
 from verl.trainer.ppo.advantage import (
     ADV_ESTIMATOR_REGISTRY,
     AdvantageEstimator,
@@ -204,6 +204,8 @@ def compute_advantage(
     ``num_repeat`` is accepted for verl compatibility and unused: groups come from ``uid``.
     """
     del num_repeat
+    if config is not None:
+        config = as_algo_config(config)
     if adv_estimator is None:
         raise ConfigError(
             "is null, and the trainer was asked to compute advantages: name an estimator", key="algorithm.adv_estimator"
@@ -234,11 +236,8 @@ def compute_advantage(
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
     is_gae = _advantage.estimator_name(adv_estimator) == AdvantageEstimator.GAE.value
-    if is_gae and cfg_get(config, "use_pf_ppo", False):
-        pf_ppo = cfg_get(config, "pf_ppo", None)
+    if is_gae and config is not None and config.use_pf_ppo:
         data = compute_pf_ppo_reweight_data(
-            data,
-            reweight_method=str(cfg_get(pf_ppo, "reweight_method", "pow")),
-            weight_pow=float(cfg_get(pf_ppo, "weight_pow", 2.0)),
+            data, reweight_method=config.pf_ppo.reweight_method, weight_pow=config.pf_ppo.weight_pow
         )
     return data

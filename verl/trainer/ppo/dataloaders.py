@@ -29,7 +29,7 @@ def build_dataloaders(
 
     The data sets and samplers get ``config.data`` as it is (verl's factories and users' data set classes read a
     DictConfig); the sizes and seeds come from the typed ``ppo_config`` (built from ``config`` when not given)."""
-    from verl.trainer.config.ppo_config import as_ppo_config
+    from verl.trainer.config.resolve import as_ppo_config
     from verl.utils.dataset.factory import create_rl_dataset
     from verl.utils.dataset.sampler import create_rl_sampler, create_val_sampler
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from verl.trainer.ppo._util import cfg_get
+from verl.trainer.ppo._util import as_kl_ctrl_config
 from verl.utils.torch_functional import masked_mean
 
 __all__ = [
@@ -105,16 +105,12 @@ class AdaptiveKLController:
 
 def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController:
     """Build the controller described by ``algorithm.kl_ctrl`` (type fixed|adaptive, kl_coef, horizon, target_kl)."""
-    kind = cfg_get(kl_ctrl, "type", "fixed")
-    kl_coef = float(cfg_get(kl_ctrl, "kl_coef", 0.001))
+    kl_ctrl = as_kl_ctrl_config(kl_ctrl)
+    kind = kl_ctrl.type
     if kind == "fixed":
-        return FixedKLController(kl_coef=kl_coef)
+        return FixedKLController(kl_coef=kl_ctrl.kl_coef)
     if kind == "adaptive":
-        return AdaptiveKLController(
-            init_kl_coef=kl_coef,
-            target_kl=float(cfg_get(kl_ctrl, "target_kl", 0.1)),
-            horizon=int(cfg_get(kl_ctrl, "horizon", 10000)),
-        )
+        return AdaptiveKLController(init_kl_coef=kl_ctrl.kl_coef, target_kl=kl_ctrl.target_kl, horizon=kl_ctrl.horizon)
     raise ValueError(f"Unknown algorithm.kl_ctrl.type {kind!r}; valid: ['fixed', 'adaptive']")
 
 

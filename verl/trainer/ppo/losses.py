@@ -22,6 +22,8 @@ all-reduce averages over ranks.
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import torch
 
 from verl.utils.torch_functional import entropy_from_logits, masked_mean, masked_sum
@@ -36,7 +38,7 @@ LOSS_AGG_MODES: tuple[str, ...] = (
     "seq-mean-token-sum-norm",
 )
 
-Count = int | float | torch.Tensor
+Count: TypeAlias = int | float | torch.Tensor
 
 
 def _denominator(given: Count | None, local: torch.Tensor, dp_size: int, what: str, mode: str) -> torch.Tensor | Count:

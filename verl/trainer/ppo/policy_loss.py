@@ -5,9 +5,10 @@ loss_agg_mode="token-mean", config=None, rollout_is_weights=None) -> (loss, metr
 with [N, R] inputs, a scalar loss to minimise, and float metrics
 ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``.
 
-``config`` is the actor config read by attribute (or key): ``clip_ratio`` (default 0.2),
-``clip_ratio_low`` / ``clip_ratio_high`` (default ``clip_ratio``; a larger high bound is
-DAPO's clip-higher), ``clip_ratio_c`` (dual-clip bound, default 3.0).
+``config`` is the actor config (:class:`~verl.workers.config.ActorConfig`, read by attribute; a
+dict, DictConfig or None is converted by :func:`~verl.trainer.ppo._util.as_actor_config`):
+``clip_ratio``, ``clip_ratio_low`` / ``clip_ratio_high`` (a larger high bound is DAPO's
+clip-higher), ``clip_ratio_c`` (dual-clip bound).
 ``rollout_is_weights`` [N, R] (importance weights correcting for the rollout engine's
 policy differing from the trainer's) multiply the per-token loss before aggregation.
 ``config.global_batch_info`` (``dp_size``, ``batch_num_tokens``, ``global_batch_size``,
@@ -23,13 +24,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from verl.trainer.ppo._util import cfg_get, same_function
+from verl.trainer.ppo._util import as_actor_config, same_function
 from verl.trainer.ppo.losses import agg_loss
 from verl.utils.torch_functional import masked_mean
+from verl.workers.config.actor import ActorConfig
 
 __all__ = [
     "POLICY_LOSS_REGISTRY",
@@ -89,11 +91,10 @@ def get_policy_loss_fn(name: str) -> PolicyLossFn:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _clip_bounds(config: Any) -> tuple[float, float, float]:
-    clip_ratio = float(cfg_get(config, "clip_ratio", 0.2))
-    low = float(cfg_get(config, "clip_ratio_low", clip_ratio))
-    high = float(cfg_get(config, "clip_ratio_high", clip_ratio))
-    clip_c = float(cfg_get(config, "clip_ratio_c", 3.0))
+def _clip_bounds(config: ActorConfig) -> tuple[float, float, float]:
+    # ActorConfig.__post_init__ fills clip_ratio_low / clip_ratio_high from clip_ratio
+    low, high = float(cast(float, config.clip_ratio_low)), float(cast(float, config.clip_ratio_high))
+    clip_c = float(config.clip_ratio_c)
     if low < 0 or high < 0:
         raise ValueError(f"actor.clip_ratio_low / clip_ratio_high must be >= 0, got {low} / {high}")
     if clip_c <= 1.0:
@@ -127,10 +128,11 @@ _GLOBAL_BATCH_KEYS = ("dp_size", "batch_num_tokens", "global_batch_size", "loss_
 
 def aggregate(pg_losses: torch.Tensor, response_mask: torch.Tensor, loss_agg_mode: str, config: Any) -> torch.Tensor:
     """:func:`agg_loss` with the global-batch normalisation the config carries (``global_batch_info``)."""
-    info = cfg_get(config, "global_batch_info", None) or {}
+    config = as_actor_config(config)
+    info = config.global_batch_info or {}
     kwargs = {key: info[key] for key in _GLOBAL_BATCH_KEYS if info.get(key) is not None}
-    if "loss_scale_factor" not in kwargs and cfg_get(config, "loss_scale_factor", None) is not None:
-        kwargs["loss_scale_factor"] = cfg_get(config, "loss_scale_factor", None)
+    if "loss_scale_factor" not in kwargs and config.loss_scale_factor is not None:
+        kwargs["loss_scale_factor"] = config.loss_scale_factor
     return agg_loss(pg_losses, response_mask, loss_agg_mode, **kwargs)
 
 
@@ -165,6 +167,7 @@ def compute_policy_loss_vanilla(
     (dual-clip PPO). ``pg_clipfrac`` counts tokens where the clipped branch won,
     ``pg_clipfrac_lower`` tokens where the dual-clip cap was hit.
     """
+    config = as_actor_config(config)
     low, high, clip_c = _clip_bounds(config)
     log_ratio = _log_ratio(old_log_prob, log_prob, response_mask)
     ratio = torch.exp(log_ratio)
@@ -202,6 +205,7 @@ def compute_policy_loss_gspo(
     works. Clip bounds are ``clip_ratio_low`` / ``clip_ratio_high`` (GSPO uses ~3e-4 / 4e-4);
     the default aggregation is GSPO's ``seq-mean-token-mean``.
     """
+    config = as_actor_config(config)
     low, high, _ = _clip_bounds(config)
     log_ratio = _log_ratio(old_log_prob, log_prob, response_mask)
     mask = response_mask.to(log_ratio.dtype)
@@ -231,6 +235,7 @@ def compute_policy_loss_gpg(
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """GPG: plain policy gradient -A * log pi, no ratio and no clipping (clip fractions are 0)."""
+    config = as_actor_config(config)
     log_ratio = _log_ratio(old_log_prob, log_prob, response_mask)
     ppo_kl = masked_mean(-log_ratio, response_mask)
     pg_losses = _apply_is_weights(-advantages * log_prob, rollout_is_weights)
@@ -254,6 +259,7 @@ def compute_policy_loss_cispo(
     token's gradient, so rare but important tokens are not silenced once their ratio leaves
     the trust region. ``pg_clipfrac`` / ``pg_clipfrac_lower`` count weights clipped above / below.
     """
+    config = as_actor_config(config)
     low, high, _ = _clip_bounds(config)
     log_ratio = _log_ratio(old_log_prob, log_prob, response_mask)
     ratio = torch.exp(log_ratio)
@@ -289,12 +295,12 @@ def compute_policy_loss(
     )
     if cliprange is None and (cliprange_low is None or cliprange_high is None):
         raise ValueError("compute_policy_loss needs cliprange, or both cliprange_low and cliprange_high")
-    config = {
-        "clip_ratio": cliprange if cliprange is not None else cliprange_low,
-        "clip_ratio_low": cliprange_low,
-        "clip_ratio_high": cliprange_high,
-        "clip_ratio_c": clip_ratio_c,
-    }
+    config = ActorConfig(
+        clip_ratio=cliprange if cliprange is not None else cast(float, cliprange_low),  # checked just above
+        clip_ratio_low=cliprange_low,
+        clip_ratio_high=cliprange_high,
+        clip_ratio_c=clip_ratio_c,
+    )
     pg_loss, metrics = compute_policy_loss_vanilla(
         old_log_prob, log_prob, advantages, response_mask, loss_agg_mode=loss_agg_mode, config=config
     )

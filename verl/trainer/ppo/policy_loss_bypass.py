@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from verl.trainer.ppo._util import cfg_get
+from verl.trainer.config.algo_config import RolloutCorrectionConfig
+from verl.trainer.ppo._util import as_actor_config, as_rollout_correction_config
 from verl.trainer.ppo.policy_loss import aggregate, compute_policy_loss_vanilla, register_policy_loss
 from verl.trainer.ppo.rollout_corr import (
     _normalized,
@@ -50,6 +51,7 @@ def compute_policy_loss_reinforce(
 
     ``actor/ppo_kl`` is the k1 estimate of KL(rollout || current) over the mask.
     """
+    config = as_actor_config(config)
     if rollout_log_prob.shape != log_prob.shape or log_prob.shape != response_mask.shape:
         raise ValueError(
             f"reinforce: rollout_log_prob {tuple(rollout_log_prob.shape)}, log_prob "
@@ -64,19 +66,15 @@ def compute_policy_loss_reinforce(
 
 
 def _correction(
-    log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, spec: Any
+    log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, spec: RolloutCorrectionConfig
 ) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
     """(importance weights or None, mask after rejection, metrics) from the update's detached log-probs."""
     current = log_prob.detach()
     metrics = mismatch_metrics(current, rollout_log_prob, response_mask)
-    rs_level = cfg_get(spec, "rollout_rs", None)
-    veto = cfg_get(spec, "rollout_token_veto_threshold", None)
+    rs_level, veto = spec.rollout_rs, spec.rollout_token_veto_threshold
     mask = response_mask
     if rs_level or veto is not None:
-        upper = cfg_get(spec, "rollout_rs_threshold", None)
-        lower = cfg_get(spec, "rollout_rs_threshold_lower", None)
-        if lower is None and upper is not None:
-            lower = 1.0 / float(upper)
+        upper, lower = spec.rollout_rs_threshold, spec.rollout_rs_threshold_lower
         mask = rejection_mask(
             current,
             rollout_log_prob,
@@ -87,13 +85,13 @@ def _correction(
             None if veto is None else float(veto),
         )
         metrics["rollout_corr/rs_rejected_token_frac"] = (1 - mask.sum() / response_mask.sum().clamp(min=1)).item()
-    level = cfg_get(spec, "rollout_is", None)
+    level = spec.rollout_is
     if not level:
         return None, mask, metrics
-    threshold = float(cfg_get(spec, "rollout_is_threshold", 2.0))
+    threshold = float(spec.rollout_is_threshold)
     weights = compute_rollout_is_weights(current, rollout_log_prob, mask, str(level), threshold)
     metrics.update(_weight_metrics(weights, mask, threshold))
-    if cfg_get(spec, "rollout_is_batch_normalize", False):
+    if spec.rollout_is_batch_normalize:
         weights = _normalized(weights, mask, str(level))
     return weights, mask, metrics
 
@@ -111,13 +109,15 @@ def compute_policy_loss_bypass_mode(
     """Bypass-mode loss; ``old_log_prob`` holds the rollout log-probs. ``rollout_is_weights`` is ignored:
     the weights are recomputed here from the current policy."""
     del rollout_is_weights
-    spec = cfg_get(cfg_get(config, "policy_loss", None), "rollout_correction", None)
+    config = as_actor_config(config)
+    spec = config.policy_loss.rollout_correction
     if spec is None:
         raise ValueError(
             "loss_mode=bypass_mode needs actor.policy_loss.rollout_correction: the rollout-correction settings "
             "(loss_type, rollout_is, rollout_is_threshold, rollout_rs, ...) as in algorithm.rollout_correction"
         )
-    loss_type = str(cfg_get(spec, "loss_type", "ppo_clip"))
+    spec = as_rollout_correction_config(spec, "actor.policy_loss.rollout_correction")
+    loss_type = spec.loss_type
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"rollout_correction.loss_type={loss_type!r}; expected one of {list(LOSS_TYPES)}")
     with torch.no_grad():

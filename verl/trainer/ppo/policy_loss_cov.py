@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from verl.trainer.ppo._util import cfg_get
+from verl.trainer.ppo._util import as_actor_config
 from verl.trainer.ppo.policy_loss import _apply_is_weights, _log_ratio, aggregate, register_policy_loss
 from verl.utils.torch_functional import masked_mean
 
@@ -43,15 +43,13 @@ def compute_policy_loss_clip_cov(
 
     ``pg_clipfrac`` is the share of tokens removed this way.
     """
-    policy_loss = cfg_get(config, "policy_loss", None)
-    share = float(cfg_get(policy_loss, "clip_cov_ratio", 0.0002))
-    lower = float(cfg_get(policy_loss, "clip_cov_lb", 1.0))
-    upper = float(cfg_get(policy_loss, "clip_cov_ub", 5.0))
+    config = as_actor_config(config)
+    policy_loss = config.policy_loss
+    share = float(policy_loss.clip_cov_ratio)
+    lower, upper = float(policy_loss.clip_cov_lb), float(policy_loss.clip_cov_ub)
     if share <= 0:
         raise ValueError(f"actor.policy_loss.clip_cov_ratio must be > 0 for loss_mode=clip_cov, got {share}")
-    clip_ratio = float(cfg_get(config, "clip_ratio", 0.2))
-    low = float(cfg_get(config, "clip_ratio_low", clip_ratio))
-    high = float(cfg_get(config, "clip_ratio_high", clip_ratio))
+    low, high = float(config.clip_ratio_low), float(config.clip_ratio_high)
 
     log_ratio = _log_ratio(old_log_prob, log_prob, response_mask)
     ratio = torch.exp(log_ratio)
@@ -88,9 +86,9 @@ def compute_policy_loss_kl_cov(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Unclipped surrogate -A * r, plus ``ppo_kl_coef * |log r|`` on the top ``kl_cov_ratio`` share of tokens
     by covariance. ``actor/ppo_kl`` reports the mean absolute log-ratio."""
-    policy_loss = cfg_get(config, "policy_loss", None)
-    share = float(cfg_get(policy_loss, "kl_cov_ratio", 0.0002))
-    coef = float(cfg_get(policy_loss, "ppo_kl_coef", 1.0))
+    config = as_actor_config(config)
+    share = float(config.policy_loss.kl_cov_ratio)
+    coef = float(config.policy_loss.ppo_kl_coef)
     if share <= 0:
         raise ValueError(f"actor.policy_loss.kl_cov_ratio must be > 0 for loss_mode=kl_cov, got {share}")
 

@@ -11,19 +11,20 @@ Same call convention and metrics as :mod:`verl.trainer.ppo.policy_loss`:
 - ``dppo_tv`` / ``dppo_kl``: a policy gradient ``-A * sg(min(r, c)) * log pi`` that drops tokens whose
   probability already moved beyond a divergence bound in the advantage's direction (total variation
   ``|p - p_old|`` or the binary KL of the token's probability); ``clip_ratio_low`` / ``clip_ratio_high``
-  are those bounds, ``clip_ratio_c`` (default 20) truncates the importance ratio.
+  are those bounds, ``clip_ratio_c`` truncates the importance ratio.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from verl.trainer.ppo._util import cfg_get
+from verl.trainer.ppo._util import as_actor_config
 from verl.trainer.ppo.policy_loss import _apply_is_weights, _log_ratio, _metrics, aggregate, register_policy_loss
 from verl.utils.torch_functional import masked_mean
+from verl.workers.config.actor import ActorConfig
 
 __all__ = [
     "compute_policy_loss_sapo",
@@ -34,9 +35,9 @@ __all__ = [
 ]
 
 
-def _bounds(config: Any) -> tuple[float, float]:
-    clip_ratio = float(cfg_get(config, "clip_ratio", 0.2))
-    return float(cfg_get(config, "clip_ratio_low", clip_ratio)), float(cfg_get(config, "clip_ratio_high", clip_ratio))
+def _bounds(config: ActorConfig) -> tuple[float, float]:
+    # ActorConfig.__post_init__ fills clip_ratio_low / clip_ratio_high from clip_ratio
+    return float(cast(float, config.clip_ratio_low)), float(cast(float, config.clip_ratio_high))
 
 
 @register_policy_loss("sapo")
@@ -52,15 +53,15 @@ def compute_policy_loss_sapo(
     """SAPO: per token -A * f(r), f(r) = sigmoid(tau (r - 1)) * 4 / tau.
 
     f has slope 1 at r = 1 (the plain policy gradient on-policy) and flattens smoothly as the
-    ratio moves away, so off-policy tokens are damped instead of cut. ``tau_pos`` (default 1.0)
-    applies to positive advantages, ``tau_neg`` (default 1.05) to the others. SAPO averages per
+    ratio moves away, so off-policy tokens are damped instead of cut. ``tau_pos`` applies to
+    positive advantages, ``tau_neg`` to the others. SAPO averages per
     sequence, so ``loss_agg_mode`` is ignored in favour of ``seq-mean-token-mean``.
     """
+    config = as_actor_config(config)
     del loss_agg_mode
     log_ratio = _log_ratio(old_log_prob, log_prob, response_mask)
     ratio = torch.exp(log_ratio)
-    tau_pos = float(cfg_get(config, "tau_pos", 1.0))
-    tau_neg = float(cfg_get(config, "tau_neg", 1.05))
+    tau_pos, tau_neg = float(config.tau_pos), float(config.tau_neg)
     if tau_pos <= 0 or tau_neg <= 0:
         raise ValueError(f"actor.tau_pos / actor.tau_neg must be > 0 for sapo, got {tau_pos} / {tau_neg}")
     tau = torch.where(advantages > 0, torch.full_like(ratio, tau_pos), torch.full_like(ratio, tau_neg))
@@ -88,6 +89,7 @@ def compute_policy_loss_geo_mean(
     ``rollout_is_weights`` enter as their per-sequence geometric mean. ``loss_agg_mode`` is
     ignored: the loss is one value per sequence, averaged over sequences that have tokens.
     """
+    config = as_actor_config(config)
     del loss_agg_mode
     low, high = _bounds(config)
     if old_log_prob.shape != log_prob.shape or log_prob.shape != response_mask.shape:
@@ -126,7 +128,8 @@ def compute_policy_loss_dro(
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """DRO: -(A * log pi - beta/2 * (log pi - log pi_old)^2), beta = ``actor.policy_loss.dro_beta`` (> 0)."""
-    beta = cfg_get(cfg_get(config, "policy_loss", None), "dro_beta", None)
+    config = as_actor_config(config)
+    beta = config.policy_loss.dro_beta
     if beta is None or float(beta) <= 0:
         raise ValueError(f"actor.policy_loss.dro_beta must be a positive number for loss_mode=dro, got {beta!r}")
     if old_log_prob.shape != log_prob.shape or log_prob.shape != response_mask.shape:
@@ -150,12 +153,12 @@ def _dppo_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str,
-    config: Any,
+    config: ActorConfig,
     rollout_is_weights: torch.Tensor | None,
     inside: TrustRegion,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     low, high = _bounds(config)
-    clip_c = float(cfg_get(config, "clip_ratio_c", 20.0))
+    clip_c = float(config.clip_ratio_c)
     log_ratio = _log_ratio(old_log_prob, log_prob, response_mask)
     ratio = torch.exp(log_ratio)
     may_rise, may_fall = inside(log_prob.detach(), old_log_prob, low, high)
@@ -196,6 +199,7 @@ def compute_policy_loss_dppo_tv(
     """DPPO (binary total variation): drop tokens whose probability moved more than ``clip_ratio_high``
     up (A > 0) or ``clip_ratio_low`` down (A <= 0). ``pg_clipfrac`` counts dropped tokens,
     ``pg_clipfrac_lower`` kept tokens whose ratio was truncated at ``clip_ratio_c``."""
+    config = as_actor_config(config)
     return _dppo_loss(
         old_log_prob,
         log_prob,
@@ -220,6 +224,7 @@ def compute_policy_loss_dppo_kl(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """DPPO (binary KL): like ``dppo_tv`` with the binary KL of the token's probability as the divergence;
     a token is only dropped when it moved past the bound in the direction the advantage pushes."""
+    config = as_actor_config(config)
     return _dppo_loss(
         old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights, _binary_kl_region
     )

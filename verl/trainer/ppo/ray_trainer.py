@@ -21,14 +21,12 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from codetiming import Timer
 from omegaconf import DictConfig, open_dict
 from torch.utils.data import Dataset, Sampler
 from tqdm import tqdm
@@ -42,7 +40,8 @@ from verl.single_controller.ray import (
     create_colocated_worker_cls,
 )
 from verl.trainer.config.legacy_view import add_legacy_view, without_legacy_view
-from verl.trainer.config.ppo_config import PPOConfig, as_ppo_config, with_total_training_steps
+from verl.trainer.config.ppo_config import PPOConfig, with_total_training_steps
+from verl.trainer.config.resolve import to_ppo_config
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.checkpointing import STATE_FILE, TrainerCheckpointer
 from verl.trainer.ppo.colocated_sync import ColocatedCheckpointManager
@@ -71,6 +70,7 @@ from verl.trainer.ppo.rollout_corr import IN_UPDATE_KEY, apply_rollout_correctio
 from verl.trainer.ppo.scored_generation import DriverRewardLoop, ScoredRolloutManager
 from verl.trainer.ppo.utils import Role, WorkerType, need_critic, need_reference_policy, need_teacher_policy
 from verl.utils.dataset.dataloader import check_loader_state
+from verl.utils.profiler.performance import marked_timer
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
 from verl.utils.tracking import Tracking, ValidationGenerationsLogger
 
@@ -109,15 +109,6 @@ ACTOR_ROLES = (Role.ActorRolloutRef, Role.ActorRollout, Role.Actor)
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
 # the columns the reward needs stay in the step's batch and also travel with the prompts (verl scores in the loop)
 REWARD_KEYS = ("data_source", "reward_model", "extra_info", "uid")
-
-
-@contextmanager
-def marked_timer(name: str, timing_raw: dict[str, float], *_: Any, **__: Any):
-    """Accumulate the wall time of a stage into ``timing_raw[name]`` (seconds). verl's ``color``/``domain``
-    arguments (profiler annotations) are accepted and have no effect here."""
-    with Timer(name=name, logger=None) as timer:
-        yield
-    timing_raw[name] = timing_raw.get(name, 0.0) + timer.last
 
 
 _timer = marked_timer  # the name verl releases before 0.5 used
@@ -201,10 +192,10 @@ class RayPPOTrainer(RecipeHooks):
         reward_fn: Callable | None = None,
         val_reward_fn: Callable | None = None,
     ):
-        self.config = config = add_legacy_view(config)  # recipe code may read config.actor_rollout_ref.*
         # What the trainer reads its own settings from, and (with the sizes the trainer derives) what every worker
-        # receives: built and validated once here, defaults in one place (the dataclasses).
-        self.ppo_config: PPOConfig = as_ppo_config(config)
+        # receives: the object main_ppo built when ``config`` carries it, else built and validated here.
+        self.ppo_config: PPOConfig = to_ppo_config(config)
+        self.config = config = add_legacy_view(config)  # recipe code may read config.actor_rollout_ref.*
         self.tokenizer = tokenizer
         self.processor = processor
         self.role_worker_mapping = role_worker_mapping
@@ -351,7 +342,7 @@ class RayPPOTrainer(RecipeHooks):
                     f"{type(self).__name__}.ppo_config: the trainer has no config; a subclass __init__ that does not "
                     "call RayPPOTrainer.__init__ must set self.config first"
                 )
-            typed = self.__dict__["_ppo_config"] = as_ppo_config(config)
+            typed = self.__dict__["_ppo_config"] = to_ppo_config(config)
         return typed
 
     @ppo_config.setter

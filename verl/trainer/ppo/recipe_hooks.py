@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from verl.protocol import DataProto
 from verl.trainer.ppo.generation_dump import decode_samples, pick_samples
 from verl.trainer.ppo.validation_metrics import flatten_validation_metrics, process_validation_metrics
+
+if TYPE_CHECKING:
+    from verl.trainer.config.ppo_config import PPOConfig
 
 __all__ = ["RecipeHooks"]
 
@@ -28,6 +31,14 @@ class RecipeHooks:
 
     _dump_executor: ThreadPoolExecutor
     _dump_futures: list[Future]
+    # Set by RayPPOTrainer, which this class is mixed into (declared here for the type checker only).
+    global_steps: int
+    ppo_config: PPOConfig
+    tokenizer: Any
+    validation_generations_logger: Any
+    use_rm: bool
+    rm_wg: Any
+    reward_loop_manager: Any
 
     # ------------------------------------------------------------------ generations on disk
     def _init_dump_executor(self) -> None:
@@ -99,7 +110,7 @@ class RecipeHooks:
         with marked_timer("dump_rollout_generations", timing_raw):
             inputs, outputs = decode_samples(self.tokenizer, batch)
             scores = batch.batch["token_level_scores"].sum(-1).cpu().tolist()
-            reward_models = batch.non_tensor_batch.get("reward_model")
+            reward_models: Any = batch.non_tensor_batch.get("reward_model")  # an object array, or a list of None
             if reward_models is None:
                 reward_models = [None] * len(batch)
             gts = [None if rm is None else dict(rm).get("ground_truth") for rm in reward_models]
@@ -119,9 +130,9 @@ class RecipeHooks:
 
     def _val_metrics_update(
         self,
-        data_sources: Sequence[str],
+        data_sources: Sequence[str] | np.ndarray,
         sample_uids: Sequence[str],
-        reward_extra_infos_dict: dict[str, Sequence[Any]],
+        reward_extra_infos_dict: Mapping[str, Sequence[Any]],
         sample_turns: Sequence[np.ndarray],
     ) -> dict[str, float]:
         """verl's flat validation metrics: ``val-core/<source>/<var>/<metric>`` for the mean/maj/best@n of the
@@ -186,7 +197,9 @@ class RecipeHooks:
 
     def _is_profiled_step(self, step: int) -> bool:
         steps = self.ppo_config.global_profiler.get("steps")
-        return bool(steps) and step in steps
+        if not steps:
+            return False
+        return step in steps
 
     def _fit_start_profile(self) -> None:
         """Start profiling at the current step when ``global_profiler.steps`` lists it (continuous windows:

@@ -17,26 +17,35 @@ file is imported before the lookup, so a manager registered in that file is foun
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import logging
 import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 
+from verl.base_config import BaseConfig
 from verl.protocol import DataProto
+from verl.trainer.config.compose import flattened_config
+from verl.trainer.config.data_config import DataConfig
+from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.import_utils import load_extern_object
 from verl.utils.reward_runner import CustomRewardFn
+from verl.workers.config import RewardConfig
+from verl.workers.config.reward import RewardManagerConfig
 from verl.workers.reward_manager import REWARD_MANAGER_REGISTRY, AbstractRewardManager
 
 __all__ = [
     "AbstractRewardManager",
     "CustomRewardFn",
+    "RewardSettings",
     "build_reward_loop_manager",
     "compute_reward",
     "compute_reward_async",
@@ -45,43 +54,72 @@ __all__ = [
     "get_custom_reward_fn",
     "load_reward_manager",
     "resolve_reward_manager_cls",
+    "reward_settings",
 ]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_NUM_WORKERS = 2
-DEFAULT_TIMEOUT_S = 300.0
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """The typed groups the reward code reads, built once from whatever config form it receives
+    (:func:`reward_settings`). ``manager`` is ``reward.reward_manager`` as verl's ``{source, name, module}`` block;
+    ``rate_limit`` the options of the ``rate_limited`` manager."""
+
+    reward: RewardConfig
+    manager: RewardManagerConfig
+    data: DataConfig
+    rate_limit: Any
 
 
-def _section(config: Any, key: str) -> Any:
+def reward_settings(config: Any) -> RewardSettings:
+    """:class:`RewardSettings` of a trainer config (typed, or a DictConfig/dict in this package's or verl's layout,
+    translated first), of a ``reward`` group alone (data defaults), or of ``None`` (all defaults)."""
     if config is None:
-        return None
-    try:
-        return config.get(key)
-    except AttributeError:
-        return getattr(config, key, None)
+        config = {}
+    elif isinstance(config, RewardConfig):
+        config = {"reward": config}
+    elif isinstance(config, DictConfig):
+        config = flattened_config(config)
+    elif "reward" not in config and not isinstance(config, BaseConfig):  # verl's top-level reward keys
+        config = flattened_config(OmegaConf.create(dict(config)))
+    if "reward" in config:
+        node = config["reward"]
+    else:
+        node = config if "reward_manager" in config else {}
+    reward, manager, rate = _typed_reward(node)
+    data = config["data"] if "data" in config else {}
+    return RewardSettings(
+        reward, manager, omega_conf_to_dataclass(data, DataConfig, path="data", keep_unknown=True), rate
+    )
 
 
-def _flat(config: Any) -> Any:
-    """A recipe's own composed config may hold verl's spellings (``reward_model.reward_manager``) beside our
-    defaults (``reward.reward_manager: naive``): read it translated, so the value the user set wins."""
-    if isinstance(config, DictConfig) and "reward" in config:
-        from verl.trainer.config.compose import flattened_config
+def _typed_reward(node: Any) -> tuple[RewardConfig, RewardManagerConfig, Any]:
+    """The ``reward`` group split into :class:`RewardConfig`, its manager block and the ``rate_limited`` manager's
+    options (verl keeps those in the same group)."""
+    from verl.experimental.reward_loop.reward_manager.limited import RateLimitConfig
 
-        return flattened_config(config)
-    return config
-
-
-def _reward_config(config: Any) -> Any:
-    """The ``reward`` group of a full trainer config, or ``config`` itself when it is that group."""
-    config = _flat(config)
-    reward = _section(config, "reward")
-    if reward is not None:
-        return reward
-    if _section(config, "reward_manager") is not None:
-        return config
-    legacy = _section(config, "reward_model")
-    return legacy if legacy is not None else {}
+    rate_keys = {f.name for f in dataclasses.fields(RateLimitConfig) if not f.name.startswith("_")}
+    if isinstance(node, BaseConfig):
+        reward = omega_conf_to_dataclass(node, RewardConfig, path="reward", keep_unknown=True)
+        rate = {key: value for key, value in reward.to_dict().items() if key in rate_keys}
+        manager = RewardManagerConfig(name=reward.reward_manager)
+    else:
+        raw = (
+            cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))
+            if isinstance(node, DictConfig)
+            else dict(node or {})
+        )
+        rate = {key: raw.pop(key) for key in rate_keys & set(raw)}
+        block = raw.pop("reward_manager", None)
+        if isinstance(block, Mapping):
+            manager = omega_conf_to_dataclass(block, RewardManagerConfig, path="reward.reward_manager")
+        else:
+            manager = RewardManagerConfig(name=block) if block else RewardManagerConfig()
+        reward = omega_conf_to_dataclass(
+            {**raw, "reward_manager": manager.name}, RewardConfig, path="reward", keep_unknown=True
+        )
+    return reward, manager, omega_conf_to_dataclass(rate, RateLimitConfig, path="reward")
 
 
 def get_custom_reward_fn(config: Any) -> CustomRewardFn | None:
@@ -89,34 +127,21 @@ def get_custom_reward_fn(config: Any) -> CustomRewardFn | None:
 
     The file is imported here, in the driver, so a wrong path or name fails at start-up with the culprit named.
     """
-    config = _flat(config)
-    section = _section(_reward_config(config), "custom_reward_function")
-    if section is None:
-        section = _section(config, "custom_reward_function")  # legacy top-level group
-    path = _section(section, "path")
-    if not path:
+    custom = _settings(config).reward.custom_reward_function
+    if not custom.path:
         return None
-    name = _section(section, "name") or "compute_score"
-    kwargs = _section(section, "reward_kwargs") or {}
-    path = str(path)
+    path = str(custom.path)
     if os.path.isfile(os.path.expanduser(path)):
         # Absolute, so scoring processes find it even if the driver changes directory later.
         path = os.path.abspath(os.path.expanduser(path))
-    fn = CustomRewardFn(path, str(name), dict(kwargs))
+    fn = CustomRewardFn(path, str(custom.name), dict(custom.reward_kwargs))
     fn.warm_up()  # import now: errors belong at start-up, not in a scoring process
-    logger.info("using custom reward function %r from %s", name, path)
+    logger.info("using custom reward function %r from %s", custom.name, path)
     return fn
 
 
-def _manager_spec(reward_cfg: Any) -> tuple[str, str, str | None]:
-    """(name, source, module path) of ``reward.reward_manager``: a plain name here, ``{name, source, module}`` in
-    verl's layout (source ``register``: a registered name; ``importlib``: a class in the file ``module.path``)."""
-    value = _section(reward_cfg, "reward_manager")
-    if value is None or isinstance(value, str):
-        return str(value or "naive"), "register", None
-    name = _section(value, "name") or "naive"
-    source = _section(value, "source") or "register"
-    return str(name), str(source), _section(_section(value, "module"), "path")
+def _settings(config: Any) -> RewardSettings:
+    return config if isinstance(config, RewardSettings) else reward_settings(config)
 
 
 def resolve_reward_manager_cls(config: Any) -> type:
@@ -128,15 +153,15 @@ def resolve_reward_manager_cls(config: Any) -> type:
     """
     from verl.experimental.reward_loop.reward_manager import REWARD_LOOP_MANAGER_REGISTRY
 
-    name, source, module_path = _manager_spec(_reward_config(config))
-    if source == "importlib":
+    manager = _settings(config).manager
+    name = manager.name
+    if manager.source == "importlib":
+        module_path = manager.module.path if manager.module is not None else None
         if not module_path:
             raise ValueError("reward.reward_manager.source=importlib needs reward.reward_manager.module.path")
         return load_extern_object(
             module_path, name, config_key="reward.reward_manager.module.path", what="reward manager class"
         )
-    if source != "register":
-        raise ValueError(f"reward.reward_manager.source={source!r}; expected 'register' or 'importlib'")
     if name in REWARD_LOOP_MANAGER_REGISTRY:
         return REWARD_LOOP_MANAGER_REGISTRY[name]
     batch_only = " (a batch manager: load it with load_reward_manager)" if name in REWARD_MANAGER_REGISTRY else ""
@@ -151,43 +176,48 @@ def build_reward_loop_manager(config: Any, tokenizer: Any, **reward_kwargs: Any)
     ``cls(config=, tokenizer=, compute_score=<custom function or default_compute_score>, **reward_kwargs)``."""
     from verl.utils.reward_score import default_compute_score
 
-    compute_score = get_custom_reward_fn(config) or default_compute_score
-    cls = resolve_reward_manager_cls(config)
+    settings = _settings(config)
+    compute_score = get_custom_reward_fn(settings) or default_compute_score
+    cls = resolve_reward_manager_cls(settings)
     return cls(config=config, tokenizer=tokenizer, compute_score=compute_score, **reward_kwargs)
 
 
 def _build_batch_manager(
-    cls: type, name: str, config: Any, tokenizer: Any, num_examine: int, compute_score: Any, reward_kwargs: dict
+    cls: type,
+    settings: RewardSettings,
+    tokenizer: Any,
+    num_examine: int,
+    compute_score: Any,
+    reward_kwargs: dict,
 ) -> Any:
-    reward_cfg = _reward_config(config)
-    kwargs: dict[str, Any] = dict(_section(reward_cfg, "reward_kwargs") or {})
-    kwargs.update(reward_kwargs)
+    reward = settings.reward
+    kwargs: dict[str, Any] = {**reward.reward_kwargs, **reward_kwargs}
     if compute_score is not None:
         kwargs.setdefault("compute_score", compute_score)
-    data_cfg = _section(config, "data")
-    reward_fn_key = _section(data_cfg, "reward_fn_key") or "data_source"
-    kwargs.setdefault("reward_fn_key", reward_fn_key)
-    num_workers = _section(reward_cfg, "num_workers")
-    timeout_s = _section(reward_cfg, "timeout_s")
-    kwargs.setdefault("num_workers", DEFAULT_NUM_WORKERS if num_workers is None else int(num_workers))
-    kwargs.setdefault("timeout_s", DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s))
+    kwargs.setdefault("reward_fn_key", settings.data.reward_fn_key)
+    kwargs.setdefault("num_workers", reward.num_workers)
+    kwargs.setdefault("timeout_s", reward.timeout_s)
     params = inspect.signature(cls).parameters
     if "max_resp_len" in params and kwargs.get("max_resp_len") is None:
-        max_len = _section(data_cfg, "max_response_length")
-        if max_len is not None:
-            kwargs["max_resp_len"] = int(max_len)
+        kwargs["max_resp_len"] = settings.data.max_response_length
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         unknown = sorted(set(kwargs) - set(params))
         if unknown:
             raise TypeError(
-                f"reward manager {name!r} does not accept {unknown} (reward.reward_kwargs); "
+                f"reward manager {settings.manager.name!r} does not accept {unknown} (reward.reward_kwargs); "
                 f"it takes {sorted(k for k in params if k not in ('self', 'tokenizer'))}"
             )
     return cls(tokenizer=tokenizer, num_examine=num_examine, **kwargs)
 
 
 def _build_loop_adapter(
-    cls: type, config: Any, tokenizer: Any, num_examine: int, compute_score: Any, reward_kwargs: dict
+    cls: type,
+    config: Any,
+    settings: RewardSettings,
+    tokenizer: Any,
+    num_examine: int,
+    compute_score: Any,
+    reward_kwargs: dict,
 ) -> Any:
     from verl.experimental.reward_loop.adapter import RewardLoopAdapter, build_on_reward_loop
     from verl.utils.reward_score import default_compute_score
@@ -195,10 +225,7 @@ def _build_loop_adapter(
     manager = build_on_reward_loop(
         cls, config=config, tokenizer=tokenizer, compute_score=compute_score or default_compute_score, **reward_kwargs
     )
-    timeout_s = _section(_reward_config(config), "timeout_s")
-    return RewardLoopAdapter(
-        manager, num_examine=num_examine, timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
-    )
+    return RewardLoopAdapter(manager, num_examine=num_examine, timeout_s=settings.reward.timeout_s)
 
 
 def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **reward_kwargs: Any) -> Any:
@@ -212,14 +239,14 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **rew
     """
     from verl.experimental.reward_loop.reward_manager import RewardManagerBase
 
-    config = _flat(config)  # once here: the readers below then find the flattened groups
-    compute_score = get_custom_reward_fn(config)  # first: the user's file may register the manager
-    name, source, _ = _manager_spec(_reward_config(config))
+    settings = _settings(config)  # once here: the readers below take the typed groups
+    compute_score = get_custom_reward_fn(settings)  # first: the user's file may register the manager
+    name, source = settings.manager.name, settings.manager.source
     if source == "register" and name in REWARD_MANAGER_REGISTRY:
         cls = REWARD_MANAGER_REGISTRY[name]
     else:
         try:
-            cls = resolve_reward_manager_cls(config)
+            cls = resolve_reward_manager_cls(settings)
         except ValueError:
             if source != "register":
                 raise
@@ -228,14 +255,32 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **rew
                 f"{sorted(REWARD_MANAGER_REGISTRY)}, registered reward-loop managers: {_loop_names()}"
             ) from None
     if isinstance(cls, type) and issubclass(cls, RewardManagerBase):
-        return _build_loop_adapter(cls, config, tokenizer, num_examine, compute_score, reward_kwargs)
-    return _build_batch_manager(cls, name, config, tokenizer, num_examine, compute_score, reward_kwargs)
+        return _build_loop_adapter(cls, config, settings, tokenizer, num_examine, compute_score, reward_kwargs)
+    return _build_batch_manager(cls, settings, tokenizer, num_examine, compute_score, reward_kwargs)
 
 
 def _loop_names() -> list[str]:
     from verl.experimental.reward_loop.reward_manager import REWARD_LOOP_MANAGER_REGISTRY
 
     return sorted(REWARD_LOOP_MANAGER_REGISTRY)
+
+
+@overload
+def compute_reward(
+    data: DataProto, reward_fn: Any, return_metrics: Literal[False] = ...
+) -> tuple[torch.Tensor, dict[str, list]]: ...
+
+
+@overload
+def compute_reward(
+    data: DataProto, reward_fn: Any, return_metrics: Literal[True]
+) -> tuple[torch.Tensor, dict[str, list], dict[str, float]]: ...
+
+
+@overload
+def compute_reward(
+    data: DataProto, reward_fn: Any, return_metrics: bool
+) -> tuple[torch.Tensor, dict[str, list]] | tuple[torch.Tensor, dict[str, list], dict[str, float]]: ...
 
 
 def compute_reward(

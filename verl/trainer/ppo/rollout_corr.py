@@ -21,18 +21,12 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
+from verl.trainer.ppo._util import as_rollout_correction_config
 from verl.utils.torch_functional import masked_mean
 
 IS_LEVELS = ("token", "sequence")
 RS_LEVELS = ("token", "sequence", "geometric")
 LOG_RATIO_CLAMP = 20.0
-
-
-def _get(config: Any, key: str, default: Any) -> Any:
-    if config is None:
-        return default
-    value = config.get(key, default) if hasattr(config, "get") else getattr(config, key, default)
-    return default if value is None else value
 
 
 def is_weights_from_log_ratio(
@@ -152,13 +146,10 @@ def apply_rollout_correction(batch: DataProto, config: Any) -> dict[str, float]:
     response_mask = batch.batch["response_mask"]
     old_log_prob, rollout_log_prob = batch.batch["old_log_probs"], batch.batch["rollout_log_probs"]
     metrics = mismatch_metrics(old_log_prob, rollout_log_prob, response_mask)
-    rs_level = _get(config, "rollout_rs", None)
-    veto = _get(config, "rollout_token_veto_threshold", None)
+    config = as_rollout_correction_config(config)
+    rs_level, veto = config.rollout_rs, config.rollout_token_veto_threshold
     if rs_level or veto is not None:
-        upper = _get(config, "rollout_rs_threshold", None)
-        lower = _get(config, "rollout_rs_threshold_lower", None)
-        if lower is None and upper is not None:
-            lower = 1.0 / float(upper)  # as RolloutCorrectionConfig fills it in
+        upper, lower = config.rollout_rs_threshold, config.rollout_rs_threshold_lower
         kept = rejection_mask(
             old_log_prob,
             rollout_log_prob,
@@ -175,12 +166,12 @@ def apply_rollout_correction(batch: DataProto, config: Any) -> dict[str, float]:
         metrics["rollout_corr/rs_rejected_seq_frac"] = (dropped_rows.sum() / valid_rows).item()
         response_mask = kept
         batch.batch["response_mask"] = kept
-    level = _get(config, "rollout_is", None)
+    level = config.rollout_is
     if level:
-        threshold = float(_get(config, "rollout_is_threshold", 2.0))
+        threshold = float(config.rollout_is_threshold)
         weights = compute_rollout_is_weights(old_log_prob, rollout_log_prob, response_mask, str(level), threshold)
         metrics.update(_weight_metrics(weights, response_mask, threshold))
-        if _get(config, "rollout_is_batch_normalize", False):
+        if config.rollout_is_batch_normalize:
             weights = _normalized(weights, response_mask, str(level))
             metrics["rollout_corr/is_weight_mean"] = masked_mean(weights, response_mask).item()
         batch.batch["rollout_is_weights"] = weights
@@ -195,14 +186,15 @@ def in_update_spec(config: Any) -> dict[str, Any] | None:
     """What an on-policy update needs to apply ``config`` from its own forward pass, or None when the correction
     looks at the whole batch before the update (rejection, the token veto, batch normalisation) or bypasses the
     trainer's log-probs altogether."""
-    if _get(config, "rollout_rs", None) or _get(config, "rollout_token_veto_threshold", None) is not None:
+    config = as_rollout_correction_config(config)
+    if config.rollout_rs or config.rollout_token_veto_threshold is not None:
         return None
-    if _get(config, "rollout_is_batch_normalize", False) or _get(config, "bypass_mode", False):
+    if config.rollout_is_batch_normalize or config.bypass_mode:
         return None
-    level = _get(config, "rollout_is", None)
+    level = config.rollout_is
     return {
         "rollout_is": None if level is None else str(level),
-        "rollout_is_threshold": float(_get(config, "rollout_is_threshold", 2.0)),
+        "rollout_is_threshold": float(config.rollout_is_threshold),
     }
 
 

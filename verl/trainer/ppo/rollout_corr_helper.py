@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -174,6 +174,7 @@ def _rs_option(
     """(kept tokens, per-token statistic, per-response statistic or None, metric upper, metric lower)."""
     clamped = log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND)
     if _is_two_sided(option):
+        assert lower is not None  # _rs_bounds gives every two-sided option a lower bound
         sign, level = (1.0, RATIO_RS_OPTIONS[option]) if option in RATIO_RS_OPTIONS else (-1.0, _K1_LEVELS[option])
         kept = rejection_mask_from_log_ratio(sign * log_ratio, mask, level, upper, lower).bool()
         token_stat = sign * clamped  # the log of the banded ratio
@@ -548,7 +549,7 @@ def _plain_config(config: Any) -> dict[str, Any]:
     if isinstance(config, BaseConfig):
         return config.to_dict()
     if isinstance(config, DictConfig):
-        return OmegaConf.to_container(config, resolve=True)
+        return cast(dict[str, Any], OmegaConf.to_container(config, resolve=True))
     if isinstance(config, Mapping):
         return dict(config)
     raise TypeError(f"rollout_corr_config must be a RolloutCorrectionConfig, DictConfig or dict, got {config!r}")

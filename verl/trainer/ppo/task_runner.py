@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import Any, cast
 
 import ray
 from omegaconf import DictConfig, OmegaConf
 
+from verl.trainer.config.ppo_config import PPOConfig
+from verl.trainer.config.resolve import attach_ppo_config, to_ppo_config
 from verl.trainer.ppo.utils import Role, need_critic, need_reward_model
 
 logger = logging.getLogger(__name__)
@@ -44,7 +46,9 @@ def _ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
     os.environ.setdefault("RAY_worker_niceness", "0")  # Ray's default 15 starves workers on a busy CPU (bench/)
-    ray_init = OmegaConf.to_container(OmegaConf.select(config, "ray_kwargs.ray_init") or {}, resolve=True)
+    ray_init = cast(
+        dict[str, Any], OmegaConf.to_container(OmegaConf.select(config, "ray_kwargs.ray_init") or {}, resolve=True)
+    )
     kwargs = {key: value for key, value in ray_init.items() if value is not None}
     runtime_env = dict(kwargs.get("runtime_env") or {})
     env_vars = dict(get_ppo_ray_runtime_env(config)["env_vars"])
@@ -282,21 +286,22 @@ def _as_actor_class(task_runner_class: Any) -> Any:
     return ray.remote(num_cpus=TASK_RUNNER_CPUS)(task_runner_class)
 
 
-def _flattened(config: DictConfig) -> DictConfig:
-    """``config`` in the flattened groups: a config composed by a recipe's own ``@hydra.main`` still holds verl's
-    spellings (``actor_rollout_ref.*``, ``custom_reward_function.*``), which are translated and validated here as
-    ``main_ppo`` does before Hydra hands over."""
+def _flattened(config: DictConfig) -> tuple[DictConfig, PPOConfig]:
+    """``config`` in the flattened groups, and its typed twin: the one ``main_ppo`` built and attached, or built
+    here. A config composed by a recipe's own ``@hydra.main`` still holds verl's spellings (``actor_rollout_ref.*``,
+    ``custom_reward_function.*``), which are translated and validated here as ``main_ppo`` does before Hydra hands
+    over."""
     from verl.trainer.config.legacy import LEGACY_ROOTS
 
     if not any(root in config for root in LEGACY_ROOTS):
-        return config
+        return config, to_ppo_config(config)
     from verl.trainer.main_ppo import resolve_config
 
     config, typed = resolve_config(config)
     from verl.trainer.config.recipe_keys import warn_recipe_keys
 
     warn_recipe_keys(typed)  # a recipe's own main: main_ppo's start-up checks did not run
-    return config
+    return config, typed
 
 
 def run_ppo(config: DictConfig, task_runner_class: Any = None) -> str:
@@ -312,12 +317,13 @@ def run_task_runner(config: DictConfig, task_runner_class: Any = None, *init_arg
     from verl.trainer.config.legacy_view import add_legacy_view, legacy_leaf_aliases
 
     leaf_aliases = legacy_leaf_aliases(config)  # what a recipe's YAML set under verl's reward blocks
-    config = _flattened(config)
+    config, typed = _flattened(config)
     if not ray.is_initialized():
         ray.init(**_ray_init_kwargs(config))
     # resolved, then verl's spellings added back as read-only aliases for the runner (config.actor_rollout_ref.*,
     # config.reward_model.*)
     resolved = add_legacy_view(OmegaConf.create(OmegaConf.to_container(config, resolve=True)), leaf_aliases)
+    attach_ppo_config(resolved, typed)  # the runner, its trainer and the workers reuse it: built once per run
     from verl.single_controller.ray.node_placement import on_this_node
     from verl.utils.ray_utils import dump_ray_timeline
 

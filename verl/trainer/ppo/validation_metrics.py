@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -29,7 +29,13 @@ __all__ = [
     "validation_reward_metrics",
 ]
 
-_VECTORISED = {np.max: np.max, np.min: np.min, np.mean: np.mean, np.amax: np.max, np.amin: np.min}
+_VECTORISED: dict[Callable[..., Any], Callable[..., np.ndarray]] = {
+    np.max: np.max,
+    np.min: np.min,
+    np.mean: np.mean,
+    np.amax: np.max,
+    np.amin: np.min,
+}
 
 
 def bootstrap_metric(
@@ -133,6 +139,26 @@ def _legacy_call(infos_dict: Any) -> bool:
     return not isinstance(infos_dict, Mapping)
 
 
+@overload
+def process_validation_metrics(
+    data_sources: Sequence[str],
+    sample_uids: Sequence[str],
+    infos_dict: Mapping[str, Sequence[Any]],
+    seed: int = ...,
+    expected_acc_counts: Mapping[tuple[str, str], int] | None = ...,
+) -> dict[str, dict[str, dict[str, float]]]: ...
+
+
+@overload
+def process_validation_metrics(
+    data_sources: Sequence[str],
+    sample_uids: Sequence[str],
+    infos_dict: Sequence[float],
+    seed: int = ...,
+    expected_acc_counts: Mapping[tuple[str, str], int] | None = ...,
+) -> dict[str, float]: ...
+
+
 def process_validation_metrics(
     data_sources: Sequence[str],
     sample_uids: Sequence[str],
@@ -149,7 +175,7 @@ def process_validation_metrics(
     Called the older way, with a plain list of scores as the third argument, it returns the flat
     ``val-core`` / ``val-aux`` reward metrics of :func:`validation_reward_metrics`.
     """
-    if _legacy_call(infos_dict):
+    if not isinstance(infos_dict, Mapping):  # the legacy call (_legacy_call)
         return validation_reward_metrics(data_sources, sample_uids, infos_dict)
     grouped: dict[str, dict[str, dict[str, list]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for row, (source, uid) in enumerate(zip(data_sources, sample_uids)):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -20,7 +20,11 @@ def run_translated(config: DictConfig | dict[str, Any], translate: Callable[[dic
     """Translate ``config`` (a composed verl tree) with ``translate``, train, and return the last checkpoint."""
     from verl.trainer.sft.trainer import SFTTrainer
 
-    tree = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
+    tree = (
+        cast(dict[str, Any], OmegaConf.to_container(config, resolve=True))
+        if isinstance(config, DictConfig)
+        else dict(config)
+    )
     return SFTTrainer(translate(tree)).fit()
 
 

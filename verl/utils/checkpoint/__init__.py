@@ -1,7 +1,7 @@
 """verl's checkpoint-manager API: ``BaseCheckpointManager`` and the per-rank ``FSDPCheckpointManager`` layout.
 
-The trainer's workers save with :mod:`verl.workers.fsdp.checkpoint_manager` (a resharding-friendly layout);
-``FSDPCheckpointManager`` here reads that layout too.
+The trainer's workers save with :mod:`verl.utils.checkpoint.dcp_checkpoint_manager` (a resharding-friendly
+layout); ``FSDPCheckpointManager`` of :mod:`verl.utils.checkpoint.fsdp_checkpoint_manager` reads that layout too.
 """
 
 from verl.utils.checkpoint.checkpoint_manager import (

@@ -10,11 +10,13 @@ Also here: the tracker file a trainer writes next to its ``global_step_{k}`` fol
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
 import shutil
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -22,8 +24,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from verl.base_config import BaseConfig
+from verl.utils.config import omega_conf_to_dataclass
+
 __all__ = [
     "BaseCheckpointManager",
+    "CheckpointContents",
+    "checkpoint_contents",
     "find_latest_ckpt_path",
     "get_checkpoint_tracker_filename",
     "should_save_ckpt_esi",
@@ -37,15 +44,29 @@ TRACKER_FILE = "latest_checkpointed_iteration.txt"
 _LORA_KEY_MARKERS = ("lora_", ".adapter_")
 
 
-def config_value(config: Any, key: str, default: Any = None) -> Any:
-    """``config[key]`` for a dict / DictConfig / BaseConfig / plain object, ``default`` when absent or None."""
+@dataclass
+class CheckpointContents(BaseConfig):
+    """The fields of a ``checkpoint`` block a manager reads, for a block given as a plain dict (the trainer's
+    typed ``actor.checkpoint`` config has the same fields). ``load_contents=None``: each manager's default."""
+
+    save_contents: list[str] = field(default_factory=lambda: list(DEFAULT_CONTENTS))
+    load_contents: list[str] | None = None
+    async_save: bool = False
+    strict: bool = True
+    save_lora_only: bool = False
+
+
+def checkpoint_contents(config: Any) -> Any:
+    """``config`` as a typed checkpoint config, converted once at a manager's door: a dataclass instance as is,
+    None as the defaults, a DictConfig or dict naming its class (``_target_``) as that class, any other mapping as
+    :class:`CheckpointContents` (unknown keys are refused by name)."""
     if config is None:
-        return default
-    if isinstance(config, dict) or hasattr(config, "get"):
-        value = config.get(key, default)
-    else:
-        value = getattr(config, key, default)
-    return default if value is None else value
+        return CheckpointContents()
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return config
+    if "_target_" in config:
+        return omega_conf_to_dataclass(config, path="checkpoint", keep_unknown=True)
+    return omega_conf_to_dataclass(config, CheckpointContents, path="checkpoint", keep_unknown=True)
 
 
 def dist_rank() -> int:
@@ -68,8 +89,9 @@ class BaseCheckpointManager:
         model: the (possibly sharded) model.
         optimizer / lr_scheduler: optional (a frozen reference model has neither).
         processing_class: tokenizer or processor written next to the weights.
-        checkpoint_config: ``save_contents``, ``load_contents`` (default: model, optimizer, extra) and
-            ``save_lora_only`` (keep only adapter tensors of a LoRA model).
+        checkpoint_config: the ``checkpoint`` block (typed, a DictConfig or a dict; see :func:`checkpoint_contents`):
+            ``save_contents``, ``load_contents`` (default: model, optimizer, extra) and ``save_lora_only`` (keep only
+            adapter tensors of a LoRA model).
     """
 
     def __init__(
@@ -80,9 +102,10 @@ class BaseCheckpointManager:
         processing_class: Any = None,
         checkpoint_config: Any = None,
     ) -> None:
-        self.checkpoint_config = checkpoint_config
-        self.checkpoint_save_contents = list(config_value(checkpoint_config, "save_contents", DEFAULT_CONTENTS))
-        self.checkpoint_load_contents = list(config_value(checkpoint_config, "load_contents", DEFAULT_CONTENTS))
+        self.checkpoint_config = checkpoint_contents(checkpoint_config)
+        save, load = self.checkpoint_config.save_contents, self.checkpoint_config.load_contents
+        self.checkpoint_save_contents = list(DEFAULT_CONTENTS if save is None else save)
+        self.checkpoint_load_contents = list(DEFAULT_CONTENTS if load is None else load)
         self.previous_global_step: int | None = None
         self.previous_saved_paths: list[str] = []
         self.model = model
@@ -129,7 +152,7 @@ class BaseCheckpointManager:
     def should_save_lora_only(self) -> bool:
         """``checkpoint.save_lora_only``: a LoRA model saves its adapter tensors only (the base is the pretrained
         checkpoint, reloaded from ``model.path``)."""
-        return bool(config_value(self.checkpoint_config, "save_lora_only", False))
+        return bool(self.checkpoint_config.save_lora_only)
 
     @staticmethod
     def is_lora_only_state_dict(state_dict: dict[str, Any] | None) -> bool:

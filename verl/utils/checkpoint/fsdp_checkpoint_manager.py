@@ -10,7 +10,7 @@ Layout of ``local_path`` (what verl writes, so checkpoints move between verl and
     fsdp_config.json                        {"FSDP_version", "world_size"}
     lora_train_meta.json                    {"r", "lora_alpha", "task_type"} of a LoRA model
 
-A folder written by the workers' own manager (:mod:`verl.workers.fsdp.checkpoint_manager`, a
+A folder written by the workers' own manager (:mod:`verl.utils.checkpoint.dcp_checkpoint_manager`, a
 ``torch.distributed.checkpoint`` layout any world size can load) is recognised and loaded through that manager.
 Per-rank files can only be loaded by the same world size; a mismatch is reported with the sizes found.
 """
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager, dist_barrier
+from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager, CheckpointContents, dist_barrier
 
 __all__ = ["FSDPCheckpointManager", "FSDPConfig"]
 
@@ -212,7 +212,7 @@ class FSDPCheckpointManager(BaseCheckpointManager):
                 "checkpoint.save_contents includes 'hf_model' but the model is not a torch module; pass "
                 "export_weights=fn(out_dir)"
             )
-        from verl.workers.fsdp.hf_export import export_hf_weights
+        from verl.utils.checkpoint.hf_export import export_hf_weights
 
         export_hf_weights(self.model, hf_dir)
 
@@ -269,21 +269,15 @@ class FSDPCheckpointManager(BaseCheckpointManager):
         logger.info("loaded LoRA-only checkpoint %s (%d tensors; base weights kept)", path, len(state))
 
     def _load_worker_layout(self, local_path: str, del_local_after_load: bool) -> dict[str, Any]:
-        from verl.workers.fsdp.checkpoint_manager import FSDPCheckpointManager as WorkerCheckpointManager
+        from verl.utils.checkpoint.dcp_checkpoint_manager import FSDPCheckpointManager as WorkerCheckpointManager
 
         manager = WorkerCheckpointManager(
             self.model,
             self.optimizer,
             self.lr_scheduler,
             processing_class=self.processing_class,
-            checkpoint_config=_Contents(self.checkpoint_save_contents, self.checkpoint_load_contents),
+            checkpoint_config=CheckpointContents(
+                save_contents=self.checkpoint_save_contents, load_contents=self.checkpoint_load_contents
+            ),
         )
         return manager.load_checkpoint(local_path, del_local_after_load=del_local_after_load)
-
-
-@dataclass
-class _Contents:
-    """The contents selection handed to the workers' manager when loading its layout."""
-
-    save_contents: list[str]
-    load_contents: list[str]

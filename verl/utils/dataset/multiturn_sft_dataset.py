@@ -1,7 +1,7 @@
 """verl's ``MultiTurnSFTDataset`` over this package's multi-turn SFT tokenization.
 
 Each parquet row is one conversation (``messages_key``; optional ``tools_key`` and ``enable_thinking_key`` columns).
-It is tokenized the way the tool agent loop builds a trajectory (:func:`verl.trainer.sft.dataset.
+It is tokenized the way the tool agent loop builds a trajectory (:func:`verl.utils.dataset.sft_parquet.
 tokenize_conversation`), so SFT and RL see the same token ids, and only assistant turns get ``loss_mask`` 1.
 
 ``pad_mode``: ``right`` (default) pads to ``max_length`` (items: ``input_ids``, ``attention_mask``,
@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from verl.trainer.sft.dataset import SFTDataset as _SFTDataset
 from verl.utils.dataset.sft_dataset import legacy_data_view, read_key, select_rows
+from verl.utils.dataset.sft_parquet import SFTDataset as _SFTDataset
 from verl.utils.extras import MissingExtraError, missing_message
 
 __all__ = ["MultiTurnSFTDataset"]

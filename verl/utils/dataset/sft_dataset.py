@@ -4,7 +4,7 @@ Older verl releases built the SFT data set from the ``data`` block of ``verl.tra
 ``prompt_key``/``response_key`` name columns, ``prompt_dict_keys``/``response_dict_keys`` walk into struct columns,
 ``max_length``/``truncation`` bound the sequence, ``apply_chat_template_kwargs`` go to the chat template, and
 ``max_samples > 0`` keeps that many rows (a seeded random choice with ``shuffle``, else the first rows). The rows are
-tokenized by :class:`verl.trainer.sft.dataset.SFTDataset`, so items are what this package's SFT trainer trains on:
+tokenized by :class:`verl.utils.dataset.sft_parquet.SFTDataset`, so items are what this package's SFT trainer trains on:
 ``input_ids``, ``attention_mask``, ``position_ids`` and ``loss_mask``, right-padded to ``max_length``, where
 ``loss_mask[t] == 1`` iff token ``t`` is produced by the model (the response and its eos).
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from verl.trainer.sft.dataset import SFTDataset as _SFTDataset
+from verl.utils.dataset.sft_parquet import SFTDataset as _SFTDataset
 
 __all__ = ["SFTDataset", "legacy_data_view", "read_key", "select_rows"]
 
@@ -48,7 +48,7 @@ def _column_path(config: Any, column_key: str, fields_key: str, default: str) ->
 
 
 def legacy_data_view(config: Any, multiturn: bool = False) -> types.SimpleNamespace:
-    """The attributes :class:`verl.trainer.sft.dataset.SFTDataset` reads, from an older verl ``data`` config.
+    """The attributes :class:`verl.utils.dataset.sft_parquet.SFTDataset` reads, from an older verl ``data`` config.
 
     Multi-turn keys are read from ``data.multiturn.*`` (verl 0.4-0.5) or from ``data.*`` itself (later releases).
     """

@@ -2,7 +2,7 @@
 
 verl passes ``fully_shard`` keyword arguments (mesh, mixed precision, offload, reshard policy) and a config holding
 ``wrap_policy`` and ``forward_prefetch``; the layers to shard on their own are picked by
-:func:`verl.workers.fsdp.fsdp_wrap.layers_to_shard` (the same rule the workers use), plus the input embeddings and
+:func:`layers_to_shard` (the same rule the workers use), plus the input embeddings and
 the LM head when they are not tied. :func:`get_fsdp_wrap_policy` builds the FSDP1 ``auto_wrap_policy`` callable verl
 code passes around; this package itself never wraps with FSDP1.
 """
@@ -25,19 +25,66 @@ from torch.distributed.fsdp.wrap import (
 from torch.distributed.tensor import Shard
 
 from verl.utils.fsdp_utils.common import reject_fsdp1
-from verl.workers.fsdp.fsdp_wrap import layers_to_shard
 
-__all__ = ["get_fsdp_wrap_policy", "apply_fsdp2", "get_shard_placement_fn", "set_reshard_after_forward"]
+__all__ = [
+    "decoder_layer_classes",
+    "layers_to_shard",
+    "get_fsdp_wrap_policy",
+    "apply_fsdp2",
+    "get_shard_placement_fn",
+    "set_reshard_after_forward",
+]
 
 logger = logging.getLogger(__name__)
 
 
-def _setting(config: Any, name: str, default: Any = None) -> Any:
+def _base_model(model: nn.Module) -> nn.Module:
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def decoder_layer_classes(model: nn.Module) -> set[str]:
+    """Names of the classes transformers marks as not-to-be-split (the decoder layers)."""
+    names = getattr(_base_model(model), "_no_split_modules", None) or []
+    return set(names)
+
+
+def layers_to_shard(
+    model: nn.Module, wrap_policy: Mapping[str, Any] | None = None, key: str = "fsdp_config.wrap_policy"
+) -> list[nn.Module]:
+    """The submodules ``wrap_policy`` shards on their own, in forward (registration) order.
+
+    ``transformer_layer_cls_to_wrap`` (class names; default: the model's ``_no_split_modules``) picks the classes;
+    modules of them with fewer than ``min_num_params`` parameters (0: none) stay with their parent. A class name
+    the model does not have is a ValueError naming ``key``: a typo would otherwise silently shard the root only.
+    """
+    policy = dict(wrap_policy or {})
+    names = policy.get("transformer_layer_cls_to_wrap")
+    names = [names] if isinstance(names, str) else list(names or [])
+    if names:
+        present = {type(m).__name__ for m in model.modules()}
+        unknown = sorted(set(names) - present)
+        if unknown:
+            raise ValueError(
+                f"{key}.transformer_layer_cls_to_wrap: {unknown} not in the model; its module classes "
+                f"are {sorted(present)}"
+            )
+    wanted = set(names) or decoder_layer_classes(model)
+    min_params = int(policy.get("min_num_params") or 0)
+    return [
+        m
+        for m in model.modules()
+        if m is not model and type(m).__name__ in wanted and sum(p.numel() for p in m.parameters()) >= min_params
+    ]
+
+
+def _as_mapping(config: Any, who: str) -> Mapping[str, Any]:
+    """``config`` as read here: a dict, a DictConfig or a typed config (verl's configs are Mappings); None is {}."""
     if config is None:
-        return default
-    if isinstance(config, Mapping) or hasattr(config, "get"):
-        return config.get(name, default)
-    return getattr(config, name, default)
+        return {}
+    if isinstance(config, Mapping) or callable(getattr(config, "get", None)):
+        return config
+    raise TypeError(f"{who}: config must be a mapping or a verl config, got {type(config).__name__}")
 
 
 def _is_trainable_leaf(module: nn.Module) -> bool:
@@ -53,10 +100,11 @@ def get_fsdp_wrap_policy(module: nn.Module, config: Any = None, is_lora: bool = 
     not have being skipped with a warning (a ValueError when none is found). With ``is_lora`` and no size rule,
     trainable leaf modules (the adapters) are wrapped on their own too.
     """
-    if _setting(config, "disable", False):
+    config = _as_mapping(config, "get_fsdp_wrap_policy")
+    if config.get("disable", False):
         return None
-    min_num_params = int(_setting(config, "min_num_params", 0) or 0)
-    names = _setting(config, "transformer_layer_cls_to_wrap", None) or getattr(module, "_no_split_modules", None)
+    min_num_params = int(config.get("min_num_params", 0) or 0)
+    names = config.get("transformer_layer_cls_to_wrap", None) or getattr(module, "_no_split_modules", None)
     names = [names] if isinstance(names, str) else list(names or [])
     policies: list[Callable] = []
     if is_lora and min_num_params == 0:
@@ -100,11 +148,12 @@ def apply_fsdp2(model: nn.Module, fsdp_kwargs: Mapping[str, Any], config: Any) -
 
     ``fsdp_kwargs`` go to every ``fully_shard`` call (``mesh``, ``mp_policy``, ``offload_policy``,
     ``reshard_after_forward``, ...). ``config`` (an ``fsdp_config``) supplies ``wrap_policy`` (see
-    :func:`verl.workers.fsdp.fsdp_wrap.layers_to_shard`) and ``forward_prefetch`` (each layer starts gathering the
+    :func:`layers_to_shard`) and ``forward_prefetch`` (each layer starts gathering the
     next one during its own forward).
     """
     reject_fsdp1(model, "apply_fsdp2")
-    layers = layers_to_shard(model, _setting(config, "wrap_policy", None), key="fsdp_config.wrap_policy")
+    config = _as_mapping(config, "apply_fsdp2")
+    layers = layers_to_shard(model, config.get("wrap_policy", None), key="fsdp_config.wrap_policy")
     if not layers:
         raise ValueError(
             f"apply_fsdp2: fsdp_config.wrap_policy selects no layer of {type(model).__name__}; name "
@@ -117,7 +166,7 @@ def apply_fsdp2(model: nn.Module, fsdp_kwargs: Mapping[str, Any], config: Any) -
     for module in reversed(targets):  # innermost first: a parent takes the parameters no sharded child claimed
         fully_shard(module, **dict(fsdp_kwargs))
     fully_shard(model, **dict(fsdp_kwargs))
-    if _setting(config, "forward_prefetch", False):
+    if config.get("forward_prefetch", False):
         sharded = [m for m in layers if isinstance(m, FSDPModule)]
         for module, following in zip(sharded, sharded[1:]):
             module.set_modules_to_forward_prefetch([following])

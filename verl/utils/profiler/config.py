@@ -8,7 +8,7 @@ Nsight, Ascend NPU and msprobe configs are kept so that verl YAML files load and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from verl.base_config import BaseConfig, check
 
@@ -21,6 +21,8 @@ __all__ = [
     "TorchProfilerScheduleConfig",
     "TorchProfilerToolConfig",
 ]
+
+T = TypeVar("T")
 
 TORCH_CONTENTS = ("cuda", "cpu", "memory", "shapes", "stack")
 NPU_CONTENTS = ("npu", "cpu", "memory", "shapes", "module", "stack")

@@ -1,7 +1,7 @@
 """Stage timers and device-memory reports used around training stages (verl's ``profiler.performance``).
 
-:func:`marked_timer` is the trainer's own stage timer (:func:`verl.trainer.ppo.ray_trainer.marked_timer`,
-imported on first use so that this module stays light), with the stage also named in ``torch.profiler`` traces.
+:func:`marked_timer` is the trainer's stage timer: it adds a block's wall time to ``timing_raw[name]`` and names
+the stage in ``torch.profiler`` traces.
 Memory figures come from the accelerator's allocator; on CPU they are reported as 0.
 """
 
@@ -11,6 +11,7 @@ import datetime
 import functools
 import inspect
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -114,11 +115,13 @@ def marked_timer(
     category: str | None = None,
 ) -> Iterator[None]:
     """Add the wall time of the block to ``timing_raw[name]`` (seconds) and mark it as ``name`` in a running
-    ``torch.profiler`` trace. ``color``/``domain``/``category`` style Nsight ranges in verl and are ignored."""
-    from verl.trainer.ppo.ray_trainer import marked_timer as trainer_timer
-
-    with torch.profiler.record_function(name), trainer_timer(name, timing_raw):
+    ``torch.profiler`` trace. ``color``/``domain``/``category`` style Nsight ranges in verl and are ignored. A
+    block that raises adds nothing."""
+    with torch.profiler.record_function(name):
+        start = time.perf_counter()
         yield
+        elapsed = time.perf_counter() - start
+    timing_raw[name] = timing_raw.get(name, 0.0) + elapsed
 
 
 def _timer(name: str, timing_raw: dict[str, float]) -> Iterator[None]:

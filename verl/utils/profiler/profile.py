@@ -13,7 +13,6 @@ not part of this build: enabling one raises :class:`~verl.utils.extras.MissingEx
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import logging
@@ -24,6 +23,7 @@ from typing import Any
 
 import torch
 
+from verl.utils.config_builder import as_config
 from verl.utils.extras import MissingExtraError, missing_message
 from verl.utils.profiler.config import ProfilerConfig
 
@@ -130,29 +130,30 @@ class DistProfiler:
         save_file_prefix: str | None = None,
         **kwargs: Any,
     ) -> None:
-        config = config if config is not None else ProfilerConfig(enable=False)
+        config = as_config(config, ProfilerConfig, "profiler")
         self.rank = rank
         self.config = config
-        self.tool_config = tool_config if tool_config is not None else getattr(config, "tool_config", None)
+        self.tool_config = tool_config if tool_config is not None else config.tool_config
         self.save_file_prefix = save_file_prefix
-        self._tool = getattr(config, "tool", None)
-        self._enable = bool(getattr(config, "enable", False))
+        self._tool = config.tool
+        self._enable = bool(config.enable)
         self._this_step = False
-        ranks = list(getattr(config, "ranks", None) or [])
-        if getattr(config, "all_ranks", False):
+        ranks = list(config.ranks or [])
+        if config.all_ranks:
             self._this_rank = True
         elif ranks:
             self._this_rank = rank in ranks
         else:
             self._this_rank = self._enable and rank == 0
-        hook_ranks = list(getattr(config, "finish_hook_ranks", None) or [])
-        if getattr(config, "finish_hook_all_ranks", False):
+        hook_ranks = list(config.finish_hook_ranks or [])
+        if config.finish_hook_all_ranks:
             self._finish_hook_this_rank = True
         elif hook_ranks:
             self._finish_hook_this_rank = rank in hook_ranks
         else:
             self._finish_hook_this_rank = self._this_rank
-        self._finish_hook_cmd = getattr(config, "finish_hook_cmd", None)
+        self._finish_hook_cmd = config.finish_hook_cmd
+        # tool configs differ per backend; only some (torch, nsight) have ``discrete``
         self._discrete = bool(getattr(self.tool_config, "discrete", False)) if self.tool_config is not None else False
         if self._enable and self._this_rank:
             self._impl = _backend(self._tool, rank, config, self.tool_config, save_file_prefix)
@@ -203,7 +204,7 @@ class DistProfiler:
         cmd = self._finish_hook_cmd
         if not cmd or not self._finish_hook_this_rank:
             return
-        save_path = getattr(self.config, "save_path", None)
+        save_path = self.config.save_path
         env = dict(
             os.environ,
             VERL_PROFILE_SAVE_PATH=str(save_path or ""),
@@ -265,15 +266,11 @@ def build_rollout_dist_profiler(
 ) -> DistProfiler:
     """A :class:`DistProfiler` for rollout replica ``replica_rank``, whose engine spans ``replica_world_size``
     GPUs: ``config.ranks`` lists global GPU ranks, so a replica is profiled when it owns one of them."""
-    if config is not None and not getattr(config, "all_ranks", False):
-        ranks = list(getattr(config, "ranks", None) or [])
+    config = as_config(config, ProfilerConfig, "profiler")
+    if not config.all_ranks:
+        ranks = list(config.ranks or [])
         if ranks and replica_world_size and replica_world_size > 0:
-            replica_ranks = sorted({int(r) // replica_world_size for r in ranks})
-            if dataclasses.is_dataclass(config) and not isinstance(config, type):
-                config = dataclasses.replace(config, ranks=replica_ranks)
-            else:
-                config = copy.deepcopy(config)
-                config.ranks = replica_ranks
+            config = dataclasses.replace(config, ranks=sorted({int(r) // replica_world_size for r in ranks}))
     return DistProfiler(rank=replica_rank, config=config, tool_config=tool_config)
 
 

@@ -23,11 +23,14 @@ class TorchMemoryProfiler:
     def __init__(
         self, rank: int, config: Any, tool_config: Any = None, save_file_prefix: str | None = None, **kwargs: Any
     ) -> None:
-        from verl.utils.profiler.config import TorchMemoryToolConfig
+        from verl.utils.config_builder import as_config
+        from verl.utils.profiler.config import ProfilerConfig, TorchMemoryToolConfig
 
         self.rank = rank
-        self.tool_config = tool_config if tool_config is not None else TorchMemoryToolConfig()
-        self.save_path = getattr(config, "save_path", None) or os.path.join(os.getcwd(), "torch_memory")
+        self.tool_config = as_config(tool_config, TorchMemoryToolConfig, "tool_config")
+        self.save_path = as_config(config, ProfilerConfig, "profiler").save_path or os.path.join(
+            os.getcwd(), "torch_memory"
+        )
         self.prefix = f"{save_file_prefix}_" if save_file_prefix else ""
         self._recording = False
         self._steps = 0

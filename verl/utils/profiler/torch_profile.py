@@ -35,13 +35,16 @@ class Profiler:
     def __init__(
         self, rank: int, config: Any, tool_config: Any = None, save_file_prefix: str | None = None, **kwargs: Any
     ) -> None:
-        from verl.utils.profiler.config import TorchProfilerToolConfig
+        from verl.utils.config_builder import as_config
+        from verl.utils.profiler.config import ProfilerConfig, TorchProfilerToolConfig
 
         self.rank = rank
-        self.tool_config = tool_config if tool_config is not None else TorchProfilerToolConfig()
-        self.save_path = getattr(config, "save_path", None) or os.path.join(os.getcwd(), "torch_profile")
+        self.tool_config = as_config(tool_config, TorchProfilerToolConfig, "tool_config")
+        self.save_path = as_config(config, ProfilerConfig, "profiler").save_path or os.path.join(
+            os.getcwd(), "torch_profile"
+        )
         self.prefix = f"{save_file_prefix}_" if save_file_prefix else ""
-        self.discrete = bool(getattr(self.tool_config, "discrete", False))
+        self.discrete = bool(self.tool_config.discrete)
         self._profile: torch.profiler.profile | None = None
         self._step_label = "0"
         self._starts = 0
@@ -55,16 +58,16 @@ class Profiler:
         return os.path.join(self.save_path, f"{self.prefix}rank{self.rank}_step{self._step_label}{stage_part}.json")
 
     def _new_profile(self, stage: str | None) -> torch.profiler.profile:
-        contents = list(getattr(self.tool_config, "contents", []) or [])
-        schedule_cfg = getattr(self.tool_config, "schedule", None)
+        contents = list(self.tool_config.contents or [])
+        schedule_cfg = self.tool_config.schedule
         kwargs: dict[str, Any] = {}
-        if schedule_cfg is not None and int(getattr(schedule_cfg, "active", 0) or 0) > 0 and stage is None:
-            kwargs["schedule"] = torch.profiler.schedule(  # a TorchProfilerScheduleConfig or a DictConfig alike
-                wait=int(getattr(schedule_cfg, "wait", 0)),
-                warmup=int(getattr(schedule_cfg, "warmup", 0)),
+        if schedule_cfg is not None and int(schedule_cfg.active or 0) > 0 and stage is None:
+            kwargs["schedule"] = torch.profiler.schedule(
+                wait=int(schedule_cfg.wait),
+                warmup=int(schedule_cfg.warmup),
                 active=int(schedule_cfg.active),
-                repeat=int(getattr(schedule_cfg, "repeat", 0)),
-                skip_first=int(getattr(schedule_cfg, "skip_first", 0)),
+                repeat=int(schedule_cfg.repeat),
+                skip_first=int(schedule_cfg.skip_first),
             )
             kwargs["on_trace_ready"] = self._save_window
         return torch.profiler.profile(

@@ -8,6 +8,7 @@ by the data-parallel size before building the actor.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from torch import nn
 from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.trainer.ppo.rollout_corr import IN_UPDATE_KEY, in_update_metrics, in_update_weights
+from verl.utils.config_builder import as_config
 from verl.utils.device import get_device_id
 from verl.utils.seqlen_balancing import prepare_dynamic_batch
 from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
@@ -37,7 +39,7 @@ from verl.workers.actor.token_forward import (
     trim_response_padding,
 )
 from verl.workers.actor.update_loop import UpdatePlan, run_updates
-from verl.workers.fsdp.worker_config import ConfigView
+from verl.workers.config.actor import ActorConfig, FSDPActorConfig
 
 # get_device_id and prepare_dynamic_batch: verl's dp_actor module imported them and recipes take them from here
 __all__ = ["DataParallelPPOActor", "get_device_id", "logger", "prepare_dynamic_batch"]
@@ -55,13 +57,26 @@ def read_temperature(data: DataProto, where: str) -> float:
     return temperature
 
 
-def _entropy_function(config: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+def actor_config(config: Any) -> FSDPActorConfig:
+    """``config`` as the ``FSDPActorConfig`` the actor reads: itself; an ``ActorConfig`` with the FSDP knobs at
+    their defaults; or built from a DictConfig / dict (a recipe's own keys kept in ``_extra``)."""
+    if isinstance(config, FSDPActorConfig):
+        return config
+    if isinstance(config, ActorConfig):
+        names = {f.name for f in dataclasses.fields(FSDPActorConfig) if f.init}
+        values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+        extra = {**{k: v for k, v in values.items() if k not in names and k != "_extra"}, **config._extra}
+        return FSDPActorConfig(**{k: v for k, v in values.items() if k in names and k != "_extra"}, _extra=extra)
+    return as_config(config, FSDPActorConfig, "actor")
+
+
+def _entropy_function(config: FSDPActorConfig) -> Callable[[torch.Tensor], torch.Tensor]:
     """Entropy of ``[T, V]`` logits: in row chunks of 2048 with ``entropy_from_logits_with_chunking`` (default: as
     many rows as fit ~256 MiB), each chunk through ``torch.compile``d kernels with ``use_torch_compile`` (one fused
     pass per chunk instead of a ``[rows, V]`` temporary per operation; compiled on first use). The log-probs follow
     the same switch."""
-    compiled = bool(getattr(config, "use_torch_compile", False))
-    if getattr(config, "entropy_from_logits_with_chunking", False):
+    compiled = config.use_torch_compile
+    if config.entropy_from_logits_with_chunking:
         return functools.partial(entropy_from_logits_with_chunking, compiled=compiled)
     return functools.partial(entropy_from_logits, compiled=compiled)
 
@@ -70,13 +85,10 @@ class DataParallelPPOActor(BasePPOActor):
     """Scores responses (``compute_log_prob``) and runs PPO-style policy updates (``update_policy``).
 
     Without an optimizer it is a reference policy: it can score but not learn.
-    ``config`` is an ``ActorConfig``-like object read by attribute; the fields used
-    are the ``ppo_*`` sizes, ``shuffle``, ``data_loader_seed``, ``grad_clip``,
-    ``loss_agg_mode``, ``policy_loss.loss_mode`` (plus what the policy loss reads,
-    e.g. ``clip_ratio*``), ``entropy_coeff``, ``use_kl_loss``, ``kl_loss_coef``,
-    ``kl_loss_type``, ``log_prob_*`` defaults and ``use_remove_padding``.
-    ``use_remove_padding`` and ``use_fused_kernels`` are also public attributes:
-    ActorConfig has no such fields, so the worker copies them from the model config.
+    ``config`` is an ``FSDPActorConfig`` (a DictConfig, dict or ``ActorConfig`` is converted once, see
+    :func:`actor_config`), read by attribute. Its ``ppo_*`` sizes count samples on this rank, and
+    ``use_remove_padding`` / ``use_fused_kernels`` are the model's switches: the worker sets both before building
+    the actor. Both switches are also public attributes.
 
     Recipes subclass it and override verl's hooks, which both loops call through ``self``:
     ``_forward_micro_batch(micro_batch, temperature, calculate_entropy=False) -> (entropy, log_prob)`` (scoring
@@ -84,11 +96,12 @@ class DataParallelPPOActor(BasePPOActor):
     """
 
     def __init__(self, config: Any, actor_module: nn.Module, actor_optimizer: torch.optim.Optimizer | None = None):
-        super().__init__(config)
+        super().__init__(actor_config(config))
         self.actor_module = actor_module
         self.actor_optimizer = actor_optimizer
-        seed = getattr(config, "data_loader_seed", None)
-        self._shuffle_generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
+        self._shuffle_generator = torch.Generator()
+        if self.config.data_loader_seed is not None:
+            self._shuffle_generator.manual_seed(int(self.config.data_loader_seed))
         # Whether the entropy the default forward returns carries a gradient while grad is enabled. True outside
         # update_policy (verl's behaviour); update_policy drops it when nothing differentiates the entropy.
         self._entropy_grad = True
@@ -99,16 +112,16 @@ class DataParallelPPOActor(BasePPOActor):
 
     def _apply_config(self) -> None:
         """Derive the attributes that follow ``self.config``; the worker re-runs it when it hands a recipe's actor
-        the per-rank view of the config that actor was built with."""
-        config = self.config
-        self.use_remove_padding = bool(getattr(config, "use_remove_padding", False))
-        self._compiled = bool(getattr(config, "use_torch_compile", False))
+        the per-rank copy of the config that actor was built with."""
+        config = self.config = actor_config(self.config)
+        self.use_remove_padding = config.use_remove_padding
+        self._compiled = config.use_torch_compile
         self._entropy_of = _entropy_function(config)
         self.compute_entropy_from_logits = self._entropy_of  # verl's name: [tokens, vocab] logits -> [tokens]
-        self.use_fused_kernels = bool(getattr(config, "use_fused_kernels", False))
+        self.use_fused_kernels = config.use_fused_kernels
         # checked here, once: an unsuitable model fails when the worker is built, naming the key
         self._fused_head = check_fused_head(self.actor_module) if self.use_fused_kernels else None
-        self.use_dynamic_bsz = bool(getattr(config, "use_dynamic_bsz", False))
+        self.use_dynamic_bsz = config.use_dynamic_bsz
         self.ulysses_sequence_parallel_size = 1  # every rank holds whole sequences (no Ulysses here)
         self.use_ulysses_sp = False
         self.use_prefix_grouper = False
@@ -159,7 +172,7 @@ class DataParallelPPOActor(BasePPOActor):
             with_grad = entropy_grad and torch.is_grad_enabled()
             with torch.set_grad_enabled(with_grad):
                 source = logits if entropy_grad else logits.detach()
-                if with_grad and getattr(self.config, "entropy_checkpointing", False):
+                if with_grad and self.config.entropy_checkpointing:
                     # Recompute the entropy in backward rather than keep what its forward saved.
                     entropy = torch.utils.checkpoint.checkpoint(self._entropy, source, use_reentrant=False)
                 else:
@@ -217,7 +230,7 @@ class DataParallelPPOActor(BasePPOActor):
         recipes override it to change the step (another clipping, a second optimizer)."""
         if self.actor_optimizer is None:
             raise RuntimeError(f"{hook_name(self, '_optimizer_step')}: this actor has no optimizer")
-        max_norm = resolve_grad_clip(getattr(self.config, "grad_clip", None), "actor.grad_clip")
+        max_norm = resolve_grad_clip(self.config.grad_clip, "actor.grad_clip")
         grad_norm, _ = clip_and_step(
             self.actor_module, self.actor_optimizer, max_norm, who="actor update", zero_grad=False
         )
@@ -241,16 +254,16 @@ class DataParallelPPOActor(BasePPOActor):
         where = "DataParallelPPOActor.compute_log_prob"
         temperature = read_temperature(data, where)
         cfg = self.config
-        use_dynamic = bool(read_meta(data, "use_dynamic_bsz", where, getattr(cfg, "log_prob_use_dynamic_bsz", False)))
+        use_dynamic = bool(read_meta(data, "use_dynamic_bsz", where, cfg.log_prob_use_dynamic_bsz))
         micro_size = max_token_len = None
         if use_dynamic:
             max_token_len = positive_int(
-                read_meta(data, "max_token_len", where, getattr(cfg, "log_prob_max_token_len_per_gpu", None)),
+                read_meta(data, "max_token_len", where, cfg.log_prob_max_token_len_per_gpu),
                 "meta_info['max_token_len']",
             )
         else:
             micro_size = positive_int(
-                read_meta(data, "micro_batch_size", where, getattr(cfg, "log_prob_micro_batch_size_per_gpu", None)),
+                read_meta(data, "micro_batch_size", where, cfg.log_prob_micro_batch_size_per_gpu),
                 "meta_info['micro_batch_size']",
             )
         batch = select_batch(data, _FORWARD_KEYS, where)
@@ -300,12 +313,12 @@ class DataParallelPPOActor(BasePPOActor):
         plan = UpdatePlan.from_config(cfg, "actor", group_by_length=not self.use_remove_padding)
         if plan.micro_batch_size is not None:
             self.gradient_accumulation = max(1, plan.mini_batch_size // plan.micro_batch_size)
-        policy_loss_fn = get_policy_loss_fn(_loss_mode(cfg))
+        policy_loss_fn = get_policy_loss_fn(cfg.policy_loss.loss_mode)
         loss_config = _policy_loss_config(cfg)
-        entropy_coeff = float(getattr(cfg, "entropy_coeff", 0.0) or 0.0)
-        use_kl_loss = bool(getattr(cfg, "use_kl_loss", False))
-        kl_loss_coef = float(getattr(cfg, "kl_loss_coef", 0.0) or 0.0)
-        kl_loss_type = str(getattr(cfg, "kl_loss_type", "low_var_kl"))
+        entropy_coeff = float(cfg.entropy_coeff)
+        use_kl_loss = cfg.use_kl_loss
+        kl_loss_coef = float(cfg.kl_loss_coef)
+        kl_loss_type = cfg.kl_loss_type
         # On-policy (one epoch over one mini-batch) the ratio is 1 and the update's own forward gives the old
         # log-probs, unless the trainer supplied them: then they are the behaviour policy's (an async trainer's
         # period-start weights), and the ratio is taken against those.
@@ -401,18 +414,11 @@ def _forward_tensordict(micro_batch: Any) -> TensorDict:
     return TensorDict({key: micro_batch[key] for key in _FORWARD_KEYS}, batch_size=[micro_batch["responses"].shape[0]])
 
 
-def _policy_loss_config(cfg: Any) -> Any:
+def _policy_loss_config(cfg: FSDPActorConfig) -> FSDPActorConfig:
     """``cfg`` with a ``global_batch_info``: verl's losses, and recipes' losses written like them, aggregate with
     ``agg_loss(..., **config.global_batch_info)``. Here each micro-batch is normalised by its own counts and weighted
     by the update loop, so it carries only ``loss_scale_factor``, which the built-in losses also read."""
-    if isinstance(cfg, dict) or getattr(cfg, "global_batch_info", None) is not None:
+    if cfg.global_batch_info is not None:
         return cfg
-    scale_factor = getattr(cfg, "loss_scale_factor", None)
-    info = {} if scale_factor is None else {"loss_scale_factor": scale_factor}
-    return ConfigView(cfg, global_batch_info=info)
-
-
-def _loss_mode(cfg: Any) -> str:
-    policy_loss = getattr(cfg, "policy_loss", None)
-    mode = getattr(policy_loss, "loss_mode", None) if policy_loss is not None else None
-    return "vanilla" if mode is None else str(mode)
+    info = {} if cfg.loss_scale_factor is None else {"loss_scale_factor": cfg.loss_scale_factor}
+    return dataclasses.replace(cfg, global_batch_info=info)

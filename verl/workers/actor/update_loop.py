@@ -27,6 +27,8 @@ from verl.workers.actor.batching import (
 )
 from verl.workers.actor.optim_step import clip_and_step, resolve_grad_clip
 from verl.workers.actor.token_forward import module_device
+from verl.workers.config.actor import ActorConfig
+from verl.workers.config.critic import CriticConfig
 
 __all__ = ["UpdatePlan", "MicroLossFn", "OptimizerStepFn", "run_updates"]
 
@@ -51,30 +53,26 @@ class UpdatePlan:
     group_by_length: bool = False  # fixed-size micro-batches cut in length order (a padded forward)
 
     @classmethod
-    def from_config(cls, config: Any, section: str, *, group_by_length: bool = False) -> UpdatePlan:
+    def from_config(
+        cls, config: ActorConfig | CriticConfig, section: str, *, group_by_length: bool = False
+    ) -> UpdatePlan:
         """Read the ``ppo_*`` sizes of an actor or critic config; ``section`` names it in errors."""
-        use_dynamic = bool(getattr(config, "use_dynamic_bsz", False))
+        use_dynamic = config.use_dynamic_bsz
         if use_dynamic:
-            max_token_len = positive_int(
-                getattr(config, "ppo_max_token_len_per_gpu", None), f"{section}.ppo_max_token_len_per_gpu"
-            )
+            max_token_len = positive_int(config.ppo_max_token_len_per_gpu, f"{section}.ppo_max_token_len_per_gpu")
             micro = None
         else:
             max_token_len = None
-            micro = positive_int(
-                getattr(config, "ppo_micro_batch_size_per_gpu", None), f"{section}.ppo_micro_batch_size_per_gpu"
-            )
+            micro = positive_int(config.ppo_micro_batch_size_per_gpu, f"{section}.ppo_micro_batch_size_per_gpu")
         return cls(
-            mini_batch_size=positive_int(
-                getattr(config, "ppo_mini_batch_size", None), f"{section}.ppo_mini_batch_size"
-            ),
-            epochs=positive_int(getattr(config, "ppo_epochs", 1), f"{section}.ppo_epochs"),
-            shuffle=bool(getattr(config, "shuffle", False)),
+            mini_batch_size=positive_int(config.ppo_mini_batch_size, f"{section}.ppo_mini_batch_size"),
+            epochs=positive_int(config.ppo_epochs, f"{section}.ppo_epochs"),
+            shuffle=config.shuffle,
             micro_batch_size=micro,
             use_dynamic_bsz=use_dynamic,
             max_token_len=max_token_len,
-            max_grad_norm=resolve_grad_clip(getattr(config, "grad_clip", None), f"{section}.grad_clip"),
-            loss_agg_mode=str(getattr(config, "loss_agg_mode", "token-mean")),
+            max_grad_norm=resolve_grad_clip(config.grad_clip, f"{section}.grad_clip"),
+            loss_agg_mode=config.loss_agg_mode,
             group_by_length=group_by_length,
         )
 

@@ -1,13 +1,12 @@
 """Typed worker configs (frozen dataclasses with ``_target_``); see docs/config.md.
 
 verl's Megatron, TorchTitan, VeOmni and AutoModel configs (:mod:`.megatron`, :mod:`.torchtitan`, :mod:`.veomni`,
-:mod:`.automodel`) are here for recipes that build them; no engine of this package trains with them. The
-distillation configs live with their losses (:mod:`verl.trainer.distillation`) and, like verl's critic model block
-``FSDPCriticModelCfg`` (built on the trainer's ``BaseModelConfig``), are loaded on first use, which keeps this package
-free of an import cycle.
+:mod:`.automodel`) are here for recipes that build them; no engine of this package trains with them. verl's critic
+model block ``FSDPCriticModelCfg`` (built on the trainer's ``BaseModelConfig``) is loaded on first use, which keeps
+this package free of an import cycle.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verl.workers.config.actor import (
     ActorConfig,
@@ -20,6 +19,7 @@ from verl.workers.config.automodel import AutomodelEngineConfig, AutomodelOptimi
 from verl.workers.config.checkpoint import McoreCheckpointConfig
 from verl.workers.config.critic import CriticConfig, FSDPCriticConfig
 from verl.workers.config.disaggregation import DisaggregationConfig
+from verl.workers.config.distillation import DistillationConfig, DistillationLossConfig, DistillationTeacherModelConfig
 from verl.workers.config.engine import EngineConfig, EngineRouterReplayConfig, FSDPEngineConfig, QATEngineConfig
 from verl.workers.config.megatron import (
     McoreActorConfig,
@@ -121,16 +121,14 @@ __all__ = [
     "VeOmniOptimizerConfig",
 ]
 
-_DISTILLATION_NAMES = ("DistillationConfig", "DistillationLossConfig", "DistillationTeacherModelConfig")
 
+if TYPE_CHECKING:
+    from verl.trainer.config.base_model import FSDPCriticModelCfg
+else:  # a checker sees the import above, so that a misspelt name imported from here stays an error
 
-def __getattr__(name: str) -> Any:
-    if name in _DISTILLATION_NAMES:
-        from verl.workers.config import distillation
+    def __getattr__(name: str) -> Any:
+        if name == "FSDPCriticModelCfg":
+            from verl.trainer.config.base_model import FSDPCriticModelCfg
 
-        return getattr(distillation, name)
-    if name == "FSDPCriticModelCfg":
-        from verl.trainer.config.base_model import FSDPCriticModelCfg
-
-        return FSDPCriticModelCfg
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            return FSDPCriticModelCfg
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -196,12 +196,12 @@ class ActorConfig(BaseConfig):
             check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
         check(self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
         check(self.clip_ratio > 0, "clip_ratio", f"must be > 0, got {self.clip_ratio}")
-        if self.clip_ratio_low is None:
-            object.__setattr__(self, "clip_ratio_low", self.clip_ratio)
-        if self.clip_ratio_high is None:
-            object.__setattr__(self, "clip_ratio_high", self.clip_ratio)
-        check(self.clip_ratio_low >= 0, "clip_ratio_low", f"must be >= 0, got {self.clip_ratio_low}")
-        check(self.clip_ratio_high >= 0, "clip_ratio_high", f"must be >= 0, got {self.clip_ratio_high}")
+        low = self.clip_ratio if self.clip_ratio_low is None else self.clip_ratio_low
+        high = self.clip_ratio if self.clip_ratio_high is None else self.clip_ratio_high
+        object.__setattr__(self, "clip_ratio_low", low)
+        object.__setattr__(self, "clip_ratio_high", high)
+        check(low >= 0, "clip_ratio_low", f"must be >= 0, got {low}")
+        check(high >= 0, "clip_ratio_high", f"must be >= 0, got {high}")
         check(
             self.clip_ratio_c > 1.0,
             "clip_ratio_c",

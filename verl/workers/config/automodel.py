@@ -69,7 +69,7 @@ class AutomodelOptimizerConfig(OptimizerConfig):
     ``eps``, master weights and optimizer-state dtypes); its schedule defaults to cosine."""
 
     init_lr_ratio: float | None = 0.1
-    min_lr_ratio: float | None = 0.01
+    min_lr_ratio: float = 0.01  # the base class checks it is in [0, 1]
     lr_scheduler_type: str = "cosine"
     wd_incr_style: str = "constant"
     eps: float = 1e-8

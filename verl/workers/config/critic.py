@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verl.base_config import BaseConfig, check
 from verl.workers.config.actor import CheckpointConfig, check_loss_agg_mode
@@ -19,14 +19,18 @@ from verl.workers.config.optimizer import OptimizerConfig
 __all__ = ["CriticConfig", "FSDPCriticConfig", "FSDPCriticModelCfg"]  # noqa: F822 - the last is loaded lazily
 
 
-def __getattr__(name: str) -> Any:
-    # verl's critic model block builds on the trainer's BaseModelConfig, which this package cannot import up front
-    # (verl.trainer.config imports it): loaded on first use.
-    if name == "FSDPCriticModelCfg":
-        from verl.trainer.config.base_model import FSDPCriticModelCfg
+if TYPE_CHECKING:
+    from verl.trainer.config.base_model import FSDPCriticModelCfg
+else:  # a checker sees the import above, so that a misspelt name imported from here stays an error
 
-        return FSDPCriticModelCfg
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        # verl's critic model block builds on the trainer's BaseModelConfig, which this package cannot import up
+        # front (verl.trainer.config imports it): loaded on first use.
+        if name == "FSDPCriticModelCfg":
+            from verl.trainer.config.base_model import FSDPCriticModelCfg
+
+            return FSDPCriticModelCfg
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def critic_enabled(enable: bool | None, adv_estimator: Any) -> bool:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.base_config import BaseConfig, check
+from verl.utils.tiny_model import BUILTIN_TINY_MODEL
 from verl.workers.config.inert_blocks import inert_block
 
 __all__ = [
@@ -21,9 +22,6 @@ __all__ = [
 # tokenizer or Hugging Face config), not a setting: equality and the inert-key checks skip it.
 RUNTIME_FIELD = {"runtime": True}
 
-# Sentinel for ``model.path``: "build the project's tiny demo model (verl.utils.tiny_model) and use that folder".
-# It lets `python -m verl.trainer.main_ppo` run with no arguments on a machine that cannot reach a model hub.
-BUILTIN_TINY_MODEL = "verl:tiny-demo"
 DEFAULT_ATTN_IMPLEMENTATION = "sdpa"  # when model.override_config names none
 
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import compute_value_loss
+from verl.utils.config_builder import as_config
 from verl.utils.torch_functional import masked_mean
 from verl.workers.actor.batching import positive_int, read_meta, restore_order, select_batch, split_micro_batches
 from verl.workers.actor.hook_results import grad_norm_value, hook_name, model_inputs, value_outputs
@@ -27,6 +28,7 @@ from verl.workers.actor.token_forward import (
     trim_response_padding,
 )
 from verl.workers.actor.update_loop import UpdatePlan, run_updates
+from verl.workers.config.critic import CriticConfig, FSDPCriticConfig
 from verl.workers.critic.base import BasePPOCritic
 
 __all__ = ["DataParallelPPOCritic"]
@@ -34,14 +36,19 @@ __all__ = ["DataParallelPPOCritic"]
 _FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids", "response_mask"]
 
 
+def critic_config(config: Any) -> CriticConfig:
+    """``config`` as the ``CriticConfig`` the critic reads: itself, or an ``FSDPCriticConfig`` built from a DictConfig
+    or dict (a recipe's own keys kept in ``_extra``)."""
+    return config if isinstance(config, CriticConfig) else as_config(config, FSDPCriticConfig, "critic")
+
+
 class DataParallelPPOCritic(BasePPOCritic):
     """Computes values (``compute_values``) and fits them to returns (``update_critic``).
 
-    ``config`` is a ``CriticConfig``-like object read by attribute: the ``ppo_*``
-    sizes (samples on this rank), ``forward_micro_batch_size_per_gpu``,
-    ``forward_max_token_len_per_gpu``, ``shuffle``, ``data_loader_seed``,
-    ``grad_clip``, ``cliprange_value``, ``loss_agg_mode``, and ``use_remove_padding``
-    (its own or ``config.model.use_remove_padding``; also a public attribute).
+    ``config`` is a ``CriticConfig`` (a DictConfig or dict is converted once, as an ``FSDPCriticConfig``), read
+    by attribute: the ``ppo_*`` sizes (samples on this rank), ``forward_*``, ``shuffle``, ``data_loader_seed``,
+    ``grad_clip``, ``cliprange_value``, ``loss_agg_mode`` and ``model.use_remove_padding`` (also the public
+    attribute ``use_remove_padding``).
 
     Recipes subclass it and override verl's hooks, which both loops call through ``self``:
     ``_forward_micro_batch(micro_batch) -> values`` (``compute_values`` and every update micro-batch) and
@@ -49,12 +56,13 @@ class DataParallelPPOCritic(BasePPOCritic):
     """
 
     def __init__(self, config: Any, critic_module: nn.Module, critic_optimizer: torch.optim.Optimizer | None):
-        super().__init__(config)
+        super().__init__(critic_config(config))
         self.critic_module = critic_module
         self.critic_optimizer = critic_optimizer
-        self.use_remove_padding = _remove_padding_flag(config)
-        seed = getattr(config, "data_loader_seed", None)
-        self._shuffle_generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
+        self.use_remove_padding = self.config.model.use_remove_padding
+        self._shuffle_generator = torch.Generator()
+        if self.config.data_loader_seed is not None:
+            self._shuffle_generator.manual_seed(int(self.config.data_loader_seed))
         self.ulysses_sequence_parallel_size = 1  # every rank holds whole sequences (no Ulysses here)
         self.device_name = module_device(critic_module).type
         self.gradient_accumulation = 1  # micro-batches per mini-batch of the last fixed-size update
@@ -90,7 +98,7 @@ class DataParallelPPOCritic(BasePPOCritic):
         norm (a 0-d tensor). ``update_critic`` calls it once per mini-batch and clears the gradients afterwards."""
         if self.critic_optimizer is None:
             raise RuntimeError(f"{hook_name(self, '_optimizer_step')}: this critic has no optimizer")
-        max_norm = resolve_grad_clip(getattr(self.config, "grad_clip", None), "critic.grad_clip")
+        max_norm = resolve_grad_clip(self.config.grad_clip, "critic.grad_clip")
         grad_norm, _ = clip_and_step(
             self.critic_module, self.critic_optimizer, max_norm, who="critic update", zero_grad=False
         )
@@ -107,16 +115,16 @@ class DataParallelPPOCritic(BasePPOCritic):
         """
         where = "DataParallelPPOCritic.compute_values"
         cfg = self.config
-        use_dynamic = bool(read_meta(data, "use_dynamic_bsz", where, getattr(cfg, "use_dynamic_bsz", False)))
+        use_dynamic = bool(read_meta(data, "use_dynamic_bsz", where, cfg.use_dynamic_bsz))
         micro_size = max_token_len = None
         if use_dynamic:
             max_token_len = positive_int(
-                read_meta(data, "max_token_len", where, getattr(cfg, "forward_max_token_len_per_gpu", None)),
+                read_meta(data, "max_token_len", where, cfg.forward_max_token_len_per_gpu),
                 "meta_info['max_token_len']",
             )
         else:
             micro_size = positive_int(
-                read_meta(data, "micro_batch_size", where, getattr(cfg, "forward_micro_batch_size_per_gpu", None)),
+                read_meta(data, "micro_batch_size", where, cfg.forward_micro_batch_size_per_gpu),
                 "meta_info['micro_batch_size']",
             )
         batch = select_batch(data, _FORWARD_KEYS, where)
@@ -147,9 +155,7 @@ class DataParallelPPOCritic(BasePPOCritic):
         plan = UpdatePlan.from_config(self.config, "critic", group_by_length=not self.use_remove_padding)
         if plan.micro_batch_size is not None:
             self.gradient_accumulation = max(1, plan.mini_batch_size // plan.micro_batch_size)
-        cliprange_value = getattr(self.config, "cliprange_value", None)
-        if cliprange_value is None:
-            raise ValueError("critic.cliprange_value must be set (a positive float)")
+        cliprange_value = self.config.cliprange_value
         batch = select_batch(data, [*_FORWARD_KEYS, "values", "returns"], where)
 
         def micro_loss(micro: TensorDict, scale: float) -> dict[str, Any]:
@@ -194,10 +200,3 @@ def _forward_tensordict(micro_batch: Any) -> TensorDict:
     if missing:
         raise KeyError(f"DataParallelPPOCritic._forward_micro_batch needs micro_batch keys {missing}")
     return TensorDict({key: micro_batch[key] for key in keys}, batch_size=[micro_batch["responses"].shape[0]])
-
-
-def _remove_padding_flag(config: Any) -> bool:
-    flag = getattr(config, "use_remove_padding", None)
-    if flag is None:
-        flag = getattr(getattr(config, "model", None), "use_remove_padding", False)
-    return bool(flag)

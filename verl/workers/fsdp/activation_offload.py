@@ -1,44 +1,5 @@
-"""``model.enable_activation_offload``: what the forward saves for backward waits in host memory, not on the GPU.
+"""``model.enable_activation_offload`` for the FSDP workers; the hooks live in :mod:`verl.utils.activation_offload`."""
 
-For long sequences the activations kept for backward can outgrow a model's parameters on the device. With the
-switch on, every tensor a trainable model's forward saves for backward is moved to pinned host memory as it is saved
-and brought back when backward needs it (``torch.autograd.graph.save_on_cpu``): device memory for PCIe traffic. It
-combines with ``enable_gradient_checkpointing``, which leaves fewer and smaller tensors to move. On a CPU there is
-nothing to move, so the switch changes nothing there.
-"""
-
-from __future__ import annotations
-
-from typing import Any
-
-import torch
-from torch import nn
+from verl.utils.activation_offload import enable_activation_offload
 
 __all__ = ["enable_activation_offload"]
-
-
-def _on_accelerator(module: nn.Module) -> bool:
-    parameter = next(module.parameters(), None)
-    return parameter is not None and parameter.device.type != "cpu"
-
-
-def enable_activation_offload(model: nn.Module) -> nn.Module:
-    """Install hooks so that each forward of ``model`` with grad enabled on an accelerator saves to host memory."""
-    active: list[Any] = []  # one entered context per forward in flight (nested calls stack)
-
-    def enter(module: nn.Module, args: Any) -> None:
-        if torch.is_grad_enabled() and _on_accelerator(module):
-            context = torch.autograd.graph.save_on_cpu(pin_memory=True)
-            context.__enter__()
-            active.append(context)
-        else:
-            active.append(None)
-
-    def leave(module: nn.Module, args: Any, output: Any) -> None:
-        context = active.pop() if active else None
-        if context is not None:
-            context.__exit__(None, None, None)
-
-    model.register_forward_pre_hook(enter)
-    model.register_forward_hook(leave, always_call=True)  # also after a forward that raised
-    return model

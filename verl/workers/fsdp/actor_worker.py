@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -30,10 +31,18 @@ from verl.checkpoint_engine.lora import LORA_PARAM_MARKERS
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
 from verl.trainer.config.trainer_config import TrainerConfig
+from verl.utils.config_builder import as_config
 from verl.utils.weight_checksum import weight_checksum
-from verl.workers.actor.dp_actor import DataParallelPPOActor
+from verl.workers.actor.dp_actor import DataParallelPPOActor, actor_config
 from verl.workers.actor.hook_results import build_outputs, describe
-from verl.workers.config import ActorConfig, FSDPActorConfig, HFModelConfig, RolloutConfig
+from verl.workers.config import (
+    ActorConfig,
+    FSDPActorConfig,
+    FSDPEngineConfig,
+    HFModelConfig,
+    OptimizerConfig,
+    RolloutConfig,
+)
 from verl.workers.fsdp.checkpoint_manager import FSDPCheckpointManager
 from verl.workers.fsdp.distributed import build_fsdp_mesh, device_for_rank, init_distributed, resolve_device
 from verl.workers.fsdp.fsdp_wrap import (
@@ -58,13 +67,7 @@ from verl.workers.fsdp.model_loader import (
     resolve_model_path,
 )
 from verl.workers.fsdp.optimizer import build_lr_scheduler, build_optimizer, cover_new_param_groups
-from verl.workers.fsdp.worker_config import (
-    ConfigView,
-    has_group,
-    optim_with_total_steps,
-    per_rank_update_sizes,
-    read_group,
-)
+from verl.workers.fsdp.worker_config import has_group, optim_with_total_steps, read_group, with_rank_sizes
 
 __all__ = ["ActorRolloutRefWorker", "ROLES", "compute_dtype"]
 
@@ -132,6 +135,14 @@ class ActorRolloutRefWorker(Worker):
             read_group(config, "ref", FSDPActorConfig) if has_group(config, "ref") else self.actor_config
         )
         self.rollout_config: RolloutConfig = read_group(config, "rollout", RolloutConfig)
+        logger.debug(  # what the driver built reaches the worker typed (tests/trainer/test_config_built_once.py)
+            "%s rank %d: config %s, actor %s, rollout %s",
+            role,
+            self.rank,
+            type(config).__name__,
+            type(self.actor_config).__name__,
+            type(self.rollout_config).__name__,
+        )
         self.trainer_config: TrainerConfig = read_group(config, "trainer", TrainerConfig)
         self.rollout_n = self.rollout_config.n if has_group(config, "rollout") else self.actor_config.rollout_n
         # A bad model.path fails here, on every rank alike, before any rank blocks in the process-group rendezvous.
@@ -165,13 +176,13 @@ class ActorRolloutRefWorker(Worker):
         self.generation_config = None
         self.hf_config = None
         self._fsdp_kwargs: dict[str, dict[str, Any]] = {}  # per role: how its module was sharded
-        self._own_policies: dict[str, Any] = {}  # "actor" / "ref_policy": (the policy built here, its config view)
+        self._own_policies: dict[str, Any] = {}  # "actor" / "ref_policy": (the policy built here, its config)
         self._rollout_extra: tuple[int, frozenset[str]] | None = None  # (id of the module, its non-HF weight names)
 
     # ------------------------------------------------------------------ building
 
-    def _fsdp_config(self, group_config: Any) -> Any:
-        return getattr(group_config, "fsdp_config", None)
+    def _fsdp_config(self, group_config: FSDPActorConfig) -> FSDPEngineConfig:
+        return group_config.fsdp_config
 
     def _mesh(self, fsdp_size: int, group: str) -> Any:
         """The FSDP mesh for ``fsdp_size`` (one per size: each mesh is a collective to build)."""
@@ -181,33 +192,33 @@ class ActorRolloutRefWorker(Worker):
             self._meshes[fsdp_size] = build_fsdp_mesh(self.device_type, self.world_size, fsdp_size, key=key)
         return self._meshes[fsdp_size]
 
-    def _wrap(self, module: torch.nn.Module, fsdp_cfg: Any, group: str) -> torch.nn.Module:
+    def _wrap(self, module: torch.nn.Module, fsdp_cfg: FSDPEngineConfig, group: str) -> torch.nn.Module:
         """Shard ``module`` as ``fsdp_cfg`` (a ``fsdp_config`` group) says; ``group`` names it in errors."""
-        mesh = self._mesh(getattr(fsdp_cfg, "fsdp_size", -1) if fsdp_cfg is not None else -1, group)
+        mesh = self._mesh(fsdp_cfg.fsdp_size, group)
         module.to(self.device)
         options = {
             "param_dtype": compute_dtype(self.device),
-            "reshard_after_forward": bool(getattr(fsdp_cfg, "reshard_after_forward", True)),
-            "cpu_offload": bool(getattr(fsdp_cfg, "offload_policy", False)) and self.device.type != "cpu",
+            "reshard_after_forward": fsdp_cfg.reshard_after_forward,
+            "cpu_offload": fsdp_cfg.offload_policy and self.device.type != "cpu",
         }
         self._fsdp_kwargs[group] = fsdp2_kwargs(mesh, **options)
         return apply_fsdp2(
             module,
             mesh,
             **options,
-            wrap_policy=getattr(fsdp_cfg, "wrap_policy", None),
-            forward_prefetch=bool(getattr(fsdp_cfg, "forward_prefetch", False)),
+            wrap_policy=fsdp_cfg.wrap_policy,
+            forward_prefetch=fsdp_cfg.forward_prefetch,
             key=f"{group}.fsdp_config",
         )
 
-    def _optim_config(self, optim: Any) -> Any:
+    def _optim_config(self, optim: OptimizerConfig) -> OptimizerConfig:
         """``optim`` with ``total_training_steps`` from ``trainer.total_training_steps`` when the trainer did not
         inject it (verl's trainer writes it into ``actor.optim`` before building workers)."""
         return optim_with_total_steps(optim, self.trainer_config)
 
     def _offload_flags(self) -> tuple[bool, bool]:
         fsdp_cfg = self._fsdp_config(self.actor_config)
-        return bool(getattr(fsdp_cfg, "param_offload", False)), bool(getattr(fsdp_cfg, "optimizer_offload", False))
+        return fsdp_cfg.param_offload, fsdp_cfg.optimizer_offload
 
     def _build_model_optimizer(
         self,
@@ -234,6 +245,7 @@ class ActorRolloutRefWorker(Worker):
         the model (before wrapping: build your own; after ``super()``: this worker shards what was added) or to
         change the optimizer. Padding removal and the fused head are the actor's (``use_remove_padding``,
         ``use_fused_kernels``); prefix grouping and tiled MLPs are not part of this build and are refused.
+        ``fsdp_config`` and ``optim_config`` may be typed configs or DictConfigs (converted here).
         """
         from verl.models.transformers.monkey_patch import apply_monkey_patch
 
@@ -242,7 +254,11 @@ class ActorRolloutRefWorker(Worker):
                 f"{type(self).__name__}._build_model_optimizer: role must be 'actor' or 'ref', got {role!r}"
             )
         group = "actor" if role == "actor" else "ref"
-        model_config = ConfigView(
+        fsdp_config = FSDPEngineConfig() if fsdp_config is None else fsdp_config
+        fsdp_config = as_config(fsdp_config, FSDPEngineConfig, f"{group}.fsdp_config")
+        if optim_config is not None:
+            optim_config = as_config(optim_config, OptimizerConfig, f"{group}.optim")
+        model_config = dataclasses.replace(
             self.model_config,
             override_config=dict(override_model_config or {}),
             enable_gradient_checkpointing=bool(enable_gradient_checkpointing),
@@ -250,8 +266,7 @@ class ActorRolloutRefWorker(Worker):
             trust_remote_code=bool(trust_remote_code),
             use_liger=bool(use_liger),
         )
-        model_dtype = getattr(fsdp_config, "model_dtype", None) or "fp32"
-        dtype = parse_dtype(model_dtype, key=f"{group}.fsdp_config.model_dtype")
+        dtype = parse_dtype(fsdp_config.model_dtype, key=f"{group}.fsdp_config.model_dtype")
         module = load_causal_lm(model_config, model_path, dtype, trainable=role == "actor")
         apply_monkey_patch(
             module,
@@ -281,7 +296,7 @@ class ActorRolloutRefWorker(Worker):
         """The keyword arguments verl's ``init_model`` passes ``_build_model_optimizer`` for ``role``."""
         model = self.model_config
         group_config = self.actor_config if role == "actor" else self.ref_config
-        tiled = dict(getattr(model, "tiled_mlp", None) or {})
+        tiled = dict(model.tiled_mlp or {})
         arguments = {
             "model_path": self.model_path,
             "fsdp_config": self._fsdp_config(group_config),
@@ -292,7 +307,7 @@ class ActorRolloutRefWorker(Worker):
             "trust_remote_code": bool(model.trust_remote_code),
             "use_liger": bool(model.use_liger),
             "role": role,
-            "use_prefix_grouper": bool(getattr(self.actor_config, "use_prefix_grouper", False)),
+            "use_prefix_grouper": self.actor_config.use_prefix_grouper,
             "use_tiled_mlp": bool(tiled.get("enabled", False)),
             "tiled_mlp_shards": int(tiled.get("num_shards", 4)),
         }
@@ -327,20 +342,18 @@ class ActorRolloutRefWorker(Worker):
         kwargs = self._fsdp_kwargs.get(role) or fsdp2_kwargs(self._mesh(-1, role))
         remap_optimizer_params(optimizer, shard_late_modules(module, kwargs, who=where), who=where)
 
-    def _policy_view(self, config: Any, role: str) -> ConfigView:
-        """``config`` as the actor (``role="actor"``) or the reference reads it: the model-level forward switches,
-        and for the actor the per-rank update sizes (prompt counts x rollout.n / ranks), as verl's worker
+    def _policy_config(self, config: Any, role: str) -> FSDPActorConfig:
+        """A copy of ``config`` as the actor (``role="actor"``) or the reference reads it: the model-level forward
+        switches, and for the actor the per-rank update sizes (prompt counts x rollout.n / ranks), as verl's worker
         normalises them."""
         flags = {
-            "use_remove_padding": bool(self.model_config.use_remove_padding),
-            "use_fused_kernels": bool(self.model_config.use_fused_kernels),
+            "use_remove_padding": self.model_config.use_remove_padding,
+            "use_fused_kernels": self.model_config.use_fused_kernels,
         }
+        config = actor_config(config)
         if role != "actor":
-            return ConfigView(config, **flags)
-        typed = config if callable(getattr(config, "micro_batch_size_per_gpu", None)) else None
-        if typed is None:
-            typed = read_group({"actor": config}, "actor", FSDPActorConfig)
-        return ConfigView(config, **flags, **per_rank_update_sizes(typed, "actor", self.rollout_n, self.world_size))
+            return dataclasses.replace(config, **flags)
+        return with_rank_sizes(config, "actor", self.rollout_n, self.world_size, **flags)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -350,26 +363,26 @@ class ActorRolloutRefWorker(Worker):
 
         self.tokenizer = load_tokenizer(self.model_config, self.model_path)
         if self._is_actor or self._is_ref:
-            self.device_mesh = self._mesh(getattr(self._fsdp_config(self.actor_config), "fsdp_size", -1), "actor")
+            self.device_mesh = self._mesh(self._fsdp_config(self.actor_config).fsdp_size, "actor")
         if self._is_actor:
             built = self._run_build_hook("actor")
             self.actor_module_fsdp, self.actor_optimizer, self.actor_lr_scheduler, self.actor_model_config = built
             self.actor_module = self.actor_module_fsdp
             where = f"{type(self).__name__}._build_model_optimizer(role='actor')"
             self.hf_config = _export_config_of(self.actor_model_config, self.actor_module_fsdp, where)
-            view = self._policy_view(self.actor_config, "actor")
-            self.actor = DataParallelPPOActor(view, self.actor_module_fsdp, self.actor_optimizer)
-            self._own_policies["actor"] = (self.actor, view)
+            policy_config = self._policy_config(self.actor_config, "actor")
+            self.actor = DataParallelPPOActor(policy_config, self.actor_module_fsdp, self.actor_optimizer)
+            self._own_policies["actor"] = (self.actor, self.actor.config)
         if self._is_rollout:
             self._build_rollout(trust_remote_code=bool(self.model_config.trust_remote_code))
         if self._is_ref:
-            ref_view = self._policy_view(self.ref_config, "ref")
+            ref_config = self._policy_config(self.ref_config, "ref")
             if self._is_lora and self.actor_module_fsdp is not None:
-                self.ref_policy = DataParallelPPOActor(ref_view, self.actor_module_fsdp)
+                self.ref_policy = DataParallelPPOActor(ref_config, self.actor_module_fsdp)
             else:
                 self.ref_module_fsdp = self._run_build_hook("ref")[0]
-                self.ref_policy = DataParallelPPOActor(ref_view, self.ref_module_fsdp)
-            self._own_policies["ref_policy"] = (self.ref_policy, ref_view)
+                self.ref_policy = DataParallelPPOActor(ref_config, self.ref_module_fsdp)
+            self._own_policies["ref_policy"] = (self.ref_policy, self.ref_policy.config)
         if self._is_actor:
             self.flops_counter = FlopsCounter(self.hf_config)
             self.checkpoint_manager = FSDPCheckpointManager(
@@ -389,13 +402,13 @@ class ActorRolloutRefWorker(Worker):
         """``self.actor`` / ``self.ref_policy``. A recipe that replaced it after ``init_model`` (verl's pattern:
         ``self.actor = MyActor(config=..., actor_module=self.actor_module_fsdp, ...)``) built it with the config
         as given, while verl's worker has already normalised that config to per-rank sizes: its actor gets the
-        per-rank view of its own config here, once, and its shuffle generator is checkpointed."""
+        per-rank copy of its own config here, once, and its shuffle generator is checkpointed."""
         policy = self._require(attr, method)
-        own, own_view = self._own_policies.get(attr, (None, None))
+        own, own_config = self._own_policies.get(attr, (None, None))
         if policy is own or not isinstance(policy, DataParallelPPOActor):
             return policy
-        if policy.config is not own_view:
-            policy.config = self._policy_view(policy.config, "actor" if attr == "actor" else "ref")
+        if policy.config is not own_config:
+            policy.config = self._policy_config(policy.config, "actor" if attr == "actor" else "ref")
             policy._apply_config()
         if attr == "actor" and self.checkpoint_manager is not None:
             self.checkpoint_manager.generators["actor_shuffle"] = policy._shuffle_generator
@@ -428,20 +441,20 @@ class ActorRolloutRefWorker(Worker):
             )
         return value
 
-    def _prepare(self, data: DataProto, micro_key: str, config: Any) -> DataProto:
+    def _prepare(self, data: DataProto, config: ActorConfig) -> DataProto:
         data = data.to(self.device) if self.device.type != "cpu" else data
         data.meta_info.setdefault("temperature", self.rollout_config.temperature)
-        micro = getattr(config, micro_key, None)
+        micro = config.log_prob_micro_batch_size_per_gpu
         data.meta_info.setdefault("micro_batch_size", micro or max(len(data), 1))
-        data.meta_info.setdefault("use_dynamic_bsz", bool(getattr(config, "log_prob_use_dynamic_bsz", False)))
-        data.meta_info.setdefault("max_token_len", getattr(config, "log_prob_max_token_len_per_gpu", None))
+        data.meta_info.setdefault("use_dynamic_bsz", config.log_prob_use_dynamic_bsz)
+        data.meta_info.setdefault("max_token_len", config.log_prob_max_token_len_per_gpu)
         return data
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` and ``entropys`` ([N, R]) of the responses under the current policy."""
         actor = self._policy("actor", "compute_log_prob")
-        data = self._prepare(data, "log_prob_micro_batch_size_per_gpu", self.actor_config)
+        data = self._prepare(data, self.actor_config)
         self._load_actor()
         log_probs, entropy = actor.compute_log_prob(data, calculate_entropy=True)
         self._offload_actor()
@@ -455,7 +468,7 @@ class ActorRolloutRefWorker(Worker):
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """``ref_log_prob`` ([N, R]) under the reference policy (LoRA: the actor with adapters off)."""
         ref = self._policy("ref_policy", "compute_ref_log_prob")
-        data = self._prepare(data, "log_prob_micro_batch_size_per_gpu", self.ref_config)
+        data = self._prepare(data, self.ref_config)
         shares_actor = self.ref_module_fsdp is None
         if shares_actor:
             self._load_actor()

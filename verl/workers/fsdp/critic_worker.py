@@ -20,8 +20,8 @@ from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
 from verl.trainer.config.trainer_config import TrainerConfig
 from verl.workers.actor.hook_results import build_outputs
-from verl.workers.config import CriticConfig, FSDPCriticConfig
-from verl.workers.critic.dp_critic import DataParallelPPOCritic
+from verl.workers.config import CriticConfig, FSDPCriticConfig, FSDPEngineConfig
+from verl.workers.critic.dp_critic import DataParallelPPOCritic, critic_config
 from verl.workers.fsdp.actor_worker import compute_dtype
 from verl.workers.fsdp.checkpoint_manager import FSDPCheckpointManager
 from verl.workers.fsdp.distributed import build_fsdp_mesh, device_for_rank, init_distributed, resolve_device
@@ -45,13 +45,7 @@ from verl.workers.fsdp.model_loader import (
     resolve_model_path,
 )
 from verl.workers.fsdp.optimizer import build_lr_scheduler, build_optimizer, cover_new_param_groups
-from verl.workers.fsdp.worker_config import (
-    ConfigView,
-    has_group,
-    optim_with_total_steps,
-    per_rank_update_sizes,
-    read_group,
-)
+from verl.workers.fsdp.worker_config import has_group, optim_with_total_steps, read_group, with_rank_sizes
 
 logger = logging.getLogger(__name__)
 
@@ -92,38 +86,44 @@ class CriticWorker(Worker):
         self.checkpoint_manager: FSDPCheckpointManager | None = None
         self.tokenizer = None
         self._fsdp_kwargs: dict[str, Any] | None = None
-        self._own_critic: tuple[Any, Any] = (None, None)  # (the critic built here, its config view)
+        self._own_critic: tuple[Any, Any] = (None, None)  # (the critic built here, its config)
+
+    def _fsdp_config(self, config: CriticConfig) -> FSDPEngineConfig:
+        """The ``fsdp_config`` block of a critic config (its defaults for a backend-neutral ``CriticConfig``)."""
+        return config.fsdp_config if isinstance(config, FSDPCriticConfig) else FSDPEngineConfig()
 
     def _flags(self) -> tuple[bool, bool]:
-        fsdp_cfg = getattr(self.critic_config, "fsdp_config", None)
-        return bool(getattr(fsdp_cfg, "param_offload", False)), bool(getattr(fsdp_cfg, "optimizer_offload", False))
+        fsdp_cfg = self._fsdp_config(self.critic_config)
+        return fsdp_cfg.param_offload, fsdp_cfg.optimizer_offload
 
     def _build_critic_model_optimizer(self, config: Any) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
         """Load ``config.model`` (the ``critic`` group's) with a fresh value head, shard it, and build AdamW and its
         schedule from ``config.optim``; returns ``(module, optimizer, lr_scheduler)``. Recipes override this step
-        to change the value model or its optimizer; modules they add after ``super()`` are sharded by the worker."""
-        fsdp_cfg = getattr(config, "fsdp_config", None)
+        to change the value model or its optimizer; modules they add after ``super()`` are sharded by the worker.
+        ``config`` may be a typed config or a DictConfig (converted here)."""
+        config = critic_config(config)
+        fsdp_cfg = self._fsdp_config(config)
         model_config = config.model
         model_path = self.model_path if model_config is self.model_config else resolve_model_path(model_config)
-        dtype = parse_dtype(getattr(fsdp_cfg, "model_dtype", "fp32"), key="critic.fsdp_config.model_dtype")
+        dtype = parse_dtype(fsdp_cfg.model_dtype, key="critic.fsdp_config.model_dtype")
         module = load_critic_model(model_config, model_path, dtype)
         self.critic_model_config = export_config(module)
         self.device_mesh = build_fsdp_mesh(
-            self.device_type, self.world_size, getattr(fsdp_cfg, "fsdp_size", -1), key="critic.fsdp_config.fsdp_size"
+            self.device_type, self.world_size, fsdp_cfg.fsdp_size, key="critic.fsdp_config.fsdp_size"
         )
         module.to(self.device)
         options = {
             "param_dtype": compute_dtype(self.device),
-            "reshard_after_forward": bool(getattr(fsdp_cfg, "reshard_after_forward", True)),
-            "cpu_offload": bool(getattr(fsdp_cfg, "offload_policy", False)) and self.device.type != "cpu",
+            "reshard_after_forward": fsdp_cfg.reshard_after_forward,
+            "cpu_offload": fsdp_cfg.offload_policy and self.device.type != "cpu",
         }
         self._fsdp_kwargs = fsdp2_kwargs(self.device_mesh, **options)
         module = apply_fsdp2(
             module,
             self.device_mesh,
             **options,
-            wrap_policy=getattr(fsdp_cfg, "wrap_policy", None),
-            forward_prefetch=bool(getattr(fsdp_cfg, "forward_prefetch", False)),
+            wrap_policy=fsdp_cfg.wrap_policy,
+            forward_prefetch=fsdp_cfg.forward_prefetch,
             key="critic.fsdp_config",
         )
         optim = optim_with_total_steps(config.optim, self.trainer_config)
@@ -148,15 +148,11 @@ class CriticWorker(Worker):
         cover_new_param_groups(lr_scheduler, optimizer, where)
         return module, optimizer, lr_scheduler
 
-    def _critic_view(self, config: Any) -> ConfigView:
-        """``config`` (the ``critic`` group, or the whole config holding it) with per-rank update sizes and the model's
-        padding switch, as verl's worker normalises the config its critic reads."""
-        group = self.critic_config if has_group(config, "critic") else config
-        typed = group if callable(getattr(group, "micro_batch_size_per_gpu", None)) else None
-        if typed is None:
-            typed = read_group({"critic": group}, "critic", FSDPCriticConfig)
-        sizes = per_rank_update_sizes(typed, "critic", self.rollout_n, self.world_size)
-        return ConfigView(group, use_remove_padding=bool(self.model_config.use_remove_padding), **sizes)
+    def _critic_config(self, config: Any) -> CriticConfig:
+        """A copy of ``config`` (the ``critic`` group, or the whole config holding it) with per-rank update sizes, as
+        verl's worker normalises the config its critic reads."""
+        group = self.critic_config if has_group(config, "critic") else critic_config(config)
+        return with_rank_sizes(group, "critic", self.rollout_n, self.world_size)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -166,9 +162,9 @@ class CriticWorker(Worker):
         hf_config = self.critic_model_config
         if hf_config is None or not hasattr(hf_config, "to_dict"):
             hf_config = export_config(self.critic_module_fsdp)
-        view = self._critic_view(self.critic_config)
-        self.critic = DataParallelPPOCritic(view, self.critic_module_fsdp, self.critic_optimizer)
-        self._own_critic = (self.critic, view)
+        config = self._critic_config(self.critic_config)
+        self.critic = DataParallelPPOCritic(config, self.critic_module_fsdp, self.critic_optimizer)
+        self._own_critic = (self.critic, self.critic.config)
         self.tokenizer = load_tokenizer(self.model_config, self.model_path)
         self.checkpoint_manager = FSDPCheckpointManager(
             self.critic_module_fsdp,
@@ -198,15 +194,15 @@ class CriticWorker(Worker):
             offload_optimizer(self.critic_optimizer, self.device)
 
     def _critic(self, method: str) -> DataParallelPPOCritic:
-        """``self.critic``; one a recipe built after ``init_model`` gets the per-rank view of its config once (see
+        """``self.critic``; one a recipe built after ``init_model`` gets the per-rank copy of its config once (see
         ``ActorRolloutRefWorker._policy``)."""
         if self.critic is None:
             raise RuntimeError(f"CriticWorker.{method}: call init_model first")
-        own, own_view = self._own_critic
+        own, own_config = self._own_critic
         critic = self.critic
         if critic is not own and isinstance(critic, DataParallelPPOCritic):
-            if critic.config is not own_view:
-                critic.config = self._critic_view(critic.config)
+            if critic.config is not own_config:
+                critic.config = self._critic_config(critic.config)
                 critic.use_remove_padding = bool(self.model_config.use_remove_padding)
             if self.checkpoint_manager is not None:
                 self.checkpoint_manager.generators["critic_shuffle"] = critic._shuffle_generator

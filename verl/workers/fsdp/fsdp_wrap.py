@@ -19,6 +19,8 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from verl.utils.fsdp_utils.wrap import decoder_layer_classes, layers_to_shard
+
 __all__ = [
     "decoder_layer_classes",
     "layers_to_shard",
@@ -34,46 +36,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def _base_model(model: nn.Module) -> nn.Module:
-    get_base = getattr(model, "get_base_model", None)
-    return get_base() if callable(get_base) else model
-
-
-def decoder_layer_classes(model: nn.Module) -> set[str]:
-    """Names of the classes transformers marks as not-to-be-split (the decoder layers)."""
-    names = getattr(_base_model(model), "_no_split_modules", None) or []
-    return set(names)
-
-
-def layers_to_shard(
-    model: nn.Module, wrap_policy: Mapping[str, Any] | None = None, key: str = "fsdp_config.wrap_policy"
-) -> list[nn.Module]:
-    """The submodules ``wrap_policy`` shards on their own, in forward (registration) order.
-
-    ``transformer_layer_cls_to_wrap`` (class names; default: the model's ``_no_split_modules``) picks the classes;
-    modules of them with fewer than ``min_num_params`` parameters (0: none) stay with their parent. A class name
-    the model does not have is a ValueError naming ``key``: a typo would otherwise silently shard the root only.
-    """
-    policy = dict(wrap_policy or {})
-    names = policy.get("transformer_layer_cls_to_wrap")
-    names = [names] if isinstance(names, str) else list(names or [])
-    if names:
-        present = {type(m).__name__ for m in model.modules()}
-        unknown = sorted(set(names) - present)
-        if unknown:
-            raise ValueError(
-                f"{key}.transformer_layer_cls_to_wrap: {unknown} not in the model; its module classes "
-                f"are {sorted(present)}"
-            )
-    wanted = set(names) or decoder_layer_classes(model)
-    min_params = int(policy.get("min_num_params") or 0)
-    return [
-        m
-        for m in model.modules()
-        if m is not model and type(m).__name__ in wanted and sum(p.numel() for p in m.parameters()) >= min_params
-    ]
 
 
 def _chain_forward_prefetch(layers: list[nn.Module]) -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
+from verl.base_config import BaseConfig
 from verl.protocol import DataProto
 from verl.utils.weight_checksum import weight_checksum
 from verl.workers.rollout.batch_rendezvous import BatchGroup, BatchRendezvous
@@ -79,7 +80,7 @@ class HybridRollout:
     """One rollout replica in this process plus the batch-level ``generate_sequences`` on top of it.
 
     Args:
-        config: the ``rollout`` group (RolloutConfig).
+        config: the ``rollout`` group (``RolloutConfig``; a DictConfig or dict is converted), read by attribute.
         model_path: checkpoint folder the engine loads its own copy from.
         device: where the engine runs.
         pad_token_id: pads responses on the right.
@@ -89,12 +90,17 @@ class HybridRollout:
     def __init__(
         self, config: Any, model_path: str, device: torch.device, pad_token_id: int, call_timeout_s: float = 3600.0
     ) -> None:
+        if isinstance(config, Mapping) and not isinstance(config, BaseConfig):
+            from verl.utils.config_builder import as_config
+            from verl.workers.config.rollout import RolloutConfig
+
+            config = as_config(config, RolloutConfig, "rollout")
         self.config = config
         self.device = device
         self.pad_token_id = int(pad_token_id)
         self.call_timeout_s = call_timeout_s
-        self.dtype = rollout_dtype(getattr(config, "dtype", "auto"), device)
-        name = getattr(config, "name", "hf") or "hf"
+        self.dtype = rollout_dtype(config.dtype, device)
+        name = config.name
         kwargs: dict[str, Any] = {}
         if name == "hf":
             from verl.workers.rollout.hf.model_io import load_model
@@ -117,17 +123,17 @@ class HybridRollout:
         """Per-request sampling parameters and ``n`` for a batch: the config's, the validation set's when
         ``meta_info['validate']``, then explicit meta_info overrides."""
         cfg = self.config
-        source = getattr(cfg, "val_kwargs", None) if meta_info.get("validate") else cfg
+        source = cfg.val_kwargs if meta_info.get("validate") else cfg
         params: dict[str, Any] = {
-            "temperature": float(getattr(source, "temperature", 1.0)),
-            "top_p": float(getattr(source, "top_p", 1.0)),
-            "top_k": int(getattr(source, "top_k", -1)),
-            "do_sample": bool(getattr(source, "do_sample", True)),
+            "temperature": float(source.temperature),
+            "top_p": float(source.top_p),
+            "top_k": int(source.top_k),
+            "do_sample": bool(source.do_sample),
             "max_tokens": int(cfg.response_length),
-            "logprobs": bool(getattr(cfg, "calculate_log_probs", False)),
-            "ignore_eos": bool(getattr(cfg, "ignore_eos", False)),
+            "logprobs": bool(cfg.calculate_log_probs),
+            "ignore_eos": bool(cfg.ignore_eos),
         }
-        n = int(getattr(source, "n", 1)) if meta_info.get("validate") else 1
+        n = int(source.n) if meta_info.get("validate") else 1
         for key in _SAMPLING_META_KEYS:
             if meta_info.get(key) is not None:
                 params[key] = meta_info[key]

@@ -9,12 +9,16 @@ from __future__ import annotations
 import importlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+if TYPE_CHECKING:
+    from verl.workers.config.model import HFModelConfig
+
 __all__ = [
+    "model_config_of",
     "parse_dtype",
     "resolve_model_path",
     "load_tokenizer",
@@ -56,14 +60,24 @@ def parse_dtype(name: str | torch.dtype, key: str = "fsdp_config.model_dtype") -
     return dtype
 
 
+def model_config_of(model_config: Any, group: str = "model") -> HFModelConfig:
+    """``model_config`` as an ``HFModelConfig``: itself, or built from a DictConfig / dict (a recipe's own keys
+    kept in ``_extra``); ``group`` names it in errors. Every loader here takes either."""
+    from verl.utils.config_builder import as_config
+    from verl.workers.config.model import HFModelConfig
+
+    return as_config(model_config, HFModelConfig, group)
+
+
 def resolve_model_path(model_config: Any, key: str = "model.path") -> str:
     """The local checkpoint folder of ``model_config.path``, validated; the built-in tiny model is built on demand.
     With ``use_shm`` it is the folder's copy in shared memory (:mod:`verl.utils.shm`), made by the first caller."""
     from verl.utils.shm import maybe_shm_copy
     from verl.workers.config.model import BUILTIN_TINY_MODEL
 
-    raw = getattr(model_config, "path", None)
-    use_shm = bool(getattr(model_config, "use_shm", False))
+    model_config = model_config_of(model_config, key.rsplit(".", 1)[0])
+    raw = model_config.path
+    use_shm = model_config.use_shm
     shm_key = key.rsplit(".", 1)[0] + ".use_shm"
     if raw == BUILTIN_TINY_MODEL:
         from verl.utils.tiny_model import tiny_model_path
@@ -87,8 +101,8 @@ def resolve_model_path(model_config: Any, key: str = "model.path") -> str:
     return maybe_shm_copy(path, use_shm, shm_key)
 
 
-def _import_external_lib(model_config: Any) -> None:
-    name = getattr(model_config, "external_lib", None)
+def _import_external_lib(model_config: HFModelConfig) -> None:
+    name = model_config.external_lib
     if name:
         try:
             importlib.import_module(name)
@@ -102,45 +116,36 @@ def load_tokenizer(model_config: Any, model_path: str) -> Any:
 
     from verl.workers.config.model import BUILTIN_TINY_MODEL
 
-    tokenizer_path = getattr(model_config, "tokenizer_path", None) or model_path
+    model_config = model_config_of(model_config)
+    tokenizer_path = model_config.tokenizer_path or model_path
     if tokenizer_path == BUILTIN_TINY_MODEL:
         tokenizer_path = model_path
-    tokenizer = AutoTokenizer.from_pretrained(
-        tokenizer_path, trust_remote_code=bool(getattr(model_config, "trust_remote_code", False))
-    )
-    template = getattr(model_config, "custom_chat_template", None)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=model_config.trust_remote_code)
+    template = model_config.custom_chat_template
     if template:
         tokenizer.chat_template = template
     return tokenizer
 
 
-def _hf_config(model_config: Any, model_path: str) -> Any:
+def _hf_config(model_config: HFModelConfig, model_path: str) -> Any:
     from transformers import AutoConfig
 
-    trust = bool(getattr(model_config, "trust_remote_code", False))
     hf_config = AutoConfig.from_pretrained(
-        getattr(model_config, "hf_config_path", None) or model_path, trust_remote_code=trust
+        model_config.hf_config_path or model_path, trust_remote_code=model_config.trust_remote_code
     )
-    for name, value in dict(getattr(model_config, "override_config", None) or {}).items():
+    for name, value in dict(model_config.override_config or {}).items():
         if name == "attn_implementation":
             continue
         setattr(hf_config, name, value)
     return hf_config
 
 
-def _attn_implementation(model_config: Any) -> str:
-    """The attention kernel of a typed model config or of anything with an ``override_config``."""
-    from verl.workers.config.model import attn_implementation_of
-
-    return attn_implementation_of(getattr(model_config, "override_config", None))
-
-
-def _enable_memory_savers(model: nn.Module, model_config: Any) -> None:
+def _enable_memory_savers(model: nn.Module, model_config: HFModelConfig) -> None:
     """``model.enable_gradient_checkpointing`` and ``model.enable_activation_offload`` of a trainable model."""
-    if getattr(model_config, "enable_gradient_checkpointing", False):
+    if model_config.enable_gradient_checkpointing:
         # Non-reentrant checkpointing works with frozen inputs (LoRA) and with FSDP2's hooks.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if getattr(model_config, "enable_activation_offload", False):
+    if model_config.enable_activation_offload:
         from verl.workers.fsdp.activation_offload import enable_activation_offload
 
         enable_activation_offload(model)
@@ -152,16 +157,17 @@ def load_causal_lm(model_config: Any, model_path: str, dtype: torch.dtype, *, tr
     kernels with ``model.use_liger``."""
     from transformers import AutoModelForCausalLM
 
+    model_config = model_config_of(model_config)
     _import_external_lib(model_config)
     hf_config = _hf_config(model_config, model_path)
     model = AutoModelForCausalLM.from_pretrained(
         model_path,
         config=hf_config,
         dtype=dtype,
-        attn_implementation=_attn_implementation(model_config),
-        trust_remote_code=bool(getattr(model_config, "trust_remote_code", False)),
+        attn_implementation=model_config.attn_implementation,
+        trust_remote_code=model_config.trust_remote_code,
     )
-    if getattr(model_config, "use_liger", False):
+    if model_config.use_liger:
         from verl.workers.fsdp.liger import apply_liger
 
         apply_liger(model)
@@ -169,7 +175,7 @@ def load_causal_lm(model_config: Any, model_path: str, dtype: torch.dtype, *, tr
         model.requires_grad_(False)
         return model.eval()
     _enable_memory_savers(model, model_config)
-    if int(getattr(model_config, "lora_rank", 0) or 0) > 0:
+    if model_config.lora_rank > 0:
         model = apply_lora(model, model_config)
     return model
 
@@ -178,18 +184,15 @@ def load_critic_model(model_config: Any, model_path: str, dtype: torch.dtype) ->
     """The causal-LM checkpoint as a value model (one output per token), see ``verl.workers.critic.value_model``."""
     from verl.workers.critic.value_model import load_value_model
 
+    model_config = model_config_of(model_config, "critic.model")
     _import_external_lib(model_config)
-    overrides = {
-        k: v
-        for k, v in dict(getattr(model_config, "override_config", None) or {}).items()
-        if k != "attn_implementation"
-    }
+    overrides = {k: v for k, v in dict(model_config.override_config or {}).items() if k != "attn_implementation"}
     model = load_value_model(
         model_path,
         torch_dtype=dtype,
-        trust_remote_code=bool(getattr(model_config, "trust_remote_code", False)),
+        trust_remote_code=model_config.trust_remote_code,
         override_config=overrides,
-        attn_implementation=_attn_implementation(model_config),
+        attn_implementation=model_config.attn_implementation,
     )
     _enable_memory_savers(model, model_config)
     return model
@@ -199,20 +202,21 @@ def apply_lora(model: nn.Module, model_config: Any) -> nn.Module:
     """Wrap ``model`` with PEFT LoRA adapters; only adapter weights stay trainable."""
     from peft import LoraConfig, PeftModel, get_peft_model
 
-    adapter_path = getattr(model_config, "lora_adapter_path", None)
+    model_config = model_config_of(model_config)
+    adapter_path = model_config.lora_adapter_path
     if adapter_path:
         if not Path(adapter_path).is_dir():
             raise FileNotFoundError(f"model.lora_adapter_path={adapter_path!r}: no such folder")
         return PeftModel.from_pretrained(model, adapter_path, is_trainable=True)
-    target_modules = getattr(model_config, "target_modules", "all-linear")
+    target_modules = model_config.target_modules
     if not isinstance(target_modules, str):
         target_modules = list(target_modules)
     lora_config = LoraConfig(
         task_type="CAUSAL_LM",
         r=int(model_config.lora_rank),
-        lora_alpha=int(getattr(model_config, "lora_alpha", 16)),
+        lora_alpha=int(model_config.lora_alpha),
         target_modules=target_modules,
-        exclude_modules=getattr(model_config, "exclude_modules", None),
+        exclude_modules=model_config.exclude_modules,
         bias="none",
     )
     return get_peft_model(model, lora_config)

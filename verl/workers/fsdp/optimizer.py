@@ -7,30 +7,43 @@ The schedule is a ``LambdaLR`` stepped once per ``update_actor`` / ``update_crit
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
-__all__ = ["build_optimizer", "build_lr_scheduler", "cover_new_param_groups"]
+if TYPE_CHECKING:
+    from verl.workers.config.optimizer import OptimizerConfig
+
+__all__ = ["optim_config_of", "build_optimizer", "build_lr_scheduler", "cover_new_param_groups"]
+
+
+def optim_config_of(optim_config: Any, key: str = "actor.optim") -> OptimizerConfig:
+    """``optim_config`` as an ``OptimizerConfig``: itself, or built from a DictConfig / dict (``key`` names it)."""
+    from verl.utils.config_builder import as_config
+    from verl.workers.config.optimizer import OptimizerConfig
+
+    return as_config(optim_config, OptimizerConfig, key)
 
 
 def build_optimizer(params: Iterable[nn.Parameter], optim_config: Any, key: str = "actor.optim") -> torch.optim.AdamW:
-    """AdamW over the parameters that require gradients (LoRA: the adapters only)."""
-    name = str(getattr(optim_config, "optimizer", "AdamW") or "AdamW")
+    """AdamW over the parameters that require gradients (LoRA: the adapters only). ``optim_config``: an
+    ``OptimizerConfig`` or a DictConfig / dict of its fields."""
+    optim_config = optim_config_of(optim_config, key)
+    name = optim_config.optimizer
     if name.lower() not in ("adamw", "adam_w"):
         raise ValueError(f"{key}.optimizer={name!r} is not supported; use AdamW")
     trainable = [p for p in params if p.requires_grad]
     if not trainable:
         raise ValueError(f"{key}: the model has no trainable parameters")
-    betas = tuple(float(b) for b in getattr(optim_config, "betas", (0.9, 0.999)))
+    betas = tuple(float(b) for b in optim_config.betas)
     return torch.optim.AdamW(
         trainable,
         lr=float(optim_config.lr),
         betas=betas,
-        weight_decay=float(getattr(optim_config, "weight_decay", 0.01)),
+        weight_decay=float(optim_config.weight_decay),
     )
 
 
@@ -42,10 +55,11 @@ def build_lr_scheduler(
     Cosine needs ``total_training_steps`` (the trainer sets it once it knows the data size); a ratio warm-up needs it
     too. Errors name the key.
     """
-    kind = str(getattr(optim_config, "lr_scheduler_type", "constant") or "constant")
-    total = int(getattr(optim_config, "total_training_steps", -1) or -1)
-    warmup_steps = int(getattr(optim_config, "lr_warmup_steps", -1) or -1)
-    ratio = float(getattr(optim_config, "lr_warmup_steps_ratio", 0.0) or 0.0)
+    optim_config = optim_config_of(optim_config, key)
+    kind = optim_config.lr_scheduler_type
+    total = int(optim_config.total_training_steps)
+    warmup_steps = int(optim_config.lr_warmup_steps)
+    ratio = float(optim_config.lr_warmup_steps_ratio)
     if warmup_steps <= 0 and ratio > 0 and total <= 0:
         raise ValueError(
             f"{key}.lr_warmup_steps_ratio={ratio} needs {key}.total_training_steps (> 0), got {total}; "
@@ -61,8 +75,8 @@ def build_lr_scheduler(
             optimizer,
             num_warmup_steps=warmup,
             num_training_steps=total,
-            min_lr_ratio=float(getattr(optim_config, "min_lr_ratio", 0.0) or 0.0),
-            num_cycles=float(getattr(optim_config, "num_cycles", 0.5)),
+            min_lr_ratio=float(optim_config.min_lr_ratio),
+            num_cycles=float(optim_config.num_cycles),
         )
     raise ValueError(f"{key}.lr_scheduler_type={kind!r} is not supported; use constant or cosine")
 

@@ -9,40 +9,23 @@ rank is ``ppo_mini_batch_size * rollout.n / world_size`` samples; the batch plan
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from verl.base_config import ConfigError
-from verl.utils.config import omega_conf_to_dataclass
+from verl.utils.config_builder import as_config
 
-__all__ = ["ConfigView", "read_group", "has_group", "per_rank_update_sizes", "optim_with_total_steps"]
+__all__ = [
+    "as_config",
+    "read_group",
+    "has_group",
+    "per_rank_update_sizes",
+    "with_rank_sizes",
+    "optim_with_total_steps",
+]
 
-
-class ConfigView:
-    """A read-only view of a config with a few attributes replaced (the per-rank sizes, derived flags).
-
-    The actor and the policy losses read their config by attribute, so a view serves them without mutating the
-    user's (frozen) config object.
-    """
-
-    def __init__(self, base: Any, **overrides: Any) -> None:
-        object.__setattr__(self, "_base", base)
-        object.__setattr__(self, "_overrides", dict(overrides))
-
-    def __getattr__(self, name: str) -> Any:
-        overrides = object.__getattribute__(self, "_overrides")
-        if name in overrides:
-            return overrides[name]
-        return getattr(object.__getattribute__(self, "_base"), name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"ConfigView is read-only (tried to set {name!r})")
-
-    def get(self, name: str, default: Any = None) -> Any:
-        try:
-            return getattr(self, name)
-        except AttributeError:
-            return default
+T = TypeVar("T")
 
 
 def _lookup(config: Any, name: str) -> Any:
@@ -66,9 +49,7 @@ def read_group(config: Any, name: str, cls: type, required: bool = False) -> Any
         if required:
             raise ConfigError(f"the worker config has no '{name}' group", key=name)
         return cls()
-    if isinstance(value, cls):
-        return value
-    return omega_conf_to_dataclass(value, cls, path=name, keep_unknown=True)  # a recipe's own keys are kept
+    return as_config(value, cls, name)
 
 
 def per_rank_update_sizes(role_config: Any, group: str, rollout_n: int, dp_size: int) -> dict[str, int | None]:
@@ -79,10 +60,16 @@ def per_rank_update_sizes(role_config: Any, group: str, rollout_n: int, dp_size:
     return rank_update_sizes(role_config, group, rollout_n, dp_size).as_verl_keys()
 
 
-def optim_with_total_steps(optim: Any, trainer: Any) -> Any:
-    """``optim`` as is when it knows ``total_training_steps``; else a view taking ``trainer.total_training_steps``."""
-    total = getattr(optim, "total_training_steps", -1)
-    fallback = getattr(trainer, "total_training_steps", None)
+def with_rank_sizes(config: T, group: str, rollout_n: int, dp_size: int, **changes: Any) -> T:
+    """A copy of ``config`` (an actor or critic config) with :func:`per_rank_update_sizes` and ``changes``."""
+    return dataclasses.replace(config, **per_rank_update_sizes(config, group, rollout_n, dp_size), **changes)
+
+
+def optim_with_total_steps(optim: T, trainer: Any) -> T:
+    """``optim`` (an ``OptimizerConfig``) as is when it knows ``total_training_steps``; else a copy taking
+    ``trainer.total_training_steps`` (a ``TrainerConfig``)."""
+    total = optim.total_training_steps
+    fallback = trainer.total_training_steps
     if (total is None or int(total) <= 0) and fallback:
-        return ConfigView(optim, total_training_steps=int(fallback))
+        return dataclasses.replace(optim, total_training_steps=int(fallback))
     return optim

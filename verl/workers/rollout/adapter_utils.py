@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from verl.workers.rollout.base import config_value
 from verl.workers.rollout.registry import require_package
+
+if TYPE_CHECKING:
+    from verl.workers.config import RolloutConfig
 
 __all__ = [
     "PauseGate",
     "engine_args_with_overrides",
     "engine_kwargs_for",
     "finish_reason_to_stop_reason",
-    "model_length",
     "require_engine",
 ]
 
@@ -30,26 +31,18 @@ def require_engine(package: str, name: str) -> None:
         )
 
 
-def engine_kwargs_for(config: Any, name: str) -> dict[str, Any]:
+def engine_kwargs_for(config: RolloutConfig, name: str) -> dict[str, Any]:
     """Extra engine arguments from ``rollout.engine_kwargs.<name>`` (verl's layout), or none."""
-    kwargs = getattr(config, "engine_kwargs", None) or {}
-    chosen = kwargs.get(name) if hasattr(kwargs, "get") else None
-    return {k: v for k, v in dict(chosen or {}).items() if v is not None}
+    chosen = config.engine_kwargs.get(name) or {}
+    return {k: v for k, v in dict(chosen).items() if v is not None}
 
 
 def engine_args_with_overrides(
-    config: Any, name: str, args: dict[str, Any], engine_kwargs: Mapping[str, Any] | None = None
+    config: RolloutConfig, name: str, args: dict[str, Any], engine_kwargs: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """``args`` (an engine's arguments mapped from verl's rollout keys) under ``rollout.engine_kwargs.<name>`` and
     then the caller's ``engine_kwargs``: the user's explicit engine settings win."""
     return {**args, **engine_kwargs_for(config, name), **dict(engine_kwargs or {})}
-
-
-def model_length(config: Any) -> int:
-    """``rollout.max_model_len``, or prompt plus response length when unset."""
-    prompt_length = int(config_value(config, "prompt_length", 512))
-    response_length = int(config_value(config, "response_length", 512))
-    return int(config_value(config, "max_model_len", prompt_length + response_length))
 
 
 def finish_reason_to_stop_reason(reason: Any) -> str:

@@ -15,9 +15,16 @@ import abc
 from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
+
+from verl.utils.config_builder import as_config
+
+if TYPE_CHECKING:
+    from verl.workers.config import HFModelConfig, RolloutConfig
+
+T = TypeVar("T")
 
 __all__ = [
     "BaseRollout",
@@ -26,7 +33,8 @@ __all__ = [
     "RolloutReplica",
     "RolloutServer",
     "TokenOutput",
-    "config_value",
+    "as_model_config",
+    "as_rollout_config",
 ]
 
 STOP_REASONS = ("stop", "length", "aborted")
@@ -140,14 +148,18 @@ class RolloutServer(RolloutReplica):
         return await serve_request_batch(requests, batch_group, rendezvous, gather_each(self.generate))
 
 
-def config_value(config: Any, name: str, default: Any) -> Any:
-    """Read ``config.name`` by attribute, falling back to ``default`` when absent or None.
+def as_rollout_config(config: Any) -> RolloutConfig:
+    """The ``rollout`` group as a typed :class:`~verl.workers.config.RolloutConfig` (see ``as_config``)."""
+    from verl.workers.config import RolloutConfig
 
-    The rollout accepts the real ``RolloutConfig`` or any object with the same attributes (a
-    ``SimpleNamespace`` in tests), so missing optional fields must not be an error.
-    """
-    value = getattr(config, name, None)
-    return default if value is None else value
+    return as_config(config, RolloutConfig, "rollout")
+
+
+def as_model_config(config: Any) -> HFModelConfig:
+    """The ``model`` group as a typed :class:`~verl.workers.config.HFModelConfig` (see ``as_config``)."""
+    from verl.workers.config import HFModelConfig
+
+    return as_config(config, HFModelConfig, "model")
 
 
 class BaseRollout(abc.ABC):
@@ -161,19 +173,8 @@ class BaseRollout(abc.ABC):
     """
 
     def __init__(self, config: Any, model_config: Any, device_mesh: Any = None, *args: Any, **kwargs: Any) -> None:
-        from verl.utils.config import omega_conf_to_dataclass
-        from verl.workers.config import HFModelConfig, RolloutConfig
-
-        self.config = (
-            config
-            if not _is_mapping_node(config)
-            else omega_conf_to_dataclass(config, RolloutConfig, keep_unknown=True)
-        )
-        self.model_config = (
-            model_config
-            if not _is_mapping_node(model_config)
-            else omega_conf_to_dataclass(model_config, HFModelConfig, keep_unknown=True)
-        )
+        self.config = as_rollout_config(config)
+        self.model_config = as_model_config(model_config)
         self.device_mesh = device_mesh
 
     @abc.abstractmethod
@@ -197,10 +198,3 @@ class BaseRollout(abc.ABC):
             f"{type(self).__qualname__} generates through its rollout replicas (server mode); "
             "it has no batch generate_sequences"
         )
-
-
-def _is_mapping_node(value: Any) -> bool:
-    """An untyped config (OmegaConf node or dict) rather than an already-built typed config."""
-    from omegaconf import DictConfig
-
-    return isinstance(value, DictConfig | dict)

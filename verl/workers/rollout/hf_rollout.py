@@ -16,6 +16,7 @@ from typing import Any
 from torch import nn
 
 from verl.workers.fsdp.hybrid_rollout import AsyncLoopThread, HybridRollout
+from verl.workers.rollout.base import as_rollout_config
 from verl.workers.rollout.batch_rendezvous import BatchRendezvous
 from verl.workers.rollout.hf.server import HFRolloutServer
 
@@ -38,7 +39,8 @@ class HFRollout(HybridRollout):
 
     Args:
         module: a Hugging Face causal LM (put in eval mode by the engine).
-        config: the rollout config (``RolloutConfig`` or an object with its fields).
+        config: the rollout config (a ``RolloutConfig``, or an OmegaConf node, mapping or ``SimpleNamespace`` of its
+            keys, built into one).
         pad_token_id: pads the responses; default the model's pad token, else its EOS token, else 0.
         call_timeout_s: bound on one batch.
     """
@@ -47,7 +49,7 @@ class HFRollout(HybridRollout):
         self, module: nn.Module, config: Any, pad_token_id: int | None = None, call_timeout_s: float = 3600.0
     ) -> None:
         param = next(module.parameters())
-        self.config = config
+        self.config = config = as_rollout_config(config)
         self.device = param.device
         self.dtype = param.dtype
         self.pad_token_id = int(pad_token_id) if pad_token_id is not None else _pad_token_id(module)

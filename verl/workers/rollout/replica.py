@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 import torch
 
 from verl.utils.async_utils import await_ray
-from verl.workers.rollout.base import RolloutMode, RolloutReplica, RolloutServer, TokenOutput, config_value
+from verl.workers.rollout.base import RolloutMode, RolloutReplica, RolloutServer, TokenOutput, as_rollout_config
 from verl.workers.rollout.registry import get_rollout_class
 from verl.workers.rollout.request_batching import (
     Request,
@@ -51,19 +51,16 @@ _CUSTOM_KEY = "rollout.agent.custom_async_server"
 def server_class(config: Any, name: str | None = None) -> type[RolloutServer]:
     """The server class of ``config``: ``rollout.agent.custom_async_server`` (a ``RolloutServer`` subclass in a .py
     file or module) when its ``path`` is set, else the class registered for ``name`` (default ``config.name``)."""
-    agent = config_value(config, "agent", None)
-    custom = config_value(agent, "custom_async_server", None) if agent is not None else None
-    path = config_value(custom, "path", None) if custom is not None else None
-    if not path:
-        return get_rollout_class(name or config_value(config, "name", "hf"))
+    config = as_rollout_config(config)
+    custom = config.agent.custom_async_server
+    if not custom.path:
+        return get_rollout_class(name or config.name)
     from verl.utils.import_utils import load_extern_object
 
-    cls = load_extern_object(
-        str(path), config_value(custom, "name", None), config_key=f"{_CUSTOM_KEY}.path", what="rollout server class"
-    )
+    cls = load_extern_object(custom.path, custom.name, config_key=f"{_CUSTOM_KEY}.path", what="rollout server class")
     if not (isinstance(cls, type) and issubclass(cls, RolloutServer)):
         raise TypeError(
-            f"{_CUSTOM_KEY}.name={config_value(custom, 'name', None)!r} in {path!r} must be a subclass of "
+            f"{_CUSTOM_KEY}.name={custom.name!r} in {custom.path!r} must be a subclass of "
             f"verl.workers.rollout.base.RolloutServer, got {cls!r}"
         )
     return cls
@@ -74,6 +71,7 @@ def build_server(
 ) -> RolloutServer:
     """Instantiate :func:`server_class` of ``config``: ``cls(config, model_path, **kwargs)`` (hybrid engines get
     the actor's live module as ``model=``)."""
+    config = as_rollout_config(config)
     return server_class(config, name)(config, model_path, **kwargs)
 
 
@@ -198,7 +196,8 @@ class StandaloneReplica(RemoteReplica):
     ):
         import ray
 
-        self.name = name or config_value(config, "name", "hf")
+        config = as_rollout_config(config)
+        self.name = name or config.name
         self.replica_rank = int(replica_rank)
         # resolved here, on the driver: a missing engine or custom class fails now (a class from a file travels by
         # value); the server itself is the actor

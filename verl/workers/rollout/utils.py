@@ -52,19 +52,20 @@ def get_max_position_embeddings(hf_config: Any) -> int:
 
 def engine_gpus(config: Any) -> int:
     """GPUs one replica of an external engine spans: ``tensor_model_parallel_size x data_parallel_size``."""
-    from verl.workers.rollout.base import config_value
+    from verl.workers.rollout.base import as_rollout_config
 
-    return int(config_value(config, "tensor_model_parallel_size", 1)) * int(
-        config_value(config, "data_parallel_size", 1)
-    )
+    config = as_rollout_config(config)
+    return config.tensor_model_parallel_size * config.data_parallel_size
 
 
 def model_path_of(model_config: Any) -> str:
-    """The checkpoint folder of a model config: ``local_path`` (verl's resolved copy) or ``path``, checked as the
-    workers check it."""
-    local = getattr(model_config, "local_path", None)
-    if local:
-        return str(local)
+    """The checkpoint folder of a model config (built into an ``HFModelConfig``): ``local_path`` (verl's resolved
+    copy) or ``path``, checked as the workers check it."""
     from verl.workers.fsdp.model_loader import resolve_model_path
+    from verl.workers.rollout.base import as_model_config
+
+    model_config = as_model_config(model_config)
+    if model_config.local_path:
+        return model_config.local_path
 
     return resolve_model_path(model_config)

@@ -14,16 +14,17 @@ The algorithms are this package's: policy losses from :func:`~verl.trainer.ppo.c
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 from tensordict import TensorDict
 
+from verl.trainer.ppo._util import as_actor_config, as_critic_config
 from verl.trainer.ppo.core_algos import agg_loss, compute_value_loss, get_policy_loss_fn, kl_penalty
 from verl.utils import tensordict_utils as tu
 from verl.utils.metric import AggregationType, Metric
 from verl.utils.torch_functional import masked_mean, masked_sum
-from verl.workers.fsdp.worker_config import ConfigView
 from verl.workers.utils.padding import no_padding_2_padding
 
 __all__ = ["ppo_loss", "sft_loss", "value_loss"]
@@ -60,22 +61,6 @@ def _padded(data: TensorDict, key: str) -> torch.Tensor:
     return torch.nested.to_padded_tensor(value, 0.0) if value.is_nested else value
 
 
-def _loss_mode(config: Any) -> str:
-    """``actor.policy_loss.loss_mode`` of a typed, DictConfig or plain-dict actor config (its default when unset)."""
-    from verl.workers.config.actor import PolicyLossConfig
-
-    policy_loss = getattr(config, "policy_loss", None)
-    if policy_loss is None:
-        return PolicyLossConfig.loss_mode
-    if not isinstance(policy_loss, PolicyLossConfig):
-        from verl.utils.config import omega_conf_to_dataclass
-
-        policy_loss = omega_conf_to_dataclass(
-            policy_loss, PolicyLossConfig, path="actor.policy_loss", keep_unknown=True
-        )
-    return policy_loss.loss_mode
-
-
 def ppo_loss(
     config: Any, model_output: dict[str, torch.Tensor], data: TensorDict, dp_group: Any = None
 ) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -85,19 +70,20 @@ def ppo_loss(
     present) from ``data``; subtracts ``entropy_coeff`` times the entropy when the engine computed entropy, adds
     ``kl_loss_coef`` times the KL to the reference when ``use_kl_loss``.
     """
+    config = as_actor_config(config)
     log_prob = no_padding_2_padding(model_output["log_probs"], data)
     entropy = model_output.get("entropy")
     counts = _global_counts(data)
-    loss_scale_factor = getattr(config, "loss_scale_factor", None)
+    loss_scale_factor = config.loss_scale_factor
     info = {**counts, "loss_scale_factor": loss_scale_factor}
-    view = ConfigView(config, global_batch_info=info)
+    view = dataclasses.replace(config, global_batch_info=info)
     aggregation = _aggregation(counts, loss_scale_factor)
-    agg_mode = str(getattr(config, "loss_agg_mode", "token-mean"))
+    agg_mode = config.loss_agg_mode
     agg_kwargs = {k: v for k, v in info.items() if v is not None}
 
     response_mask = _padded(data, "response_mask").bool()
     rollout_is_weights = _padded(data, "rollout_is_weights") if "rollout_is_weights" in data.keys() else None
-    pg_loss, pg_metrics = get_policy_loss_fn(_loss_mode(config))(
+    pg_loss, pg_metrics = get_policy_loss_fn(config.policy_loss.loss_mode)(
         old_log_prob=_padded(data, "old_log_probs"),
         log_prob=log_prob,
         advantages=_padded(data, "advantages"),
@@ -111,14 +97,14 @@ def ppo_loss(
     loss = pg_loss
     if entropy is not None:
         entropy_loss = agg_loss(no_padding_2_padding(entropy, data), response_mask, agg_mode, **agg_kwargs)
-        loss = loss - float(getattr(config, "entropy_coeff", 0.0) or 0.0) * entropy_loss
+        loss = loss - config.entropy_coeff * entropy_loss
         metrics["actor/entropy_loss"] = Metric(aggregation, entropy_loss)
-    if getattr(config, "use_kl_loss", False):
+    if config.use_kl_loss:
         if "ref_log_prob" not in data.keys():
             raise KeyError("ppo_loss: use_kl_loss is set but the batch has no 'ref_log_prob'")
-        kld = kl_penalty(log_prob, _padded(data, "ref_log_prob"), str(getattr(config, "kl_loss_type", "low_var_kl")))
+        kld = kl_penalty(log_prob, _padded(data, "ref_log_prob"), config.kl_loss_type)
         kl_loss = agg_loss(kld, response_mask, agg_mode, **agg_kwargs)
-        coef = float(getattr(config, "kl_loss_coef", 0.0) or 0.0)
+        coef = float(config.kl_loss_coef)
         loss = loss + coef * kl_loss
         metrics["kl_loss"] = Metric(aggregation, kl_loss)
         metrics["kl_coef"] = coef
@@ -130,17 +116,18 @@ def value_loss(
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Clipped value loss of one micro-batch (``config``: the critic config; ``cliprange_value``,
     ``loss_agg_mode``). Reads ``values`` (rollout-time), ``returns`` and ``response_mask`` from ``data``."""
+    config = as_critic_config(config)
     vpreds = no_padding_2_padding(model_output["values"], data)
     counts = _global_counts(data)
-    loss_scale_factor = getattr(config, "loss_scale_factor", None)
+    loss_scale_factor = config.loss_scale_factor
     response_mask = _padded(data, "response_mask").bool()
     vf_loss, vf_clipfrac = compute_value_loss(
         vpreds=vpreds,
         returns=_padded(data, "returns"),
         values=_padded(data, "values"),
         response_mask=response_mask,
-        cliprange_value=float(getattr(config, "cliprange_value", 0.5)),
-        loss_agg_mode=str(getattr(config, "loss_agg_mode", "token-mean")),
+        cliprange_value=config.cliprange_value,
+        loss_agg_mode=config.loss_agg_mode,
         loss_scale_factor=loss_scale_factor,
         **counts,
     )

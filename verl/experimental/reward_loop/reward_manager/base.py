@@ -28,7 +28,7 @@ import torch
 from verl.protocol import DataProto
 from verl.utils.ray_utils import get_event_loop
 
-__all__ = ["RawRewardFn", "RewardManagerBase", "SampleInput", "config_value", "split_score"]
+__all__ = ["RawRewardFn", "RewardManagerBase", "SampleInput", "split_score"]
 
 RawRewardFn = Callable[..., Any] | None
 
@@ -58,20 +58,6 @@ def split_score(result: Any) -> tuple[float, dict[str, Any]]:
     return score, {"acc": score}
 
 
-def config_value(config: Any, *path: str, default: Any = None) -> Any:
-    """``config.path[0].path[1]...`` read from a DictConfig, a dict or this package's config; ``default`` when a
-    level is missing or the value is null."""
-    node = config
-    for key in path:
-        if node is None:
-            return default
-        try:
-            node = node.get(key)
-        except AttributeError:
-            node = getattr(node, key, None)
-    return default if node is None else node
-
-
 def _is_async(fn: Any) -> bool:
     call = type(fn).__call__ if not inspect.isroutine(fn) and callable(fn) else None
     return inspect.iscoroutinefunction(fn) or (call is not None and inspect.iscoroutinefunction(call))
@@ -82,7 +68,8 @@ class RewardManagerBase(ABC):
     :func:`verl.experimental.reward_loop.reward_manager.register`).
 
     Args:
-        config: the trainer config (a DictConfig or this package's config); managers read their options from it.
+        config: the trainer config (a DictConfig or this package's config), kept as ``self.config``; its typed
+            ``reward`` and ``data`` groups are ``self.settings`` (:func:`verl.trainer.ppo.reward.reward_settings`).
         tokenizer: decodes responses.
         compute_score: the scoring function (sync or ``async def``), ``None`` for the manager's default.
 
@@ -92,10 +79,13 @@ class RewardManagerBase(ABC):
     _class_initialized: bool = False
 
     def __init__(self, config: Any, tokenizer: Any, compute_score: RawRewardFn = None) -> None:
+        from verl.trainer.ppo.reward import reward_settings
+
         self.config = config
+        self.settings = reward_settings(config)
         self.tokenizer = tokenizer
         self.compute_score = compute_score
-        self.reward_fn_key = str(config_value(config, "data", "reward_fn_key", default="data_source"))
+        self.reward_fn_key = self.settings.data.reward_fn_key
         self.loop = get_event_loop()
         self.init_class(config, tokenizer)
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl.experimental.reward_loop.reward_manager.base import RawRewardFn, config_value, split_score
+from verl.experimental.reward_loop.reward_manager.base import RawRewardFn, split_score
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 from verl.experimental.reward_loop.reward_manager.registry import register
 from verl.protocol import DataProto
-from verl.workers.reward_manager.dapo import overlong_penalty
+from verl.utils.config import omega_conf_to_dataclass
+from verl.workers.reward_manager.dapo import OverlongBufferConfig, overlong_penalty
 
 __all__ = ["DAPORewardManager"]
 
@@ -31,21 +32,21 @@ class DAPORewardManager(NaiveRewardManager):
         reward_model_tokenizer: Any = None,
     ) -> None:
         super().__init__(config, tokenizer, compute_score, reward_router_address, reward_model_tokenizer)
-        kwargs = config_value(config, "reward", "reward_kwargs", default={})
-        buffer = kwargs.get("overlong_buffer_cfg") or {}
-        self.overlong_enable = bool(buffer.get("enable", False))
-        self.overlong_len = int(buffer.get("len", 0) or 0)
-        self.overlong_penalty_factor = float(buffer.get("penalty_factor", 1.0))
-        self.overlong_log = bool(buffer.get("log", False))
+        kwargs = self.settings.reward.reward_kwargs
+        buffer = omega_conf_to_dataclass(
+            kwargs.get("overlong_buffer_cfg") or {},
+            OverlongBufferConfig,
+            path="reward.reward_kwargs.overlong_buffer_cfg",
+        )
+        self.overlong_enable = buffer.enable
+        self.overlong_len = buffer.len
+        self.overlong_penalty_factor = buffer.penalty_factor
+        self.overlong_log = buffer.log
         max_resp_len = kwargs.get("max_resp_len")
         if max_resp_len is None:
-            max_resp_len = config_value(config, "data", "max_response_length")
-        self.max_resp_len = None if max_resp_len is None else int(max_resp_len)
+            max_resp_len = self.settings.data.max_response_length
+        self.max_resp_len = int(max_resp_len)
         if self.overlong_enable:
-            if self.max_resp_len is None:
-                raise ValueError(
-                    "reward.reward_kwargs.max_resp_len must be set when overlong_buffer_cfg.enable is true"
-                )
             if not 0 < self.overlong_len <= self.max_resp_len:
                 raise ValueError(
                     f"reward.reward_kwargs.overlong_buffer_cfg.len must be in (0, max_resp_len={self.max_resp_len}], "

@@ -12,16 +12,34 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 
-from verl.experimental.reward_loop.reward_manager.base import RawRewardFn, config_value, split_score
+from verl.base_config import BaseConfig, check
+from verl.experimental.reward_loop.reward_manager.base import RawRewardFn, split_score
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 from verl.experimental.reward_loop.reward_manager.registry import register
 from verl.protocol import DataProto
 
-__all__ = ["AsyncTokenBucket", "RateLimitedRewardManager"]
+__all__ = ["AsyncTokenBucket", "RateLimitConfig", "RateLimitedRewardManager"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RateLimitConfig(BaseConfig):
+    """verl's ``reward.*`` options of the ``rate_limited`` manager (``max_rpm``/``max_tpm``: null for no limit;
+    ``timeout``: seconds per call). Read from the ``reward`` group by
+    :func:`verl.trainer.ppo.reward.reward_settings`."""
+
+    max_concurrent: int = 1
+    max_rpm: float | None = None
+    max_tpm: float | None = None
+    estimated_tokens_per_request: float = 2000
+    timeout: float = 300.0
+
+    def __post_init__(self) -> None:
+        check(self.max_concurrent >= 1, "max_concurrent", f"must be >= 1, got {self.max_concurrent}")
 
 
 class AsyncTokenBucket:
@@ -86,8 +104,10 @@ class RateLimitedRewardManager(NaiveRewardManager):
 
     @classmethod
     def init_class(cls, config: Any, tokenizer: Any) -> None:
-        max_rpm = config_value(config, "reward", "max_rpm")
-        max_tpm = config_value(config, "reward", "max_tpm")
+        from verl.trainer.ppo.reward import RewardSettings, reward_settings
+
+        limits = (config if isinstance(config, RewardSettings) else reward_settings(config)).rate_limit
+        max_rpm, max_tpm = limits.max_rpm, limits.max_tpm
         if cls.__dict__.get("_class_initialized", False):
             if (max_rpm, max_tpm) != (cls._max_rpm, cls._max_tpm):
                 logger.warning(
@@ -100,16 +120,12 @@ class RateLimitedRewardManager(NaiveRewardManager):
                     max_tpm,
                 )
             return
-        cls._max_concurrent = int(config_value(config, "reward", "max_concurrent", default=1))
-        if cls._max_concurrent < 1:
-            raise ValueError(f"reward.max_concurrent must be >= 1, got {cls._max_concurrent}")
+        cls._max_concurrent = limits.max_concurrent
         cls._semaphore = asyncio.Semaphore(cls._max_concurrent)
         cls._max_rpm, cls._max_tpm = max_rpm, max_tpm
         cls._rpm_limiter = None if max_rpm is None else AsyncTokenBucket(max_rpm / 60.0, max_rpm / 60.0)
         cls._tpm_limiter = None if max_tpm is None else AsyncTokenBucket(max_tpm / 60.0, max_tpm / 60.0)
-        cls._estimated_tokens_per_request = float(
-            config_value(config, "reward", "estimated_tokens_per_request", default=2000)
-        )
+        cls._estimated_tokens_per_request = float(limits.estimated_tokens_per_request)
         logger.info(
             "%s: max_concurrent=%d, max_rpm=%s, max_tpm=%s (shared by the process)",
             cls.__name__,
@@ -131,14 +147,8 @@ class RateLimitedRewardManager(NaiveRewardManager):
         # legacy_kwargs: num_examine / reward_fn_key of the batch-manager constructor, accepted and unused as in verl
         if tokenizer is None:
             raise TypeError("RateLimitedRewardManager needs a tokenizer")
-        super().__init__(
-            config if config is not None else {"reward": {}},
-            tokenizer,
-            compute_score,
-            reward_router_address,
-            reward_model_tokenizer,
-        )
-        self.timeout = float(config_value(self.config, "reward", "timeout", default=300.0))
+        super().__init__(config, tokenizer, compute_score, reward_router_address, reward_model_tokenizer)
+        self.timeout = float(self.settings.rate_limit.timeout)
 
     async def run_single(self, data: DataProto) -> dict[str, Any]:
         sample = await self.read_sample(data)

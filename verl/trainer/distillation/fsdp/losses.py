@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from verl.trainer.ppo._util import cfg_get
+from verl.trainer.ppo._util import as_distillation_loss_config
 
 __all__ = ["chunked_topk_log_probs", "compute_forward_kl_topk", "kl_divergence"]
 
@@ -58,13 +58,13 @@ def compute_forward_kl_topk(
     """Per-token top-k KL and diagnostics for ``student_logits`` ``[bsz, seqlen, vocab]``.
 
     The teacher tensors are ``[bsz, seqlen, k]`` or nested (packed to ``[1, total, k]`` to match the engine's
-    ``thd`` layout). ``config`` is the distillation config (``distillation_loss.log_prob_min_clamp``,
+    ``thd`` layout). ``config`` is the distillation config or its ``distillation_loss`` (``log_prob_min_clamp``,
     ``use_chunked_topk``, ``chunked_topk_chunk_size``). Returns ``distillation_losses``, ``student_mass`` and
     ``teacher_mass`` (the top-k's probability under each model), ``overlap_count`` (teacher top-k tokens also in the
     student's top-k) and ``overlap_token_advantage`` (mean ``-p (log p - log q)`` over those tokens), each
     ``[bsz, seqlen]``.
     """
-    loss_config = cfg_get(config, "distillation_loss", config)
+    loss_config = as_distillation_loss_config(config)
     teacher_log_probs = _flat(teacher_topk_log_probs)
     teacher_ids = _flat(teacher_topk_ids).long()
     if teacher_log_probs.shape[:2] != student_logits.shape[:2] or teacher_ids.shape != teacher_log_probs.shape:
@@ -73,18 +73,16 @@ def compute_forward_kl_topk(
             f"log-probs {tuple(teacher_log_probs.shape)} / ids {tuple(teacher_ids.shape)}"
         )
     k = teacher_ids.shape[-1]
-    if cfg_get(loss_config, "use_chunked_topk", False):
+    if loss_config.use_chunked_topk:
         student_topk_ids = torch.topk(student_logits, k=k, dim=-1).indices
-        student_log_probs = chunked_topk_log_probs(
-            student_logits, teacher_ids, int(cfg_get(loss_config, "chunked_topk_chunk_size", 4096))
-        )
+        student_log_probs = chunked_topk_log_probs(student_logits, teacher_ids, loss_config.chunked_topk_chunk_size)
     else:
         log_softmax = F.log_softmax(student_logits, dim=-1)
         student_topk_ids = torch.topk(log_softmax, k=k, dim=-1).indices
         student_log_probs = log_softmax.gather(-1, teacher_ids)
     student_mass = student_log_probs.exp().sum(-1)
     teacher_mass = teacher_log_probs.exp().sum(-1)
-    floor = cfg_get(loss_config, "log_prob_min_clamp", None)
+    floor = loss_config.log_prob_min_clamp
     if floor is not None:
         student_log_probs = student_log_probs.clamp_min(float(floor))
         teacher_log_probs = teacher_log_probs.clamp_min(float(floor))

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from verl.utils.async_utils import FAILURE_ATTR, spawn_logged
-from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
+from verl.workers.rollout.base import RolloutServer, TokenOutput, as_rollout_config
 from verl.workers.rollout.hf.kv_batch import RunningBatch
 from verl.workers.rollout.hf.model_io import eos_token_ids as model_eos_token_ids
 from verl.workers.rollout.hf.model_io import load_model, load_named_tensors, resolve_dtype
@@ -39,17 +39,16 @@ class HFRolloutServer(RolloutServer):
     """Continuous-batching engine over ``model.forward`` with a per-row padded KV cache.
 
     Args:
-        config: ``RolloutConfig`` or any object with its attributes (prompt_length, response_length,
-            max_num_seqs, max_num_batched_tokens, calculate_log_probs, dtype, temperature, top_p, top_k,
-            do_sample, ignore_eos, max_model_len, multi_turn). ``max_num_batched_tokens`` bounds one prefill
-            forward (rows x longest prompt); admitted prompts beyond it are prefilled in further groups.
+        config: the ``RolloutConfig`` (or an OmegaConf node, mapping or ``SimpleNamespace`` of its keys, built
+            into one). ``max_num_batched_tokens`` bounds one prefill forward (rows x longest prompt); admitted
+            prompts beyond it are prefilled in further groups.
         model_path: Hugging Face folder to load, unless ``model`` is given.
         model: an already built causal LM to serve as is (its dtype and device are kept).
         device: where to run; defaults to CUDA when visible, else CPU.
         min_admit_chunk: admit waiting requests once this many rows are free (default max_num_seqs/8).
         pause_timeout_s: how long a ``generate`` call waits for ``resume``/``wake_up`` before failing.
         prompt_truncation: what to do with prompts over the limit: "error" (default), "left" (keep the
-            last tokens) or "right" (keep the first); defaults to ``config.prompt_truncation`` if set.
+            last tokens) or "right" (keep the first); defaults to ``config.prompt_truncation``.
         eos_token_ids: tokens that end a request unless ``ignore_eos``; defaults to the model's.
         seed: seed of the engine's sampling generator (requests may also carry their own ``seed``).
         max_steps_per_call: decode steps the worker thread may run back to back while no row finishes
@@ -71,49 +70,43 @@ class HFRolloutServer(RolloutServer):
         seed: int | None = None,
         max_steps_per_call: int = 64,
     ):
-        self.config = config
+        self.config = config = as_rollout_config(config)
         if model is None:
             if model_path is None:
                 raise ValueError("HFRolloutServer needs model_path (model.path) or a model instance")
             from verl.utils.device import get_device_name
 
             target = torch.device(device or get_device_name())
-            model = load_model(
-                str(model_path), resolve_dtype(config_value(config, "dtype", "auto")), target, attn_implementation
-            )
+            model = load_model(str(model_path), resolve_dtype(config.dtype), target, attn_implementation)
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.vocab_size = int(model.get_input_embeddings().num_embeddings)
 
-        self.prompt_length = int(config_value(config, "prompt_length", 512))
-        self.response_length = int(config_value(config, "response_length", 512))
-        self.max_model_len = int(config_value(config, "max_model_len", self.prompt_length + self.response_length))
-        multi_turn = getattr(getattr(config, "multi_turn", None), "enable", False)
+        self.prompt_length = config.prompt_length
+        self.response_length = config.response_length
+        self.max_model_len = config.max_total_length
         # multi-turn prompts carry earlier turns, so only the model length bounds them
-        self.max_prompt_len = self.max_model_len - 1 if multi_turn else self.prompt_length
-        self.prompt_truncation = prompt_truncation or config_value(config, "prompt_truncation", "error")
+        self.max_prompt_len = self.max_model_len - 1 if config.multi_turn.enable else self.prompt_length
+        self.prompt_truncation = prompt_truncation or config.prompt_truncation
         if self.prompt_truncation not in _TRUNCATIONS:
             raise ValueError(f"rollout.prompt_truncation={self.prompt_truncation!r} must be one of {_TRUNCATIONS}")
-        self.policy = AdmissionPolicy(int(config_value(config, "max_num_seqs", 256)), min_admit_chunk)
+        self.policy = AdmissionPolicy(config.max_num_seqs, min_admit_chunk)
         self.pause_timeout_s = pause_timeout_s
         self.eos_token_ids = frozenset(eos_token_ids if eos_token_ids is not None else model_eos_token_ids(model))
         self.defaults = {
-            "temperature": float(config_value(config, "temperature", 1.0)),
-            "top_p": float(config_value(config, "top_p", 1.0)),
-            "top_k": int(config_value(config, "top_k", -1)),
-            "do_sample": bool(config_value(config, "do_sample", True)),
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+            "top_k": config.top_k,
+            "do_sample": config.do_sample,
             "max_tokens": self.response_length,
-            "logprobs": bool(config_value(config, "calculate_log_probs", False)),
-            "ignore_eos": bool(config_value(config, "ignore_eos", False)),
+            "logprobs": config.calculate_log_probs,
+            "ignore_eos": config.ignore_eos,
         }
         self.generator = None
         if seed is not None:
             self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
-        max_batched = config_value(config, "max_num_batched_tokens", None)
-        self.batch = RunningBatch(
-            self.model, self.device, max_prefill_tokens=None if max_batched is None else int(max_batched)
-        )
+        self.batch = RunningBatch(self.model, self.device, max_prefill_tokens=config.max_num_batched_tokens)
         self._rows: list[Request] = []
         self._row_state: RowSamplingState | None = None
         self._waiting: collections.deque[Request] = collections.deque()

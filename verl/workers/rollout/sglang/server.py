@@ -19,35 +19,34 @@ from verl.workers.rollout.adapter_utils import (
     PauseGate,
     engine_args_with_overrides,
     finish_reason_to_stop_reason,
-    model_length,
     require_engine,
 )
-from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
+from verl.workers.rollout.base import RolloutServer, TokenOutput, as_rollout_config
 
 __all__ = ["SGLangRolloutServer", "sglang_engine_args"]
 
 
 def sglang_engine_args(config: Any, model_path: str, engine_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Keyword arguments of ``sglang.Engine`` (its ``ServerArgs``) for the rollout ``config``.
+    """Keyword arguments of ``sglang.Engine`` (its ``ServerArgs``) for the rollout ``config`` (built into a
+    ``RolloutConfig``).
 
     Pure (SGLang is not imported) so that the mapping from verl's keys is testable anywhere: ``enforce_eager`` is
     SGLang's ``disable_cuda_graph``, ``max_num_batched_tokens`` its ``chunked_prefill_size`` and
     ``data_parallel_size`` its ``dp_size`` (one replica spans ``tp_size x dp_size`` GPUs).
     ``rollout.engine_kwargs.sglang`` and then the caller's ``engine_kwargs`` override any of them.
     """
+    config = as_rollout_config(config)
     args: dict[str, Any] = {
         "model_path": str(model_path),
-        "dtype": str(config_value(config, "dtype", "bfloat16")),
-        "tp_size": int(config_value(config, "tensor_model_parallel_size", 1)),
-        "dp_size": int(config_value(config, "data_parallel_size", 1)),
-        "context_length": model_length(config),
-        "max_running_requests": int(config_value(config, "max_num_seqs", 256)),
-        "mem_fraction_static": float(config_value(config, "gpu_memory_utilization", 0.5)),
-        "disable_cuda_graph": bool(config_value(config, "enforce_eager", False)),
+        "dtype": config.dtype,
+        "tp_size": config.tensor_model_parallel_size,
+        "dp_size": config.data_parallel_size,
+        "context_length": config.max_total_length,
+        "max_running_requests": config.max_num_seqs,
+        "mem_fraction_static": config.gpu_memory_utilization,
+        "disable_cuda_graph": config.enforce_eager,
+        "chunked_prefill_size": config.max_num_batched_tokens,
     }
-    max_batched = config_value(config, "max_num_batched_tokens", None)
-    if max_batched is not None:
-        args["chunked_prefill_size"] = int(max_batched)
     return engine_args_with_overrides(config, "sglang", args, engine_kwargs)
 
 
@@ -60,10 +59,11 @@ class SGLangRolloutServer(RolloutServer):
             raise ValueError("rollout.name='sglang' needs model_path (model.path)")
         import sglang
 
+        config = as_rollout_config(config)
         args = sglang_engine_args(config, model_path, engine_kwargs)
-        self.response_length = int(config_value(config, "response_length", 512))
+        self.response_length = config.response_length
         self.dtype = str(args["dtype"])
-        self.calculate_log_probs = bool(config_value(config, "calculate_log_probs", False))
+        self.calculate_log_probs = config.calculate_log_probs
         self.engine = sglang.Engine(**args)
         self.gate = PauseGate()
         self.in_flight: dict[str, asyncio.Task] = {}

@@ -21,16 +21,15 @@ from verl.workers.rollout.adapter_utils import (
     PauseGate,
     engine_args_with_overrides,
     finish_reason_to_stop_reason,
-    model_length,
     require_engine,
 )
-from verl.workers.rollout.base import RolloutServer, TokenOutput, config_value
+from verl.workers.rollout.base import RolloutServer, TokenOutput, as_rollout_config
 
 __all__ = ["VLLMRolloutServer", "WeightUpdateExtension", "vllm_engine_args"]
 
 
 def vllm_engine_args(config: Any, model_path: str, engine_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Keyword arguments of vLLM's ``AsyncEngineArgs`` for the rollout ``config``.
+    """Keyword arguments of vLLM's ``AsyncEngineArgs`` for the rollout ``config`` (built into a ``RolloutConfig``).
 
     Pure (vLLM is not imported) so that the mapping from verl's keys is testable anywhere. One replica spans
     ``tensor_model_parallel_size x data_parallel_size`` GPUs: vLLM runs ``data_parallel_size`` engine copies of
@@ -38,21 +37,20 @@ def vllm_engine_args(config: Any, model_path: str, engine_kwargs: Mapping[str, A
     ``rollout.engine_kwargs.vllm`` and then the caller's ``engine_kwargs`` override any of them: the user's explicit
     engine settings win.
     """
+    config = as_rollout_config(config)
     args: dict[str, Any] = {
         "model": str(model_path),
-        "dtype": str(config_value(config, "dtype", "bfloat16")),
-        "tensor_parallel_size": int(config_value(config, "tensor_model_parallel_size", 1)),
-        "data_parallel_size": int(config_value(config, "data_parallel_size", 1)),
-        "max_num_seqs": int(config_value(config, "max_num_seqs", 256)),
-        "max_model_len": model_length(config),
-        "gpu_memory_utilization": float(config_value(config, "gpu_memory_utilization", 0.5)),
-        "enforce_eager": bool(config_value(config, "enforce_eager", False)),
+        "dtype": config.dtype,
+        "tensor_parallel_size": config.tensor_model_parallel_size,
+        "data_parallel_size": config.data_parallel_size,
+        "max_num_seqs": config.max_num_seqs,
+        "max_model_len": config.max_total_length,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "enforce_eager": config.enforce_eager,
+        "max_num_batched_tokens": config.max_num_batched_tokens,
         "enable_sleep_mode": True,
         "worker_extension_cls": f"{__name__}.WeightUpdateExtension",
     }
-    max_batched = config_value(config, "max_num_batched_tokens", None)
-    if max_batched is not None:
-        args["max_num_batched_tokens"] = int(max_batched)
     return engine_args_with_overrides(config, "vllm", args, engine_kwargs)
 
 
@@ -74,12 +72,12 @@ class VLLMRolloutServer(RolloutServer):
             raise ValueError("rollout.name='vllm' needs model_path (model.path)")
         from vllm import AsyncEngineArgs, AsyncLLMEngine
 
+        self.config = config = as_rollout_config(config)
         args = vllm_engine_args(config, model_path, engine_kwargs)
-        self.config = config
         self.dtype = str(args["dtype"])
         self.max_model_len = int(args["max_model_len"])
-        self.response_length = int(config_value(config, "response_length", 512))
-        self.calculate_log_probs = bool(config_value(config, "calculate_log_probs", False))
+        self.response_length = config.response_length
+        self.calculate_log_probs = config.calculate_log_probs
         self.engine = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**args))
         self.gate = PauseGate()
         self.in_flight: set[str] = set()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl.utils.extras import require_package
+from verl.workers.rollout.base import as_rollout_config
 from verl.workers.rollout.replica import StandaloneReplica
 from verl.workers.rollout.utils import engine_gpus, model_path_of
 from verl.workers.rollout.vllm.server import VLLMRolloutServer
@@ -38,5 +39,6 @@ class vLLMReplica(StandaloneReplica):  # noqa: N801 - verl's class name
         require_package("vllm", extra="vllm", what=type(self).__qualname__, feature="the vLLM engine")
         self.replica_rank = int(replica_rank)
         self.is_reward_model = bool(is_reward_model)
+        config = as_rollout_config(config)
         kwargs.setdefault("num_gpus", engine_gpus(config))
         super().__init__(config, model_path_of(model_config), name="vllm", **kwargs)

@@ -10,6 +10,7 @@ first token) is not part of this build.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -17,14 +18,13 @@ import torch
 from verl.utils.device import get_device_name
 from verl.utils.extras import require_package, unavailable_class
 from verl.workers.fsdp.hybrid_rollout import HybridRollout
-from verl.workers.fsdp.worker_config import ConfigView
+from verl.workers.rollout.base import as_model_config, as_rollout_config
 from verl.workers.rollout.utils import model_path_of
 
 __all__ = ["FIREvLLMRollout", "ServerAdapter", "load_dtensor_weights", "vLLMAsyncRollout", "vLLMRollout"]
 
 
-def _pad_token_id(tokenizer: Any, model_config: Any) -> int:
-    tokenizer = tokenizer if tokenizer is not None else getattr(model_config, "tokenizer", None)
+def _pad_token_id(tokenizer: Any) -> int:
     for name in ("pad_token_id", "eos_token_id"):
         value = getattr(tokenizer, name, None)
         if value is not None:
@@ -62,12 +62,16 @@ class vLLMRollout(HybridRollout):  # noqa: N801 - verl's class name
             rollout_config, model_config = model_path_or_config, config
             if model_config is None:
                 raise ValueError(f"{type(self).__qualname__}(config, model_config, ...): model_config is required")
+            model_config = as_model_config(model_config)
             model_path = model_path_of(model_config)
+            if tokenizer is None:
+                tokenizer = model_config.tokenizer
         if rollout_config is None:
             raise ValueError(f"{type(self).__qualname__}: a rollout config is required")
-        pad = pad_token_id if pad_token_id is not None else _pad_token_id(tokenizer, model_config)
+        rollout_config = dataclasses.replace(as_rollout_config(rollout_config), name="vllm")
+        pad = pad_token_id if pad_token_id is not None else _pad_token_id(tokenizer)
         self.model_config = model_config
-        super().__init__(ConfigView(rollout_config, name="vllm"), model_path, torch.device(get_device_name()), pad)
+        super().__init__(rollout_config, model_path, torch.device(get_device_name()), pad)
 
 
 vLLMAsyncRollout = vLLMRollout
