@@ -250,7 +250,7 @@ def _one_line_config_warnings() -> None:
             return f"{category.__name__}: {message}\n"
         return original(message, category, filename, lineno, line)
 
-    formatwarning._verl_config = True
+    setattr(formatwarning, "_verl_config", True)  # noqa: B010 - marks ours (function attribute)
     warnings.formatwarning = formatwarning
 
 

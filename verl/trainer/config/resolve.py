@@ -64,6 +64,7 @@ def to_ppo_config(config: PPOConfig | DictConfig | Mapping) -> PPOConfig:
         copy = OmegaConf.create(dict(config))
     else:
         raise ConfigError(f"<config>: expected a DictConfig or a mapping, got {type(config).__name__}")
+    assert isinstance(copy, DictConfig)  # OmegaConf.create of a dict
     if is_legacy_view(copy):  # translating the aliases back onto their groups would make them refer to themselves
         del copy[LEGACY_VIEW_KEY]
     return build_ppo_config(resolve_composed(copy))

@@ -185,7 +185,7 @@ def _call_with_accepted_kwargs(fn, kwargs: dict[str, Any]):
 
 def compute_advantage(
     data: Any,
-    adv_estimator: str | AdvantageEstimator,
+    adv_estimator: str | AdvantageEstimator | None,
     gamma: float = 1.0,
     lam: float = 1.0,
     num_repeat: int = 1,

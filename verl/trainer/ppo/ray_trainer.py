@@ -175,6 +175,8 @@ class RayPPOTrainer(RecipeHooks):
     reward_tensor: torch.Tensor | None
     reward_extra_infos_dict: dict[str, Any]
     checkpointer: TrainerCheckpointer
+    _unfinished_checkpoint: tuple[int, dict[str, Any]] | None
+    _val_generations: list[dict[str, Any]] | None
 
     def __init__(
         self,
@@ -506,8 +508,9 @@ class RayPPOTrainer(RecipeHooks):
         metrics.update(log_seqlen_unbalance(seqlens, partitions, prefix=logging_prefix))
 
     # ------------------------------------------------------------------ stages of one step
-    def _fit_get_batch(self, batch_dict: dict) -> DataProto:
+    def _fit_get_batch(self, batch_dict: dict | None) -> DataProto | None:
         """This step's prompts (a recipe whose prompts come from elsewhere overrides it)."""
+        assert batch_dict is not None  # fit() passes each dataloader batch; only such recipes call fit_step(None)
         return self._batch_from_dict(batch_dict)
 
     def _batch_from_dict(self, batch_dict: dict) -> DataProto:
@@ -527,6 +530,7 @@ class RayPPOTrainer(RecipeHooks):
 
     def _fit_generate(self, batch: DataProto | None = None) -> DataProto:
         """Generate ``rollout.n`` responses per prompt and join them to the prompts' columns."""
+        assert batch is not None  # the base _fit_get_batch always returns the step's prompts
         with marked_timer("gen", self.timing_raw):
             gen_output = self._generate_sequences(self._step_gen_batch(batch, self.global_steps))
         return self._fit_assemble(batch, gen_output)
@@ -561,6 +565,8 @@ class RayPPOTrainer(RecipeHooks):
         """``token_level_scores`` from the reward model and/or the reward manager."""
         if self.use_rm:
             batch = batch.union(self.rm_wg.compute_rm_score(batch))
+        extra: dict[str, list]
+        reward_metrics: dict[str, float]
         if "rm_scores" in batch.batch.keys() and self.reward_fn is None:
             reward_tensor, extra, reward_metrics = batch.batch["rm_scores"], {}, {}
         else:
@@ -664,6 +670,7 @@ class RayPPOTrainer(RecipeHooks):
         """Rewards (with the in-reward KL penalty), the rollout correction, then advantages on the driver."""
         algorithm = self.ppo_config.algorithm
         if algorithm.use_kl_in_reward:
+            assert self.kl_ctrl_in_reward is not None  # built by _init_run_state when use_kl_in_reward
             batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algorithm.kl_penalty)
             self.metrics.update(kl_metrics)
         else:
@@ -696,10 +703,11 @@ class RayPPOTrainer(RecipeHooks):
             self.metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
         return batch
 
-    def _fit_update_weights(self) -> None:
+    def _fit_update_weights(self) -> dict[str, Any] | None:  # a recipe's override may return its sync metrics
         """After an actor update, publish its weights to the rollout as the next version."""
         if self._actor_warmed_up():
             self._push_weights(self.metrics)
+        return None
 
     def _push_weights(self, metrics: dict) -> None:
         """Push the actor's weights into the colocated engines as the next version; every engine must report it."""
@@ -787,6 +795,7 @@ class RayPPOTrainer(RecipeHooks):
         """Dynamic sampling: keep the groups of ``batch`` with reward spread and draw further generation batches
         from the dataloader until ``data.train_batch_size`` groups are kept (see ``dynamic_sampling``)."""
         group_filter = self.group_filter
+        assert group_filter is not None  # fit_step calls this only when dynamic sampling is on
         group_filter.add(batch)
         while not group_filter.full:
             group_filter.check_budget()

@@ -141,7 +141,10 @@ class SFTTrainer:
             from verl.utils.import_utils import load_extern_object
 
             cls = load_extern_object(
-                dcfg.custom_cls.path, dcfg.custom_cls.name or "", config_key="data.custom_cls.path", what="dataset class"
+                dcfg.custom_cls.path,
+                dcfg.custom_cls.name or "",
+                config_key="data.custom_cls.path",
+                what="dataset class",
             )
             kwargs: dict[str, Any] = {
                 "parquet_files": files,

@@ -10,26 +10,25 @@ Also here: the tracker file a trainer writes next to its ``global_step_{k}`` fol
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import random
 import shutil
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
 
-from verl.base_config import BaseConfig
-from verl.utils.config import omega_conf_to_dataclass
+from verl.utils.checkpoint.config import CheckpointConfig
+from verl.utils.config_builder import as_config
 
 __all__ = [
     "BaseCheckpointManager",
-    "CheckpointContents",
     "checkpoint_contents",
     "find_latest_ckpt_path",
     "get_checkpoint_tracker_filename",
@@ -44,29 +43,15 @@ TRACKER_FILE = "latest_checkpointed_iteration.txt"
 _LORA_KEY_MARKERS = ("lora_", ".adapter_")
 
 
-@dataclass
-class CheckpointContents(BaseConfig):
-    """The fields of a ``checkpoint`` block a manager reads, for a block given as a plain dict (the trainer's
-    typed ``actor.checkpoint`` config has the same fields). ``load_contents=None``: each manager's default."""
-
-    save_contents: list[str] = field(default_factory=lambda: list(DEFAULT_CONTENTS))
-    load_contents: list[str] | None = None
-    async_save: bool = False
-    strict: bool = True
-    save_lora_only: bool = False
-
-
-def checkpoint_contents(config: Any) -> Any:
-    """``config`` as a typed checkpoint config, converted once at a manager's door: a dataclass instance as is,
-    None as the defaults, a DictConfig or dict naming its class (``_target_``) as that class, any other mapping as
-    :class:`CheckpointContents` (unknown keys are refused by name)."""
-    if config is None:
-        return CheckpointContents()
-    if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return config
-    if "_target_" in config:
-        return omega_conf_to_dataclass(config, path="checkpoint", keep_unknown=True)
-    return omega_conf_to_dataclass(config, CheckpointContents, path="checkpoint", keep_unknown=True)
+def checkpoint_contents(config: Any) -> CheckpointConfig:
+    """``config`` as a :class:`CheckpointConfig`, converted once at a manager's door (a DictConfig, a dict, None
+    for the defaults, or a dataclass instance as is; unknown keys are refused by name). A block given without
+    ``load_contents`` loads model, optimizer and extra, as verl's managers do."""
+    if isinstance(config, DictConfig):
+        config = OmegaConf.to_container(config, resolve=True)
+    if isinstance(config, Mapping) and config.get("load_contents") is None:
+        config = {**config, "load_contents": list(DEFAULT_CONTENTS)}
+    return as_config(config, CheckpointConfig, "checkpoint")
 
 
 def dist_rank() -> int:

@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager, CheckpointContents, dist_barrier
+from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager, dist_barrier
+from verl.utils.checkpoint.config import CheckpointConfig
 
 __all__ = ["FSDPCheckpointManager", "FSDPConfig"]
 
@@ -276,7 +277,7 @@ class FSDPCheckpointManager(BaseCheckpointManager):
             self.optimizer,
             self.lr_scheduler,
             processing_class=self.processing_class,
-            checkpoint_config=CheckpointContents(
+            checkpoint_config=CheckpointConfig(
                 save_contents=self.checkpoint_save_contents, load_contents=self.checkpoint_load_contents
             ),
         )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.base_config import BaseConfig, check
+from verl.utils.checkpoint.config import CHECKPOINT_CONTENTS, CheckpointConfig
 from verl.workers.config.engine import FSDPEngineConfig, check_strategy
 from verl.workers.config.engine_common import RouterReplayConfig
 from verl.workers.config.inert_blocks import inert_block
@@ -31,7 +32,6 @@ __all__ = [
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 # "k1+"-style names (a trailing "+") ask for the straight-through estimator of the same penalty.
 KL_LOSS_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
-CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 
 
 def check_kl_type(key: str, value: str) -> None:
@@ -63,27 +63,6 @@ class PolicyLossConfig(BaseConfig):
 
     def __post_init__(self) -> None:
         check(bool(self.loss_mode), "loss_mode", "must name a registered policy loss")
-
-
-@dataclass
-class CheckpointConfig(BaseConfig):
-    """What a checkpoint holds. ``load_contents`` defaults to ``save_contents``. ``async_save``: model and
-    optimizer shards are copied aside during the save and written in the background while training goes on;
-    the step counts as saved (tracker file, ``trainer_state.pt``) once they are complete. ``save_lora_only`` keeps
-    only the adapter tensors of a LoRA model; ``strict`` has no effect here."""
-
-    save_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
-    load_contents: list[str] | None = None
-    async_save: bool = False
-    strict: bool = True
-    save_lora_only: bool = False
-
-    def __post_init__(self) -> None:
-        if self.load_contents is None:
-            object.__setattr__(self, "load_contents", list(self.save_contents))
-        for key in ("save_contents", "load_contents"):
-            bad = [c for c in getattr(self, key) if c not in CHECKPOINT_CONTENTS]
-            check(not bad, key, f"unknown entries {bad}; allowed: {list(CHECKPOINT_CONTENTS)}")
 
 
 @dataclass
