@@ -9,11 +9,13 @@ import torch
 from tensordict import TensorDict
 
 from verl.utils import tensordict_utils as tu
+from verl.utils.checkpoint.config import CheckpointConfig
+from verl.workers.config import EngineConfig, HFModelConfig, TrainingWorkerConfig
 from verl.workers.engine import BaseEngine, EngineRegistry
 from verl.workers.engine_workers import TrainingWorker
 
 
-@EngineRegistry.register(model_type="toy_regression", backend="toy", device=["cpu", "cuda"])
+@EngineRegistry.register(model_type="language_model", backend="toy", device=["cpu", "cuda"])
 class ToyEngine(BaseEngine):
     def __init__(self, model_config, engine_config, optimizer_config=None, checkpoint_config=None, **kwargs):
         self.engine_config = engine_config
@@ -79,12 +81,10 @@ def batch(n=4, **meta):
 
 @pytest.fixture
 def worker():
-    config = SimpleNamespace(
-        model_type="toy_regression",
-        model_config=SimpleNamespace(),
-        engine_config=SimpleNamespace(strategy="toy", micro_batch_size_per_gpu=4),
-        optimizer_config=None,
-        checkpoint_config=None,
+    config = TrainingWorkerConfig(
+        model_type="language_model",
+        model_config=HFModelConfig(),
+        engine_config=EngineConfig(strategy="toy", micro_batch_size_per_gpu=4),
     )
     worker = TrainingWorker(config)
     worker.reset()
@@ -118,3 +118,23 @@ def test_train_mini_batch_runs_every_step_and_steps_the_schedule_once(worker):
     assert len(metrics["loss"]) == 4 and metrics["lr"] == [pytest.approx(0.05)]
     with pytest.raises(ValueError, match="mini_batch_size or num_mini_batch"):
         worker.train_mini_batch(TensorDict({"x": torch.ones(2), "y": torch.ones(2)}, batch_size=[2]))
+
+
+def test_a_plain_config_is_typed_at_the_door():
+    plain = SimpleNamespace(
+        model_type="language_model",
+        model_config={"use_remove_padding": True},
+        engine_config=SimpleNamespace(strategy="toy", micro_batch_size_per_gpu=4, recipe_knob=7),
+    )
+    worker = TrainingWorker(plain)
+    assert isinstance(worker.config, TrainingWorkerConfig) and isinstance(worker.model_config, HFModelConfig)
+    assert isinstance(worker.engine_config, EngineConfig) and worker.engine_config.micro_batch_size_per_gpu == 4
+    assert worker.engine_config.recipe_knob == 7  # a backend's own key, kept for the engine
+    assert worker.optimizer_config is None and isinstance(worker.checkpoint_config, CheckpointConfig)
+    data = batch()
+    worker._batch_defaults(data, forward_only=False)
+    assert tu.get(data, "use_remove_padding") is True and tu.get(data, "micro_batch_size_per_gpu") == 4
+    with pytest.raises(ValueError, match="model_type"):
+        TrainingWorker(TrainingWorkerConfig(engine_config=EngineConfig(strategy="toy")))
+    with pytest.raises(ValueError, match="strategy"):
+        TrainingWorker(TrainingWorkerConfig(model_type="language_model", engine_config=EngineConfig()))

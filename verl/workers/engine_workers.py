@@ -43,13 +43,17 @@ from verl.checkpoint_engine.worker import build_checkpoint_engine
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.utils import tensordict_utils as tu
+from verl.utils.checkpoint.config import CheckpointConfig
 from verl.utils.config_builder import as_config
 from verl.utils.device import get_device_name
 from verl.utils.metric.utils import Metric
 from verl.utils.py_functional import append_to_dict
 from verl.utils.tensordict_utils import maybe_fix_3d_position_ids
 from verl.workers.config.distillation import DistillationConfig
-from verl.workers.config.training_worker import TrainingWorkerConfig
+from verl.workers.config.engine_common import EngineConfig
+from verl.workers.config.model import HFModelConfig
+from verl.workers.config.optimizer import OptimizerConfig
+from verl.workers.config.training_worker import MODEL_TYPES, TrainingWorkerConfig
 from verl.workers.engine import BaseEngine, EngineRegistry
 from verl.workers.fsdp.actor_worker import ActorRolloutRefWorker as FSDPActorRolloutRefWorker
 
@@ -74,13 +78,6 @@ def _with_routing_replay_flag(enabled: bool) -> Callable[[Callable], Callable]:
     return decorator
 
 
-def _setting(config: Any, key: str, default: Any = None) -> Any:
-    if config is None:
-        return default
-    value = config.get(key, default) if hasattr(config, "get") else getattr(config, key, default)
-    return default if value is None else value
-
-
 def _flatten(values: Any) -> Any:
     """Per-rank lists of per-micro-batch values as one list (Metric objects are aggregated across ranks)."""
     if not isinstance(values, list) or not values:
@@ -95,30 +92,41 @@ def _flatten(values: Any) -> Any:
 class TrainingWorker(Worker):
     """One rank of a group training one model through a model engine (see the module docstring).
 
-    ``config`` (verl's ``TrainingWorkerConfig``) carries ``model_type`` ("language_model" / "value_model"),
-    ``model_config``, ``engine_config`` (its ``strategy`` picks the engine backend), ``optimizer_config``,
-    ``checkpoint_config``, and ``auto_select_engine_optim_fn(model_config, device)`` used when ``engine_config`` is
-    None.
+    ``config`` (verl's ``TrainingWorkerConfig``, or a DictConfig / dict / ``SimpleNamespace`` of its keys, typed
+    here) carries ``model_type`` ("language_model" / "value_model", required), ``model_config``, ``engine_config``
+    (its ``strategy`` picks the engine backend), ``optimizer_config``, ``checkpoint_config``, and
+    ``auto_select_engine_optim_fn(model_config, device)`` used when ``engine_config`` is None.
     """
 
     def __init__(self, config: Any) -> None:
         Worker.__init__(self)
-        self.config = config
-        self.model_config = _setting(config, "model_config")
-        self.engine_config = _setting(config, "engine_config")
-        self.optimizer_config = _setting(config, "optimizer_config")
-        self.checkpoint_config = _setting(config, "checkpoint_config")
+        # Typed once here: a TrainingWorkerConfig (or a DictConfig / dict / SimpleNamespace of its keys), its groups
+        # as HFModelConfig, EngineConfig (the backend's own class when given one; a plain mapping keeps the
+        # backend's keys for the engine, which builds its own class), OptimizerConfig and CheckpointConfig.
+        self.config = config = as_config(config, TrainingWorkerConfig, "training_worker")
+        self.model_config = as_config(config.model_config, HFModelConfig, "training_worker.model_config")
         self.device_name = get_device_name()
-        if self.engine_config is None:
-            select = _setting(config, "auto_select_engine_optim_fn")
-            if select is None:
+        engine_config, optimizer_config = config.engine_config, config.optimizer_config
+        if engine_config is None:
+            if config.auto_select_engine_optim_fn is None:
                 raise ValueError(
                     "TrainingWorker: config.engine_config is None and config.auto_select_engine_optim_fn "
                     "is not set, so no engine backend can be chosen"
                 )
-            self.engine_config, self.optimizer_config = select(self.model_config, self.device_name)
-        self.model_type = _setting(config, "model_type", "language_model")
-        strategy = _setting(self.engine_config, "strategy")
+            engine_config, optimizer_config = config.auto_select_engine_optim_fn(self.model_config, self.device_name)
+        self.engine_config = as_config(engine_config, EngineConfig, "training_worker.engine_config")
+        self.optimizer_config = (
+            None  # a forward-only engine has none
+            if optimizer_config is None
+            else as_config(optimizer_config, OptimizerConfig, "training_worker.optimizer_config")
+        )
+        self.checkpoint_config = as_config(
+            config.checkpoint_config, CheckpointConfig, "training_worker.checkpoint_config"
+        )
+        if config.model_type is None:
+            raise ValueError(f"TrainingWorker: config.model_type must name the model head, one of {list(MODEL_TYPES)}")
+        self.model_type = config.model_type
+        strategy = self.engine_config.strategy
         if strategy is None:
             raise ValueError("TrainingWorker: engine_config.strategy must name the engine backend (e.g. fsdp2)")
         self.engine: BaseEngine = EngineRegistry.new(
@@ -154,13 +162,17 @@ class TrainingWorker(Worker):
         self.engine.initialize()
 
     def _batch_defaults(self, data: TensorDict, forward_only: bool) -> None:
-        prefix = "infer_" if forward_only else ""
+        engine = self.engine_config
         defaults = {
-            "use_remove_padding": bool(_setting(self.model_config, "use_remove_padding", False)),
-            "use_dynamic_bsz": bool(_setting(self.engine_config, "use_dynamic_bsz", False)),
-            "max_token_len_per_gpu": _setting(self.engine_config, f"{prefix}max_token_len_per_gpu"),
-            "micro_batch_size_per_gpu": _setting(self.engine_config, f"{prefix}micro_batch_size_per_gpu"),
-            "use_fused_kernels": bool(_setting(self.engine_config, "use_fused_kernels", False)),
+            "use_remove_padding": self.model_config.use_remove_padding,
+            "use_dynamic_bsz": engine.use_dynamic_bsz,
+            "max_token_len_per_gpu": (
+                engine.infer_max_token_len_per_gpu if forward_only else engine.max_token_len_per_gpu
+            ),
+            "micro_batch_size_per_gpu": (
+                engine.infer_micro_batch_size_per_gpu if forward_only else engine.micro_batch_size_per_gpu
+            ),
+            "use_fused_kernels": engine.use_fused_kernels,
         }
         missing = {key: value for key, value in defaults.items() if key not in data.keys()}
         if missing:
@@ -202,7 +214,7 @@ class TrainingWorker(Worker):
         ``update_lr_scheduler``. Returns metrics on the ranks holding outputs, None elsewhere."""
         if self.loss_fn is None:
             raise RuntimeError("TrainingWorker.train_batch: set a loss function first (set_loss_fn)")
-        if bool(_setting(self.engine_config, "forward_only", False)):
+        if self.engine_config.forward_only:
             raise RuntimeError("TrainingWorker.train_batch: the engine is forward_only (engine_config.forward_only)")
         self._batch_defaults(data, forward_only=False)
         offload = bool(tu.get(data, "disable_auto_offload", False))

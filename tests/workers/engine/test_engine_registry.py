@@ -7,9 +7,11 @@ import torch
 from tensordict import TensorDict
 
 from verl.utils import tensordict_utils as tu
+from verl.utils.config_builder import as_config
 from verl.utils.extras import MissingExtraError
+from verl.workers.config import EngineConfig, FSDPEngineConfig
 from verl.workers.engine import BaseEngine, EngineRegistry, FSDPEngineWithLMHead, FSDPEngineWithValueHead
-from verl.workers.engine.utils import postprocess_batch_func, prepare_micro_batches
+from verl.workers.engine.utils import as_engine_config, postprocess_batch_func, prepare_micro_batches
 
 
 def test_fsdp_engines_are_registered_for_cpu_and_cuda(monkeypatch):
@@ -52,6 +54,17 @@ def test_register_rejects_a_second_class_for_the_same_slot(monkeypatch):
         EngineRegistry.register("toy", "b", device="cpu", vendor="v1")(type("Other", (BaseEngine,), {}))
     with pytest.raises(TypeError, match="not a BaseEngine"):
         EngineRegistry.register("toy", "c")(object)
+
+
+def test_as_engine_config_types_an_engine_config_as_the_backend_class():
+    # what a TrainingWorker makes of a plain mapping: the common fields, the backend's keys kept aside
+    common = as_config({"strategy": "fsdp2", "fsdp_size": 2, "use_dynamic_bsz": False}, EngineConfig, "engine_config")
+    fsdp = as_engine_config(common, FSDPEngineConfig)
+    assert type(fsdp) is FSDPEngineConfig and fsdp.strategy == "fsdp2"
+    assert fsdp.fsdp_size == 2 and fsdp.use_dynamic_bsz is False
+    given = FSDPEngineConfig(param_offload=True)
+    assert as_engine_config(given, FSDPEngineConfig) is given
+    assert as_engine_config(None, FSDPEngineConfig) == FSDPEngineConfig()
 
 
 def nested_batch(lengths: list[int]) -> TensorDict:

@@ -52,7 +52,8 @@ def resolve_composed(
 def to_ppo_config(config: PPOConfig | DictConfig | Mapping) -> PPOConfig:
     """The typed :class:`PPOConfig` of ``config``: itself when already typed; the object attached by the build
     that produced ``config`` when its content is unchanged since; else translated, resolved and built from a copy
-    (``config`` itself is not modified). Raises :class:`ConfigError` naming the bad key."""
+    (``config``'s content is not modified; the result is attached to it for the next call). Raises
+    :class:`ConfigError` naming the bad key."""
     if isinstance(config, PPOConfig):
         return config
     attached = attached_ppo_config(config)
@@ -67,7 +68,10 @@ def to_ppo_config(config: PPOConfig | DictConfig | Mapping) -> PPOConfig:
     assert isinstance(copy, DictConfig)  # OmegaConf.create of a dict
     if is_legacy_view(copy):  # translating the aliases back onto their groups would make them refer to themselves
         del copy[LEGACY_VIEW_KEY]
-    return build_ppo_config(resolve_composed(copy))
+    typed = build_ppo_config(resolve_composed(copy))
+    if isinstance(config, DictConfig):
+        attach_ppo_config(config, typed)  # the next conversion of the same, unchanged config reuses it
+    return typed
 
 
 # verl's recipes and our trainer call it by this name.

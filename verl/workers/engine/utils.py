@@ -4,21 +4,35 @@
 each or, with ``use_dynamic_bsz``, packed under ``max_token_len_per_gpu`` tokens (``verl.utils.seqlen_balancing``),
 with the same number of micro-batches on every data-parallel rank so their collectives line up.
 ``postprocess_batch_func`` joins the per-micro-batch outputs back into one batch in the original sample order.
+``as_engine_config`` types an engine's ``engine_config`` as the engine's own config class.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from tensordict import TensorDict
 
 from verl.utils import tensordict_utils as tu
+from verl.utils.config_builder import as_config
 from verl.utils.nested_tensors import nested_rows, nested_tensor_from_tensor_list
 from verl.utils.py_functional import append_to_dict
 from verl.utils.seqlen_balancing import rearrange_micro_batches, restore_dynamic_batch
+from verl.workers.config.engine_common import EngineConfig
 
-__all__ = ["detach_tree", "postprocess_batch_func", "prepare_micro_batches", "sequence_lengths"]
+__all__ = ["as_engine_config", "detach_tree", "postprocess_batch_func", "prepare_micro_batches", "sequence_lengths"]
+
+T = TypeVar("T")
+
+
+def as_engine_config(config: Any, cls: type[T], path: str = "engine_config") -> T:
+    """``config`` as the engine's config class ``cls``, by :func:`~verl.utils.config_builder.as_config`; a bare
+    :class:`~verl.workers.config.engine_common.EngineConfig` (what a ``TrainingWorker`` makes of a plain mapping: the
+    common fields, the backend's own keys kept in ``_extra``) is rebuilt as ``cls`` from all of its keys."""
+    if type(config) is EngineConfig:
+        config = config.to_dict()
+    return as_config(config, cls, path)
 
 
 def sequence_lengths(data: TensorDict) -> torch.Tensor:

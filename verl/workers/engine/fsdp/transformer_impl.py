@@ -36,12 +36,17 @@ from torch import nn
 
 from verl.checkpoint_engine.buckets import iter_named_weights
 from verl.utils import tensordict_utils as tu
+from verl.utils.checkpoint.config import CheckpointConfig
+from verl.utils.config_builder import as_config
 from verl.utils.device import get_device_name
 from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
 from verl.workers.actor.optim_step import resolve_grad_clip
+from verl.workers.config.engine import FSDPEngineConfig
+from verl.workers.config.model import HFModelConfig
+from verl.workers.config.optimizer import OptimizerConfig
 from verl.workers.engine.base import BaseEngine, BaseEngineCtx, EngineRegistry
 from verl.workers.engine.fsdp.utils import create_device_mesh
-from verl.workers.engine.utils import detach_tree, postprocess_batch_func, prepare_micro_batches
+from verl.workers.engine.utils import as_engine_config, detach_tree, postprocess_batch_func, prepare_micro_batches
 from verl.workers.fsdp.distributed import device_for_rank, init_distributed
 from verl.workers.fsdp.fsdp_wrap import apply_fsdp2, load_model, load_optimizer, offload_model, offload_optimizer
 from verl.workers.fsdp.hf_export import export_hf_weights
@@ -63,11 +68,6 @@ logger = logging.getLogger(__name__)
 _DEVICES = ["cuda", "cpu"]
 
 
-def _setting(config: Any, name: str, default: Any) -> Any:
-    value = getattr(config, name, None) if config is not None else None
-    return default if value is None else value
-
-
 def _compute_dtype(device: torch.device) -> torch.dtype | None:
     """bfloat16 compute on an accelerator, exact float32 (no casting) on CPU, as the FSDP workers do."""
     return None if device.type == "cpu" else torch.bfloat16
@@ -76,12 +76,16 @@ def _compute_dtype(device: torch.device) -> torch.dtype | None:
 class FSDPEngine(BaseEngine):
     """FSDP2 training engine for one Hugging Face model on this rank (see the module docstring).
 
+    Each config is typed here, once (an instance as is, None as the class's defaults, a DictConfig / dict /
+    ``SimpleNamespace`` built, a bare ``EngineConfig`` rebuilt as ``FSDPEngineConfig``):
+
     Args:
-        model_config: ``HFModelConfig``-like (``path``, ``use_remove_padding``, ``lora_rank``, ...).
-        engine_config: ``FSDPEngineConfig``-like (``fsdp_size``, ``param_offload``, ``optimizer_offload``,
+        model_config: ``HFModelConfig`` (``path``, ``use_remove_padding``, ``lora_rank``, ...).
+        engine_config: ``FSDPEngineConfig`` (``fsdp_size``, ``param_offload``, ``optimizer_offload``,
             ``model_dtype``, ``wrap_policy``, ``forward_only``, ...).
-        optimizer_config: ``OptimizerConfig``-like (AdamW, schedule, ``clip_grad``); unused with ``forward_only``.
-        checkpoint_config: ``CheckpointConfig``-like (``save_contents`` / ``load_contents`` / ``async_save``).
+        optimizer_config: ``OptimizerConfig`` (AdamW, schedule, ``clip_grad``); required unless ``forward_only``
+            (None stays None).
+        checkpoint_config: ``CheckpointConfig`` (``save_contents`` / ``load_contents`` / ``async_save``).
     """
 
     model_role = "model"
@@ -94,12 +98,14 @@ class FSDPEngine(BaseEngine):
         checkpoint_config: Any = None,
         **kwargs: Any,
     ) -> None:
-        self.model_config = model_config
-        self.engine_config = engine_config
-        self.optimizer_config = optimizer_config
-        self.checkpoint_config = checkpoint_config
+        self.model_config = model_config = as_config(model_config, HFModelConfig, "model_config")
+        self.engine_config = engine_config = as_engine_config(engine_config, FSDPEngineConfig, "engine_config")
+        self.optimizer_config = (
+            None if optimizer_config is None else as_config(optimizer_config, OptimizerConfig, "optimizer_config")
+        )
+        self.checkpoint_config = as_config(checkpoint_config, CheckpointConfig, "checkpoint_config")
         self.mode: str | None = None
-        sp_size = int(_setting(engine_config, "ulysses_sequence_parallel_size", 1))
+        sp_size = engine_config.ulysses_sequence_parallel_size
         if sp_size > 1:
             raise NotImplementedError(
                 f"ulysses_sequence_parallel_size={sp_size}: Ulysses sequence parallelism is "
@@ -114,18 +120,19 @@ class FSDPEngine(BaseEngine):
             init_distributed(self.device_type, int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
         self.rank = dist.get_rank()
         self.device = device_for_rank(self.device_type, int(os.environ.get("LOCAL_RANK", "0")))
-        self.device_mesh = create_device_mesh(dist.get_world_size(), int(_setting(engine_config, "fsdp_size", -1)))
-        self.forward_only = bool(_setting(engine_config, "forward_only", False))
-        self._is_offload_param = bool(_setting(engine_config, "param_offload", False))
-        self._is_offload_optimizer = bool(_setting(engine_config, "optimizer_offload", False))
-        self._is_lora = int(_setting(model_config, "lora_rank", 0)) > 0
-        self.use_remove_padding = bool(_setting(model_config, "use_remove_padding", False))
+        self.device_mesh = create_device_mesh(dist.get_world_size(), engine_config.fsdp_size)
+        self.forward_only = engine_config.forward_only
+        self._is_offload_param = engine_config.param_offload
+        self._is_offload_optimizer = engine_config.optimizer_offload
+        self._is_lora = model_config.lora_rank > 0
+        self.use_remove_padding = model_config.use_remove_padding
         # torch.compile'd kernels on an accelerator only: on CPU the compile costs more than it saves
-        self._compiled = bool(_setting(engine_config, "use_torch_compile", False)) and self.device.type != "cpu"
-        if bool(_setting(engine_config, "entropy_from_logits_with_chunking", False)):
-            chunk = int(_setting(engine_config, "entropy_from_logits_chunk_size", 2048))
+        self._compiled = engine_config.use_torch_compile and self.device.type != "cpu"
+        if engine_config.entropy_from_logits_with_chunking:
             self.compute_entropy_from_logits = functools.partial(
-                entropy_from_logits_with_chunking, chunk_size=chunk, compiled=self._compiled
+                entropy_from_logits_with_chunking,
+                chunk_size=engine_config.entropy_from_logits_chunk_size,
+                compiled=self._compiled,
             )
         else:
             self.compute_entropy_from_logits = functools.partial(entropy_from_logits, compiled=self._compiled)
@@ -154,8 +161,7 @@ class FSDPEngine(BaseEngine):
         return f"{self.model_role}.{name}"
 
     def _model_dtype(self) -> torch.dtype:
-        name = _setting(self.engine_config, "model_dtype", "fp32")
-        return parse_dtype(name, key=self._key("fsdp_config.model_dtype"))
+        return parse_dtype(self.engine_config.model_dtype, key=self._key("fsdp_config.model_dtype"))
 
     def _build_module(self, model_path: str) -> nn.Module:
         raise NotImplementedError(
@@ -174,10 +180,10 @@ class FSDPEngine(BaseEngine):
             module,
             self.device_mesh,
             param_dtype=_compute_dtype(self.device),
-            reshard_after_forward=bool(_setting(fsdp, "reshard_after_forward", True)),
-            cpu_offload=bool(_setting(fsdp, "offload_policy", False)) and self.device.type != "cpu",
-            wrap_policy=_setting(fsdp, "wrap_policy", None),
-            forward_prefetch=bool(_setting(fsdp, "forward_prefetch", False)),
+            reshard_after_forward=fsdp.reshard_after_forward,
+            cpu_offload=fsdp.offload_policy and self.device.type != "cpu",
+            wrap_policy=fsdp.wrap_policy,
+            forward_prefetch=fsdp.forward_prefetch,
             key=self._key("fsdp_config"),
         )
         if not self.forward_only:
@@ -251,7 +257,7 @@ class FSDPEngine(BaseEngine):
         module = self._require_module("optimizer_step")
         if self.optimizer is None:
             raise RuntimeError(f"{type(self).__name__}.optimizer_step: no optimizer (forward_only engine)")
-        max_norm = resolve_grad_clip(_setting(self.optimizer_config, "clip_grad", None), self._key("optim.clip_grad"))
+        max_norm = resolve_grad_clip(self.optimizer_config.clip_grad, self._key("optim.clip_grad"))
         total = torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm=max_norm)
         if hasattr(total, "full_tensor"):
             total = total.full_tensor()
@@ -275,7 +281,7 @@ class FSDPEngine(BaseEngine):
     def _gradient_sync(self, last_micro_batch: bool) -> Iterator[None]:
         """With ``use_no_sync_for_gradient_accumulation``, reduce gradients after the last micro-batch only."""
         module = self.module
-        defer = bool(_setting(self.engine_config, "use_no_sync_for_gradient_accumulation", False))
+        defer = self.engine_config.use_no_sync_for_gradient_accumulation
         if last_micro_batch or not defer or not hasattr(module, "set_requires_gradient_sync"):
             yield
             return
@@ -524,7 +530,7 @@ class FSDPEngineWithLMHead(FSDPEngine):
 
     def _build_module(self, model_path: str) -> nn.Module:
         module = load_causal_lm(self.model_config, model_path, self._model_dtype(), trainable=not self.forward_only)
-        if bool(_setting(self.model_config, "use_fused_kernels", False)):
+        if self.model_config.use_fused_kernels:
             from verl.workers.actor.fused_head import check_fused_head
 
             self._fused_head = check_fused_head(module)
@@ -579,7 +585,7 @@ class FSDPEngineWithLMHead(FSDPEngine):
             )
         }
         if calculate_entropy:
-            if bool(_setting(self.engine_config, "entropy_checkpointing", False)) and torch.is_grad_enabled():
+            if self.engine_config.entropy_checkpointing and torch.is_grad_enabled():
                 entropy = torch.utils.checkpoint.checkpoint(
                     self.compute_entropy_from_logits, logits, use_reentrant=False
                 )
