@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,7 +23,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.sft.cli import run_translated, train_or_exit
+from verl.trainer.sft.config import SFTCustomClsConfig, SFTMultiturnConfig
 from verl.trainer.sft.legacy_keys import legacy_tree_to_sft_config
+from verl.utils.config_builder import as_config
 
 __all__ = ["FSDPSFTTrainer", "collate_sft_batch", "create_sft_dataset", "extract_step", "main", "run_sft"]
 
@@ -39,13 +41,8 @@ def run_sft(config: DictConfig | dict[str, Any]) -> Path:
     return run_translated(config, legacy_tree_to_sft_config)
 
 
-def _read(config: Any, key: str, default: Any = None) -> Any:
-    value = config.get(key, default) if hasattr(config, "get") else getattr(config, key, default)
-    return default if value is None else value
-
-
 def create_sft_dataset(
-    data_paths: str | Sequence[str], data_config: Any, tokenizer: Any, max_samples: int = -1
+    data_paths: str | Sequence[str], data_config: Mapping[str, Any], tokenizer: Any, max_samples: int = -1
 ) -> torch.utils.data.Dataset:
     """The SFT data set a ``data`` block describes: ``data.custom_cls`` (built as ``cls(parquet_files=, tokenizer=,
     config=, max_samples=)``), else :class:`~verl.utils.dataset.multiturn_sft_dataset.MultiTurnSFTDataset` with
@@ -53,14 +50,14 @@ def create_sft_dataset(
     from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
     from verl.utils.dataset.sft_dataset import SFTDataset
 
-    custom = _read(data_config, "custom_cls", {}) or {}
-    if _read(custom, "path"):
+    custom = as_config(data_config.get("custom_cls"), SFTCustomClsConfig, "data.custom_cls")
+    if custom.path:
         from verl.utils.import_utils import load_extern_object
 
         cls = load_extern_object(
-            _read(custom, "path"), _read(custom, "name"), config_key="data.custom_cls.path", what="dataset class"
+            custom.path, custom.name or "", config_key="data.custom_cls.path", what="dataset class"
         )
-    elif _read(_read(data_config, "multiturn", {}) or {}, "enable", False):
+    elif as_config(data_config.get("multiturn"), SFTMultiturnConfig, "data.multiturn").enable:
         cls = MultiTurnSFTDataset
     else:
         cls = SFTDataset
