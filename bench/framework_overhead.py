@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -92,7 +93,7 @@ class BareLoop:
         from verl.workers.config import FSDPActorConfig, HFModelConfig, RolloutConfig
         from verl.workers.fsdp.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
         from verl.workers.fsdp.optimizer import build_lr_scheduler, build_optimizer
-        from verl.workers.fsdp.worker_config import ConfigView, per_rank_update_sizes, read_group
+        from verl.workers.fsdp.worker_config import per_rank_update_sizes, read_group
         from verl.workers.rollout.hf.server import HFRolloutServer
 
         torch.manual_seed(seed)
@@ -108,7 +109,7 @@ class BareLoop:
         optimizer = build_optimizer(self.model.parameters(), actor_cfg.optim)
         self.scheduler = build_lr_scheduler(optimizer, actor_cfg.optim)
         sizes = per_rank_update_sizes(actor_cfg, "actor", self.n, 1)
-        view = ConfigView(actor_cfg, use_remove_padding=bool(model_cfg.use_remove_padding), **sizes)
+        view = dataclasses.replace(actor_cfg, use_remove_padding=bool(model_cfg.use_remove_padding), **sizes)
         self.actor = DataParallelPPOActor(view, self.model, optimizer)
         self.log_prob_micro = int(actor_cfg.log_prob_micro_batch_size_per_gpu)
         self.on_policy = (

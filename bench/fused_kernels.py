@@ -20,6 +20,7 @@ is most of the work, as in ``bench/response_logits.py``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -33,7 +34,6 @@ from bench.common import markdown_table, median, write_results  # noqa: E402
 from bench.response_logits import build_batch, build_model  # noqa: E402
 from verl.workers.actor.dp_actor import DataParallelPPOActor  # noqa: E402
 from verl.workers.config.actor import FSDPActorConfig  # noqa: E402
-from verl.workers.fsdp.worker_config import ConfigView  # noqa: E402
 
 NAME = "fused_kernels"
 SEED = 0
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
         ppo_mini_batch_size=args.rows, ppo_micro_batch_size_per_gpu=args.rows, entropy_coeff=0.01, shuffle=False
     )
     actors = {
-        name: DataParallelPPOActor(ConfigView(config, use_fused_kernels=name == FUSED), model, optimizer)
+        name: DataParallelPPOActor(dataclasses.replace(config, use_fused_kernels=name == FUSED), model, optimizer)
         for name in (LOGITS, FUSED)
     }
     data = build_batch(args.rows, args.prompt, args.response, args.vocab)

@@ -200,7 +200,6 @@ def time_update(shape: dict, device: Any, args: argparse.Namespace, fused: bool 
     from verl.workers.config import FSDPActorConfig
     from verl.workers.fsdp.distributed import build_fsdp_mesh, init_distributed
     from verl.workers.fsdp.fsdp_wrap import apply_fsdp2
-    from verl.workers.fsdp.worker_config import ConfigView
 
     init_distributed(device.type, 0, 1)
     if device.type == "cuda":
@@ -212,8 +211,7 @@ def time_update(shape: dict, device: Any, args: argparse.Namespace, fused: bool 
     model = apply_fsdp2(model, mesh, param_dtype=torch.bfloat16 if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
     micro = args.update_micro_batch
-    config = ConfigView(
-        FSDPActorConfig(),
+    config = FSDPActorConfig(
         ppo_mini_batch_size=args.update_samples,
         ppo_micro_batch_size_per_gpu=micro,
         ppo_micro_batch_size=None,

@@ -71,15 +71,16 @@ def omega_conf_to_dataclass(
 
 def as_config(config: Any, cls: type[T], path: str = "") -> T:
     """``config`` as a ``cls``, converted once where a class or function receives it (verl's recipes and tests may
-    hand a DictConfig, a dict, a ``SimpleNamespace`` or None): an instance of ``cls`` as is, None as ``cls()``, any
-    other dataclass instance as is (a recipe's own config class), else built with :func:`omega_conf_to_dataclass`,
+    hand a DictConfig, a dict, a ``SimpleNamespace`` or None): an instance of ``cls`` as is, None as ``cls()``, a
+    plain dataclass instance as is (a recipe's own config class), else (another of our configs included) built
+    with :func:`omega_conf_to_dataclass`,
     keeping keys no field declares in ``_extra``. ``path`` names the group in errors (an OmegaConf node names its
     own position)."""
     if isinstance(config, cls):
         return config
     if config is None:
         return cls()
-    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+    if dataclasses.is_dataclass(config) and not isinstance(config, (type, Mapping)):
         return config  # type: ignore[return-value]  # a recipe's own dataclass, read by duck typing
     if isinstance(config, DictConfig):
         path = ""
