@@ -20,6 +20,7 @@ multinode:
 lint:
 	ruff check .
 	ruff format --check .
+	python -m mypy
 
 # Upstream verl 0.9.1's own CPU tests run against this package (downloads its wheel).
 verl-suite:
