@@ -108,7 +108,7 @@ def test_standalone_replica_sends_requests_made_together_in_one_call(ray_cluster
     failed = asyncio.run(together(replica))
     assert all(
         isinstance(f, WorkerDiedError)
-        and "rollout rank 0 died during generate()" in str(f)
+        and "rollout replica rank 0 died during generate()" in str(f)
         and isinstance(f.__cause__, ray.exceptions.RayActorError)
         for f in failed
     ), failed

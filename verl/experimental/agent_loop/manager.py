@@ -88,6 +88,19 @@ def summarize_metrics(per_sample: list[dict[str, float]]) -> dict[str, float]:
     return summary
 
 
+def _named_death(err: BaseException) -> BaseException | None:
+    """The error an agent-loop worker raised because an actor it called died (a WorkerDiedError naming a reward
+    worker or replica, or the AllReplicasDeadError naming every dead replica), unwrapped from Ray's task error so
+    that its own first line, not Ray's traceback header, is what the user reads; None for any other error."""
+    from verl.experimental.agent_loop.server_manager import AllReplicasDeadError
+    from verl.single_controller.ray.errors import WorkerDiedError
+
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, WorkerDiedError | AllReplicasDeadError):
+        return cause
+    return None
+
+
 class AgentLoopManager:
     """Turns prompt batches into trajectory batches through agent-loop workers and rollout replicas.
 
@@ -360,7 +373,7 @@ class AgentLoopManager:
     async def _generate_on_worker(self, index: int, shard: DataProto, rows: str) -> DataProto:
         """One worker's share; its death becomes a :class:`WorkerDiedError` naming it (role, index, node, the rows
         it was generating), as a dead training rank is named."""
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError, RayTaskError
 
         from verl.single_controller.ray.errors import translate_ray_error
 
@@ -368,6 +381,13 @@ class AgentLoopManager:
         what = f"agent loop worker {index} ({rows})"
         try:
             return await await_ray(worker.generate_sequences.remote(shard), self.call_timeout_s, what)
+        except RayTaskError as err:
+            named = _named_death(err)
+            if named is None:
+                raise
+            # a replica or reward worker the agent loops called died: its own error, naming it, comes first
+            named.args = (f"{named}\n(seen by {what})",)
+            raise named from None
         except RayActorError as err:
             died = translate_ray_error(
                 err, role="agent-loop worker", rank=index, method="generate_sequences", actor_id=worker._actor_id.hex()
@@ -379,11 +399,12 @@ class AgentLoopManager:
         """Every worker's output. When a worker died, the others are stopped before its error is raised: the batch
         is lost and the run ends, and their requests must not outlive it to log errors of their own (about replicas
         torn down under them) after the one that names the cause."""
+        from verl.experimental.agent_loop.server_manager import AllReplicasDeadError
         from verl.single_controller.ray.errors import WorkerDiedError
 
         try:
             return await asyncio.gather(*calls)
-        except WorkerDiedError:
+        except (WorkerDiedError, AllReplicasDeadError):
             import ray
 
             for call in calls:

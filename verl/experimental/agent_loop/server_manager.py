@@ -30,6 +30,7 @@ __all__ = [
     "RoutingStats",
     "check_text_only_request",
     "is_replica_death",
+    "replica_death_line",
 ]
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,19 @@ def is_replica_death(exc: BaseException) -> bool:
     except ImportError:  # pragma: no cover - ray is a dependency
         return False
     return isinstance(exc, rex.RayActorError | rex.ActorUnavailableError)
+
+
+def replica_death_line(index: int, exc: BaseException) -> str:
+    """One line naming the dead replica ``index`` of a router: the first line of its WorkerDiedError (``rollout
+    replica rank 1 died during generate() on node ..., pid ...``), prefixed with the router's index when that is
+    not the rank the error names; a bare Ray error (a replica that does not name itself) as ``rollout replica
+    <index> died: <first line>``."""
+    from verl.single_controller.ray.errors import WorkerDiedError, first_line
+
+    line = first_line(exc)
+    if isinstance(exc, WorkerDiedError) and exc.rank is not None:
+        return line if exc.rank == index else f"rollout replica {index}: {line}"
+    return f"rollout replica {index} died: {type(exc).__name__}: {line}"
 
 
 @dataclass
@@ -144,12 +158,21 @@ class AsyncLLMServerManager:
         return index
 
     def _mark_dead(self, index: int, request_id: str, exc: BaseException) -> None:
+        """Take replica ``index`` out of the routing. Logged once per replica, as one line that starts with what
+        its error says (role, rank, node, pid, the call: see :func:`replica_death_line`), never Ray's whole text."""
+        from verl.single_controller.ray.errors import first_line
+
+        line = replica_death_line(index, exc)
         if index not in self._dead:
+            live = [i for i in self._live() if i != index]
             logger.warning(
-                "rollout replica %d died (seen by request %s): %r; routing around it", index, request_id, exc
+                "%s (seen by request %s); routing around it: %s",
+                line,
+                request_id,
+                f"replica(s) {live} left" if live else "no replica left",
             )
         self._dead.add(index)
-        self._deaths.setdefault(index, str(exc).splitlines()[0] if str(exc) else repr(exc))
+        self._deaths.setdefault(index, first_line(exc))
         for rid in [rid for rid, i in self._sessions.items() if i == index]:
             del self._sessions[rid]
 

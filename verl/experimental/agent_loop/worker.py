@@ -112,6 +112,31 @@ def _is_direct(entry: Any) -> bool:
     return not any(isinstance(v, Mapping) and "_target_" in v for k, v in entry.items() if k != "_target_")
 
 
+async def _score_on_reward_worker(handles: list[Any], batch: DataProto, output: Any, row: dict[str, Any]) -> Any:
+    """``compute_score`` of one trajectory on a reward-loop actor picked at random. The actor's death becomes a
+    WorkerDiedError whose first line names it (``reward worker rank <i>``, node, pid, the call), not the
+    agent-loop worker that saw it."""
+    from ray.exceptions import RayActorError
+
+    index = random.randrange(len(handles))
+    try:
+        return await handles[index].compute_score.remote(batch)
+    except RayActorError as err:
+        from verl.experimental.reward_loop.reward_loop import REWARD_WORKER_ROLE
+        from verl.single_controller.ray.errors import actor_died_error
+
+        sample = row.get("index", row.get("uid"))
+        what = f"it was scoring a trajectory of {len(output.response_ids)} response tokens"
+        raise actor_died_error(
+            err,
+            role=REWARD_WORKER_ROLE,
+            index=index,
+            method="compute_score",
+            actor=handles[index],
+            context=what + (f" (sample {sample})" if sample is not None else ""),
+        ) from None
+
+
 class AgentLoopWorker:
     """Run agent loops for a shard of the batch and lay the results out as a DataProto.
 
@@ -445,7 +470,7 @@ class AgentLoopWorker:
             return
         start = time.perf_counter()
         if handles is not None:
-            result = await random.choice(handles).compute_score.remote(self._reward_batch(outputs, kwargs))
+            result = await _score_on_reward_worker(handles, self._reward_batch(outputs, kwargs), final, kwargs)
             score, extra = result["reward_score"], dict(result.get("reward_extra_info") or {})
         else:
             score, extra = await asyncio.get_running_loop().run_in_executor(

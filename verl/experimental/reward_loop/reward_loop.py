@@ -23,12 +23,17 @@ import ray
 
 from verl.experimental.reward_loop.migrate import migrate_legacy_reward_impl
 from verl.protocol import DataProto, pad_dataproto_to_divisor
+from verl.single_controller.ray.errors import default_call_timeout_s, wait_for_workers
 from verl.trainer.ppo.reward import RewardSettings, reward_settings, scored_batch
 from verl.utils.extras import MissingExtraError, missing_message
 
 __all__ = ["RewardLoopManager", "RewardLoopWorker", "migrate_legacy_reward_impl"]
 
 logger = logging.getLogger(__name__)
+
+# The role a dead reward-loop worker is named by: "reward worker rank 1 died during compute_score_batch() on node
+# ..., pid ..." (verl.single_controller.ray.errors.actor_died_error).
+REWARD_WORKER_ROLE = "reward worker"
 
 _SERVED_RM_REASON = (
     "verl serves reward models for the reward loop with vLLM/SGLang behind its own router; this package scores "
@@ -158,7 +163,14 @@ class RewardLoopManager:
         workers = self.reward_loop_workers
         padded, _ = pad_dataproto_to_divisor(data, len(workers))
         chunks = padded.chunk(len(workers))
-        outputs = ray.get([w.compute_score_batch.remote(c) for w, c in zip(workers, chunks, strict=True)])
+        outputs = wait_for_workers(
+            [w.compute_score_batch.remote(c) for w, c in zip(workers, chunks, strict=True)],
+            ranks=list(range(len(workers))),
+            method="compute_score_batch",
+            role=REWARD_WORKER_ROLE,
+            timeout_s=default_call_timeout_s(),
+            actor_ids=[w._actor_id.hex() for w in workers],
+        )
         flat = [item for chunk in outputs for item in chunk][: len(data)]
         scores = [float(item["reward_score"]) for item in flat]
         rm_scores = self.reward_manager_cls.assemble_rm_scores(data, scores)

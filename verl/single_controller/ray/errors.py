@@ -149,6 +149,40 @@ def translate_ray_error(
     return WorkerError(f"{who} failed in {method}(): {type(err).__name__}: {err}", role=role, rank=rank, method=method)
 
 
+def actor_died_error(
+    err: Exception,
+    *,
+    role: str,
+    index: int,
+    method: str,
+    actor: Any = None,
+    context: str | None = None,
+) -> WorkerError:
+    """Ray's error for a call on one named Ray actor (a rollout replica, a reward worker: any actor outside a worker
+    group) as the error a dead training rank gets: a :class:`WorkerDiedError` whose first line names ``role``,
+    ``index``, the node, the pid and ``method`` when the actor died, a :class:`WorkerError` naming them when the
+    call raised. ``actor``: its handle (or actor id, hex). ``context`` (what the call was doing: the request, the
+    rows) is added on a line of its own, after the line that names the dead actor."""
+    actor_id = actor if isinstance(actor, str) or actor is None else _actor_id_of(actor)
+    error = translate_ray_error(err, role=role, rank=index, method=method, actor_id=actor_id)
+    if context:
+        error.args = (f"{error.args[0]}\n({context})",)
+    return error
+
+
+def _actor_id_of(handle: Any) -> str | None:
+    try:
+        return handle._actor_id.hex()
+    except AttributeError:
+        return None
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of ``err``'s message (its type's name when it has none): what a log line quotes."""
+    text = str(err)
+    return text.splitlines()[0] if text.strip() else type(err).__name__
+
+
 def wait_for_workers(
     refs: list,
     *,

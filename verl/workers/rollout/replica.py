@@ -75,6 +75,23 @@ def build_server(
     return server_class(config, name)(config, model_path, **kwargs)
 
 
+# The roles a dead replica is named by (first words of its WorkerDiedError): "rollout replica rank 1 died during
+# generate() on node ..., pid ...".
+REPLICA_ROLE = "rollout replica"
+HYBRID_REPLICA_ROLE = "hybrid rollout replica"
+
+
+def _died(err: Exception, *, role: str, index: int, method: str, actor: Any) -> Exception:
+    """``err`` as the WorkerDiedError of replica ``index`` when Ray says its actor is gone, else ``err`` itself."""
+    from ray.exceptions import RayActorError
+
+    from verl.single_controller.ray.errors import actor_died_error
+
+    if not isinstance(err, RayActorError):
+        return err
+    return actor_died_error(err, role=role, index=index, method=method, actor=actor)
+
+
 class RemoteReplica(RolloutReplica):
     """The contract carried over Ray to an actor that serves it (a transport's shared half).
 
@@ -220,22 +237,9 @@ class StandaloneReplica(RemoteReplica):
         return f"rollout replica {self.name!r} {method}"
 
     def _failure(self, err: Exception, method: str) -> Exception:
-        """``err`` as a WorkerDiedError naming role ``rollout``, this replica's rank and its node when the actor
-        is gone; any other error as it is."""
-        from ray.exceptions import RayActorError
-
-        from verl.single_controller.ray.errors import translate_ray_error
-
-        if not isinstance(err, RayActorError):
-            return err
-        return translate_ray_error(
-            err,
-            role="rollout",
-            rank=self.replica_rank,
-            method=method,
-            actor_id=self.actor._actor_id.hex(),
-            worker_names=None,
-        )
+        """``err`` as a WorkerDiedError naming role ``rollout replica``, this replica's rank, its node, its pid and
+        the call when the actor is gone; any other error as it is."""
+        return _died(err, role=REPLICA_ROLE, index=self.replica_rank, method=method, actor=self.actor)
 
     def kill(self) -> None:
         """Stop the actor (its in-flight requests fail on the caller's side)."""
@@ -321,6 +325,11 @@ class WorkerRankReplica(RemoteReplica):
 
     def _label(self, method: str) -> str:
         return f"hybrid rollout rank {self.rank}: {method}"
+
+    def _failure(self, err: Exception, method: str) -> Exception:
+        """``err`` as a WorkerDiedError naming role ``hybrid rollout replica``, the rank, its node, its pid and
+        the call when the rank's actor is gone; any other error as it is."""
+        return _died(err, role=HYBRID_REPLICA_ROLE, index=self.rank, method=method, actor=self.handle)
 
     def __repr__(self) -> str:
         return f"WorkerRankReplica(rank={self.rank})"
