@@ -40,14 +40,29 @@ from verl.experimental.fully_async_policy.message_queue import (
 from verl.experimental.fully_async_policy.policy_snapshots import PolicySnapshots, row_versions
 from verl.experimental.fully_async_policy.rollouter import Rollouter, groups_per_update
 from verl.experimental.fully_async_policy.sample import RolloutSample
+from verl.experimental.separation.deaths import (
+    MESSAGE_QUEUE,
+    ROLLOUTER,
+    get_from,
+    is_actor_death,
+    worker_error_in,
+)
 from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
 from verl.experimental.separation.rollout_pool import start_rollout_replicas
 from verl.protocol import DataProto
+from verl.single_controller.ray.errors import WorkerDiedError, actor_died_error
 from verl.single_controller.ray.node_placement import on_this_node
 from verl.trainer.ppo.ray_trainer import StopTraining, marked_timer
 from verl.trainer.ppo.utils import Role
 
-__all__ = ["FullyAsyncTrainer", "RolloutFailedError", "TrainingStopException", "compress_indices", "expand_indices"]
+__all__ = [
+    "FullyAsyncTrainer",
+    "RolloutDiedError",
+    "RolloutFailedError",
+    "TrainingStopException",
+    "compress_indices",
+    "expand_indices",
+]
 
 TrainingStopException = StopTraining  # verl's name: raised when the rollout stream has ended
 
@@ -71,6 +86,11 @@ def expand_indices(packed: dict[str, Any]) -> list[int]:
 
 class RolloutFailedError(RuntimeError):
     """The rollouter died or failed; the message carries its own first error."""
+
+
+class RolloutDiedError(WorkerDiedError, RolloutFailedError):
+    """The rollouter or the message queue died: its first line names the role, the node, the pid and the call in
+    flight, as a dead training rank's does (a ``RolloutFailedError`` too, for the handlers of either)."""
 
 
 class FullyAsyncTrainer(SeparateRayPPOTrainer):
@@ -224,7 +244,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.message_queue_client = message_queue_client
         self.queue = message_queue_client.queue_actor
         if self.rollouter is not None:
-            self._get(self.rollouter.set_message_queue_client.remote(message_queue_client), "rollouter queue switch")
+            self._call(ROLLOUTER, "set_message_queue_client", message_queue_client)
 
     def set_rollouter(self, rollouter: Any) -> None:
         """Generate with ``rollouter`` (a Rollouter actor over this trainer's ``replicas`` writing to its queue)
@@ -268,13 +288,16 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
                 resume_timeout_s=self.sync_wait_timeout_s,
             )
         )
-        self._get(self.rollouter.ready.remote(), "rollouter start-up")
+        self._call(ROLLOUTER, "ready")
 
     def _generation_actor(self) -> Any:
         return self.rollouter
 
     def _generation_timeout_s(self) -> float:
         return self.sync_wait_timeout_s
+
+    def _generation_role(self) -> str:
+        return ROLLOUTER
 
     def _budget_groups(self) -> int:
         from verl.experimental.fully_async_policy.staleness import StalenessBudget
@@ -286,56 +309,94 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
 
     # ------------------------------------------------------------------ liveness
 
-    def _get(self, ref: Any, what: str, timeout_s: float | None = None) -> Any:
-        """``ray.get`` with a timeout that names ``what``; a dead rollouter is reported with its own error."""
-        try:
-            return ray.get(ref, timeout=timeout_s or self.sync_wait_timeout_s)
-        except ray.exceptions.GetTimeoutError:
-            raise TimeoutError(
-                f"fully-async trainer: {what} did not answer within {timeout_s or self.sync_wait_timeout_s:g}s"
-            ) from None
-        except ray.exceptions.RayActorError as exc:
-            raise RolloutFailedError(
-                f"fully-async trainer: {what} failed, the actor died: {self._rollouter_root_cause() or exc}"
-            ) from exc
+    def _call(self, role: str, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+        """``method(*args)`` on the rollouter or the message queue (``role``), waited for by :meth:`_get`."""
+        actor = self.rollouter if role == ROLLOUTER else self.queue
+        return self._get(getattr(actor, method).remote(*args), f"{role} {method}()", timeout_s)
 
-    def _rollouter_root_cause(self) -> str | None:
-        """The rollouter's own error when its ``fit`` has ended with one."""
-        if self._rollouter_ref is None:
+    def _get(self, ref: Any, what: str, timeout_s: float | None = None) -> Any:
+        """``ray.get`` of the call ``what`` (``"<role> <method>()"``) bounded by ``timeout_s`` (default
+        ``sync_wait_timeout_s``); a dead actor becomes a :class:`RolloutDiedError` naming it (role, node, pid,
+        method), and an error the actor raised naming another dead one is raised as it is."""
+        role, _, call = what.rpartition(" ")
+        return get_from(
+            ref,
+            role=role,
+            method=call.removesuffix("()"),
+            actor=self.rollouter if role == ROLLOUTER else self.queue,
+            timeout_s=timeout_s or self.sync_wait_timeout_s,
+            error_cls=RolloutDiedError,
+        )
+
+    def _rollouter_failure(self, wait_s: float = 0.0, doing: str | None = None) -> BaseException | None:
+        """Why the rollouter's ``fit`` ended, when it ended with an error (waiting up to ``wait_s`` for it to end):
+        its death (``doing``: what the trainer was waiting for), the dead actor its own error names, or its error
+        as a :class:`RolloutFailedError`."""
+        ref = self._rollouter_ref
+        if ref is None:
             return None
-        done, _ = ray.wait([self._rollouter_ref], timeout=0)
+        done, _ = ray.wait([ref], timeout=wait_s)
         if not done:
             return None
         try:
-            ray.get(self._rollouter_ref, timeout=5)
+            ray.get(ref, timeout=5)
         except Exception as exc:  # noqa: BLE001 - the root cause is what we want to show
+            named = worker_error_in(exc)
+            if named is not None:
+                return named
+            if is_actor_death(exc):
+                return actor_died_error(
+                    exc,
+                    role=ROLLOUTER,
+                    index=0,
+                    method="fit",
+                    actor=getattr(self, "rollouter", None) or ref,
+                    context=f"rollouter failed: its actor is gone; {doing or 'the trainer was waiting for it'}",
+                    error_cls=RolloutDiedError,
+                )
             cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) and exc.cause is not None else exc
-            return f"{type(cause).__name__}: {cause}"
+            return RolloutFailedError(f"rollouter failed: {type(cause).__name__}: {cause}")
         return None
+
+    def _rollouter_root_cause(self) -> str | None:
+        """The rollouter's own error, as text, when its ``fit`` has ended with one."""
+        failure = self._rollouter_failure()
+        return None if failure is None else str(failure)
 
     def _pull_groups(self, count: int) -> list[Any]:
         """``count`` groups from the queue (fewer only before END_OF_STREAM), waiting in slices so that a failed
         or dead rollouter is noticed within about POLL_S seconds; ``queue_timeout_s`` bounds the whole wait.
-        Payloads come from the object store in one fetch (the queue moves references only)."""
+        Payloads come from the object store in one fetch (the queue moves references only). A dead queue or
+        rollouter raises :class:`RolloutDiedError` naming it."""
         deadline = time.monotonic() + self.queue_timeout_s
+        doing = f"the fully-async trainer was waiting for {count} rollout group(s) from the message queue"
         while True:
             try:
-                items = ray.get(self.queue.get.remote(count, POLL_S), timeout=POLL_S + 30)
+                items = get_from(
+                    self.queue.get.remote(count, POLL_S),
+                    role=MESSAGE_QUEUE,
+                    method="get",
+                    actor=self.queue,
+                    timeout_s=POLL_S + 30,
+                    doing=doing,
+                    error_cls=RolloutDiedError,
+                )
                 try:
                     return resolve_refs(items, self.queue_timeout_s)
                 except RuntimeError as exc:
-                    raise RolloutFailedError(f"{exc}; rollouter: {self._rollouter_root_cause()}") from exc
+                    raise self._rollouter_failure(wait_s=5.0, doing=doing) or RolloutFailedError(
+                        f"{exc}; rollouter: {self._rollouter_root_cause()}"
+                    ) from exc
             except ray.exceptions.RayTaskError as exc:
                 cause = exc.cause if exc.cause is not None else exc
                 if isinstance(cause, QueueClosedError):
-                    raise RolloutFailedError(str(cause)) from exc
+                    # closed by the rollouter on its way down: its own error says why (a dead actor by name)
+                    raise self._rollouter_failure(wait_s=5.0, doing=doing) or RolloutFailedError(str(cause)) from None
                 if not isinstance(cause, TimeoutError):
                     raise
-            except ray.exceptions.RayActorError as exc:
-                raise RolloutFailedError(f"message queue died: {exc}") from exc
-            root = self._rollouter_root_cause()
+            root = self._rollouter_failure(doing=doing)
             if root is not None:
-                raise RolloutFailedError(f"rollouter failed: {root}")
+                raise root
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"fully-async trainer: no {count} rollout group(s) within {self.queue_timeout_s:g}s "
@@ -351,13 +412,16 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         reason = "trainer finished" if error is None else f"trainer failed: {type(error).__name__}: {error}"
         if self.rollouter is None:
             return
-        try:
-            ray.get(self.rollouter.stop.remote(reason), timeout=30)
-            ray.get(self.queue.close.remote(reason), timeout=30)
-        except Exception:  # noqa: BLE001 - already dead is fine: it is stopping either way
-            logger.info("rollouter/queue already gone while stopping: %s", reason)
+        for role, actor, method in ((ROLLOUTER, self.rollouter, "stop"), (MESSAGE_QUEUE, self.queue, "close")):
+            try:
+                ray.get(getattr(actor, method).remote(reason), timeout=30)
+            except Exception:  # noqa: BLE001 - already dead is fine: it is stopping either way
+                logger.info("%s already gone while stopping: %s", role, reason.splitlines()[0])
         if self._rollouter_ref is not None:
             ray.wait([self._rollouter_ref], timeout=30)
+            if error is not None:
+                # read, so Ray does not log the rollouter's error as unhandled after the one that names the cause
+                self._rollouter_failure()
 
     def _iter_batch_dicts(self):
         while True:
@@ -385,7 +449,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         ended with too few left (``leftover_groups``: taken from the queue, not trained on). Per group,
         ``batch.meta_info`` carries its start version (``trajectory_param_versions``), aborts and failures."""
         start = time.perf_counter()
-        queued = int(self._get(self.queue.size.remote(), "message queue size"))
+        queued = int(self._call(MESSAGE_QUEUE, "size"))
         items = self._pull_groups(self.groups_per_update)
         samples: list[RolloutSample] = [item for item in items if item != END_OF_STREAM]
         if len(samples) < self.groups_per_update:
@@ -483,12 +547,12 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
 
     def _sync_rollouter(self, metrics: dict) -> dict[str, Any]:
         start = time.perf_counter()
-        report = self._get(self.rollouter.pause.remote(), "rollouter pause")
+        report = self._call(ROLLOUTER, "pause")
         metrics.update(report)
         if self._weights_unpushed:
             self._push_weights(metrics)
             self._weights_unpushed = False
-        self._get(self.rollouter.resume.remote(self.weight_version), "rollouter resume")
+        self._call(ROLLOUTER, "resume", self.weight_version)
         self.stale_groups_per_sync.append(self._stale_this_period)
         self._stale_this_period = 0
         metrics["fully_async/sync_s"] = time.perf_counter() - start
@@ -499,7 +563,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         """``dynamic_schedule_ctx`` as of this sync: generated vs. consumed groups, the staleness budget and the
         period's waits for the queue (which start afresh)."""
         ctx = self.dynamic_schedule_ctx
-        stats = self._get(self.rollouter.get_statistics.remote(), "rollouter statistics")
+        stats = self._call(ROLLOUTER, "get_statistics")
         ctx.total_generated_samples = int(stats.get("groups_enqueued", 0))
         ctx.expected_samples = self.consumed_groups
         ctx.buffer_samples = int(ctx.step_required_samples * self.staleness_threshold)
@@ -521,7 +585,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         sync period's aggregate (merged into the metrics of the step that ends the period)."""
         super()._fit_postprocess_step()
         self._record_train_resource_utilization(self.timing_raw.get("step", 0.0))
-        self.metrics["fully_async/mq_size"] = float(self._get(self.queue.size.remote(), "message queue size"))
+        self.metrics["fully_async/mq_size"] = float(self._call(MESSAGE_QUEUE, "size"))
         self.metrics_aggregator.add_step_metrics(self.metrics, sample_count=self.required_samples)
         if self._sync_report is not None:
             self._fit_log_aggregated_training_metrics(self._sync_report)
@@ -544,12 +608,12 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.metrics_aggregator.reset()
 
     def _generate_validation(self, gen_batch: DataProto) -> DataProto:
-        return self._get(self.rollouter.generate_sequences.remote(gen_batch), "rollouter validation generation")
+        return self._call(ROLLOUTER, "generate_sequences", gen_batch)
 
     def _validate(self, merged: bool = False) -> dict[str, float]:
         if self.use_trainer_do_validate:
             return self._trainer_side_validate()
-        return self._get(self.rollouter.validate.remote(), "rollouter validation")
+        return self._call(ROLLOUTER, "validate")
 
     def _trainer_side_validate(self) -> dict[str, float]:
         """``async_training.use_trainer_do_validate``: generate on the rollout replicas, score and report here
@@ -620,7 +684,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.stale_groups_per_sync = list(saved.get("stale_groups_per_sync", []))
         self.stale_trajectory_processed = sum(self.stale_groups_per_sync)
         self.last_ckpt_version = self.weight_version
-        self._get(self.rollouter.restore.remote(self.weight_version, self.consumed_indices), "rollouter restore")
+        self._call(ROLLOUTER, "restore", self.weight_version, self.consumed_indices)
 
     def _resume_rollout_weights(self, version: int) -> None:
         """Push the restored actor as ``version`` directly (the rollouter has not started: no pause needed)."""
@@ -630,6 +694,6 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
     def rollout_statistics(self) -> dict[str, Any]:
         """The rollouter's and the queue's counters (tests compare counts in and out)."""
         stats: dict[str, Any] = {}
-        stats.update(self._get(self.rollouter.get_statistics.remote(), "rollouter statistics"))
-        stats.update(self._get(self.queue.get_statistics.remote(), "queue statistics"))
+        stats.update(self._call(ROLLOUTER, "get_statistics"))
+        stats.update(self._call(MESSAGE_QUEUE, "get_statistics"))
         return stats

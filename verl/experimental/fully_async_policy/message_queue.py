@@ -136,7 +136,7 @@ class CoalescingQueueWriter:
         await queued
 
     async def _send(self, what: str) -> None:
-        from verl.utils.async_utils import await_ray
+        from verl.experimental.separation.deaths import MESSAGE_QUEUE, await_from
 
         await asyncio.sleep(0)  # let the other puts of this turn join
         pending, self._pending = self._pending, []
@@ -146,7 +146,14 @@ class CoalescingQueueWriter:
             items = [item for item, _, _ in pending]
             if self.by_reference:
                 items = by_reference_many(items, [index for _, index, _ in pending])
-            await await_ray(self.queue.put_many.remote(items, self.timeout_s), self.timeout_s + 30, label)
+            await await_from(
+                self.queue.put_many.remote(items, self.timeout_s),
+                role=MESSAGE_QUEUE,
+                method="put_many",
+                actor=self.queue,
+                timeout_s=self.timeout_s + 30,
+                doing=f"the rollouter was putting: {label}",
+            )
         except BaseException as exc:
             for _, _, queued in pending:
                 if not queued.done():

@@ -26,8 +26,10 @@ from verl.experimental.agent_loop.weight_versions import VERSION_KEYS
 from verl.experimental.fully_async_policy.message_queue import END_OF_STREAM, CoalescingQueueWriter
 from verl.experimental.fully_async_policy.sample import RolloutSample
 from verl.experimental.fully_async_policy.staleness import StalenessBudget
+from verl.experimental.separation.deaths import MESSAGE_QUEUE, await_from, is_actor_death
 from verl.experimental.separation.rollout_pool import build_agent_worker
 from verl.protocol import DataProto
+from verl.single_controller.ray.errors import WorkerDiedError
 from verl.utils.async_utils import FAILURE_ATTR, await_ray, spawn_logged
 
 __all__ = ["Rollouter", "groups_per_update", "total_rollout_prompts"]
@@ -150,10 +152,13 @@ class Rollouter:
                 f"the last {len(self._in_flight)} rollout group(s) to finish",
             )
             self._raise_if_failed()
-            await await_ray(
+            await await_from(
                 self.queue.put.remote(END_OF_STREAM, self.put_timeout_s),
-                self.put_timeout_s + 30,
-                "message queue put(END_OF_STREAM)",
+                role=MESSAGE_QUEUE,
+                method="put",
+                actor=self.queue,
+                timeout_s=self.put_timeout_s + 30,
+                doing="the rollouter was putting END_OF_STREAM",
             )
             return await self.get_statistics()
         except BaseException as exc:
@@ -162,8 +167,10 @@ class Rollouter:
                 task.cancel()
             try:
                 await await_ray(self.queue.close.remote(reason), 30, "message queue close")
-            except Exception:  # noqa: BLE001 - the queue itself may be gone; the original error matters
-                logger.warning("could not close the message queue after: %s", reason)
+            except Exception as close_error:  # noqa: BLE001 - the queue itself may be gone; the original error matters
+                # a dead queue is what ``exc`` names already (the trainer reports it): no second line about it
+                log = logger.info if is_actor_death(close_error) else logger.warning
+                log("could not close the message queue after: %s", reason.splitlines()[0])
             raise
 
     async def restore(self, version: int, consumed_indices: list[int]) -> None:
@@ -211,7 +218,7 @@ class Rollouter:
         queued_ref = self.queue.size.remote()
         if self.partial_rollout:
             await asyncio.gather(*(r.resume() for r in self.replicas))
-        queued = await await_ray(queued_ref, 60, "message queue size")
+        queued = await await_from(queued_ref, role=MESSAGE_QUEUE, method="size", actor=self.queue, timeout_s=60)
         self.worker.server_manager.resume(self.version)
         self._open_groups = int(queued) + len(self._in_flight)
         self.stats["syncs"] += 1
@@ -282,6 +289,8 @@ class Rollouter:
 
     def _raise_if_failed(self) -> None:
         error = getattr(self, FAILURE_ATTR, None)
+        if isinstance(error, WorkerDiedError):  # a dead actor (the queue), already named: raised as it is
+            raise error
         if error is not None:
             raise RuntimeError(f"rollouter: a rollout group task failed: {type(error).__name__}: {error}") from error
         if self._stop_reason is not None:
@@ -391,7 +400,13 @@ class Rollouter:
                 num_failed=self.n - len(rows),
                 generate_s=time.perf_counter() - start,
             )
-            await self.queue_writer.put(sample, f"message queue put of rollout group {index}", index=index)
+            try:
+                await self.queue_writer.put(sample, f"message queue put of rollout group {index}", index=index)
+            except WorkerDiedError as died:
+                # the queue died: fit raises this once, naming it; each group logging it would bury that line
+                if getattr(self, FAILURE_ATTR, None) is None:
+                    setattr(self, FAILURE_ATTR, died)
+                return
             self.stats["groups_enqueued"] += 1
             self.stats["samples_enqueued"] += len(rows)
         finally:

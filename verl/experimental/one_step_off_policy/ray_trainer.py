@@ -31,6 +31,7 @@ from typing import Any
 import ray
 import torch
 
+from verl.experimental.separation.deaths import GENERATOR, await_from
 from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
 from verl.experimental.separation.rollout_pool import StandaloneAgentLoopManager, start_rollout_replicas
 from verl.protocol import DataProto
@@ -100,7 +101,7 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
         with marked_timer("generate_async", timing_raw):
             batch = self._fit_get_batch(batch_dict)
             gen_batch = self._step_gen_batch(batch, self._generation_step)
-            output = await self._submit(gen_batch)
+            output = await self._await_generation(self._submit(gen_batch))
         batch = self._join_generation(batch, output, metrics, timing_raw)
         return metrics, timing_raw, epoch, batch, None
 
@@ -116,6 +117,19 @@ class OneStepOffRayTrainer(SeparateRayPPOTrainer):
     def _submit(self, gen_batch: DataProto) -> Any:
         gen_batch = gen_batch.repeat(repeat_times=self.ppo_config.rollout.n, interleave=True)
         return self.generator.generate_sequences.remote(gen_batch)
+
+    async def _await_generation(self, submitted: Any) -> DataProto:
+        """The generator's answer to :meth:`_submit`, bounded; its death names the generator (node, pid, call)."""
+        if not isinstance(submitted, ray.ObjectRef):  # a recipe's _submit returning its own awaitable
+            return await submitted
+        return await await_from(
+            submitted,
+            role=GENERATOR,
+            method="generate_sequences",
+            actor=self.generator,
+            timeout_s=self.generate_timeout_s,
+            doing=f"generating the batch of step {self._generation_step}",
+        )
 
     def _schedule_generation(self, step: int) -> None:
         """Start generating the batch of ``step`` in the background under the current weights."""

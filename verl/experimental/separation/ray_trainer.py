@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import ray
-
 from verl.experimental.separation.checkpoint_manager import SeparateCheckpointManager
+from verl.experimental.separation.deaths import GENERATOR, await_from, get_from
 from verl.protocol import DataProto
 from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -31,19 +30,30 @@ __all__ = ["SeparateRayPPOTrainer"]
 
 class RemoteGenerator:
     """A generation actor (``generate_sequences(batch)`` as a Ray method) behind verl's blocking
-    ``generate_sequences``, bounded by ``timeout_s``."""
+    ``generate_sequences``, bounded by ``timeout_s``; its death is a ``WorkerDiedError`` naming ``role``."""
 
-    def __init__(self, actor: Any, timeout_s: float, what: str) -> None:
-        self.actor, self.timeout_s, self.what = actor, float(timeout_s), what
+    def __init__(self, actor: Any, timeout_s: float, what: str, role: str = GENERATOR) -> None:
+        self.actor, self.timeout_s, self.what, self.role = actor, float(timeout_s), what, role
 
     def generate_sequences(self, batch: DataProto) -> DataProto:
-        try:
-            return ray.get(self.actor.generate_sequences.remote(batch), timeout=self.timeout_s)
-        except ray.exceptions.GetTimeoutError:
-            raise TimeoutError(f"{self.what}: generation did not finish within {self.timeout_s:g}s") from None
+        return get_from(
+            self.actor.generate_sequences.remote(batch),
+            role=self.role,
+            method="generate_sequences",
+            actor=self.actor,
+            timeout_s=self.timeout_s,
+            doing=f"generation for {self.what}",
+        )
 
     async def generate_sequences_async(self, batch: DataProto) -> DataProto:
-        return await self.actor.generate_sequences.remote(batch)
+        return await await_from(
+            self.actor.generate_sequences.remote(batch),
+            role=self.role,
+            method="generate_sequences",
+            actor=self.actor,
+            timeout_s=self.timeout_s,
+            doing=f"generation for {self.what}",
+        )
 
 
 class SeparateRayPPOTrainer(RayPPOTrainer):
@@ -177,7 +187,7 @@ class SeparateRayPPOTrainer(RayPPOTrainer):
         if actor is None:
             self.async_rollout_manager = None
             return
-        generator = RemoteGenerator(actor, self._generation_timeout_s(), type(self).__name__)
+        generator = RemoteGenerator(actor, self._generation_timeout_s(), type(self).__name__, self._generation_role())
         self.async_rollout_manager = ScoredRolloutManager(generator, None if self.use_rm else self.reward_loop_manager)
 
     def _init_rollout(self, pool: Any) -> None:
@@ -190,6 +200,10 @@ class SeparateRayPPOTrainer(RayPPOTrainer):
 
     def _generation_timeout_s(self) -> float:
         return float(getattr(self, "generate_timeout_s", 3600.0))
+
+    def _generation_role(self) -> str:
+        """What a death of :meth:`_generation_actor` is reported as (the first word of its error)."""
+        return GENERATOR
 
     def _setup_checkpoint_manager(self) -> None:
         """The checkpoint engine over the actor group and the replicas (``weight_sync``), verl's

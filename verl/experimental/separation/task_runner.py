@@ -105,10 +105,20 @@ def refuse_restarts(config: DictConfig, kind: str) -> None:
 
 def run_async_training(config: DictConfig, kind: str, trainer_cls: type | None = None) -> dict[str, Any]:
     """Start or join Ray and train with the ``kind`` recipe in an actor of its task runner (``TASK_RUNNERS``, both
-    :class:`AsyncTaskRunner` subclasses); returns the run's summary."""
+    :class:`AsyncTaskRunner` subclasses); returns the run's summary.
+
+    A run that ended because a worker or a controller-side actor died raises that :class:`WorkerError` itself
+    (not Ray's wrapper of the task runner's call), so its first line names the dead process."""
+    from verl.experimental.separation.deaths import worker_error_in
     from verl.trainer.ppo.task_runner import run_task_runner
 
     refuse_restarts(config, kind)
     if kind not in TASK_RUNNERS:
         raise ValueError(f"unknown async recipe {kind!r}; known: {sorted(TASK_RUNNERS)}")
-    return run_task_runner(config, _load(TASK_RUNNERS[kind]), trainer_cls=trainer_cls)
+    try:
+        return run_task_runner(config, _load(TASK_RUNNERS[kind]), trainer_cls=trainer_cls)
+    except ray.exceptions.RayTaskError as err:
+        named = worker_error_in(err)
+        if named is None:
+            raise
+        raise named from None

@@ -157,24 +157,55 @@ def actor_died_error(
     method: str,
     actor: Any = None,
     context: str | None = None,
+    error_cls: type[WorkerDiedError] | None = None,
 ) -> WorkerError:
-    """Ray's error for a call on one named Ray actor (a rollout replica, a reward worker: any actor outside a worker
-    group) as the error a dead training rank gets: a :class:`WorkerDiedError` whose first line names ``role``,
-    ``index``, the node, the pid and ``method`` when the actor died, a :class:`WorkerError` naming them when the
-    call raised. ``actor``: its handle (or actor id, hex). ``context`` (what the call was doing: the request, the
-    rows) is added on a line of its own, after the line that names the dead actor."""
-    actor_id = actor if isinstance(actor, str) or actor is None else _actor_id_of(actor)
+    """Ray's error for a call on one named Ray actor (a rollout replica, a reward worker, the rollouter: any actor
+    outside a worker group) as the error a dead training rank gets: a :class:`WorkerDiedError` whose first line names
+    ``role``, ``index``, the node, the pid and ``method`` when the actor died, a :class:`WorkerError` naming them when
+    the call raised. ``actor``: its handle, the ``ObjectRef`` of the call, or its id (hex). ``context`` (what the call
+    was doing: the request, the rows) is added on a line of its own, after the line that names the dead actor;
+    ``error_cls``: a :class:`WorkerDiedError` subclass the caller's own handlers know."""
+    actor_id = actor if isinstance(actor, str) or actor is None else actor_id_of(actor)
     error = translate_ray_error(err, role=role, rank=index, method=method, actor_id=actor_id)
-    if context:
-        error.args = (f"{error.args[0]}\n({context})",)
-    return error
+    message = f"{error.args[0]}\n({context})" if context else error.args[0]
+    if error_cls is None or not isinstance(error, WorkerDiedError) or type(error) is error_cls:
+        error.args = (message,)
+        return error
+    return error_cls(
+        message,
+        role=role,
+        rank=index,
+        method=method,
+        first_logged_error=error.first_logged_error,
+        worker_traceback=error.worker_traceback,
+        node_id=error.node_id,
+        actor_id=error.actor_id,
+    )
 
 
-def _actor_id_of(handle: Any) -> str | None:
+def actor_id_of(actor: Any) -> str | None:
+    """The hex id of the actor behind a handle, or behind the ``ObjectRef`` of a call on it; None when unknown."""
     try:
-        return handle._actor_id.hex()
-    except AttributeError:
+        if isinstance(actor, ray.ObjectRef):
+            actor_id = actor.task_id().actor_id()
+            return None if actor_id.is_nil() else actor_id.hex()
+        return actor._actor_id.hex()
+    except Exception:  # noqa: BLE001 - a stand-in object in tests: the error still names role and call
         return None
+
+
+def is_actor_death(err: BaseException) -> bool:
+    """Ray says the called actor itself died (not: the call raised, whatever it raised)."""
+    return isinstance(err, RayActorError) and not isinstance(err, RayTaskError)
+
+
+def worker_error_in(err: BaseException) -> WorkerError | None:
+    """The :class:`WorkerError` a remote call raised (the cause of Ray's ``RayTaskError``), else None: when a live
+    actor failed because another one died and named it, that error is the first line to show."""
+    if isinstance(err, WorkerError) and not isinstance(err, RayTaskError):
+        return err
+    cause = getattr(err, "cause", None) if isinstance(err, RayTaskError) else None
+    return cause if isinstance(cause, WorkerError) else None
 
 
 def first_line(err: BaseException) -> str:

@@ -36,6 +36,8 @@ __all__ = [
 ]
 
 TASK_RUNNER_CPUS = 0.1
+# How a dead runner is named: it holds the trainer's loop and drives every weight sync.
+TASK_RUNNER_ROLE = "task runner (trainer, parameter sync)"
 GLOBAL_POOL = "global_pool"
 REWARD_POOL = "reward_pool"
 
@@ -331,5 +333,22 @@ def run_task_runner(config: DictConfig, task_runner_class: Any = None, *init_arg
     runner = actor_class.options(**on_this_node(TASK_RUNNER_CPUS)).remote(*init_args, **init_kwargs)
     try:
         return ray.get(runner.run.remote(resolved))
+    except ray.exceptions.RayError as err:
+        raise _named(err, runner) from None
     finally:  # a failed run's timeline shows where it stopped
         dump_ray_timeline(config)
+
+
+def _named(err: Exception, runner: Any) -> Exception:
+    """The error whose first line names the root cause: a dead worker or actor the run already named (not Ray's
+    wrapper of the runner's call); the runner itself, where the trainer and the weight sync run, when it died."""
+    from verl.single_controller.ray.errors import actor_died_error, is_actor_death, worker_error_in
+
+    named = worker_error_in(err)
+    if named is not None:
+        return named
+    if is_actor_death(err):
+        return actor_died_error(
+            err, role=TASK_RUNNER_ROLE, index=0, method="run", actor=runner, context="the run's trainer process"
+        )
+    return err
