@@ -43,6 +43,7 @@ from verl.experimental.fully_async_policy.sample import RolloutSample
 from verl.experimental.separation.deaths import (
     MESSAGE_QUEUE,
     ROLLOUTER,
+    as_error_class,
     get_from,
     is_actor_death,
     worker_error_in,
@@ -342,8 +343,8 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
             ray.get(ref, timeout=5)
         except Exception as exc:  # noqa: BLE001 - the root cause is what we want to show
             named = worker_error_in(exc)
-            if named is not None:
-                return named
+            if named is not None:  # the rollouter named a dead process (the queue): the trainer's handlers know it
+                return as_error_class(named, RolloutDiedError)
             if is_actor_death(exc):
                 return actor_died_error(
                     exc,

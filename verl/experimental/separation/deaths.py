@@ -21,6 +21,7 @@ from verl.single_controller.ray.errors import (
     WorkerDiedError,
     actor_died_error,
     actor_id_of,
+    as_error_class,
     is_actor_death,
     worker_error_in,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "MESSAGE_QUEUE",
     "ROLLOUTER",
     "actor_id_of",
+    "as_error_class",
     "await_from",
     "get_from",
     "is_actor_death",
@@ -46,7 +48,7 @@ def _raise_for(
 ) -> None:
     named = worker_error_in(err)
     if named is not None:  # the actor named who died (itself alive): that is the first line to read
-        raise named from None
+        raise as_error_class(named, error_cls) from None
     if is_actor_death(err):
         raise actor_died_error(
             err, role=role, index=index, method=method, actor=actor, context=doing, error_cls=error_cls

@@ -167,15 +167,21 @@ def actor_died_error(
     ``error_cls``: a :class:`WorkerDiedError` subclass the caller's own handlers know."""
     actor_id = actor if isinstance(actor, str) or actor is None else actor_id_of(actor)
     error = translate_ray_error(err, role=role, rank=index, method=method, actor_id=actor_id)
-    message = f"{error.args[0]}\n({context})" if context else error.args[0]
-    if error_cls is None or not isinstance(error, WorkerDiedError) or type(error) is error_cls:
-        error.args = (message,)
+    if context:
+        error.args = (f"{error.args[0]}\n({context})",)
+    return error if error_cls is None else as_error_class(error, error_cls)
+
+
+def as_error_class(error: WorkerError, error_cls: type[WorkerDiedError]) -> WorkerError:
+    """A :class:`WorkerDiedError` another actor raised, as ``error_cls`` (the class the caller's handlers know),
+    same message and fields; any other error as it is."""
+    if not isinstance(error, WorkerDiedError) or isinstance(error, error_cls):
         return error
     return error_cls(
-        message,
-        role=role,
-        rank=index,
-        method=method,
+        str(error),
+        role=error.role,
+        rank=error.rank,
+        method=error.method,
         first_logged_error=error.first_logged_error,
         worker_traceback=error.worker_traceback,
         node_id=error.node_id,
