@@ -89,52 +89,85 @@ def random_prompts(num: int, vocab: int, seed: int) -> list[list[int]]:
     return [torch.randint(10, vocab, (n,), generator=gen).tolist() for n in lengths]
 
 
-def make_server(model: Any, response_len: int, max_num_seqs: int) -> Any:
+def long_tail_lengths(num: int, max_len: int, seed: int) -> list[int]:
+    """Response lengths log-uniform in 2..``max_len``, as ``bench/long_tail.py``'s task asks for them."""
+    import math
+
+    import torch
+
+    gen = torch.Generator().manual_seed(seed + 1)
+    draws = torch.rand(num, generator=gen, dtype=torch.float64).tolist()
+    return [min(max_len, int(math.exp(math.log(2) + u * (math.log(max_len + 1) - math.log(2))))) for u in draws]
+
+
+def make_server(
+    model: Any, response_len: int, max_num_seqs: int, enforce_eager: bool = False, static_decode: bool | None = None
+) -> Any:
     from verl.workers.rollout.hf.server import HFRolloutServer
 
     config = SimpleNamespace(
-        prompt_length=256, response_length=response_len, max_num_seqs=max_num_seqs, calculate_log_probs=False
+        prompt_length=256,
+        response_length=response_len,
+        max_num_seqs=max_num_seqs,
+        calculate_log_probs=False,
+        enforce_eager=enforce_eager,
     )
-    return HFRolloutServer(config, model=model, seed=0)
+    return HFRolloutServer(config, model=model, seed=0, static_decode=static_decode)
 
 
 def time_engine(
-    model: Any, prompts: list[list[int]], response_len: int, max_num_seqs: int, server: Any = None
+    model: Any,
+    prompts: list[list[int]],
+    response_len: int,
+    max_num_seqs: int,
+    server: Any = None,
+    lengths: list[int] | None = None,
 ) -> float:
-    """Generated-token wall time of ``prompts`` through ``server`` (a new one when None: a new engine thread)."""
+    """Generated-token wall time of ``prompts`` through ``server`` (a new one when None: a new engine thread and,
+    on a GPU, new CUDA graphs); ``lengths``: each request's exact response length (default ``response_len``)."""
     server = server or make_server(model, response_len, max_num_seqs)
-    params = {"temperature": 1.0, "max_tokens": response_len, "ignore_eos": True}
+    lengths = lengths or [response_len] * len(prompts)
 
     async def go() -> float:
         start = time.perf_counter()
-        outs = await asyncio.gather(*(server.generate(p, params, f"r{i}") for i, p in enumerate(prompts)))
+        outs = await asyncio.gather(
+            *(
+                server.generate(p, {"temperature": 1.0, "max_tokens": n, "ignore_eos": True}, f"r{i}")
+                for i, (p, n) in enumerate(zip(prompts, lengths))
+            )
+        )
         cuda_sync()
         elapsed = time.perf_counter() - start
-        if any(len(o.token_ids) != response_len for o in outs):
+        if [len(o.token_ids) for o in outs] != list(lengths):
             raise RuntimeError("engine returned a response of the wrong length with EOS ignored")
         return elapsed
 
     return asyncio.run(go())
 
 
-def time_generate(model: Any, prompts: list[list[int]], response_len: int, batch: int) -> float:
+def time_generate(
+    model: Any, prompts: list[list[int]], response_len: int, batch: int, lengths: list[int] | None = None
+) -> float:
+    """``model.generate`` over static batches of ``batch`` prompts in order; with ``lengths`` each batch runs to its
+    longest response (a static batch cannot let its short rows go), and only each request's own tokens count."""
     import torch
     from transformers import GenerationConfig
 
     device = next(model.parameters()).device
-    config = GenerationConfig(
-        max_new_tokens=response_len,
-        min_new_tokens=response_len,
-        do_sample=True,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        eos_token_id=None,
-        pad_token_id=0,
-    )
     start = time.perf_counter()
     for begin in range(0, len(prompts), batch):
         chunk = prompts[begin : begin + batch]
+        new_tokens = max(lengths[begin : begin + batch]) if lengths else response_len
+        config = GenerationConfig(
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
         width = max(len(p) for p in chunk)
         ids = torch.zeros((len(chunk), width), dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -145,6 +178,78 @@ def time_generate(model: Any, prompts: list[list[int]], response_len: int, batch
             model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config)
     cuda_sync()
     return time.perf_counter() - start
+
+
+def profiled_kernel_ms(step: Any, steps: int) -> float:
+    """GPU kernel time per call of ``step`` (sum of every kernel's own device time, idle gaps left out)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        cuda_sync()
+    total_us = sum(event.self_device_time_total for event in prof.key_averages())
+    return total_us / 1000 / steps
+
+
+def decode_step_split(model: Any, rows: int, prompt_len: int, steps: int, seed: int) -> dict[str, dict[str, float]]:
+    """Milliseconds per decode step of ``rows`` rows, read back every step as the engine does, for the captured
+    static step, the same step run eagerly and the growing cache; with the GPU kernel time of a step beside its wall
+    time, so the difference is what the host costs (launches, read-back)."""
+    import torch
+
+    from verl.workers.rollout.hf.decode_graphs import DecodeGraphs
+    from verl.workers.rollout.hf.kv_batch import RunningBatch
+    from verl.workers.rollout.hf.server import GRAPH_WINDOW_COLUMNS
+    from verl.workers.rollout.hf.static_batch import StaticBatch, default_batch_buckets
+
+    device = next(model.parameters()).device
+    cuda = device.type == "cuda"
+    gen = torch.Generator().manual_seed(seed)
+    vocab = int(model.get_input_embeddings().num_embeddings)
+    prompts = [torch.randint(10, vocab, (prompt_len,), generator=gen).tolist() for _ in range(rows)]
+    max_len = prompt_len + 2 * steps + 8
+
+    def static(capture: bool) -> Any:
+        graphs = DecodeGraphs(device, capture=capture)
+        return StaticBatch(
+            model,
+            device,
+            max_rows=rows,
+            max_model_len=max_len,
+            batch_buckets=default_batch_buckets(rows) if capture else None,
+            window_granularity=GRAPH_WINDOW_COLUMNS if capture else 1,
+            graphs=graphs,
+        )
+
+    variants = {
+        "captured static step": lambda: static(cuda),
+        "eager static step": lambda: static(False),
+        "growing cache (before)": lambda: RunningBatch(model, device),
+    }
+    split = {}
+    for name, build in variants.items():
+        batch = build()
+
+        def step(batch: Any = batch) -> None:
+            tokens = batch.decode().argmax(-1)
+            batch.set_last_tokens(slice(None), tokens)
+            tokens.tolist()  # the engine reads every step's tokens back to find finished rows
+
+        with torch.inference_mode():
+            batch.set_last_tokens(slice(0, None), batch.admit(prompts).argmax(-1))
+            for _ in range(3):  # warm-up (and capture)
+                step()
+            cuda_sync()
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            wall_ms = (time.perf_counter() - start) * 1000 / steps
+            kernel_ms = profiled_kernel_ms(step, 10) if cuda else None
+        split[name] = {"wall_ms": wall_ms, "kernel_ms": kernel_ms}
+        progress(f"decode step, {name}: {wall_ms:.2f} ms wall, {kernel_ms} ms of kernels")
+        del batch
+    return split
 
 
 def progress(message: str) -> None:
@@ -261,6 +366,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--response-length", type=int, default=256)
     parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--long-tail-requests", type=int, default=128)
+    parser.add_argument("--long-tail-max", type=int, default=1024, help="longest response of the long-tailed row")
+    parser.add_argument("--split-steps", type=int, default=50, help="decode steps timed per variant of the split")
+    parser.add_argument("--skip-update", action="store_true", help="rollout rows only (bench/gpu_update.py times it)")
     parser.add_argument("--update-samples", type=int, default=64)
     parser.add_argument("--update-micro-batch", type=int, default=8)
     parser.add_argument("--update-prompt-len", type=int, default=256)
@@ -276,6 +385,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.smoke:
         shape, device = SMOKE, torch.device("cpu")
         args.requests, args.response_length, args.max_num_seqs = 8, 8, 4
+        args.long_tail_requests, args.long_tail_max, args.split_steps = 8, 24, 4
         args.update_samples, args.update_micro_batch, args.update_prompt_len, args.update_response_len = 8, 4, 8, 8
         args.repeats = 1
     elif not torch.cuda.is_available():
@@ -288,12 +398,13 @@ def main(argv: list[str] | None = None) -> dict | None:
 
     model = build_model(shape, dtype, device, args.seed).eval()
     prompts = random_prompts(args.requests, shape["vocab_size"], args.seed)
-    # Warm-up on the full workload: first runs pay one-time kernel and allocator set-up for each new shape. cuDNN's
-    # attention plans are cached per thread and shape, so a new server (a new engine thread) builds them again: the
-    # kept server measures the engine as a long-lived rollout replica runs it.
-    kept = make_server(model, args.response_length, args.max_num_seqs)
+    # Warm-up: first runs pay one-time kernel, allocator and attention-plan set-up for each new shape (cuDNN caches
+    # plans per thread and shape). The kept server measures the engine as a long-lived rollout replica runs it
+    # (graphs captured once); a new server per run pays its captures inside the timed run.
+    kept = make_server(model, args.long_tail_max, args.max_num_seqs)
     progress(f"warm-up engine: {time_engine(model, prompts, args.response_length, args.max_num_seqs, kept):.2f} s")
-    progress(f"warm-up generate: {time_generate(model, prompts, args.response_length, args.max_num_seqs):.2f} s")
+    first_wave = prompts[: args.max_num_seqs]
+    progress(f"warm-up generate: {time_generate(model, first_wave, args.response_length, args.max_num_seqs):.2f} s")
     engine_s, engine_kept_s, generate_s = [], [], []
     for _ in range(args.repeats):
         engine_s.append(time_engine(model, prompts, args.response_length, args.max_num_seqs))
@@ -303,25 +414,96 @@ def main(argv: list[str] | None = None) -> dict | None:
     for _ in range(args.repeats):
         generate_s.append(time_generate(model, prompts, args.response_length, args.max_num_seqs))
         progress(f"generate: {generate_s[-1]:.2f} s")
+
+    tail_prompts = random_prompts(args.long_tail_requests, shape["vocab_size"], args.seed + 2)
+    tail_lengths = long_tail_lengths(args.long_tail_requests, args.long_tail_max, args.seed)
+    tail = {"engine_s": [], "engine_kept_s": [], "generate_s": []}
+
+    def tail_engine(server: Any = None, model: Any = model) -> float:
+        return time_engine(model, tail_prompts, args.long_tail_max, args.max_num_seqs, server, tail_lengths)
+
+    def tail_generate(count: int, model: Any = model) -> float:
+        return time_generate(model, tail_prompts[:count], args.long_tail_max, args.max_num_seqs, tail_lengths[:count])
+
+    progress(f"warm-up long tail, kept server: {tail_engine(kept):.2f} s")
+    progress(f"warm-up long tail, generate (first wave): {tail_generate(args.max_num_seqs):.2f} s")
+    for _ in range(args.repeats):
+        tail["engine_s"].append(tail_engine())
+        progress(f"long tail, new server: {tail['engine_s'][-1]:.2f} s")
+        tail["engine_kept_s"].append(tail_engine(kept))
+        progress(f"long tail, kept server: {tail['engine_kept_s'][-1]:.2f} s")
+        tail["generate_s"].append(tail_generate(len(tail_prompts)))
+        progress(f"long tail, generate: {tail['generate_s'][-1]:.2f} s")
+    captures = kept.graphs.captures if kept.graphs is not None else 0
+    capture_failure = kept.graphs.failure if kept.graphs is not None else None
+    if capture_failure:
+        progress(f"graph capture failed, the engine decoded eagerly: {capture_failure}")
+    del kept
+    split = decode_step_split(model, args.max_num_seqs, 128, args.split_steps, args.seed)
     del model
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    update = time_update(shape, device, args)
-    fused = time_update(shape, device, args, fused=True)
+    update = fused = None
+    if not args.skip_update:
+        update = time_update(shape, device, args)
+        fused = time_update(shape, device, args, fused=True)
 
     peak = peak_flops(device_name, args.peak_tflops) if device.type == "cuda" else None
     gen_tokens = args.requests * args.response_length
+    generate_tps = gen_tokens / median(generate_s)
+    tail_tokens = sum(tail_lengths)
+    tail_generate_tps = tail_tokens / median(tail["generate_s"])
+
+    def row(name: str, tokens: int, seconds: list[float], baseline: float) -> list:
+        return [name, tokens / median(seconds), f"{tokens / median(seconds) / baseline:.2f}x", median(seconds)]
+
     rollout_rows = [
-        ["hf engine (continuous batching), a new server per run", gen_tokens / median(engine_s), median(engine_s)],
+        row("hf engine, a new server per run (captures included)", gen_tokens, engine_s, generate_tps),
+        row("hf engine, one server kept across runs", gen_tokens, engine_kept_s, generate_tps),
+        row(f"model.generate, static batches of {args.max_num_seqs}", gen_tokens, generate_s, generate_tps),
+    ]
+    tail_rows = [
+        row("hf engine, a new server per run (captures included)", tail_tokens, tail["engine_s"], tail_generate_tps),
+        row("hf engine, one server kept across runs", tail_tokens, tail["engine_kept_s"], tail_generate_tps),
+        row(
+            f"model.generate, static batches of {args.max_num_seqs}", tail_tokens, tail["generate_s"], tail_generate_tps
+        ),
+    ]
+    split_rows = [
         [
-            "hf engine (continuous batching), one server kept across runs",
-            gen_tokens / median(engine_kept_s),
-            median(engine_kept_s),
-        ],
-        [f"model.generate, static batches of {args.max_num_seqs}", gen_tokens / median(generate_s), median(generate_s)],
+            name,
+            values["wall_ms"],
+            values["kernel_ms"],
+            None if values["kernel_ms"] is None else f"{values['kernel_ms'] / values['wall_ms'] * 100:.0f}%",
+        ]
+        for name, values in split.items()
+    ]
+    sections = [
+        f"{device_name}; model: Qwen2.5-0.5B shape{' (smoke: tiny shape)' if args.smoke else ''}, random weights; "
+        f"medians of {args.repeats}.",
+        "",
+        f"Rollout: {args.requests} requests, prompts 32-128 tokens, exactly {args.response_length} response tokens "
+        f"each, {args.max_num_seqs} sequences at a time; x = tokens/s against model.generate.",
+        "",
+        markdown_table(["variant", "generated tokens/s", "x generate", "seconds"], rollout_rows),
+        "",
+        f"Long tail: {args.long_tail_requests} requests, response lengths log-uniform in 2..{args.long_tail_max} "
+        f"(mean {tail_tokens / len(tail_lengths):.0f}, EOS ignored), {args.max_num_seqs} at a time; generate runs "
+        "each static batch to its longest response, and only each request's own tokens count.",
+        "",
+        markdown_table(["variant", "generated tokens/s", "x generate", "seconds"], tail_rows),
+        "",
+        f"One decode step of {args.max_num_seqs} rows (prompts of 128 tokens, tokens read back every step), "
+        f"{captures} graphs captured by the kept server"
+        + (f" (capture failed: {capture_failure})" if capture_failure else "")
+        + ":",
+        "",
+        markdown_table(["step", "wall ms", "kernel ms", "GPU busy"], split_rows),
     ]
     update_rows = []
     for variant, result in (("logits", update), ("fused head", fused)):
+        if result is None:
+            continue
         for stage, key, factor in (
             ("update_policy (fwd + bwd + AdamW)", "update_s", 6),
             ("compute_log_prob (fwd)", "log_prob_s", 2),
@@ -339,15 +521,8 @@ def main(argv: list[str] | None = None) -> dict | None:
                     result["peak_memory_gib"],
                 ]
             )
-    markdown = "\n".join(
-        [
-            f"{device_name}; model: Qwen2.5-0.5B shape{' (smoke: tiny shape)' if args.smoke else ''}, "
-            f"{update['params'] / 1e6:.0f}M parameters, random weights; medians of {args.repeats}.",
-            "",
-            f"Rollout: {args.requests} requests, prompts 32-128 tokens, exactly {args.response_length} response tokens "
-            f"each, {args.max_num_seqs} sequences at a time.",
-            "",
-            markdown_table(["variant", "generated tokens/s", "seconds"], rollout_rows),
+    if update_rows:
+        sections += [
             "",
             f"Update: {args.update_samples} samples x {args.update_prompt_len + args.update_response_len} tokens, "
             f"micro-batch {args.update_micro_batch}, FSDP2 on one GPU, bf16 compute; peak "
@@ -358,7 +533,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                 ["stage", "variant", "tokens/s", "model TFLOP/s", "MFU", "seconds", "peak memory GiB"], update_rows
             ),
         ]
-    )
+    markdown = "\n".join(sections)
     print(markdown)
     payload = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
@@ -369,7 +544,11 @@ def main(argv: list[str] | None = None) -> dict | None:
             "engine_s": engine_s,
             "engine_kept_s": engine_kept_s,
             "generate_s": generate_s,
-            **update,
+            "long_tail": {**tail, "lengths": tail_lengths},
+            "decode_step_split": split,
+            "graphs_captured_by_kept_server": captures,
+            "graph_capture_failure": capture_failure,
+            **(update or {}),
             "fused": fused,
         },
     }

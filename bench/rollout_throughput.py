@@ -66,15 +66,23 @@ def engine_model(hidden_size: int, num_layers: int, max_positions: int):
 
 
 def run_engine(
-    model, prompts, response_lens, max_num_seqs: int, max_len: int, min_admit_chunk=None, batch_class=None
+    model,
+    prompts,
+    response_lens,
+    max_num_seqs: int,
+    max_len: int,
+    min_admit_chunk=None,
+    batch_class=None,
+    static_decode: bool | None = None,
 ) -> float:
-    """Wall time of the engine on every request at once; ``batch_class`` swaps the running batch (kv_cache_growth)."""
+    """Wall time of the engine on every request at once; ``batch_class`` swaps the running batch (kv_cache_growth);
+    ``static_decode=False`` keeps the cache that grows with the longest row (the engine before the static path)."""
     from verl.workers.rollout.hf.server import HFRolloutServer
 
     config = SimpleNamespace(
         prompt_length=64, response_length=max_len, max_num_seqs=max_num_seqs, calculate_log_probs=False
     )
-    server = HFRolloutServer(config, model=model, seed=0, min_admit_chunk=min_admit_chunk)
+    server = HFRolloutServer(config, model=model, seed=0, min_admit_chunk=min_admit_chunk, static_decode=static_decode)
     if batch_class is not None:
         server.batch = batch_class(server.model, server.device)
 
@@ -150,6 +158,11 @@ def main(argv=None) -> dict:
     parser.add_argument(
         "--sweep-admit", type=str, default="", help="comma list of min_admit_chunk values to time on 'mixed' (extra)"
     )
+    parser.add_argument(
+        "--compare-growing",
+        action="store_true",
+        help="also time the engine with the growing cache (static_decode=False), interleaved with the others",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -169,11 +182,18 @@ def main(argv=None) -> dict:
         useful = sum(lens)
         sub = args.single_subset
         times = {"engine": [], "generate": [], "one_at_a_time": []}
+        if args.compare_growing:
+            times["engine_growing_cache"] = []
         for _ in range(args.repeats):
             times["engine"].append(run_engine(model, prompts, lens, args.max_num_seqs, args.max_response_length))
+            if args.compare_growing:
+                times["engine_growing_cache"].append(
+                    run_engine(model, prompts, lens, args.max_num_seqs, args.max_response_length, static_decode=False)
+                )
             times["generate"].append(run_generate(model, prompts, lens, args.max_num_seqs))
             times["one_at_a_time"].append(run_one_at_a_time(model, prompts[:sub], lens[:sub]))
         tps = {
+            **({"engine_growing_cache": useful / min(times["engine_growing_cache"])} if args.compare_growing else {}),
             "engine": useful / min(times["engine"]),
             "generate": useful / min(times["generate"]),
             "one_at_a_time": sum(lens[:sub]) / min(times["one_at_a_time"]),
@@ -239,6 +259,14 @@ def markdown_table(result: dict) -> str:
             f"| {tps['engine']} | {tps['generate']} | {tps['one_at_a_time']} "
             f"| {row['engine_vs_generate']}x | {row['engine_vs_one_at_a_time']}x |"
         )
+    growing = [row for row in result["rows"] if "engine_growing_cache" in row["tokens_per_s"]]
+    if growing:
+        lines += ["", "| scenario | engine tok/s, static cache | engine tok/s, growing cache | static / growing |"]
+        lines.append("|---|---|---|---|")
+        for row in growing:
+            tps = row["tokens_per_s"]
+            ratio = tps["engine"] / tps["engine_growing_cache"]
+            lines.append(f"| {row['scenario']} | {tps['engine']} | {tps['engine_growing_cache']} | {ratio:.2f}x |")
     return "\n".join(lines)
 
 

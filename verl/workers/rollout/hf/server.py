@@ -22,17 +22,32 @@ import torch
 
 from verl.utils.async_utils import FAILURE_ATTR, spawn_logged
 from verl.workers.rollout.base import RolloutServer, TokenOutput, as_rollout_config
+from verl.workers.rollout.hf.decode_graphs import DecodeGraphs
 from verl.workers.rollout.hf.kv_batch import RunningBatch
 from verl.workers.rollout.hf.model_io import eos_token_ids as model_eos_token_ids
 from verl.workers.rollout.hf.model_io import load_model, load_named_tensors, resolve_dtype
 from verl.workers.rollout.hf.sampling import RowSamplingState, SamplingParams, sample_next_tokens
 from verl.workers.rollout.hf.scheduler import AdmissionPolicy, Request
+from verl.workers.rollout.hf.static_batch import StaticBatch, default_batch_buckets, supports_static_cache
 
-__all__ = ["HFRolloutServer"]
+__all__ = ["HFRolloutServer", "captures_graphs"]
 
 logger = logging.getLogger(__name__)
 
 _TRUNCATIONS = ("error", "left", "right")
+#: columns a captured decode step's key/value window is rounded up to (fewer graphs against a little more attention)
+GRAPH_WINDOW_COLUMNS = 256
+
+
+def captures_graphs(device: torch.device, enforce_eager: bool, model: torch.nn.Module | None = None) -> bool:
+    """Whether the static decode steps are captured as CUDA graphs: on a CUDA device unless
+    ``rollout.enforce_eager`` (verl's switch for vLLM's graphs, read the same way here), and never for a model whose
+    parameters FSDP shards (it gathers them into new memory for every forward, which a graph cannot follow)."""
+    if device.type != "cuda" or enforce_eager:
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return model is None or not any(isinstance(p, DTensor) for p in model.parameters())
 
 
 class HFRolloutServer(RolloutServer):
@@ -53,6 +68,9 @@ class HFRolloutServer(RolloutServer):
         seed: seed of the engine's sampling generator (requests may also carry their own ``seed``).
         max_steps_per_call: decode steps the worker thread may run back to back while no row finishes
             and the loop does not need it; saves an event-loop round trip per token.
+        static_decode: decode from a cache of fixed capacity (:mod:`static_batch`); None: whenever the model's
+            layers all use full attention. On a CUDA device its steps are captured as CUDA graphs unless
+            ``rollout.enforce_eager`` (:mod:`decode_graphs`); False keeps the growing cache (:mod:`kv_batch`).
     """
 
     def __init__(
@@ -69,6 +87,7 @@ class HFRolloutServer(RolloutServer):
         attn_implementation: str | None = "sdpa",
         seed: int | None = None,
         max_steps_per_call: int = 64,
+        static_decode: bool | None = None,
     ):
         self.config = config = as_rollout_config(config)
         if model is None:
@@ -106,7 +125,8 @@ class HFRolloutServer(RolloutServer):
         if seed is not None:
             self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
-        self.batch = RunningBatch(self.model, self.device, max_prefill_tokens=config.max_num_batched_tokens)
+        self.graphs: DecodeGraphs | None = None
+        self.batch = self._build_batch(static_decode)
         self._rows: list[Request] = []
         self._row_state: RowSamplingState | None = None
         self._waiting: collections.deque[Request] = collections.deque()
@@ -121,6 +141,32 @@ class HFRolloutServer(RolloutServer):
         self._error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
+
+    def _build_batch(self, static_decode: bool | None) -> RunningBatch | StaticBatch:
+        config = self.config
+        why_not = supports_static_cache(self.model)
+        if static_decode is None:
+            static_decode = why_not is None
+        elif static_decode and why_not:
+            raise NotImplementedError(f"hf rollout: static_decode=True, but the model is {why_not}")
+        if not static_decode:
+            return RunningBatch(self.model, self.device, max_prefill_tokens=config.max_num_batched_tokens)
+        capture = captures_graphs(self.device, config.enforce_eager, self.model)
+        self.graphs = DecodeGraphs(self.device, capture=capture)
+        buckets = None
+        if capture:
+            buckets = config.cudagraph_capture_sizes or default_batch_buckets(config.max_num_seqs)
+        return StaticBatch(
+            self.model,
+            self.device,
+            max_rows=config.max_num_seqs,
+            max_model_len=self.max_model_len,
+            max_prefill_tokens=config.max_num_batched_tokens,
+            batch_buckets=buckets,
+            window_granularity=GRAPH_WINDOW_COLUMNS if capture else 1,
+            trim_columns=GRAPH_WINDOW_COLUMNS if capture else None,
+            graphs=self.graphs,
+        )
 
     # ------------------------------------------------------------------ public contract
 
@@ -199,6 +245,8 @@ class HFRolloutServer(RolloutServer):
         self._interrupt.set()
         async with self._lock:
             self._abort_in_flight()
+            if isinstance(self.batch, StaticBatch):
+                self.batch.release()
             if self.device.type != "cpu":
                 self.model.to("cpu")
                 getattr(torch, self.device.type).empty_cache()
@@ -338,6 +386,8 @@ class HFRolloutServer(RolloutServer):
         """Prefill ``admit``, decode all rows until one finishes (or the loop interrupts); return finished rows."""
         finished: list[Request] = []
         with torch.inference_mode():
+            if self.graphs is not None:
+                self.graphs.check(self.model)
             if admit:
                 logits = self.batch.admit([r.prompt_ids for r in admit])
                 first = len(self._rows)
