@@ -23,9 +23,10 @@ from verl.trainer.main_ppo import resolve_config
 
 REPO = Path(__file__).resolve().parents[3]
 SOURCES = ("verl", "recipe")
-# The config classes, the YAML translation rules (legacy.py and key_rules.py spell every key as a string) and the
-# inert list itself; the SFT trainer and the offline entry points, which read their own configs' keys of the same names.
-NOT_READERS = ("verl/trainer/config/", "verl/workers/config/", "verl/trainer/sft/")
+# The config classes (the data sets' in verl/utils/dataset/config.py), the YAML translation rules (legacy.py and
+# key_rules.py spell every key as a string) and the inert list itself; the SFT trainer and the offline entry points,
+# which read their own configs' keys of the same names.
+NOT_READERS = ("verl/trainer/config/", "verl/workers/config/", "verl/trainer/sft/", "verl/utils/dataset/config.py")
 OFFLINE = ("main_generation", "main_eval", "main_sft", "sft_trainer", "fsdp_sft_trainer")
 
 # Blocks handed on whole (to a library or to the user's code): the block's own name must be read, its keys need not.

@@ -110,6 +110,8 @@ STORED_ONLY = {
     ("rl_dataset.py", "return_multi_modal_inputs"),
     ("rl_dataset.py", "tool_config_path"),
     ("rl_dataset.py", "function_tool_path"),
+    ("rl_dataset.py", "chat_template_func"),
+    ("rl_dataset.py", "filter_prompts"),
     # handed to a recipe's _build_model_optimizer override (verl's signature); the worker itself groups nothing
     ("actor_worker.py", "use_prefix_grouper"),
 }

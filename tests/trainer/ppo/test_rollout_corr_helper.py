@@ -1,5 +1,6 @@
 """verl's rollout_corr_helper API: IS weights (truncate / IcePop), rejection options (verl's k1/k2/k3 and ours), metric
-names, the batch entry point, bypass mode, and agreement with this package's apply_rollout_correction."""
+names, the batch entry point, bypass mode, agreement with this package's apply_rollout_correction, and the typed
+RolloutCorrectionConfig taking verl's spellings (string thresholds, option names, comma lists) with errors by key."""
 
 import dataclasses
 import inspect
@@ -9,9 +10,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from verl.base_config import ConfigError
 from verl.protocol import DataProto
 from verl.trainer.config.algo_config import RolloutCorrectionConfig
 from verl.trainer.ppo import rollout_corr_helper as helper
+from verl.trainer.ppo._util import as_rollout_correction_config
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 from verl.trainer.ppo.rollout_corr import apply_rollout_correction
 from verl.workers.config.actor import PolicyLossConfig
@@ -344,6 +347,75 @@ def test_agrees_with_apply_rollout_correction(config):
         torch.testing.assert_close(theirs.batch["rollout_is_weights"], ours.batch["rollout_is_weights"])
     else:
         assert "rollout_is_weights" not in theirs.batch.keys()
+
+
+# --------------------------------------------------------------------------------------- the typed config
+VERL_SPELLINGS = {
+    "rollout_is": "token",
+    "rollout_is_threshold": "0.6_2.0",
+    "rollout_rs": "token_k1, seq_mean_k3",
+    "rollout_rs_threshold": "0.4_1.6,0.5",
+}
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: OmegaConf.create(VERL_SPELLINGS),
+        lambda: dict(VERL_SPELLINGS),
+        lambda: RolloutCorrectionConfig(**VERL_SPELLINGS),
+    ],
+    ids=["DictConfig", "dict", "RolloutCorrectionConfig"],
+)
+def test_add_to_batch_reads_verl_spellings_from_every_form_of_the_config(make):
+    batch, metrics = helper.compute_rollout_correction_and_add_to_batch(_batch(), make())
+    # IcePop zeroes the weights outside [0.6, 2]; token_k1 drops r = 3 and 0.5, seq_mean_k3 keeps both rows
+    torch.testing.assert_close(batch.batch["rollout_is_weights"], torch.tensor([[0.0, 1.0, 0.0], [1.0, 1.5, 0.0]]))
+    assert batch.batch["response_mask"].tolist() == [[0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]
+    assert "rollout_corr/rollout_rs_token_k1_masked_fraction" in metrics
+    assert "rollout_corr/rollout_rs_seq_mean_k3_masked_fraction" in metrics
+
+
+def test_the_config_keeps_verl_spellings_and_reads_one_band_into_two_numbers():
+    verl_style = as_rollout_correction_config(OmegaConf.create(VERL_SPELLINGS))
+    assert (verl_style.rollout_is_threshold, verl_style.rollout_rs_threshold) == ("0.6_2.0", "0.4_1.6,0.5")
+    assert verl_style.rollout_rs_threshold_lower is None and verl_style.enabled
+    # one two-sided option: the band becomes the upper and lower numbers the trainer's correction reads
+    band = RolloutCorrectionConfig(rollout_rs="token", rollout_rs_threshold="0.7_1.6")
+    assert (band.rollout_rs_threshold, band.rollout_rs_threshold_lower) == (1.6, 0.7)
+    text = RolloutCorrectionConfig(rollout_rs="geometric", rollout_rs_threshold="1.25")
+    assert (text.rollout_rs_threshold, text.rollout_rs_threshold_lower) == (1.25, 0.8)
+    assert RolloutCorrectionConfig(rollout_rs="seq_sum_k1", rollout_rs_threshold=2).rollout_rs_threshold_lower == 0.5
+    old, rollout, mask = _drifted()
+    ours = _batch(old, rollout, mask)
+    apply_rollout_correction(ours, band)
+    theirs, _ = helper.compute_rollout_correction_and_add_to_batch(_batch(old, rollout, mask), band)
+    torch.testing.assert_close(theirs.batch["response_mask"], ours.batch["response_mask"])
+
+
+@pytest.mark.parametrize(
+    "block, message",
+    [
+        ({"rollout_rs_treshold": 2.0}, r"rollout_rs_treshold: unknown key for RolloutCorrectionConfig \(did you mean"),
+        ({"rollout_rs": "token_k9", "rollout_rs_threshold": 2.0}, r"rollout_rs: rollout_rs options \['token_k9'\]"),
+        ({"rollout_rs": "token_k2", "rollout_rs_threshold": "0.1_0.3"}, r"rollout_rs_threshold: .*one upper bound"),
+        ({"rollout_rs": "token_k1,token_k2", "rollout_rs_threshold": "2,0.1,3"}, r"rollout_rs_threshold: .*per option"),
+        ({"rollout_rs": "token_k1"}, r"rollout_rs_threshold: must be set when rollout_rs='token_k1'"),
+        ({"rollout_is_threshold": "3_2"}, r"rollout_is_threshold: .*lower bound above upper bound"),
+        ({"rollout_is_threshold": True}, r"rollout_is_threshold: expected str \| float, got True"),
+        (
+            {"rollout_rs": "token", "rollout_rs_threshold": "0.5_2", "rollout_rs_threshold_lower": 0.4},
+            r"rollout_rs_threshold_lower: is set twice",
+        ),
+        (
+            {"rollout_rs": "token,sequence", "rollout_rs_threshold": 2.0, "rollout_rs_threshold_lower": 0.4},
+            r"rollout_rs_threshold_lower: applies to one two-sided rollout_rs option",
+        ),
+    ],
+)
+def test_config_errors_name_the_key(block, message):
+    with pytest.raises(ConfigError, match=r"^algorithm\.rollout_correction\." + message):
+        helper.compute_rollout_correction_and_add_to_batch(_batch(), block)
 
 
 def test_weights_differ_from_apply_rollout_correction_only_on_rejected_tokens():

@@ -84,7 +84,7 @@ def test_multiturn_dataset_key_layouts_and_no_padding(conversation_file, tokeniz
     assert torch.equal(packed["loss_mask"], flat[1]["loss_mask"][:length])
     with pytest.raises(MissingExtraError, match="text-only"):
         MultiTurnSFTDataset(conversation_file, tokenizer, {"messages_key": "conv"}, processor=object())
-    with pytest.raises(ValueError, match="pad_mode='left'"):
+    with pytest.raises(ValueError, match="data.pad_mode: must be one of .* got 'left'"):
         MultiTurnSFTDataset(conversation_file, tokenizer, {"messages_key": "conv", "pad_mode": "left"})
 
 

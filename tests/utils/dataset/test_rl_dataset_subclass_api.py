@@ -32,7 +32,9 @@ def train(tmp_path_factory):
 
 
 def cfg(**overrides):
-    base = {"max_prompt_length": 256, "truncation": "error"}
+    # shuffle=false: these tests keep the first max_samples rows; a block without the key takes DataConfig's
+    # default (true, verl's YAML), under which max_samples is a draw (test_a_bare_block_takes_dataconfig_defaults)
+    base = {"max_prompt_length": 256, "truncation": "error", "shuffle": False}
     base.update(overrides)
     return OmegaConf.create(base)
 

@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from verl.base_config import BaseConfig, check
+from verl.base_config import BaseConfig, ConfigError, check
 from verl.workers.config.actor import check_kl_type
 
-__all__ = ["AlgoConfig", "FilterGroupsConfig", "KLControlConfig", "PFPPOConfig", "RolloutCorrectionConfig"]
+__all__ = [
+    "RATIO_RS_OPTIONS",
+    "SUPPORTED_ROLLOUT_RS_OPTIONS",
+    "TOKEN_LEVEL_ROLLOUT_RS_OPTIONS",
+    "AlgoConfig",
+    "FilterGroupsConfig",
+    "KLControlConfig",
+    "PFPPOConfig",
+    "RolloutCorrectionConfig",
+    "is_two_sided",
+    "parse_is_threshold",
+    "parse_rs_options",
+    "parse_rs_thresholds",
+]
+
+T = TypeVar("T")
 
 ROLLOUT_CORRECTION_LOSS_TYPES = ("ppo_clip", "reinforce")
 PF_PPO_REWEIGHT_METHODS = ("pow", "max_min", "max_random")
@@ -30,21 +47,125 @@ class KLControlConfig(BaseConfig):
         check(self.target_kl > 0, "target_kl", f"must be > 0, got {self.target_kl}")
 
 
+# verl's rollout_rs options (rollout_corr_helper): the k1 options band pi_rollout / pi_train, the k2/k3 options
+# reject above an upper bound, per token or on each response's sum, mean or max
+SUPPORTED_ROLLOUT_RS_OPTIONS: set[str] = {
+    "token_k1",
+    "token_k2",
+    "token_k3",
+    "seq_sum_k1",
+    "seq_sum_k2",
+    "seq_sum_k3",
+    "seq_mean_k1",
+    "seq_mean_k2",
+    "seq_mean_k3",
+    "seq_max_k2",
+    "seq_max_k3",
+}
+TOKEN_LEVEL_ROLLOUT_RS_OPTIONS: set[str] = {"token_k1", "token_k2", "token_k3"}
+# this package's rollout_rs options: a band on r = pi_train / pi_rollout per token, on the product or the geometric mean
+RATIO_RS_OPTIONS: tuple[str, ...] = ("token", "sequence", "geometric")
+
+
+def _positive(value: str | float, what: str) -> float:
+    try:
+        number = float(value)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {value!r} is not a number") from exc
+    if not number > 0:
+        raise ValueError(f"{what} must be positive, got {value!r}")
+    return number
+
+
+def parse_is_threshold(spec: str | float) -> tuple[float, float | None]:
+    """(upper, lower or None) from ``2.0`` / ``"2.0"`` (truncate) or ``"0.5_2.0"`` (IcePop band)."""
+    if isinstance(spec, bool):
+        raise TypeError("rollout_is_threshold must be a number or a 'lower_upper' string, not a boolean")
+    if not isinstance(spec, int | float | str):
+        raise TypeError(f"rollout_is_threshold must be a number or a 'lower_upper' string, got {spec!r}")
+    text = str(spec).strip()
+    if not text:
+        raise ValueError("rollout_is_threshold must not be empty")
+    if "_" not in text:
+        return _positive(text, "rollout_is_threshold"), None
+    lower_text, upper_text = text.split("_", 1)
+    lower = _positive(lower_text, "rollout_is_threshold lower bound")
+    upper = _positive(upper_text, "rollout_is_threshold upper bound")
+    if lower > upper:
+        raise ValueError(f"rollout_is_threshold={spec!r}: lower bound above upper bound")
+    return upper, lower
+
+
+def is_two_sided(option: str) -> bool:
+    """Whether a ``rollout_rs`` option bands a ratio (``lower_upper``) rather than capping a divergence."""
+    return option in RATIO_RS_OPTIONS or option.endswith("k1")
+
+
+def parse_rs_options(rollout_rs: str) -> list[str]:
+    """The options of a comma-separated ``rollout_rs`` (duplicates dropped), each verl's or this package's."""
+    options = list(dict.fromkeys(part.strip() for part in rollout_rs.split(",") if part.strip()))
+    if not options:
+        raise ValueError("rollout_rs must name at least one option")
+    known = SUPPORTED_ROLLOUT_RS_OPTIONS | set(RATIO_RS_OPTIONS)
+    unknown = [option for option in options if option not in known]
+    if unknown:
+        raise ValueError(f"rollout_rs options {unknown} are unknown; expected some of {sorted(known)}")
+    return options
+
+
+def parse_rs_thresholds(options: list[str], spec: str | float | None) -> dict[str, tuple[float | None, float]]:
+    """Per option ``(lower, upper)``: ratio bounds for the two-sided options (a lone number ``u`` is ``1/u_u``),
+    ``(None, upper)`` for k2/k3. ``spec`` gives one threshold per option (comma-separated) or one for all."""
+    if spec is None:
+        raise ValueError("rollout_rs_threshold must be set when rollout_rs is")
+    if isinstance(spec, bool) or not isinstance(spec, int | float | str):
+        raise TypeError(f"rollout_rs_threshold must be a number or a string, got {spec!r}")
+    parts = [part.strip() for part in str(spec).split(",") if part.strip()]
+    if len(parts) == 1:
+        parts = parts * len(options)
+    if len(parts) != len(options):
+        raise ValueError(
+            f"rollout_rs_threshold={spec!r}: give one threshold for all of {options} or one per option, in order"
+        )
+    bounds: dict[str, tuple[float | None, float]] = {}
+    for option, part in zip(options, parts, strict=True):
+        what = f"rollout_rs_threshold for {option!r}"
+        if not is_two_sided(option):
+            if "_" in part:
+                raise ValueError(f"{what} takes one upper bound, got {part!r}")
+            bounds[option] = (None, _positive(part, what))
+            continue
+        if "_" in part:
+            lower_text, upper_text = part.split("_", 1)
+            lower, upper = _positive(lower_text, what), _positive(upper_text, what)
+        else:
+            upper = _positive(part, what)
+            lower = 1.0 / upper
+        if lower > upper:
+            raise ValueError(f"{what}: lower bound above upper bound in {part!r}")
+        bounds[option] = (lower, upper)
+    return bounds
+
+
 @dataclass
 class RolloutCorrectionConfig(BaseConfig):
     """Importance-sampling correction for samples generated by a policy other than the one being trained.
 
-    ``rollout_is`` weights (token or sequence level, truncated at ``rollout_is_threshold``); ``rollout_rs`` rejects
-    samples whose ratio leaves ``[rollout_rs_threshold_lower, rollout_rs_threshold]``; ``bypass_mode`` uses the
-    rollout's own log-probs as the old policy and skips the actor's recomputation; ``loss_type`` is the bypass-mode
-    loss (``ppo_clip`` or ``reinforce``).
+    ``rollout_is`` weights (token or sequence level): ``rollout_is_threshold`` a number (or ``"2.0"``) truncates
+    them at it, a ``"lower_upper"`` string (IcePop, verl's ``rollout_corr_helper``) zeroes them outside the band.
+    ``rollout_rs`` rejects samples: this package's ``token``/``sequence``/``geometric`` band the ratio within
+    ``[rollout_rs_threshold_lower, rollout_rs_threshold]`` (or a ``"lower_upper"`` threshold, which is read into
+    those two keys; a lone number ``u`` bands ``[1/u, u]``); verl's options (``token_k1``, ``seq_mean_k3``, ...,
+    comma-separated lists with one threshold per option or one for all) are applied by ``rollout_corr_helper``.
+    ``bypass_mode`` uses the rollout's own log-probs as the old policy and skips the actor's recomputation;
+    ``loss_type`` is the bypass-mode loss (``ppo_clip`` or ``reinforce``).
     """
 
     rollout_is: str | None = None
-    rollout_is_threshold: float = 2.0
+    rollout_is_threshold: str | float = 2.0
     rollout_is_batch_normalize: bool = False
     rollout_rs: str | None = None
-    rollout_rs_threshold: float | None = None
+    rollout_rs_threshold: str | float | None = None
     rollout_rs_threshold_lower: float | None = None
     rollout_token_veto_threshold: float | None = None
     bypass_mode: bool = False
@@ -61,24 +182,42 @@ class RolloutCorrectionConfig(BaseConfig):
             "rollout_is",
             f"must be null, 'token' or 'sequence', got {self.rollout_is!r}",
         )
-        check(
-            self.rollout_rs in (None, "token", "sequence", "geometric"),
-            "rollout_rs",
-            f"must be null, 'token', 'sequence' or 'geometric', got {self.rollout_rs!r}",
-        )
-        check(self.rollout_is_threshold > 0, "rollout_is_threshold", f"must be > 0, got {self.rollout_is_threshold}")
-        if self.rollout_rs is not None:
+        _parsed("rollout_is_threshold", parse_is_threshold, self.rollout_is_threshold)
+        options = [] if self.rollout_rs is None else _parsed("rollout_rs", parse_rs_options, self.rollout_rs)
+        threshold, lower = self.rollout_rs_threshold, self.rollout_rs_threshold_lower
+        if options:
+            check(threshold is not None, "rollout_rs_threshold", f"must be set when rollout_rs={self.rollout_rs!r}")
+        if threshold is None:
+            return
+        if len(options) > 1 or (options and not is_two_sided(options[0])):
+            _parsed("rollout_rs_threshold", parse_rs_thresholds, options, threshold)
             check(
-                self.rollout_rs_threshold is not None,
-                "rollout_rs_threshold",
-                f"must be set when rollout_rs={self.rollout_rs!r}",
+                lower is None,
+                "rollout_rs_threshold_lower",
+                f"applies to one two-sided rollout_rs option; with rollout_rs={self.rollout_rs!r} give the bands in "
+                "rollout_rs_threshold ('lower_upper' per option)",
             )
-        if self.rollout_rs_threshold is not None and self.rollout_rs_threshold_lower is None:
-            object.__setattr__(self, "rollout_rs_threshold_lower", 1.0 / self.rollout_rs_threshold)
+            return
+        # one band (or none yet): stored as the two numbers the trainer's correction reads
+        option = options[0] if options else RATIO_RS_OPTIONS[0]
+        band_lower, upper = _parsed("rollout_rs_threshold", parse_rs_thresholds, [option], threshold)[option]
+        if isinstance(threshold, str) and "_" in threshold:
+            check(lower is None, "rollout_rs_threshold_lower", f"is set twice: here and in {threshold!r}")
+            lower = band_lower
+        object.__setattr__(self, "rollout_rs_threshold", upper)
+        object.__setattr__(self, "rollout_rs_threshold_lower", band_lower if lower is None else lower)
 
     @property
     def enabled(self) -> bool:
         return self.rollout_is is not None or self.rollout_rs is not None or self.bypass_mode
+
+
+def _parsed(key: str, parse: Callable[..., T], *args: Any) -> T:
+    """``parse(*args)``, its ValueError or TypeError as a :class:`ConfigError` naming ``key``."""
+    try:
+        return parse(*args)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc), key=key) from None
 
 
 @dataclass

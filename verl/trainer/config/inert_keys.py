@@ -41,6 +41,8 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
         "return_multi_modal_inputs": _MM,
         "tool_config_path": "tools come from rollout.multi_turn.tool_config_path",
         "function_tool_path": "tools come from rollout.multi_turn",
+        "chat_template_func": "recorded on RLHFDataset and read by nothing, as in verl",
+        "filter_prompts": "recorded on RLHFDataset and read by nothing, as in verl",
     },
     "FSDPEngineConfig": {
         "use_orig_params": "FSDP2 always keeps the original parameters",
@@ -114,7 +116,6 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
     "MultiTurnConfig": {"num_repeat_rollouts": "each prompt is rolled out rollout.n times"},
     "CheckpointEngineConfig": {"engine_kwargs": "the built-in backends take no extra arguments"},
     "RolloutConfig": {
-        "cudagraph_capture_sizes": _ENGINE,
         "expert_parallel_size": _ENGINE,
         "pipeline_model_parallel_size": _ENGINE,
         "enable_chunked_prefill": _ENGINE,

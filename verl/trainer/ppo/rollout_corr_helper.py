@@ -35,6 +35,17 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl.base_config import BaseConfig
 from verl.protocol import DataProto
+from verl.trainer.config.algo_config import (
+    RATIO_RS_OPTIONS,
+    SUPPORTED_ROLLOUT_RS_OPTIONS,
+    TOKEN_LEVEL_ROLLOUT_RS_OPTIONS,
+    RolloutCorrectionConfig,
+    is_two_sided,
+    parse_is_threshold,
+    parse_rs_options,
+    parse_rs_thresholds,
+)
+from verl.trainer.ppo._util import as_rollout_correction_config
 from verl.trainer.ppo.mismatch_helper import compute_mismatch_metrics
 from verl.trainer.ppo.rollout_corr import (
     LOG_RATIO_CLAMP,
@@ -42,7 +53,9 @@ from verl.trainer.ppo.rollout_corr import (
     is_weights_from_log_ratio,
     rejection_mask_from_log_ratio,
 )
+from verl.utils.config_builder import as_config
 from verl.utils.torch_functional import masked_mean, masked_sum
+from verl.workers.config.actor import PolicyLossConfig
 
 __all__ = [
     "SAFETY_BOUND",
@@ -63,103 +76,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SAFETY_BOUND = LOG_RATIO_CLAMP  # |log ratio| is clamped to this before exponentiating
-SUPPORTED_ROLLOUT_RS_OPTIONS: set[str] = {
-    "token_k1",
-    "token_k2",
-    "token_k3",
-    "seq_sum_k1",
-    "seq_sum_k2",
-    "seq_sum_k3",
-    "seq_mean_k1",
-    "seq_mean_k2",
-    "seq_mean_k3",
-    "seq_max_k2",
-    "seq_max_k3",
-}
-TOKEN_LEVEL_ROLLOUT_RS_OPTIONS: set[str] = {"token_k1", "token_k2", "token_k3"}
-# this package's rollout_rs spelling: a band on r = pi_train / pi_rollout, aggregated as :func:`rejection_mask` does
-RATIO_RS_OPTIONS: dict[str, str] = {"token": "token", "sequence": "sequence", "geometric": "geometric"}
-# verl's k1 options are the same bands on 1 / r
+# verl's k1 options are this package's ratio options (RATIO_RS_OPTIONS, levels of :func:`rejection_mask`) on 1 / r
 _K1_LEVELS: dict[str, str] = {"token_k1": "token", "seq_sum_k1": "sequence", "seq_mean_k1": "geometric"}
 _SEQ_AGGREGATES = ("seq_sum", "seq_mean", "seq_max")
-
-
-# ----------------------------------------------------------------------------------------------- thresholds
-def _positive(value: str | float, what: str) -> float:
-    try:
-        number = float(value)
-    except ValueError as exc:
-        raise ValueError(f"{what}: {value!r} is not a number") from exc
-    if not number > 0:
-        raise ValueError(f"{what} must be positive, got {value!r}")
-    return number
-
-
-def _parse_is_threshold(spec: str | float) -> tuple[float, float | None]:
-    """(upper, lower or None) from ``2.0`` / ``"2.0"`` (truncate) or ``"0.5_2.0"`` (IcePop band)."""
-    if isinstance(spec, bool):
-        raise TypeError("rollout_is_threshold must be a number or a 'lower_upper' string, not a boolean")
-    if not isinstance(spec, (int, float, str)):
-        raise TypeError(f"rollout_is_threshold must be a number or a 'lower_upper' string, got {spec!r}")
-    text = str(spec).strip()
-    if not text:
-        raise ValueError("rollout_is_threshold must not be empty")
-    if "_" not in text:
-        return _positive(text, "rollout_is_threshold"), None
-    lower_text, upper_text = text.split("_", 1)
-    lower = _positive(lower_text, "rollout_is_threshold lower bound")
-    upper = _positive(upper_text, "rollout_is_threshold upper bound")
-    if lower > upper:
-        raise ValueError(f"rollout_is_threshold={spec!r}: lower bound above upper bound")
-    return upper, lower
-
-
-def _is_two_sided(option: str) -> bool:
-    return option in RATIO_RS_OPTIONS or option.endswith("k1")
-
-
-def _parse_rs_thresholds(options: list[str], spec: str | float | None) -> dict[str, tuple[float | None, float]]:
-    """Per option ``(lower, upper)``: ratio bounds for the two-sided options, ``(None, upper)`` for k2/k3."""
-    if spec is None:
-        raise ValueError("rollout_rs_threshold must be set when rollout_rs is")
-    if isinstance(spec, bool) or not isinstance(spec, (int, float, str)):
-        raise TypeError(f"rollout_rs_threshold must be a number or a string, got {spec!r}")
-    parts = [part.strip() for part in str(spec).split(",") if part.strip()]
-    if len(parts) == 1:
-        parts = parts * len(options)
-    if len(parts) != len(options):
-        raise ValueError(
-            f"rollout_rs_threshold={spec!r}: give one threshold for all of {options} or one per option, in order"
-        )
-    bounds: dict[str, tuple[float | None, float]] = {}
-    for option, part in zip(options, parts, strict=True):
-        what = f"rollout_rs_threshold for {option!r}"
-        if not _is_two_sided(option):
-            if "_" in part:
-                raise ValueError(f"{what} takes one upper bound, got {part!r}")
-            bounds[option] = (None, _positive(part, what))
-            continue
-        if "_" in part:
-            lower_text, upper_text = part.split("_", 1)
-            lower, upper = _positive(lower_text, what), _positive(upper_text, what)
-        else:
-            upper = _positive(part, what)
-            lower = 1.0 / upper
-        if lower > upper:
-            raise ValueError(f"{what}: lower bound above upper bound in {part!r}")
-        bounds[option] = (lower, upper)
-    return bounds
-
-
-def _rs_options(rollout_rs: str) -> list[str]:
-    options = list(dict.fromkeys(part.strip() for part in rollout_rs.split(",") if part.strip()))
-    if not options:
-        raise ValueError("rollout_rs must name at least one option")
-    known = SUPPORTED_ROLLOUT_RS_OPTIONS | set(RATIO_RS_OPTIONS)
-    unknown = [option for option in options if option not in known]
-    if unknown:
-        raise ValueError(f"rollout_rs options {unknown} are unknown; expected some of {sorted(known)}")
-    return options
 
 
 # ------------------------------------------------------------------------------------------- rejection
@@ -173,9 +92,9 @@ def _rs_option(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, float, float]:
     """(kept tokens, per-token statistic, per-response statistic or None, metric upper, metric lower)."""
     clamped = log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND)
-    if _is_two_sided(option):
+    if is_two_sided(option):
         assert lower is not None  # _rs_bounds gives every two-sided option a lower bound
-        sign, level = (1.0, RATIO_RS_OPTIONS[option]) if option in RATIO_RS_OPTIONS else (-1.0, _K1_LEVELS[option])
+        sign, level = (1.0, option) if option in RATIO_RS_OPTIONS else (-1.0, _K1_LEVELS[option])
         kept = rejection_mask_from_log_ratio(sign * log_ratio, mask, level, upper, lower).bool()
         token_stat = sign * clamped  # the log of the banded ratio
         seq_stat = None
@@ -224,8 +143,8 @@ def compute_rollout_rejection_mask(
         raise ValueError("compute_rollout_rejection_mask: set rollout_rs (or rollout_token_veto_threshold)")
     if log_ratio.shape[0] == 0:
         return response_mask, {}
-    options = _rs_options(rollout_rs) if rollout_rs is not None else []
-    bounds = _parse_rs_thresholds(options, rollout_rs_threshold) if options else {}
+    options = parse_rs_options(rollout_rs) if rollout_rs is not None else []
+    bounds = parse_rs_thresholds(options, rollout_rs_threshold) if options else {}
     valid = response_mask.bool()
     rows = response_mask.sum(-1) > 0
     combined = valid.clone()
@@ -343,7 +262,7 @@ def compute_rollout_correction_weights(
     Metrics are ``rollout_is_*`` without a prefix (:func:`compute_is_metrics`)."""
     if rollout_is not in ("token", "sequence"):
         raise ValueError(f"rollout_is={rollout_is!r}; expected 'token' or 'sequence'")
-    upper, lower = _parse_is_threshold(rollout_is_threshold)
+    upper, lower = parse_is_threshold(rollout_is_threshold)
     raw = is_weights_from_log_ratio(log_ratio, response_mask, rollout_is)
     if lower is None:
         weights = raw.clamp(max=upper)
@@ -491,20 +410,10 @@ def compute_offpolicy_metrics(
     return metrics
 
 
-def _config_value(config: Any, key: str, default: Any) -> Any:
-    """``config.get(key, default)`` for mappings and attribute configs; an explicit None stays None (as in verl)."""
-    if config is None:
-        return default
-    if isinstance(config, Mapping):
-        return config.get(key, default)
-    return getattr(config, key, default)
-
-
-def _rs_threshold_spec(config: Any) -> str | float | None:
+def _rs_threshold_spec(config: RolloutCorrectionConfig) -> str | float | None:
     """``rollout_rs_threshold``, joined with this package's ``rollout_rs_threshold_lower`` as ``"lower_upper"``."""
-    upper = _config_value(config, "rollout_rs_threshold", None)
-    lower = _config_value(config, "rollout_rs_threshold_lower", None)
-    if lower is None or isinstance(upper, bool) or not isinstance(upper, (int, float)):
+    upper, lower = config.rollout_rs_threshold, config.rollout_rs_threshold_lower
+    if lower is None or not isinstance(upper, int | float):
         return upper
     return f"{float(lower)!r}_{float(upper)!r}"
 
@@ -514,7 +423,9 @@ def compute_rollout_correction_and_add_to_batch(
 ) -> tuple[DataProto, dict[str, float]]:
     """Apply ``rollout_corr_config`` (a ``RolloutCorrectionConfig``, DictConfig or dict) to ``batch``: always
     replace ``response_mask`` with the rejection-applied mask, add ``rollout_is_weights`` when ``rollout_is`` is
-    set, and return ``(batch, rollout_corr/* metrics)``. Needs ``old_log_probs`` and ``rollout_log_probs``."""
+    set, and return ``(batch, rollout_corr/* metrics)``. Needs ``old_log_probs`` and ``rollout_log_probs``.
+    ``None`` means a ``RolloutCorrectionConfig()`` (metrics only)."""
+    config = as_rollout_correction_config(rollout_corr_config)
     missing = [key for key in ("old_log_probs", "rollout_log_probs", "response_mask") if key not in batch.batch.keys()]
     if missing:
         raise KeyError(f"compute_rollout_correction_and_add_to_batch: the batch has no {missing}")
@@ -522,12 +433,12 @@ def compute_rollout_correction_and_add_to_batch(
         batch.batch["old_log_probs"],
         batch.batch["rollout_log_probs"],
         batch.batch["response_mask"],
-        rollout_is=_config_value(rollout_corr_config, "rollout_is", None),
-        rollout_is_threshold=_config_value(rollout_corr_config, "rollout_is_threshold", 2.0),
-        rollout_is_batch_normalize=bool(_config_value(rollout_corr_config, "rollout_is_batch_normalize", False)),
-        rollout_rs=_config_value(rollout_corr_config, "rollout_rs", None),
-        rollout_rs_threshold=_rs_threshold_spec(rollout_corr_config),
-        rollout_token_veto_threshold=_config_value(rollout_corr_config, "rollout_token_veto_threshold", None),
+        rollout_is=config.rollout_is,
+        rollout_is_threshold=config.rollout_is_threshold,
+        rollout_is_batch_normalize=config.rollout_is_batch_normalize,
+        rollout_rs=config.rollout_rs,
+        rollout_rs_threshold=_rs_threshold_spec(config),
+        rollout_token_veto_threshold=config.rollout_token_veto_threshold,
     )
     batch.batch["response_mask"] = kept
     if proto is not None:
@@ -592,7 +503,7 @@ def apply_bypass_mode(
 
 
 def _route_in_place(policy_loss_config: MutableMapping, settings: dict[str, Any]) -> None:
-    current = policy_loss_config.get("loss_mode", "vanilla")
+    current = as_config(policy_loss_config, PolicyLossConfig, "actor.policy_loss").loss_mode
     if current not in ("vanilla", "bypass_mode"):
         logger.warning(
             "algorithm.rollout_correction.bypass_mode=true replaces actor.policy_loss.loss_mode=%s with bypass_mode",

@@ -1,7 +1,8 @@
 """Typed config of the SFT trainer (``verl/trainer/config/sft_trainer.yaml``).
 
 Groups ``model`` and ``optim`` reuse the PPO trainer's :class:`HFModelConfig` and :class:`OptimizerConfig`, so a model
-block or an optimizer block means the same thing in both entry points. ``data`` and ``trainer`` are SFT-specific.
+block or an optimizer block means the same thing in both entry points. ``data`` and ``trainer`` are SFT-specific;
+the ``data`` classes are defined in :mod:`verl.utils.dataset.config` (the data sets read them) and re-exported here.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Any
 
 from verl.base_config import BaseConfig, ConfigError, check
 from verl.utils.config import omega_conf_to_dataclass
+from verl.utils.dataset.config import SFT_TRUNCATION_MODES as TRUNCATION_MODES
+from verl.utils.dataset.config import SFTCustomClsConfig, SFTDataConfig, SFTMultiturnConfig
 from verl.workers.config.actor import CheckpointConfig
 from verl.workers.config.model import HFModelConfig
 from verl.workers.config.optimizer import OptimizerConfig
@@ -28,110 +31,12 @@ __all__ = [
     "build_sft_config",
 ]
 
-TRUNCATION_MODES = ("error", "left", "right")
 MIXED_PRECISION = ("auto", "bf16", "none")
 _DEVICES = ("auto", "cpu", "cuda")
 _LOGGERS = ("console", "file", "tensorboard", "wandb", "mlflow")
 RESUME_MODES = ("auto", "disable", "resume_path")
 # verl's spelling of "once per epoch" for trainer.save_freq / trainer.test_freq
 AFTER_EACH_EPOCH = "after_each_epoch"
-
-
-def _as_file_list(value: str | list[str] | None) -> list[str]:
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
-
-
-@dataclass
-class SFTMultiturnConfig(BaseConfig):
-    """Whole conversations per row (``data.multiturn.enable=true``) instead of one prompt and one response.
-
-    ``messages_key`` names a column holding a list of chat messages (system/user/assistant/tool); the loss covers
-    only what the assistant turns produce. ``tools_key`` names an optional column of tool schemas (a list, or its
-    JSON text) passed to the chat template with the prompt, as the tool agent loop does; rows of a file without that
-    column have no tools. ``enable_thinking_key`` names an optional boolean column passed to the chat template as
-    ``enable_thinking`` (Qwen3-style templates); rows without a value use ``enable_thinking_default`` (null: the
-    template's own default).
-    """
-
-    enable: bool = False
-    messages_key: str = "messages"
-    tools_key: str = "tools"
-    enable_thinking_key: str | None = "enable_thinking"
-    enable_thinking_default: bool | None = None
-
-    def __post_init__(self) -> None:
-        check(bool(self.messages_key), "messages_key", "must name a column")
-
-
-@dataclass
-class SFTCustomClsConfig(BaseConfig):
-    """A user dataset class (``path`` to a .py file or module, ``name`` of the class) instead of :class:`SFTDataset`.
-
-    It is built as ``cls(parquet_files=..., tokenizer=..., config=<data group as DictConfig>)`` (plus
-    ``max_samples=`` when its signature takes it) and its items must be what SFTDataset yields: ``input_ids``,
-    ``attention_mask``, ``position_ids`` and ``loss_mask`` of length ``max_length``.
-    """
-
-    path: str | None = None
-    name: str | None = None
-
-    def __post_init__(self) -> None:
-        check(not self.path or bool(self.name), "name", "must name the dataset class defined in custom_cls.path")
-
-
-@dataclass
-class SFTDataConfig(BaseConfig):
-    """Where the examples come from and how they become token sequences.
-
-    ``prompt_key`` names a column holding chat messages (or a plain string, sent as one user message).
-    ``response_key`` is a column name or a dotted path into a struct column (``reward_model.ground_truth``).
-    With ``multiturn.enable`` both are ignored: each row is one conversation (:class:`SFTMultiturnConfig`).
-    ``train_batch_size`` is global (all ranks); each optimizer step accumulates gradients over micro-batches of
-    ``micro_batch_size_per_gpu`` rows per rank. ``train_max_samples``/``val_max_samples`` > 0 keep only the first
-    that many rows. ``apply_chat_template_kwargs`` are passed to every chat-template call (e.g. ``enable_thinking``).
-    """
-
-    train_files: str | list[str] | None = None
-    val_files: str | list[str] | None = None
-    prompt_key: str = "prompt"
-    response_key: str = "reward_model.ground_truth"
-    max_length: int = 1024
-    truncation: str = "error"
-    train_batch_size: int = 32
-    micro_batch_size_per_gpu: int = 8
-    shuffle: bool = True
-    multiturn: SFTMultiturnConfig = field(default_factory=SFTMultiturnConfig)
-    train_max_samples: int = -1
-    val_max_samples: int = -1
-    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    custom_cls: SFTCustomClsConfig = field(default_factory=SFTCustomClsConfig)
-
-    def __post_init__(self) -> None:
-        check(bool(_as_file_list(self.train_files)), "train_files", "is required: one parquet file or a list of them")
-        check(bool(self.prompt_key), "prompt_key", "must name a column")
-        check(bool(self.response_key), "response_key", "must name a column or a dotted path")
-        check(self.max_length >= 2, "max_length", f"must be >= 2, got {self.max_length}")
-        check(
-            self.truncation in TRUNCATION_MODES,
-            "truncation",
-            f"must be one of {list(TRUNCATION_MODES)}, got {self.truncation!r}",
-        )
-        check(self.train_batch_size >= 1, "train_batch_size", f"must be >= 1, got {self.train_batch_size}")
-        check(
-            self.micro_batch_size_per_gpu >= 1,
-            "micro_batch_size_per_gpu",
-            f"must be >= 1, got {self.micro_batch_size_per_gpu}",
-        )
-
-    @property
-    def train_file_list(self) -> list[str]:
-        return _as_file_list(self.train_files)
-
-    @property
-    def val_file_list(self) -> list[str]:
-        return _as_file_list(self.val_files)
 
 
 @dataclass

@@ -9,6 +9,8 @@ from typing import Any
 
 from torch.utils.data import Dataset, Subset
 
+from verl.utils.config_builder import as_config
+from verl.utils.dataset.config import CustomClsConfig
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.utils.import_utils import load_extern_object
 
@@ -19,12 +21,13 @@ logger = logging.getLogger(__name__)
 
 def get_dataset_class(data_config: Any) -> type[Dataset]:
     """The class ``data.custom_cls`` names (must subclass ``torch.utils.data.Dataset``), else ``RLHFDataset``."""
-    custom = data_config.get("custom_cls") if data_config is not None else None
-    path = custom.get("path") if custom is not None else None
+    custom = as_config(
+        None if data_config is None else data_config.get("custom_cls"), CustomClsConfig, "data.custom_cls"
+    )
+    path, name = custom.path, custom.name
     if not path:
         return RLHFDataset
-    name = custom.get("name")
-    cls = load_extern_object(path, name, config_key="data.custom_cls.path", what="dataset class")
+    cls = load_extern_object(path, name or "", config_key="data.custom_cls.path", what="dataset class")
     if not (isinstance(cls, type) and issubclass(cls, Dataset)):
         raise TypeError(
             f"data.custom_cls.name={name!r} in {path!r} must be a subclass of torch.utils.data.Dataset, got {cls!r}"

@@ -17,13 +17,15 @@ from typing import Any
 
 import torch
 
-from verl.utils.dataset.sft_dataset import legacy_data_view, read_key, select_rows
+from verl.utils.config_builder import as_config
+from verl.utils.dataset.config import SFT_PAD_MODES, SFTDatasetConfig
+from verl.utils.dataset.sft_dataset import legacy_data_view, select_rows
 from verl.utils.dataset.sft_parquet import SFTDataset as _SFTDataset
 from verl.utils.extras import MissingExtraError, missing_message
 
 __all__ = ["MultiTurnSFTDataset"]
 
-PAD_MODES = ("right", "no_padding")
+PAD_MODES = SFT_PAD_MODES
 
 
 class MultiTurnSFTDataset(_SFTDataset):
@@ -32,9 +34,9 @@ class MultiTurnSFTDataset(_SFTDataset):
     Args:
         parquet_files: one path or a list of paths.
         tokenizer: a tokenizer whose chat template can be rendered turn by turn.
-        config: the ``data`` block (``messages_key``/``tools_key``/``enable_thinking_key`` directly or under
-            ``multiturn``; ``max_length``, ``truncation``, ``pad_mode``, ``apply_chat_template_kwargs``, ``shuffle``,
-            ``seed``).
+        config: the ``data`` block (:class:`~verl.utils.dataset.config.SFTDatasetConfig`, a DictConfig or a dict:
+            ``messages_key``/``tools_key``/``enable_thinking_key`` directly or under ``multiturn``; ``max_length``,
+            ``truncation``, ``pad_mode``, ``apply_chat_template_kwargs``, ``shuffle``, ``seed``).
         processor: multimodal processor; must be ``None`` here.
         max_samples: conversations to keep (``-1``: all).
     """
@@ -55,14 +57,12 @@ class MultiTurnSFTDataset(_SFTDataset):
                     reason="this package's SFT trainer is text-only; pass processor=None",
                 )
             )
-        config = config or {}
-        self.pad_mode = str(read_key(config, "pad_mode", "right"))
-        if self.pad_mode not in PAD_MODES:
-            raise ValueError(f"data.pad_mode={self.pad_mode!r}; expected one of {list(PAD_MODES)}")
-        super().__init__(parquet_files, tokenizer, legacy_data_view(config, multiturn=True))
+        data = as_config(config, SFTDatasetConfig, "data")
+        self.pad_mode = data.pad_mode
+        super().__init__(parquet_files, tokenizer, legacy_data_view(data, parquet_files, multiturn=True))
         self.processor = None
         self.max_samples = max_samples
-        keep = select_rows(len(self), max_samples, bool(read_key(config, "shuffle", False)), read_key(config, "seed"))
+        keep = select_rows(len(self), max_samples, data.shuffle, data.seed)
         if keep is not None:
             for name in ("messages", "tools", "enable_thinking", "rows"):
                 values = getattr(self, name)

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +32,9 @@ import torch
 from torch.utils.data import Dataset
 
 from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
+from verl.utils.config_builder import as_config
 from verl.utils.dataset.collate import collate_fn
+from verl.utils.dataset.config import TRUNCATION_MODES, DataConfig
 from verl.utils.dataset.rl_files import read_data_file, sample_row_indices
 from verl.utils.dataset.rl_media import extract_audio, media_types, multi_modal_refusal
 from verl.utils.dataset.vision_utils import process_image
@@ -47,7 +49,6 @@ __all__ = ["RLHFDataset", "collate_fn", "pad_dataproto_to_divisor", "process_ima
 
 logger = logging.getLogger(__name__)
 
-TRUNCATION_MODES = ("error", "left", "right", "middle")
 # Row fields the agent loop reads; they are forwarded as they are when a row carries them.
 PASSTHROUGH_EXTRA_INFO_KEYS = ("tools_kwargs", "interaction_kwargs")
 
@@ -82,14 +83,6 @@ class _PromptTokenCounter:
             return []
         texts = [_render(self.tokenizer, self.processor, messages, self.template_kwargs) for messages in conversations]
         return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
-
-
-def _get(config: Any, key: str, default: Any) -> Any:
-    """Read ``key`` from a DataConfig, DictConfig or dict alike; ``None`` config means all defaults."""
-    if config is None:
-        return default
-    value = config.get(key, default)
-    return default if value is None and default is not None else value
 
 
 def _has_items(value: Any) -> bool:
@@ -157,45 +150,44 @@ class RLHFDataset(Dataset):
         self.config = config
         self.max_samples: int = -1 if max_samples is None else int(max_samples)
 
-        self.cache_dir: str = os.path.expanduser(_get(config, "cache_dir", "~/.cache/verl/rlhf"))
-        self.prompt_key: str = _get(config, "prompt_key", "prompt")
-        self.image_key: str = _get(config, "image_key", "images")
-        self.video_key: str = _get(config, "video_key", "videos")
-        self.audio_key: str = _get(config, "audio_key", "audios")
-        default_patch_size = getattr(getattr(processor, "image_processor", None), "patch_size", 14)
-        self.image_patch_size: int = _get(config, "image_patch_size", None) or default_patch_size
-        self.max_prompt_length: int = int(_get(config, "max_prompt_length", 1024))
-        self.truncation: str = _get(config, "truncation", "error")
-        self.filter_overlong_prompts: bool = bool(_get(config, "filter_overlong_prompts", False))
-        self.return_raw_chat: bool = bool(_get(config, "return_raw_chat", True))
-        self.return_full_prompt: bool = bool(_get(config, "return_full_prompt", False))
-        self.return_raw_input_ids: bool = bool(_get(config, "return_raw_input_ids", False))
-        self.apply_chat_template_kwargs: dict = dict(_get(config, "apply_chat_template_kwargs", {}) or {})
-        self.mm_processor_kwargs: dict = dict(_get(config, "mm_processor_kwargs", {}) or {})
-        self.return_multi_modal_inputs: bool = bool(_get(config, "return_multi_modal_inputs", True))
-        self.tool_config_path: str | None = _get(config, "tool_config_path", None)
-        self.function_tool_path: str | None = _get(config, "function_tool_path", None)
+        # converted once (a DictConfig, dict or None becomes a DataConfig, keeping a recipe's own keys); self.config
+        # stays what the caller gave, as in verl
+        data = as_config(config, DataConfig, "data")
+        self.cache_dir: str = os.path.expanduser(data.cache_dir)
+        self.prompt_key: str = data.prompt_key
+        self.image_key: str = data.image_key
+        self.video_key: str = data.video_key
+        self.audio_key: str = data.audio_key
+        processor_patch_size = getattr(getattr(processor, "image_processor", None), "patch_size", 14)
+        self.image_patch_size: int = data.image_patch_size or processor_patch_size
+        self.max_prompt_length: int = data.max_prompt_length
+        self.truncation: str = data.truncation
+        self.filter_overlong_prompts: bool = data.filter_overlong_prompts
+        self.return_raw_chat: bool = data.return_raw_chat
+        self.return_full_prompt: bool = data.return_full_prompt
+        self.return_raw_input_ids: bool = data.return_raw_input_ids
+        self.apply_chat_template_kwargs: dict = dict(data.apply_chat_template_kwargs)
+        self.mm_processor_kwargs: dict = dict(data.mm_processor_kwargs)
+        self.return_multi_modal_inputs: bool = data.return_multi_modal_inputs
+        self.tool_config_path: str | None = data.tool_config_path
+        self.function_tool_path: str | None = data.function_tool_path
         self.tool_schemas: list[dict] | None = None
         # processes that template and count prompts for the length filter (data.filter_overlong_prompts_workers)
-        self.num_workers: int = max(1, int(_get(config, "filter_overlong_prompts_workers", 1) or 1))
-        self.use_shm: bool = bool(_get(config, "use_shm", False))
-        self.chat_template_func = _get(config, "chat_template_func", None)
-        self.need_tools_kwargs: bool = bool(_get(config, "need_tools_kwargs", False))
-        self.filter_prompts: bool = bool(_get(config, "filter_prompts", True))
+        self.num_workers: int = data.filter_overlong_prompts_workers
+        self.use_shm: bool = data.use_shm
+        self.chat_template_func = data.chat_template_func
+        self.need_tools_kwargs: bool = data.need_tools_kwargs
+        self.filter_prompts: bool = data.filter_prompts
         # False: pickles leave the rows out and the unpickled copy reads them again from original_data_files
         self.serialize_dataset: bool = False
-        self.shuffle: bool = bool(_get(config, "shuffle", False))
-        self.seed: int | None = _get(config, "seed", None)
-        if self.truncation not in TRUNCATION_MODES:
-            raise ValueError(f"data.truncation must be one of {list(TRUNCATION_MODES)}, got {self.truncation!r}")
-        if self.max_prompt_length < 1:
-            raise ValueError(f"data.max_prompt_length must be >= 1, got {self.max_prompt_length}")
+        self.shuffle: bool = data.shuffle
+        self.seed: int | None = data.seed
         pad_id = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id: int = pad_id if pad_id is not None else tokenizer.eos_token_id
 
         # Without a seed verl draws max_samples rows from fresh entropy; drawing it once here makes a re-read
         # (resume_dataset_state, unpickling) keep the very same rows.
-        self._sample_seed = self.seed if self.seed is not None else int(np.random.SeedSequence().entropy)
+        self._sample_seed = self.seed if self.seed is not None else int(cast(int, np.random.SeedSequence().entropy))
 
         self._download()
         self._read_files_and_tokenize()
@@ -219,7 +211,8 @@ class RLHFDataset(Dataset):
         from datasets import Dataset as RowTable
         from datasets.table import InMemoryTable
 
-        tables, origins = [], []
+        tables: list[pa.Table] = []
+        origins: list[tuple[int, int]] = []
         for file_idx, path in enumerate(self.data_files):
             table = read_data_file(path, self.use_shm)
             self._check_prompt_column(table, path)

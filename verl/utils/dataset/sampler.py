@@ -13,6 +13,8 @@ import torch
 from torch.utils.data import Sampler, SequentialSampler
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
+from verl.utils.config_builder import as_config
+from verl.utils.dataset.config import DataConfig
 from verl.utils.import_utils import load_extern_object
 
 __all__ = ["DEFAULT_SEED", "FixedPermutationSampler", "create_rl_sampler", "create_val_sampler"]
@@ -20,14 +22,9 @@ __all__ = ["DEFAULT_SEED", "FixedPermutationSampler", "create_rl_sampler", "crea
 DEFAULT_SEED = 1
 
 
-def _sub(config: Any, key: str) -> Any:
-    value = config.get(key) if config is not None else None
-    return value if value is not None else {}
-
-
-def _resolve_seed(data_config: Any, seed: int | None) -> int:
+def _resolve_seed(data: DataConfig, seed: int | None) -> int:
     if seed is None:
-        seed = data_config.get("seed") if data_config is not None else None
+        seed = data.seed
     return DEFAULT_SEED if seed is None else int(seed)
 
 
@@ -53,9 +50,10 @@ class FixedPermutationSampler(Sampler[int]):
 def create_val_sampler(data_config: Any, data_source: Any, seed: int | None = None) -> Sampler | None:
     """Sampler of the validation loader: a seeded :class:`FixedPermutationSampler` when ``data.validation_shuffle``
     is true (seed as for :func:`create_rl_sampler`), else None (file order)."""
-    if not (data_config is not None and data_config.get("validation_shuffle", False)):
+    data = as_config(data_config, DataConfig, "data")
+    if not data.validation_shuffle:
         return None
-    return FixedPermutationSampler(len(data_source), _resolve_seed(data_config, seed))
+    return FixedPermutationSampler(len(data_source), _resolve_seed(data, seed))
 
 
 def create_rl_sampler(data_config: Any, data_source: Any, seed: int | None = None) -> Sampler:
@@ -66,11 +64,13 @@ def create_rl_sampler(data_config: Any, data_source: Any, seed: int | None = Non
     (the trainers pass ``data.seed``, or ``trainer.seed`` when it is unset), else ``data.seed``, else 1; without
     shuffle the order is sequential.
     """
-    sampler_cfg = _sub(data_config, "sampler")
-    class_path = sampler_cfg.get("class_path")
+    data = as_config(data_config, DataConfig, "data")
+    class_path = data.sampler.class_path
     if class_path:
-        class_name = sampler_cfg.get("class_name")
-        cls = load_extern_object(class_path, class_name, config_key="data.sampler.class_path", what="sampler class")
+        class_name = data.sampler.class_name
+        cls = load_extern_object(
+            class_path, class_name or "", config_key="data.sampler.class_path", what="sampler class"
+        )
         if not (isinstance(cls, type) and issubclass(cls, Sampler)):
             raise TypeError(
                 f"data.sampler.class_name={class_name!r} in {class_path!r} must be a subclass of "
@@ -78,9 +78,8 @@ def create_rl_sampler(data_config: Any, data_source: Any, seed: int | None = Non
             )
         return cls(data_source=data_source, data_config=data_config)
 
-    shuffle = data_config.get("shuffle", True) if data_config is not None else True
-    if not shuffle:
+    if not data.shuffle:
         return SequentialSampler(data_source)
     generator = torch.Generator()
-    generator.manual_seed(_resolve_seed(data_config, seed))
+    generator.manual_seed(_resolve_seed(data, seed))
     return RandomSampler(data_source, generator=generator)

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from verl.utils.dataset.config import SFT_TRUNCATION_MODES, SFTDataConfig, SFTMultiturnConfig
 from verl.utils.torch_functional import compute_position_id_with_mask
 
 __all__ = [
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 MESSAGE_ROLES = ("system", "user", "assistant", "tool")
-TRUNCATION_MODES = ("error", "left", "right")  # data.truncation: fail, keep the tail, keep the head
+TRUNCATION_MODES = SFT_TRUNCATION_MODES  # data.truncation: fail, keep the tail, keep the head
 
 
 class SFTDataError(ValueError):
@@ -128,7 +129,7 @@ def _optional_column(path: str, table: Any, key: str | None, config_key: str, ro
 
 
 def _read_conversations(
-    files: Sequence[str], multiturn: Any, files_key: str
+    files: Sequence[str], multiturn: SFTMultiturnConfig, files_key: str
 ) -> tuple[list[Any], list[Any], list[Any], list[tuple[str, int]]]:
     """Messages, tools and enable_thinking flags (``None`` where the file lacks the optional column) of every row,
     with (file, row)."""
@@ -136,7 +137,7 @@ def _read_conversations(
 
     if not files:
         raise ValueError(f"{files_key} is empty: give at least one parquet file")
-    thinking_key = getattr(multiturn, "enable_thinking_key", None)
+    thinking_key = multiturn.enable_thinking_key
     messages: list[Any] = []
     tools: list[Any] = []
     thinking: list[Any] = []
@@ -268,37 +269,40 @@ def tokenize_conversation(
 class SFTDataset(Dataset):
     """Prompt/response pairs (or whole conversations) from parquet, tokenized on access.
 
-    ``config`` is an :class:`~verl.trainer.sft.config.SFTDataConfig` (or anything with ``prompt_key``,
-    ``response_key``, ``max_length``, ``truncation`` and optionally ``multiturn`` attributes). Items are dicts of 1-D
-    tensors of length ``max_length``: ``input_ids``, ``attention_mask``, ``position_ids``, ``loss_mask``.
+    ``config`` is an :class:`~verl.utils.dataset.config.SFTDataConfig` (its ``prompt_key``, ``response_key``,
+    ``max_length``, ``truncation``, ``apply_chat_template_kwargs`` and ``multiturn`` are read; the files are the ones
+    given). Items are dicts of 1-D tensors of length ``max_length``: ``input_ids``, ``attention_mask``,
+    ``position_ids``, ``loss_mask``.
     """
 
     def __init__(
-        self, parquet_files: str | Sequence[str], tokenizer: Any, config: Any, files_key: str = "data.train_files"
+        self,
+        parquet_files: str | Sequence[str],
+        tokenizer: Any,
+        config: SFTDataConfig,
+        files_key: str = "data.train_files",
     ) -> None:
         files = [parquet_files] if isinstance(parquet_files, str | os.PathLike) else list(parquet_files)
         self.tokenizer = tokenizer
         self.prompt_key = config.prompt_key
         self.response_key = config.response_key
         self.max_length = int(config.max_length)
-        self.truncation = config.truncation
-        if self.truncation not in TRUNCATION_MODES:
-            raise ValueError(f"data.truncation must be one of {list(TRUNCATION_MODES)}, got {self.truncation!r}")
+        self.truncation = config.truncation  # one of TRUNCATION_MODES (SFTDataConfig checks it)
         if tokenizer.eos_token_id is None:
             raise ValueError(
                 "the tokenizer has no eos token; SFT appends eos to every response so the model learns to stop"
             )
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.chat_kwargs = dict(getattr(config, "apply_chat_template_kwargs", None) or {})
-        multiturn = getattr(config, "multiturn", None)
-        self.multiturn = bool(multiturn is not None and multiturn.enable)
+        self.chat_kwargs = dict(config.apply_chat_template_kwargs)
+        multiturn = config.multiturn
+        self.multiturn = multiturn.enable
         if self.multiturn:
             key, tools_key = multiturn.messages_key, multiturn.tools_key
             raw_messages, raw_tools, raw_thinking, where = _read_conversations(files, multiturn, files_key)
             # checked up front: a bad row should stop the run at start-up, not hours into it
             self.messages = [_check_messages(m, path, row, key) for m, (path, row) in zip(raw_messages, where)]
             self.tools = [_check_tools(t, path, row, tools_key) for t, (path, row) in zip(raw_tools, where)]
-            default = getattr(multiturn, "enable_thinking_default", None)
+            default = multiturn.enable_thinking_default
             self.enable_thinking = [default if flag is None else bool(flag) for flag in raw_thinking]
             self.rows = where
         else:
