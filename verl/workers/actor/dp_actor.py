@@ -163,9 +163,11 @@ class DataParallelPPOActor(BasePPOActor):
         """``_forward_responses`` with log-probs and entropy computed from the module's logits."""
         responses = micro["responses"]
         flat_logits, slots = self._forward_slots(micro)
-        logits = slots.take(flat_logits).float()
+        logits = slots.take(flat_logits)
         if temperature != 1.0:  # in place: the head's output is saved by no backward, and a copy is a whole logits
-            logits = logits.div_(temperature)
+            logits = logits.float().div_(temperature)
+        # At temperature 1 half-precision logits stay as they are: the log-prob and entropy kernels upcast one row
+        # chunk at a time, so no float32 copy of every response slot's logits is made (2x their bf16 size).
         log_probs = slots.clean(logprobs_from_logits(logits, responses, compiled=self._compiled))
         entropy = None
         if calculate_entropy:

@@ -10,7 +10,11 @@ mask. Transformers (5.x) then builds a block-diagonal causal mask from the
 position restarts for the ``sdpa`` and ``eager`` kernels on any device, and
 ``flash_attention_2`` reads the same restarts as varlen boundaries, so the
 same call serves a laptop CPU and a GPU node. Packing skips the compute on
-padding; the result equals the padded forward on every real token.
+padding; the result equals the padded forward on every real token. On a GPU
+an ``sdpa`` model is switched to varlen attention instead
+(:mod:`verl.utils.varlen_attention`): the sequence boundaries are passed down
+as ``cu_seq_lens_q`` and each sequence attends only to itself, with no
+``[T, T]`` mask (``VERL_PACKED_ATTENTION`` picks the path).
 
 Without packing, the columns that are left padding in every row of the
 micro-batch are cut off before the forward: no token attends to them and no
@@ -39,6 +43,7 @@ from torch import nn
 
 from verl.utils.device import get_device_id
 from verl.utils.padding import index_first_axis, unpad_input
+from verl.utils.varlen_attention import enable_varlen_attention, packed_call, wants_varlen
 
 __all__ = [
     "ResponseSlots",
@@ -232,7 +237,7 @@ def forward_for_responses(
     padded_index = _response_index(batch_size, seqlen, response_length, input_ids.device)
     if position_ids.dim() != 2:
         raise ValueError(f"use_remove_padding supports position_ids of shape [B, S], got {tuple(position_ids.shape)}")
-    packed_ids, token_index, cu_seqlens, _ = unpad_input(input_ids.unsqueeze(-1), attention_mask)
+    packed_ids, token_index, cu_seqlens, max_seqlen = unpad_input(input_ids.unsqueeze(-1), attention_mask)
     packed_positions = index_first_axis(position_ids.reshape(-1, 1), token_index)
     packed_ids, packed_positions = packed_ids.reshape(1, -1), packed_positions.reshape(1, -1)
     _check_packable(packed_positions[0], cu_seqlens)
@@ -241,4 +246,9 @@ def forward_for_responses(
     index = packed_of_padded[padded_index].clamp(min=0)
     inputs = {"input_ids": packed_ids, "position_ids": packed_positions, "attention_mask": None, "use_cache": False}
     # an invalid slot (padding) reads some real position until clean()
-    return _forward_slots(module, inputs, index.reshape(-1), index, real[padded_index])
+    if not (wants_varlen(input_ids.device) and enable_varlen_attention(module)):
+        return _forward_slots(module, inputs, index.reshape(-1), index, real[padded_index])
+    # the sequence boundaries go down to the attention, which attends within each sequence (varlen_attention)
+    inputs.update(cu_seq_lens_q=cu_seqlens, cu_seq_lens_k=cu_seqlens, max_length_q=max_seqlen, max_length_k=max_seqlen)
+    with packed_call():
+        return _forward_slots(module, inputs, index.reshape(-1), index, real[padded_index])
