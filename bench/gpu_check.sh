@@ -2,7 +2,7 @@
 # The GPU check in one script, sized for a 15-minute GPU slot (about 8 minutes on an H200, so a rerun fits):
 #   1. installs the wheels of ../shared/gpu/wheels.sh from .whl/ when the image lacks ray and friends;
 #   2. pytest -m gpu (CUDA-graph decode against eager decode, bf16 kernels, a Ray worker on the GPU);
-#   3. bench/gpu_suite.py --skip-update: rollout tokens/s of the hf engine against model.generate (256 x 256 and a
+#   3. bench/gpu_suite.py: rollout tokens/s of the hf engine against model.generate (256 x 256 and a
 #      long-tailed row up to 1024 tokens) and the split of one decode step into kernel and host time;
 #   4. bench/gpu_update.py: update-step MFU on the 0.5B and 1.5B shapes, with profiles;
 #   5. bench/gpu_grpo.py: a whole GRPO step of our colocated trainer against TRL's GRPOTrainer.
@@ -53,7 +53,7 @@ stage() {  # stage NAME LIMIT_S COMMAND...
 }
 
 stage pytest_gpu 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests
-stage gpu_suite 190 python3 bench/gpu_suite.py --repeats 1 --skip-update --out-dir "$out"
+stage gpu_suite 190 python3 bench/gpu_suite.py --repeats 1 --out-dir "$out"
 stage gpu_update 140 python3 bench/gpu_update.py --out-dir "$out"
 stage gpu_grpo 140 python3 bench/gpu_grpo.py --out-dir "$out"
 cat "$summary"

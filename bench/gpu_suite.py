@@ -1,16 +1,16 @@
-"""GPU set: rollout tokens/s and update-step MFU on a Qwen2.5-0.5B-size model with random weights, one GPU.
+"""GPU rollout set: the hf engine against ``model.generate`` on a Qwen2.5-0.5B-size model with random weights.
 
 Run on a machine with a CUDA device (never in CI); without one it prints why and exits 0 without touching
 ``bench/results/``. ``--smoke`` runs the same code on CPU with a tiny model so the script cannot rot unnoticed
 (its numbers mean nothing and are written only to ``--out-dir`` when given).
 
-- rollout: the ``hf`` engine (``HFRolloutServer``, continuous batching) against plain ``model.generate`` in static
-  batches of the same size, on the same prompts and exact response lengths (EOS ignored); generated tokens/s.
-- update: one ``DataParallelPPOActor.update_policy`` on FSDP2 over a one-GPU mesh (bf16 compute, fp32 master
-  weights, as the worker builds it) and the log-prob forward; MFU = model FLOPs / (time x peak), with
-  6 x params x tokens for forward + backward and 2 x params x tokens for a forward (attention FLOPs left out, so the
-  MFU is a slight under-estimate). Both run twice, with the logits path and with ``model.use_fused_kernels`` (the
-  head computes log-probs and entropy per chunk), each with its own peak GPU memory.
+- rollout: the ``hf`` engine (``HFRolloutServer``: continuous batching, decode steps replayed as CUDA graphs) against
+  plain ``model.generate`` in static batches of the same size, on the same prompts and exact response lengths (EOS
+  ignored); generated tokens/s, 256 x 256 tokens and a long-tailed row;
+- one decode step split into kernel time and host time: the captured step, the same step eagerly, and the growing
+  cache the engine used before.
+
+The update step's MFU is ``bench/gpu_update.py``; ``bench/gpu_check.sh`` runs both and more.
 
     python bench/gpu_suite.py                 # writes bench/results/gpu_suite.{json,md}
     python bench/gpu_suite.py --smoke         # CPU, tiny model: checks the code path only
@@ -274,92 +274,6 @@ def cuda_sync() -> None:
         torch.cuda.synchronize()
 
 
-def make_update_batch(samples: int, prompt_len: int, response_len: int, vocab: int, seed: int) -> Any:
-    import numpy as np
-    import torch
-
-    from verl.protocol import DataProto
-
-    gen = torch.Generator().manual_seed(seed)
-    seq = prompt_len + response_len
-    responses = torch.randint(10, vocab, (samples, response_len), generator=gen)
-    tensors = {
-        "input_ids": torch.cat([torch.randint(10, vocab, (samples, prompt_len), generator=gen), responses], -1),
-        "attention_mask": torch.ones(samples, seq, dtype=torch.long),
-        "position_ids": torch.arange(seq).repeat(samples, 1),
-        "responses": responses,
-        "response_mask": torch.ones(samples, response_len, dtype=torch.long),
-        "old_log_probs": -torch.rand(samples, response_len, generator=gen) * 5,
-        "advantages": torch.randn(samples, response_len, generator=gen),
-    }
-    uids = np.array([str(i // 8) for i in range(samples)], dtype=object)
-    return DataProto.from_dict(tensors, {"uid": uids}, {"temperature": 1.0})
-
-
-def time_update(shape: dict, device: Any, args: argparse.Namespace, fused: bool = False) -> dict:
-    """FSDP2 on a one-rank mesh around the fp32 model, bf16 compute on GPU, exactly as the actor worker wraps it;
-    ``fused``: ``model.use_fused_kernels``."""
-    import torch
-
-    from verl.workers.actor.dp_actor import DataParallelPPOActor
-    from verl.workers.config import FSDPActorConfig
-    from verl.workers.fsdp.distributed import build_fsdp_mesh, init_distributed
-    from verl.workers.fsdp.fsdp_wrap import apply_fsdp2
-
-    init_distributed(device.type, 0, 1)
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-    model = build_model(shape, torch.float32, device, args.seed)
-    params = sum(p.numel() for p in model.parameters())
-    mesh = build_fsdp_mesh(device.type, 1, -1)
-    model = apply_fsdp2(model, mesh, param_dtype=torch.bfloat16 if device.type == "cuda" else None)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
-    micro = args.update_micro_batch
-    config = FSDPActorConfig(
-        ppo_mini_batch_size=args.update_samples,
-        ppo_micro_batch_size_per_gpu=micro,
-        ppo_micro_batch_size=None,
-        ppo_epochs=1,
-        use_remove_padding=False,
-        use_fused_kernels=fused,
-    )
-    actor = DataParallelPPOActor(config, model, optimizer)
-    data = make_update_batch(
-        args.update_samples, args.update_prompt_len, args.update_response_len, shape["vocab_size"], args.seed
-    ).to(device)
-    data.meta_info.update({"micro_batch_size": micro, "use_dynamic_bsz": False})
-    tokens = args.update_samples * (args.update_prompt_len + args.update_response_len)
-
-    def timed(fn) -> list[float]:
-        fn()  # warm-up
-        cuda_sync()
-        seconds = []
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            fn()
-            cuda_sync()
-            seconds.append(time.perf_counter() - start)
-            progress(f"{'fused' if fused else 'logits'} {fn.__name__}: {seconds[-1]:.3f} s")
-        return seconds
-
-    def update_policy() -> None:
-        actor.update_policy(data)
-
-    def compute_log_prob() -> None:
-        actor.compute_log_prob(data)
-
-    update_s = timed(update_policy)
-    logprob_s = timed(compute_log_prob)
-    return {
-        "params": params,
-        "tokens": tokens,
-        "update_s": update_s,
-        "log_prob_s": logprob_s,
-        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
-    }
-
-
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny shape: exercise the code path only")
@@ -369,13 +283,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--long-tail-requests", type=int, default=128)
     parser.add_argument("--long-tail-max", type=int, default=1024, help="longest response of the long-tailed row")
     parser.add_argument("--split-steps", type=int, default=50, help="decode steps timed per variant of the split")
-    parser.add_argument("--skip-update", action="store_true", help="rollout rows only (bench/gpu_update.py times it)")
-    parser.add_argument("--update-samples", type=int, default=64)
-    parser.add_argument("--update-micro-batch", type=int, default=8)
-    parser.add_argument("--update-prompt-len", type=int, default=256)
-    parser.add_argument("--update-response-len", type=int, default=768)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak of the GPU, TFLOP/s")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out-dir", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -386,7 +294,6 @@ def main(argv: list[str] | None = None) -> dict | None:
         shape, device = SMOKE, torch.device("cpu")
         args.requests, args.response_length, args.max_num_seqs = 8, 8, 4
         args.long_tail_requests, args.long_tail_max, args.split_steps = 8, 24, 4
-        args.update_samples, args.update_micro_batch, args.update_prompt_len, args.update_response_len = 8, 4, 8, 8
         args.repeats = 1
     elif not torch.cuda.is_available():
         print("skipped: gpu_suite needs a CUDA device (none visible); nothing written. Use --smoke to check the code.")
@@ -443,12 +350,6 @@ def main(argv: list[str] | None = None) -> dict | None:
     del model
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    update = fused = None
-    if not args.skip_update:
-        update = time_update(shape, device, args)
-        fused = time_update(shape, device, args, fused=True)
-
-    peak = peak_flops(device_name, args.peak_tflops) if device.type == "cuda" else None
     gen_tokens = args.requests * args.response_length
     generate_tps = gen_tokens / median(generate_s)
     tail_tokens = sum(tail_lengths)
@@ -500,46 +401,12 @@ def main(argv: list[str] | None = None) -> dict | None:
         "",
         markdown_table(["step", "wall ms", "kernel ms", "GPU busy"], split_rows),
     ]
-    update_rows = []
-    for variant, result in (("logits", update), ("fused head", fused)):
-        if result is None:
-            continue
-        for stage, key, factor in (
-            ("update_policy (fwd + bwd + AdamW)", "update_s", 6),
-            ("compute_log_prob (fwd)", "log_prob_s", 2),
-        ):
-            seconds = median(result[key])
-            flops = factor * result["params"] * result["tokens"] / seconds
-            update_rows.append(
-                [
-                    stage,
-                    variant,
-                    result["tokens"] / seconds,
-                    flops / 1e12,
-                    None if peak is None else f"{flops / peak * 100:.1f}%",
-                    seconds,
-                    result["peak_memory_gib"],
-                ]
-            )
-    if update_rows:
-        sections += [
-            "",
-            f"Update: {args.update_samples} samples x {args.update_prompt_len + args.update_response_len} tokens, "
-            f"micro-batch {args.update_micro_batch}, FSDP2 on one GPU, bf16 compute; peak "
-            f'{"unknown" if peak is None else f"{peak / 1e12:.0f} TFLOP/s"}; "fused head" is '
-            "model.use_fused_kernels=true; peak memory is per variant (both stages).",
-            "",
-            markdown_table(
-                ["stage", "variant", "tokens/s", "model TFLOP/s", "MFU", "seconds", "peak memory GiB"], update_rows
-            ),
-        ]
     markdown = "\n".join(sections)
     print(markdown)
     payload = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "device": device_name,
         "shape": shape,
-        "peak_flops": peak,
         "raw": {
             "engine_s": engine_s,
             "engine_kept_s": engine_kept_s,
@@ -548,8 +415,6 @@ def main(argv: list[str] | None = None) -> dict | None:
             "decode_step_split": split,
             "graphs_captured_by_kept_server": captures,
             "graph_capture_failure": capture_failure,
-            **(update or {}),
-            "fused": fused,
         },
     }
     return write_unless_smoke(NAME, payload, markdown, args)

@@ -1,40 +1,26 @@
 """The GPU benchmark scripts on CPU: ``--smoke`` runs every timed path on a tiny model, so a script that only a lent
 GPU machine runs cannot rot unnoticed; without CUDA and without ``--smoke`` they write nothing."""
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from bench import gpu_engine_overhead, gpu_suite
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a CUDA device")
 
 
-def test_gpu_suite_smoke_times_every_rollout_and_update_variant(tmp_path):
-    # its own process: the update stage opens a torch.distributed process group, which must not outlive the script
-    subprocess.run(
-        [sys.executable, str(REPO_ROOT / "bench" / "gpu_suite.py"), "--smoke", "--out-dir", str(tmp_path)],
-        check=True,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    payload = json.loads((tmp_path / "gpu_suite.json").read_text())
+def test_gpu_suite_smoke_times_every_rollout_variant(tmp_path):
+    payload = gpu_suite.main(["--smoke", "--out-dir", str(tmp_path)])
     raw = payload["raw"]
     for key in ("engine_s", "engine_kept_s", "generate_s"):
         assert len(raw[key]) == payload["config"]["repeats"] and all(s > 0 for s in raw[key]), key
-    for result in (raw, raw["fused"]):
-        assert result["tokens"] == 8 * 16
-        assert all(s > 0 for s in result["update_s"] + result["log_prob_s"])
+    tail = raw["long_tail"]
+    assert len(tail["lengths"]) == payload["config"]["long_tail_requests"]
+    assert min(tail["lengths"]) >= 2 and max(tail["lengths"]) <= payload["config"]["long_tail_max"]
+    assert all(len(tail[key]) == 1 and tail[key][0] > 0 for key in ("engine_s", "engine_kept_s", "generate_s"))
+    assert set(raw["decode_step_split"]) == {"captured static step", "eager static step", "growing cache (before)"}
     table = (tmp_path / "gpu_suite.md").read_text()
-    assert "one server kept across runs" in table and "fused head" in table
+    assert "one server kept across runs" in table and "Long tail" in table
 
 
 def test_gpu_engine_overhead_smoke_times_every_variant_and_counts_events(tmp_path):
