@@ -40,7 +40,7 @@ CPU_SET: dict[str, tuple[list[str], int]] = {
     "async_speedup": ([], 300),
     "sandbox_startup": ([], 120),
 }
-GPU_ONLY = ("gpu_suite", "gpu_engine_overhead")
+GPU_ONLY = ("gpu_suite", "gpu_engine_overhead", "gpu_update", "gpu_grpo")
 # Longer than a share of the budget (about 25 minutes for 3 seeds): run with --only, or the script itself.
 LONG_RUNS = ("long_tail",)
 

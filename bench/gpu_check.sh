@@ -53,7 +53,7 @@ stage() {  # stage NAME LIMIT_S COMMAND...
 }
 
 stage pytest_gpu 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests
-stage gpu_suite 190 python3 bench/gpu_suite.py --repeats 1 --out-dir "$out"
-stage gpu_update 140 python3 bench/gpu_update.py --out-dir "$out"
-stage gpu_grpo 140 python3 bench/gpu_grpo.py --out-dir "$out"
+stage gpu_suite 170 python3 bench/gpu_suite.py --repeats 1 --out-dir "$out"
+stage gpu_update 125 python3 bench/gpu_update.py --out-dir "$out" --budget-s 105
+stage gpu_grpo 170 python3 bench/gpu_grpo.py --out-dir "$out" --budget 165
 cat "$summary"
