@@ -16,10 +16,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.sft.cli import run_translated, train_or_exit
-from verl.trainer.sft.config import SFTConfig, SFTDataConfig, SFTMultiturnConfig
+from verl.trainer.sft.config import SFTConfig
 from verl.trainer.sft.dataset import SFTDataset
 from verl.trainer.sft.engine_keys import engine_tree_to_sft_config
 from verl.trainer.sft.trainer import SFTTrainer as _SFTTrainer
+from verl.utils.config_builder import as_config
+from verl.utils.dataset.config import SFTDatasetConfig
+from verl.utils.dataset.sft_dataset import legacy_data_view, select_rows
 
 __all__ = ["SFTTrainer", "create_sft_dataset", "main", "run_sft"]
 
@@ -49,43 +52,28 @@ def create_sft_dataset(
 ) -> Any:
     """The conversation dataset verl's SFT trainer reads (``data.custom_cls`` when it names one).
 
-    ``data_config`` is the ``data`` group (messages_key, tools_key, max_length, truncation, ...). ``processor`` is for
-    multimodal models, which this trainer does not handle: it must be None.
+    ``data_config`` is the ``data`` group (messages_key, tools_key, max_length, truncation, ...; an
+    :class:`~verl.utils.dataset.config.SFTDatasetConfig`, DictConfig or dict). A custom class receives it as given.
+    ``max_samples`` keeps that many conversations: the first ones, or a draw seeded by ``data.seed`` when
+    ``data.shuffle`` (as verl's ``MultiTurnSFTDataset``). ``processor`` is for multimodal models, which this trainer
+    does not handle: it must be None.
     """
     if processor is not None:
         raise ValueError("create_sft_dataset: multimodal processors are not supported; pass processor=None")
-
-    def get(key: str, default: Any) -> Any:
-        value = data_config.get(key, default) if hasattr(data_config, "get") else getattr(data_config, key, default)
-        return default if value is None else value
-
-    custom = get("custom_cls", {}) or {}
-    if custom.get("path"):
+    data = as_config(data_config, SFTDatasetConfig, "data")
+    if data.custom_cls.path:
         from verl.utils.import_utils import load_extern_object
 
         cls = load_extern_object(
-            custom["path"], custom.get("name") or "", config_key="data.custom_cls.path", what="dataset class"
+            data.custom_cls.path, data.custom_cls.name or "", config_key="data.custom_cls.path", what="dataset class"
         )
         return cls(parquet_files=data_paths, tokenizer=tokenizer, config=data_config, max_samples=max_samples)
-    thinking = get("enable_thinking_default", None)
-    config = SFTDataConfig(
-        train_files=data_paths,
-        max_length=get("max_length", 1024),
-        truncation=get("truncation", "error"),
-        apply_chat_template_kwargs=dict(get("apply_chat_template_kwargs", {})),
-        multiturn=SFTMultiturnConfig(
-            enable=True,
-            messages_key=get("messages_key", "messages"),
-            tools_key=get("tools_key", "tools"),
-            enable_thinking_key=get("enable_thinking_key", "enable_thinking"),
-            enable_thinking_default=None if thinking in (None, "none") else bool(thinking),
-        ),
-    )
-    dataset = SFTDataset(data_paths, tokenizer, config)
-    if 0 < max_samples < len(dataset):
+    dataset = SFTDataset(data_paths, tokenizer, legacy_data_view(data, data_paths, multiturn=True))
+    keep = select_rows(len(dataset), max_samples, data.shuffle, data.seed)
+    if keep is not None:
         from torch.utils.data import Subset
 
-        dataset = Subset(dataset, range(max_samples))
+        return Subset(dataset, keep)
     return dataset
 
 

@@ -1,15 +1,22 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from verl.protocol import DataProto
+from verl.trainer.config.algo_config import RolloutCorrectionConfig
+from verl.trainer.config.resolve import as_ppo_config
+from verl.trainer.ppo.core_algos import get_policy_loss_fn
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.rollout_corr import (
     apply_rollout_correction,
     compute_rollout_is_weights,
+    in_update_spec,
     mismatch_metrics,
     rejection_mask,
+    uses_verl_options,
 )
 
 
@@ -154,3 +161,166 @@ def test_batch_normalized_weights_average_one(level):
     else:
         assert float(weights.max(-1).values.mean()) == pytest.approx(1.0)
     torch.testing.assert_close(weights / weights.max(), raw / raw.max())  # a rescaling, nothing else
+
+
+# ------------------------------------------------------------------------ verl's spellings in the trainer's own pass
+# two responses, r = pi_train / pi_rollout per token:  row 0: [1.25, 0.5, 2.5, pad]   row 1: [1.0, 1.5, 0.8, 1.1]
+RATIOS = [[1.25, 0.5, 2.5, 1.0], [1.0, 1.5, 0.8, 1.1]]
+MASK = [[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]]
+ROLLOUT = torch.full((2, 4), -1.0, dtype=torch.float64)
+OLD = ROLLOUT + torch.log(torch.tensor(RATIOS, dtype=torch.float64))
+
+
+def _small_batch() -> DataProto:
+    mask = torch.tensor(MASK)
+    return DataProto.from_dict(
+        {"old_log_probs": OLD.clone(), "rollout_log_probs": ROLLOUT.clone(), "response_mask": mask}
+    )
+
+
+def _hand_token_icepop(lower: float, upper: float) -> list[list[float]]:
+    return [[r if m and lower <= r <= upper else 0.0 for r, m in zip(rs, ms)] for rs, ms in zip(RATIOS, MASK)]
+
+
+def _hand_k3_row_means() -> list[float]:
+    means = []
+    for rs, ms in zip(RATIOS, MASK):
+        k3 = [r - 1 - math.log(r) for r, m in zip(rs, ms) if m]
+        means.append(sum(k3) / len(k3))
+    return means
+
+
+def test_trainer_pass_applies_a_lower_upper_is_threshold():
+    # token IcePop: weights outside [0.6, 2.0] become 0 (0.5 and 2.5 in row 0); nothing leaves the mask
+    batch = _small_batch()
+    metrics = apply_rollout_correction(
+        batch, RolloutCorrectionConfig(rollout_is="token", rollout_is_threshold="0.6_2.0")
+    )
+    torch.testing.assert_close(
+        batch.batch["rollout_is_weights"], torch.tensor(_hand_token_icepop(0.6, 2.0), dtype=torch.float64)
+    )
+    assert batch.batch["response_mask"].tolist() == MASK
+    assert metrics["rollout_corr/rollout_is_oob_ratio"] == pytest.approx(2 / 7)
+    assert "rollout_corr/mismatch_kl_k1" in metrics  # the trainer's own diagnostics stay
+    # sequence IcePop: row 0's product 1.25 * 0.5 * 2.5 = 1.5625 leaves [0.6, 1.5]; row 1's 1.32 stays
+    batch = _small_batch()
+    apply_rollout_correction(batch, OmegaConf.create({"rollout_is": "sequence", "rollout_is_threshold": "0.6_1.5"}))
+    row1 = 1.0 * 1.5 * 0.8 * 1.1
+    expected = torch.tensor([[0.0, 0.0, 0.0, 0.0], [row1] * 4], dtype=torch.float64)
+    torch.testing.assert_close(batch.batch["rollout_is_weights"], expected)
+
+
+def test_trainer_pass_applies_verl_rollout_rs_options():
+    # token_k1 bands pi_rollout / pi_train = 1 / r within [0.6, 1.5]: row 0 keeps only r = 1.25 (1/r = 0.8)
+    batch = _small_batch()
+    metrics = apply_rollout_correction(
+        batch, RolloutCorrectionConfig(rollout_rs="token_k1", rollout_rs_threshold="0.6_1.5")
+    )
+    hand = [[float(m and 0.6 <= 1 / r <= 1.5) for r, m in zip(rs, ms)] for rs, ms in zip(RATIOS, MASK)]
+    assert hand == [[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]
+    assert batch.batch["response_mask"].tolist() == hand
+    assert "rollout_is_weights" not in batch.batch.keys()
+    assert metrics["rollout_corr/rollout_rs_token_k1_masked_fraction"] == pytest.approx(2 / 7)
+    # seq_mean_k3 at 0.1 drops row 0 (mean k3 0.268) and keeps row 1 (0.031); with token IS its weights are taken
+    # over the incoming mask, truncated at 2, as verl's trainer does
+    means = _hand_k3_row_means()
+    assert means[0] > 0.1 > means[1]
+    batch = _small_batch()
+    config = RolloutCorrectionConfig(
+        rollout_is="token",
+        rollout_is_threshold=2.0,
+        rollout_rs="token_k1,seq_mean_k3",
+        rollout_rs_threshold="0.6_1.5,0.1",
+    )
+    metrics = apply_rollout_correction(batch, config)
+    assert batch.batch["response_mask"].tolist() == [[0.0] * 4, [1.0] * 4]
+    truncated = [[min(r, 2.0) * m for r, m in zip(rs, ms)] for rs, ms in zip(RATIOS, MASK)]
+    torch.testing.assert_close(batch.batch["rollout_is_weights"], torch.tensor(truncated, dtype=torch.float64))
+    assert metrics["rollout_corr/rollout_rs_seq_mean_k3_seq_masked_fraction"] == pytest.approx(0.5)
+
+
+def test_verl_spellings_are_not_left_to_the_on_policy_update():
+    # verl's trainer applies them in a separate pass over the batch; so does this one
+    assert in_update_spec(RolloutCorrectionConfig(rollout_is="token", rollout_is_threshold="0.6_2.0")) is None
+    assert in_update_spec(RolloutCorrectionConfig(rollout_rs="token_k1", rollout_rs_threshold=1.5)) is None
+    assert in_update_spec(RolloutCorrectionConfig(rollout_is="token", rollout_is_threshold="1.5")) == {
+        "rollout_is": "token",
+        "rollout_is_threshold": 1.5,
+    }
+    # no rollout_is: the band is never read, so the update may still supply the old log-probs
+    assert in_update_spec(RolloutCorrectionConfig(rollout_is_threshold="0.6_2.0")) == {
+        "rollout_is": None,
+        "rollout_is_threshold": 2.0,
+    }
+    assert not uses_verl_options(RolloutCorrectionConfig(rollout_rs="geometric", rollout_rs_threshold="0.9_1.1"))
+    assert uses_verl_options(RolloutCorrectionConfig(rollout_rs="token,sequence", rollout_rs_threshold=2.0))
+
+
+def _ppo_trainer(correction: dict) -> RayPPOTrainer:
+    trainer = object.__new__(RayPPOTrainer)
+    trainer.bypass_mode, trainer.global_steps, trainer.metrics = False, 1, {}
+    trainer.config = OmegaConf.create(
+        {
+            "actor": {"ppo_epochs": 1, "ppo_mini_batch_size": 1, "skip_on_policy_log_prob": True},
+            "rollout": {"n": 2},
+            "trainer": {"critic_warmup": 0},
+            "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False, "rollout_correction": correction},
+        }
+    )
+    for group in ("actor", "ref", "critic"):  # what the composed config interpolates from rollout.n
+        trainer.config[group] = {**trainer.config.get(group, {}), "rollout_n": 2}
+    trainer.ppo_config = as_ppo_config(trainer.config)  # the config check accepts verl's spellings
+    return trainer
+
+
+def test_the_trainer_step_applies_verl_spellings():
+    trainer = _ppo_trainer(
+        {
+            "rollout_is": "token",
+            "rollout_is_threshold": "0.6_2.0",
+            "rollout_rs": "token_k1",
+            "rollout_rs_threshold": "0.6_1.5",
+        }
+    )
+    batch = _small_batch()
+    batch.batch["token_level_scores"] = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    batch.non_tensor_batch["uid"] = np.array(["a", "a"], dtype=object)
+    assert not trainer._on_policy_update(batch)  # the old log-probs come from a separate pass first
+    out = trainer._fit_compute_advantage(batch)
+    torch.testing.assert_close(
+        out.batch["rollout_is_weights"], torch.tensor(_hand_token_icepop(0.6, 2.0), dtype=torch.float64)
+    )
+    assert out.batch["response_mask"].tolist() == [[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]
+    rejected = out.batch["response_mask"] == 0
+    assert (out.batch["advantages"][rejected] == 0).all() and out.batch["advantages"][0, 0] != 0
+    assert "rollout_corr/rollout_rs_token_k1_masked_fraction" in trainer.metrics
+
+
+def _bypass_loss(spec: dict, advantages: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """The bypass-mode loss as the actor runs it: ``old_log_prob`` holds the rollout's log-probs."""
+    config = {"clip_ratio": 0.2, "policy_loss": {"loss_mode": "bypass_mode", "rollout_correction": spec}}
+    loss_fn = get_policy_loss_fn("bypass_mode")
+    return loss_fn(ROLLOUT.clone(), OLD.clone(), advantages, torch.tensor(MASK), "token-mean", config)
+
+
+def test_bypass_loss_applies_verl_spellings():
+    advantages = torch.tensor([[1.0, -2.0, 0.5, 3.0], [0.5, 1.0, -1.0, 2.0]], dtype=torch.float64)
+    # REINFORCE with token IcePop weights: -A * log pi * w, token-mean over the mask
+    spec = {"loss_type": "reinforce", "rollout_is": "token", "rollout_is_threshold": "0.6_2.0"}
+    loss, metrics = _bypass_loss(spec, advantages)
+    weights = _hand_token_icepop(0.6, 2.0)
+    terms = [
+        -float(advantages[i, j]) * float(OLD[i, j]) * weights[i][j] for i in range(2) for j in range(4) if MASK[i][j]
+    ]
+    assert loss.item() == pytest.approx(sum(terms) / 7)
+    assert metrics["rollout_corr/rollout_is_oob_ratio"] == pytest.approx(2 / 7)
+    # PPO-clip with token_k1 rejection: the clipped loss over the kept tokens only
+    spec = {"loss_type": "ppo_clip", "rollout_rs": "token_k1", "rollout_rs_threshold": "0.6_1.5"}
+    loss, metrics = _bypass_loss(spec, advantages)
+    kept = [(0, 0), (1, 0), (1, 1), (1, 2), (1, 3)]
+    clipped = [
+        max(-float(advantages[i, j]) * RATIOS[i][j], -float(advantages[i, j]) * min(max(RATIOS[i][j], 0.8), 1.2))
+        for i, j in kept
+    ]
+    assert loss.item() == pytest.approx(sum(clipped) / len(kept))
+    assert metrics["rollout_corr/rollout_rs_token_k1_masked_fraction"] == pytest.approx(2 / 7)

@@ -1,6 +1,7 @@
 """verl's rollout_corr_helper API: IS weights (truncate / IcePop), rejection options (verl's k1/k2/k3 and ours), metric
 names, the batch entry point, bypass mode, agreement with this package's apply_rollout_correction, and the typed
-RolloutCorrectionConfig taking verl's spellings (string thresholds, option names, comma lists) with errors by key."""
+RolloutCorrectionConfig taking verl's spellings (string thresholds, option names, comma lists) with errors by key, and
+verl's RolloutCorrectionConfig presets."""
 
 import dataclasses
 import inspect
@@ -376,7 +377,7 @@ def test_add_to_batch_reads_verl_spellings_from_every_form_of_the_config(make):
     assert "rollout_corr/rollout_rs_seq_mean_k3_masked_fraction" in metrics
 
 
-def test_the_config_keeps_verl_spellings_and_reads_one_band_into_two_numbers():
+def test_the_config_keeps_verl_spellings_and_reads_one_band_of_ours_into_two_numbers():
     verl_style = as_rollout_correction_config(OmegaConf.create(VERL_SPELLINGS))
     assert (verl_style.rollout_is_threshold, verl_style.rollout_rs_threshold) == ("0.6_2.0", "0.4_1.6,0.5")
     assert verl_style.rollout_rs_threshold_lower is None and verl_style.enabled
@@ -385,7 +386,19 @@ def test_the_config_keeps_verl_spellings_and_reads_one_band_into_two_numbers():
     assert (band.rollout_rs_threshold, band.rollout_rs_threshold_lower) == (1.6, 0.7)
     text = RolloutCorrectionConfig(rollout_rs="geometric", rollout_rs_threshold="1.25")
     assert (text.rollout_rs_threshold, text.rollout_rs_threshold_lower) == (1.25, 0.8)
-    assert RolloutCorrectionConfig(rollout_rs="seq_sum_k1", rollout_rs_threshold=2).rollout_rs_threshold_lower == 0.5
+    # verl's k1 options keep the threshold as verl spells it (the helper reads it; a lone u means 1/u_u)
+    k1 = RolloutCorrectionConfig(rollout_rs="seq_sum_k1", rollout_rs_threshold="0.7_1.6")
+    assert (k1.rollout_rs_threshold, k1.rollout_rs_threshold_lower) == ("0.7_1.6", None)
+    lone = RolloutCorrectionConfig(rollout_rs="seq_sum_k1", rollout_rs_threshold=2)
+    assert (lone.rollout_rs_threshold, lone.rollout_rs_threshold_lower) == (2, None)
+    # ... unless rollout_rs_threshold_lower gives the lower bound: then the two numbers, joined for the helper
+    joined = RolloutCorrectionConfig(rollout_rs="token_k1", rollout_rs_threshold="1.6", rollout_rs_threshold_lower=0.7)
+    assert (joined.rollout_rs_threshold, joined.rollout_rs_threshold_lower) == (1.6, 0.7)
+    same, _ = helper.compute_rollout_correction_and_add_to_batch(_batch(), joined)
+    as_band, _ = helper.compute_rollout_correction_and_add_to_batch(
+        _batch(), RolloutCorrectionConfig(rollout_rs="token_k1", rollout_rs_threshold="0.7_1.6")
+    )
+    assert torch.equal(same.batch["response_mask"], as_band.batch["response_mask"])
     old, rollout, mask = _drifted()
     ours = _batch(old, rollout, mask)
     apply_rollout_correction(ours, band)
@@ -427,6 +440,76 @@ def test_weights_differ_from_apply_rollout_correction_only_on_rejected_tokens():
     theirs, _ = helper.compute_rollout_correction_and_add_to_batch(_batch(old, rollout, mask), config)
     kept = ours.batch["response_mask"]
     torch.testing.assert_close(theirs.batch["rollout_is_weights"] * kept, ours.batch["rollout_is_weights"])
+
+
+# ------------------------------------------------------------------------------------------------ presets
+# verl 0.9.1's RolloutCorrectionConfig presets (verl/trainer/config/algorithm.py), with its defaults
+GEO = "0.999_1.001"
+PRESETS = {  # name: its parameters, in order, and their defaults
+    "decoupled_token_is": {"threshold": 2.0},
+    "decoupled_seq_is": {"threshold": 2.0},
+    "decoupled_token_icepop": {"threshold": 5.0, "threshold_lower": 0.5},
+    "decoupled_seq_is_rs": {"is_threshold": 2.0, "rs_threshold": "0.5_2.0"},
+    "decoupled_geo_rs": {"rs_threshold": GEO},
+    "bypass_ppo_clip": {},
+    "bypass_ppo_clip_geo_rs": {"rs_threshold": GEO},
+    "bypass_ppo_clip_k3_rs": {"rs_threshold": 0.01},
+    "bypass_pg_is": {"threshold": 2.0},
+    "bypass_pg_token_icepop": {"threshold": 5.0, "threshold_lower": 0.5},
+    "bypass_pg_geo_rs": {"rs_threshold": GEO},
+    "decoupled_geo_rs_seq_tis": {"is_threshold": 2.0, "rs_threshold": GEO},
+    "decoupled_geo_rs_token_tis": {"is_threshold": 2.0, "rs_threshold": GEO},
+    "bypass_pg_geo_rs_seq_tis": {"is_threshold": 2.0, "rs_threshold": GEO},
+    "bypass_pg_geo_rs_token_tis": {"is_threshold": 2.0, "rs_threshold": GEO},
+    "decoupled_k3_rs": {"rs_threshold": 0.01},
+    "decoupled_k3_rs_seq_tis": {"is_threshold": 2.0, "rs_threshold": 0.01},
+    "decoupled_k3_rs_token_tis": {"is_threshold": 2.0, "rs_threshold": 0.01},
+    "disabled": {},
+}
+FIELDS = ("rollout_is", "rollout_is_threshold", "rollout_rs", "rollout_rs_threshold", "bypass_mode", "loss_type")
+
+
+@pytest.mark.parametrize(
+    "preset, args, expected",
+    [
+        ("decoupled_token_is", (), ("token", 2.0, None, None, False, "ppo_clip")),
+        ("decoupled_seq_is", (3.0,), ("sequence", 3.0, None, None, False, "ppo_clip")),
+        ("decoupled_token_icepop", (), ("token", "0.5_5.0", None, None, False, "ppo_clip")),
+        ("decoupled_seq_is_rs", (), ("sequence", 2.0, "seq_sum_k1", "0.5_2.0", False, "ppo_clip")),
+        ("decoupled_geo_rs", (), (None, 2.0, "seq_mean_k1", "0.999_1.001", False, "ppo_clip")),
+        ("decoupled_k3_rs_token_tis", (), ("token", 2.0, "seq_mean_k3", 0.01, False, "ppo_clip")),
+        ("bypass_ppo_clip", (), (None, 2.0, None, None, True, "ppo_clip")),
+        ("bypass_ppo_clip_k3_rs", (), (None, 2.0, "seq_mean_k3", 0.01, True, "ppo_clip")),
+        ("bypass_pg_is", (), ("sequence", 2.0, None, None, True, "reinforce")),
+        ("bypass_pg_token_icepop", (4.0, 0.25), ("token", "0.25_4.0", None, None, True, "reinforce")),
+        ("bypass_pg_geo_rs_seq_tis", (), ("sequence", 2.0, "seq_mean_k1", "0.999_1.001", True, "reinforce")),
+        ("disabled", (), (None, 2.0, None, None, False, "ppo_clip")),
+    ],
+)
+def test_presets_give_verls_field_values(preset, args, expected):
+    config = getattr(RolloutCorrectionConfig, preset)(*args)
+    assert type(config) is RolloutCorrectionConfig
+    assert tuple(getattr(config, name) for name in FIELDS) == expected
+    assert config.rollout_rs_threshold_lower is None and config.rollout_token_veto_threshold is None
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_has_verls_parameters_and_runs_in_the_trainer(preset):
+    parameters = inspect.signature(getattr(RolloutCorrectionConfig, preset)).parameters.values()
+    assert [(parameter.name, parameter.default) for parameter in parameters] == list(PRESETS[preset].items())
+    config = getattr(RolloutCorrectionConfig, preset)()
+    old, rollout, mask = _drifted()
+    if config.bypass_mode:
+        actor = {"clip_ratio": 0.2, "policy_loss": helper.bypass_policy_loss_settings(config)}
+        loss, metrics = get_policy_loss_fn("bypass_mode")(rollout, old, torch.ones_like(old), mask, "token-mean", actor)
+        assert torch.isfinite(loss) and "rollout_corr/mismatch_kl_k1" in metrics
+    else:
+        batch = _batch(old, rollout, mask)
+        metrics = apply_rollout_correction(batch, config)
+        assert ("rollout_is_weights" in batch.batch.keys()) == (config.rollout_is is not None)
+        assert batch.batch["response_mask"].sum() <= mask.sum()
+        if config.rollout_rs is not None:
+            assert f"rollout_corr/rollout_rs_{config.rollout_rs}_masked_fraction" in metrics
 
 
 # ------------------------------------------------------------------------------------------- bypass mode

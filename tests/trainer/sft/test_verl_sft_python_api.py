@@ -111,6 +111,75 @@ def test_create_sft_dataset_picks_the_class(struct_rows_file, conversation_file,
     assert type(dataset).__name__ == "Doubled" and len(dataset) == 4
 
 
+# verl 0.9.1's sft_trainer_engine.yaml data group, reading the fixture's "conv" column
+ENGINE_DATA = {
+    "train_batch_size": 256,
+    "micro_batch_size_per_gpu": 4,
+    "max_token_len_per_gpu": 8192,
+    "use_dynamic_bsz": True,
+    "train_files": None,
+    "val_files": None,
+    "train_max_samples": -1,
+    "val_max_samples": -1,
+    "messages_key": "conv",
+    "tools_key": "tools",
+    "enable_thinking_key": "enable_thinking",
+    "enable_thinking_default": "none",
+    "pad_mode": "no_padding",
+    "max_length": 64,
+    "truncation": "error",
+    "balance_dp_token": False,
+    "custom_cls": {"path": None, "name": None},
+    "use_shm": False,
+    "apply_chat_template_kwargs": {},
+    "num_workers": 8,
+    "ignore_input_ids_mismatch": False,
+}
+
+
+def test_engine_create_sft_dataset_reads_the_typed_data_block(struct_rows_file, conversation_file, tokenizer, tmp_path):
+    from verl.base_config import ConfigError
+    from verl.trainer import sft_trainer
+    from verl.trainer.sft.config import SFTDataConfig, SFTMultiturnConfig
+    from verl.trainer.sft.dataset import SFTDataset as TrainerSFTDataset
+    from verl.utils.config_builder import as_config
+    from verl.utils.dataset.config import SFTDatasetConfig
+
+    direct = TrainerSFTDataset(
+        conversation_file,
+        tokenizer,
+        SFTDataConfig(
+            train_files=[conversation_file],
+            max_length=64,
+            multiturn=SFTMultiturnConfig(enable=True, messages_key="conv"),
+        ),
+    )
+    forms = [
+        OmegaConf.create(ENGINE_DATA),
+        dict(ENGINE_DATA),
+        as_config(OmegaConf.create(ENGINE_DATA), SFTDatasetConfig, "data"),
+    ]
+    for form in forms:
+        dataset = sft_trainer.create_sft_dataset(conversation_file, form, tokenizer)
+        assert len(dataset) == len(direct) == 4
+        for index in range(4):
+            assert torch.equal(dataset[index]["input_ids"], direct[index]["input_ids"])
+            assert torch.equal(dataset[index]["loss_mask"], direct[index]["loss_mask"])
+    first = sft_trainer.create_sft_dataset(conversation_file, OmegaConf.create(ENGINE_DATA), tokenizer, max_samples=2)
+    assert list(first.indices) == [0, 1]
+    shuffled = OmegaConf.create({**ENGINE_DATA, "shuffle": True, "seed": 7})
+    draws = [sft_trainer.create_sft_dataset(conversation_file, shuffled, tokenizer, max_samples=2) for _ in range(2)]
+    assert list(draws[0].indices) == list(draws[1].indices) and len(draws[0]) == 2
+    with pytest.raises(ConfigError, match=r"data\.mesages_key: unknown key for SFTDatasetConfig \(did you mean"):
+        sft_trainer.create_sft_dataset(conversation_file, {**ENGINE_DATA, "mesages_key": "conv"}, tokenizer)
+    with pytest.raises(ValueError, match="processor=None"):
+        sft_trainer.create_sft_dataset(conversation_file, ENGINE_DATA, tokenizer, processor=object())
+    (tmp_path / "custom.py").write_text(CUSTOM_DATASET)
+    custom = data_block(custom_cls={"path": str(tmp_path / "custom.py"), "name": "Doubled"})
+    dataset = sft_trainer.create_sft_dataset(struct_rows_file, custom, tokenizer, max_samples=2)
+    assert type(dataset).__name__ == "Doubled" and len(dataset) == 4  # the class got the block as given
+
+
 def test_collate_sft_batch_pads_variable_length_items():
     fixed = [{"input_ids": torch.tensor([1, 2]), "loss_mask": torch.tensor([0, 1])}] * 2
     assert collate_sft_batch(fixed)["input_ids"].shape == (2, 2)

@@ -156,9 +156,17 @@ class RolloutCorrectionConfig(BaseConfig):
     ``rollout_rs`` rejects samples: this package's ``token``/``sequence``/``geometric`` band the ratio within
     ``[rollout_rs_threshold_lower, rollout_rs_threshold]`` (or a ``"lower_upper"`` threshold, which is read into
     those two keys; a lone number ``u`` bands ``[1/u, u]``); verl's options (``token_k1``, ``seq_mean_k3``, ...,
-    comma-separated lists with one threshold per option or one for all) are applied by ``rollout_corr_helper``.
+    comma-separated lists with one threshold per option or one for all) keep their threshold as written. The
+    trainer applies verl's spellings as verl's trainer does, through ``rollout_corr_helper``.
     ``bypass_mode`` uses the rollout's own log-probs as the old policy and skips the actor's recomputation;
     ``loss_type`` is the bypass-mode loss (``ppo_clip`` or ``reinforce``).
+
+    verl's presets are classmethods with verl's names, arguments and field values: ``decoupled_token_is()``,
+    ``decoupled_seq_is()``, ``decoupled_token_icepop()``, ``decoupled_seq_is_rs()``, ``decoupled_geo_rs()``,
+    ``decoupled_geo_rs_seq_tis()``, ``decoupled_geo_rs_token_tis()``, ``decoupled_k3_rs()``,
+    ``decoupled_k3_rs_seq_tis()``, ``decoupled_k3_rs_token_tis()``, ``bypass_ppo_clip()``,
+    ``bypass_ppo_clip_geo_rs()``, ``bypass_ppo_clip_k3_rs()``, ``bypass_pg_is()``, ``bypass_pg_token_icepop()``,
+    ``bypass_pg_geo_rs()``, ``bypass_pg_geo_rs_seq_tis()``, ``bypass_pg_geo_rs_token_tis()`` and ``disabled()``.
     """
 
     rollout_is: str | None = None
@@ -198,18 +206,199 @@ class RolloutCorrectionConfig(BaseConfig):
                 "rollout_rs_threshold ('lower_upper' per option)",
             )
             return
-        # one band (or none yet): stored as the two numbers the trainer's correction reads
         option = options[0] if options else RATIO_RS_OPTIONS[0]
         band_lower, upper = _parsed("rollout_rs_threshold", parse_rs_thresholds, [option], threshold)[option]
         if isinstance(threshold, str) and "_" in threshold:
             check(lower is None, "rollout_rs_threshold_lower", f"is set twice: here and in {threshold!r}")
-            lower = band_lower
+        if option not in RATIO_RS_OPTIONS and lower is None:
+            return  # one of verl's k1 options: kept as verl spells it (rollout_corr_helper reads it)
+        # a band of this package's options (or none yet), or a k1 upper bound with rollout_rs_threshold_lower:
+        # stored as the two numbers the trainer's own correction reads
         object.__setattr__(self, "rollout_rs_threshold", upper)
         object.__setattr__(self, "rollout_rs_threshold_lower", band_lower if lower is None else lower)
 
     @property
     def enabled(self) -> bool:
         return self.rollout_is is not None or self.rollout_rs is not None or self.bypass_mode
+
+    # verl's presets (verl 0.9.1 ``RolloutCorrectionConfig``). "decoupled": the trainer recomputes the old
+    # log-probs and weights the gap to the rollout; "bypass": the rollout's log-probs are the old policy.
+    # Geo-RS is verl's seq_mean_k1 (the geometric mean of pi_rollout / pi_train), K3-RS its seq_mean_k3.
+    @classmethod
+    def decoupled_token_is(cls, threshold: float = 2.0) -> RolloutCorrectionConfig:
+        """Token-level truncated importance sampling (Token-TIS)."""
+        return cls(rollout_is="token", rollout_is_threshold=threshold, rollout_rs=None)
+
+    @classmethod
+    def decoupled_seq_is(cls, threshold: float = 2.0) -> RolloutCorrectionConfig:
+        """Sequence-level truncated importance sampling (Seq-TIS)."""
+        return cls(rollout_is="sequence", rollout_is_threshold=threshold, rollout_rs=None)
+
+    @classmethod
+    def decoupled_token_icepop(cls, threshold: float = 5.0, threshold_lower: float = 0.5) -> RolloutCorrectionConfig:
+        """Token-level IcePop: token weights outside ``[threshold_lower, threshold]`` become zero."""
+        return cls(rollout_is="token", rollout_is_threshold=f"{threshold_lower}_{threshold}", rollout_rs=None)
+
+    @classmethod
+    def decoupled_seq_is_rs(
+        cls, is_threshold: float = 2.0, rs_threshold: str | float | None = "0.5_2.0"
+    ) -> RolloutCorrectionConfig:
+        """Seq-TIS with sequence-level rejection (``seq_sum_k1``) (Seq-MIS)."""
+        return cls(
+            rollout_is="sequence",
+            rollout_is_threshold=is_threshold,
+            rollout_rs="seq_sum_k1",
+            rollout_rs_threshold=rs_threshold,
+        )
+
+    @classmethod
+    def decoupled_geo_rs(cls, rs_threshold: str | float | None = "0.999_1.001") -> RolloutCorrectionConfig:
+        """Geo-RS: reject responses whose geometric-mean ratio leaves the band; no weights."""
+        return cls(rollout_is=None, rollout_rs="seq_mean_k1", rollout_rs_threshold=rs_threshold)
+
+    @classmethod
+    def bypass_ppo_clip(cls) -> RolloutCorrectionConfig:
+        """Bypass mode, PPO-clip loss on pi / pi_rollout (the clip bounds the step; no weights)."""
+        return cls(rollout_is=None, rollout_rs=None, bypass_mode=True, loss_type="ppo_clip")
+
+    @classmethod
+    def bypass_ppo_clip_geo_rs(cls, rs_threshold: str | float | None = "0.999_1.001") -> RolloutCorrectionConfig:
+        """Bypass mode, PPO-clip loss and Geo-RS."""
+        return cls(
+            rollout_is=None,
+            rollout_rs="seq_mean_k1",
+            rollout_rs_threshold=rs_threshold,
+            bypass_mode=True,
+            loss_type="ppo_clip",
+        )
+
+    @classmethod
+    def bypass_ppo_clip_k3_rs(cls, rs_threshold: float = 0.01) -> RolloutCorrectionConfig:
+        """Bypass mode, PPO-clip loss and K3-RS (rejects responses whose mean k3 exceeds ``rs_threshold``)."""
+        return cls(
+            rollout_is=None,
+            rollout_rs="seq_mean_k3",
+            rollout_rs_threshold=rs_threshold,
+            bypass_mode=True,
+            loss_type="ppo_clip",
+        )
+
+    @classmethod
+    def bypass_pg_is(cls, threshold: float = 2.0) -> RolloutCorrectionConfig:
+        """Bypass mode, REINFORCE loss with Seq-TIS weights."""
+        return cls(
+            rollout_is="sequence",
+            rollout_is_threshold=threshold,
+            rollout_rs=None,
+            bypass_mode=True,
+            loss_type="reinforce",
+        )
+
+    @classmethod
+    def bypass_pg_token_icepop(cls, threshold: float = 5.0, threshold_lower: float = 0.5) -> RolloutCorrectionConfig:
+        """Bypass mode, REINFORCE loss with token-level IcePop weights."""
+        return cls(
+            rollout_is="token",
+            rollout_is_threshold=f"{threshold_lower}_{threshold}",
+            rollout_rs=None,
+            bypass_mode=True,
+            loss_type="reinforce",
+        )
+
+    @classmethod
+    def bypass_pg_geo_rs(cls, rs_threshold: str | float | None = "0.999_1.001") -> RolloutCorrectionConfig:
+        """Bypass mode, REINFORCE loss and Geo-RS; no weights."""
+        return cls(
+            rollout_is=None,
+            rollout_rs="seq_mean_k1",
+            rollout_rs_threshold=rs_threshold,
+            bypass_mode=True,
+            loss_type="reinforce",
+        )
+
+    @classmethod
+    def decoupled_geo_rs_seq_tis(
+        cls, is_threshold: float = 2.0, rs_threshold: str | float | None = "0.999_1.001"
+    ) -> RolloutCorrectionConfig:
+        """Geo-RS with Seq-TIS weights."""
+        return cls(
+            rollout_is="sequence",
+            rollout_is_threshold=is_threshold,
+            rollout_rs="seq_mean_k1",
+            rollout_rs_threshold=rs_threshold,
+        )
+
+    @classmethod
+    def decoupled_geo_rs_token_tis(
+        cls, is_threshold: float = 2.0, rs_threshold: str | float | None = "0.999_1.001"
+    ) -> RolloutCorrectionConfig:
+        """Geo-RS with Token-TIS weights."""
+        return cls(
+            rollout_is="token",
+            rollout_is_threshold=is_threshold,
+            rollout_rs="seq_mean_k1",
+            rollout_rs_threshold=rs_threshold,
+        )
+
+    @classmethod
+    def bypass_pg_geo_rs_seq_tis(
+        cls, is_threshold: float = 2.0, rs_threshold: str | float | None = "0.999_1.001"
+    ) -> RolloutCorrectionConfig:
+        """Bypass mode, REINFORCE loss, Geo-RS and Seq-TIS weights."""
+        return cls(
+            rollout_is="sequence",
+            rollout_is_threshold=is_threshold,
+            rollout_rs="seq_mean_k1",
+            rollout_rs_threshold=rs_threshold,
+            bypass_mode=True,
+            loss_type="reinforce",
+        )
+
+    @classmethod
+    def bypass_pg_geo_rs_token_tis(
+        cls, is_threshold: float = 2.0, rs_threshold: str | float | None = "0.999_1.001"
+    ) -> RolloutCorrectionConfig:
+        """Bypass mode, REINFORCE loss, Geo-RS and Token-TIS weights."""
+        return cls(
+            rollout_is="token",
+            rollout_is_threshold=is_threshold,
+            rollout_rs="seq_mean_k1",
+            rollout_rs_threshold=rs_threshold,
+            bypass_mode=True,
+            loss_type="reinforce",
+        )
+
+    @classmethod
+    def decoupled_k3_rs(cls, rs_threshold: float = 0.01) -> RolloutCorrectionConfig:
+        """K3-RS: reject responses whose mean k3 (r - 1 - log r) exceeds ``rs_threshold``; no weights."""
+        return cls(rollout_is=None, rollout_rs="seq_mean_k3", rollout_rs_threshold=rs_threshold)
+
+    @classmethod
+    def decoupled_k3_rs_seq_tis(cls, is_threshold: float = 2.0, rs_threshold: float = 0.01) -> RolloutCorrectionConfig:
+        """K3-RS with Seq-TIS weights."""
+        return cls(
+            rollout_is="sequence",
+            rollout_is_threshold=is_threshold,
+            rollout_rs="seq_mean_k3",
+            rollout_rs_threshold=rs_threshold,
+        )
+
+    @classmethod
+    def decoupled_k3_rs_token_tis(
+        cls, is_threshold: float = 2.0, rs_threshold: float = 0.01
+    ) -> RolloutCorrectionConfig:
+        """K3-RS with Token-TIS weights."""
+        return cls(
+            rollout_is="token",
+            rollout_is_threshold=is_threshold,
+            rollout_rs="seq_mean_k3",
+            rollout_rs_threshold=rs_threshold,
+        )
+
+    @classmethod
+    def disabled(cls) -> RolloutCorrectionConfig:
+        """No correction: the mismatch metrics only."""
+        return cls(rollout_is=None, rollout_rs=None)
 
 
 def _parsed(key: str, parse: Callable[..., T], *args: Any) -> T:

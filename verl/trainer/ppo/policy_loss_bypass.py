@@ -12,7 +12,9 @@ update's own (detached) log-probs, as configured in ``actor.policy_loss.rollout_
 
 Rejection sampling (``rollout_rs``, ``rollout_rs_threshold``, ``rollout_rs_threshold_lower``,
 ``rollout_token_veto_threshold``) removes tokens from the loss mask in both cases. The mechanics are
-those of :mod:`verl.trainer.ppo.rollout_corr`, which the non-bypass trainer path uses on the batch.
+those of :mod:`verl.trainer.ppo.rollout_corr`, which the non-bypass trainer path uses on the batch. verl's spellings
+(an IcePop ``"lower_upper"`` ``rollout_is_threshold``, verl's ``rollout_rs`` options and comma lists) are applied as
+verl's bypass loss applies them, by ``rollout_corr_helper``; batch normalisation stays within the micro-batch.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from verl.trainer.ppo.rollout_corr import (
     compute_rollout_is_weights,
     mismatch_metrics,
     rejection_mask,
+    uses_verl_options,
 )
+from verl.trainer.ppo.rollout_corr_helper import correction_from_config
 from verl.utils.torch_functional import masked_mean
 
 __all__ = ["compute_policy_loss_reinforce", "compute_policy_loss_bypass_mode"]
@@ -71,6 +75,8 @@ def _correction(
     """(importance weights or None, mask after rejection, metrics) from the update's detached log-probs."""
     current = log_prob.detach()
     metrics = mismatch_metrics(current, rollout_log_prob, response_mask)
+    if uses_verl_options(spec):
+        return _verl_correction(current, rollout_log_prob, response_mask, spec, metrics)
     rs_level, veto = spec.rollout_rs, spec.rollout_token_veto_threshold
     mask = response_mask
     if rs_level or veto is not None:
@@ -93,6 +99,28 @@ def _correction(
     metrics.update(_weight_metrics(weights, mask, threshold))
     if spec.rollout_is_batch_normalize:
         weights = _normalized(weights, mask, str(level))
+    return weights, mask, metrics
+
+
+def _verl_correction(
+    current: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    spec: RolloutCorrectionConfig,
+    metrics: dict[str, float],
+) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
+    """:func:`_correction` for verl's spellings, as verl's bypass loss computes it: weights over the incoming mask,
+    rejection by ``rollout_corr_helper``, verl's ``rollout_corr/*`` metrics. ``rollout_is_batch_normalize`` divides
+    by this micro-batch's mean (verl averages over the ranks' current micro-batches, a collective this loss avoids:
+    ranks may run different numbers of micro-batches)."""
+    if not response_mask.any():
+        return (None if spec.rollout_is is None else torch.zeros_like(current)), response_mask, metrics
+    weights, mask, helper_metrics = correction_from_config(
+        current, rollout_log_prob, response_mask, spec, batch_normalize=False
+    )
+    metrics.update(helper_metrics)
+    if weights is not None and spec.rollout_is_batch_normalize:
+        weights = _normalized(weights, response_mask.to(weights.dtype), str(spec.rollout_is))
     return weights, mask, metrics
 
 

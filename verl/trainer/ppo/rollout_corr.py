@@ -11,6 +11,11 @@ product of the token ratios; ``geometric``: their geometric mean) whose ratio le
 token whose ratio is below it. Dropped tokens leave `response_mask`, so they get no advantage and no loss.
 `rollout_is_batch_normalize` then rescales the weights to a mean of 1 over the batch (over tokens at token level,
 over responses at sequence level).
+
+verl's spellings (an IcePop ``"lower_upper"`` `rollout_is_threshold`, verl's `rollout_rs` options such as
+``token_k1`` or ``seq_mean_k3``, comma lists of options) are applied as verl's trainer applies them, by
+:func:`verl.trainer.ppo.rollout_corr_helper.compute_rollout_correction_and_add_to_batch` (see
+:func:`uses_verl_options`): weights over the incoming mask, each option's rejection, verl's ``rollout_corr/*`` metrics.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
+from verl.trainer.config.algo_config import RolloutCorrectionConfig, parse_is_threshold, parse_rs_options
 from verl.trainer.ppo._util import as_rollout_correction_config
 from verl.utils.torch_functional import masked_mean
 
@@ -137,9 +143,43 @@ def _normalized(weights: torch.Tensor, mask: torch.Tensor, level: str) -> torch.
     return weights / mean.clamp(min=1e-8)
 
 
+def uses_verl_options(config: RolloutCorrectionConfig) -> bool:
+    """True when ``config`` says something only verl's ``rollout_corr_helper`` applies: an IcePop
+    ``"lower_upper"`` ``rollout_is_threshold`` (with ``rollout_is`` set), or a ``rollout_rs`` naming one of verl's
+    options or more than one option. The trainer then applies the whole correction through the helper."""
+    if config.rollout_is is not None and parse_is_threshold(config.rollout_is_threshold)[1] is not None:
+        return True
+    if config.rollout_rs is None:
+        return False
+    options = parse_rs_options(config.rollout_rs)
+    return len(options) > 1 or options[0] not in RS_LEVELS
+
+
+def _apply_verl_options(batch: DataProto, config: RolloutCorrectionConfig, metrics: dict[str, float]) -> None:
+    """verl's trainer step (``compute_rollout_correction_and_add_to_batch``) on ``batch``; its metrics into
+    ``metrics``. In bypass mode verl leaves this to the update's loss; so does this."""
+    from verl.trainer.ppo.rollout_corr_helper import correction_from_config  # the helper imports this module
+
+    if config.bypass_mode:
+        return
+    response_mask = batch.batch["response_mask"]
+    if not response_mask.any():  # nothing to weight or reject (the helper refuses an empty mask)
+        if config.rollout_is is not None:
+            batch.batch["rollout_is_weights"] = torch.zeros_like(batch.batch["old_log_probs"])
+        return
+    weights, kept, helper_metrics = correction_from_config(
+        batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], response_mask, config
+    )
+    batch.batch["response_mask"] = kept
+    if weights is not None:
+        batch.batch["rollout_is_weights"] = weights
+    metrics.update(helper_metrics)
+
+
 def apply_rollout_correction(batch: DataProto, config: Any) -> dict[str, float]:
     """Reject tokens or responses (`rollout_rs`, the token veto) from `response_mask` and add `rollout_is_weights`
-    when configured; return mismatch, rejection and weight metrics."""
+    when configured; return mismatch, rejection and weight metrics. verl's spellings go through
+    ``rollout_corr_helper`` (:func:`uses_verl_options`), whose metrics are verl's."""
     keys = batch.batch.keys()
     if "rollout_log_probs" not in keys or "old_log_probs" not in keys:
         return {}
@@ -147,6 +187,9 @@ def apply_rollout_correction(batch: DataProto, config: Any) -> dict[str, float]:
     old_log_prob, rollout_log_prob = batch.batch["old_log_probs"], batch.batch["rollout_log_probs"]
     metrics = mismatch_metrics(old_log_prob, rollout_log_prob, response_mask)
     config = as_rollout_correction_config(config)
+    if uses_verl_options(config):
+        _apply_verl_options(batch, config, metrics)
+        return metrics
     rs_level, veto = config.rollout_rs, config.rollout_token_veto_threshold
     if rs_level or veto is not None:
         upper, lower = config.rollout_rs_threshold, config.rollout_rs_threshold_lower
@@ -168,7 +211,7 @@ def apply_rollout_correction(batch: DataProto, config: Any) -> dict[str, float]:
         batch.batch["response_mask"] = kept
     level = config.rollout_is
     if level:
-        threshold = float(config.rollout_is_threshold)
+        threshold = parse_is_threshold(config.rollout_is_threshold)[0]
         weights = compute_rollout_is_weights(old_log_prob, rollout_log_prob, response_mask, str(level), threshold)
         metrics.update(_weight_metrics(weights, response_mask, threshold))
         if config.rollout_is_batch_normalize:
@@ -184,17 +227,17 @@ IN_UPDATE_KEY = "rollout_correction_in_update"
 
 def in_update_spec(config: Any) -> dict[str, Any] | None:
     """What an on-policy update needs to apply ``config`` from its own forward pass, or None when the correction
-    looks at the whole batch before the update (rejection, the token veto, batch normalisation) or bypasses the
-    trainer's log-probs altogether."""
+    looks at the whole batch before the update (rejection, the token veto, batch normalisation), uses verl's
+    spellings (applied by a separate pass, as verl's trainer does) or bypasses the trainer's log-probs altogether."""
     config = as_rollout_correction_config(config)
     if config.rollout_rs or config.rollout_token_veto_threshold is not None:
         return None
-    if config.rollout_is_batch_normalize or config.bypass_mode:
+    if config.rollout_is_batch_normalize or config.bypass_mode or uses_verl_options(config):
         return None
     level = config.rollout_is
     return {
         "rollout_is": None if level is None else str(level),
-        "rollout_is_threshold": float(config.rollout_is_threshold),
+        "rollout_is_threshold": parse_is_threshold(config.rollout_is_threshold)[0],
     }
 
 

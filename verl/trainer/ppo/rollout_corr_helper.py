@@ -429,21 +429,41 @@ def compute_rollout_correction_and_add_to_batch(
     missing = [key for key in ("old_log_probs", "rollout_log_probs", "response_mask") if key not in batch.batch.keys()]
     if missing:
         raise KeyError(f"compute_rollout_correction_and_add_to_batch: the batch has no {missing}")
+    weights, kept, metrics = correction_from_config(
+        batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"], config
+    )
+    batch.batch["response_mask"] = kept
+    if weights is not None:
+        batch.batch["rollout_is_weights"] = weights
+    return batch, metrics
+
+
+def correction_from_config(
+    old_log_prob: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: RolloutCorrectionConfig,
+    *,
+    batch_normalize: bool | None = None,
+) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
+    """:func:`compute_rollout_correction_and_rejection_mask` with the settings of ``config``: (``rollout_is_weights``
+    or None, the mask after rejection, ``rollout_corr/*`` metrics). ``batch_normalize`` overrides
+    ``config.rollout_is_batch_normalize`` (the bypass loss normalises per micro-batch itself). The trainer's own
+    pass (:mod:`.rollout_corr`, :mod:`.policy_loss_bypass`) calls this for verl's spellings."""
+    normalize = config.rollout_is_batch_normalize if batch_normalize is None else batch_normalize
     proto, kept, metrics = compute_rollout_correction_and_rejection_mask(
-        batch.batch["old_log_probs"],
-        batch.batch["rollout_log_probs"],
-        batch.batch["response_mask"],
+        old_log_prob,
+        rollout_log_prob,
+        response_mask,
         rollout_is=config.rollout_is,
         rollout_is_threshold=config.rollout_is_threshold,
-        rollout_is_batch_normalize=config.rollout_is_batch_normalize,
+        rollout_is_batch_normalize=normalize,
         rollout_rs=config.rollout_rs,
         rollout_rs_threshold=_rs_threshold_spec(config),
         rollout_token_veto_threshold=config.rollout_token_veto_threshold,
     )
-    batch.batch["response_mask"] = kept
-    if proto is not None:
-        batch.batch["rollout_is_weights"] = proto.batch["rollout_is_weights"]
-    return batch, metrics
+    weights = None if proto is None else proto.batch["rollout_is_weights"]
+    return weights, kept, metrics
 
 
 def compute_rollout_corr_metrics_from_logprobs(
