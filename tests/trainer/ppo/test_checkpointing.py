@@ -154,3 +154,48 @@ def test_mirror_problems_name_the_key(tmp_path, monkeypatch):
     ):
         _save_with_roles(ckpt, 1)
     assert (tmp_path / "local" / TRACKER_FILE).read_text() == "1"  # the local checkpoint is intact
+
+
+def test_resume_candidates_go_from_the_tracked_checkpoint_back_through_complete_ones(tmp_path):
+    ckpt = TrainerCheckpointer(_cfg(tmp_path))
+    for step in (1, 2, 4):
+        ckpt.save_trainer_state(step, {})
+    (tmp_path / "global_step_3").mkdir()  # incomplete: never a candidate
+    assert ckpt.resume_candidates() == [tmp_path / f"global_step_{s}" for s in (4, 2, 1)]
+    (tmp_path / TRACKER_FILE).write_text("2")
+    assert ckpt.resume_candidates() == [tmp_path / "global_step_2", tmp_path / "global_step_1"]
+    explicit = TrainerCheckpointer(
+        _cfg(tmp_path, resume_mode="resume_path", resume_from_path=str(tmp_path / "global_step_4"))
+    )
+    assert explicit.resume_candidates() == [tmp_path / "global_step_4"]  # no fallback from an explicit choice
+    assert TrainerCheckpointer(_cfg(tmp_path, resume_mode="disable")).resume_candidates() == []
+
+
+def test_an_unreadable_tracker_gives_way_to_the_newest_complete_checkpoint(tmp_path, caplog):
+    ckpt = TrainerCheckpointer(_cfg(tmp_path))
+    ckpt.save_trainer_state(1, {})
+    ckpt.save_trainer_state(2, {})
+    (tmp_path / TRACKER_FILE).write_text("\x00\x00garbage")
+    with caplog.at_level("WARNING"):
+        assert ckpt.find_resume_dir() == tmp_path / "global_step_2"
+    assert "not a step number" in caplog.text
+
+
+def test_a_save_that_fails_on_storage_is_named_and_leaves_the_last_checkpoint(tmp_path):
+    import errno
+
+    ckpt = TrainerCheckpointer(_cfg(tmp_path))
+    ckpt.save_trainer_state(1, {})
+    (tmp_path / "global_step_2" / "actor").mkdir(parents=True)  # the workers' partial files
+    full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "global_step_2" / "actor" / "x.distcp"))
+    try:
+        raise RuntimeError("save_checkpoint failed on rank 0") from full
+    except RuntimeError as wrapped:
+        error = ckpt.save_failed(2, wrapped)
+    assert error is not None and "No space left on device" in str(error)
+    assert "trainer.default_local_dir" in str(error) and "global_step_1" in str(error)
+    assert not (tmp_path / "global_step_2").exists() and (tmp_path / "global_step_1").is_dir()
+    assert (tmp_path / TRACKER_FILE).read_text() == "1"
+    assert ckpt.save_failed(3, ValueError("a bug, not the disk")) is None
+    # a worker's error only carries the text of the fault
+    assert ckpt.save_failed(3, RuntimeError("OSError: [Errno 30] Read-only file system: '/ckpt'")) is not None

@@ -201,3 +201,74 @@ def test_a_resume_that_fails_deletes_nothing(ray_cluster, tmp_path):
         )
     assert (tmp_path / "global_step_1" / "actor" / "checkpoint_meta.json").is_file()
     assert (tmp_path / TRACKER_FILE).read_text() == "1"
+
+
+def _logged_steps(run_dir) -> list[int]:
+    """Every step record in the run folder's metrics file, re-logged steps included, in the order written."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["step"] for line in lines if line.strip()]
+
+
+@pytest.mark.slow
+def test_a_corrupt_latest_checkpoint_gives_way_to_the_previous_one(ray_cluster, tmp_path):
+    """A truncated shard in the newest checkpoint: ``resume_mode=auto`` resumes from the one before (and trains
+    step 2 again) instead of failing or starting afresh."""
+    one_worker = "trainer.n_gpus_per_node=1"
+    run_ppo(_config(tmp_path, "trainer.total_training_steps=2", "trainer.save_freq=1", one_worker))
+    shards = sorted((tmp_path / "global_step_2" / "actor").rglob("*.distcp"))
+    assert shards, "expected torch.distributed.checkpoint shards in the actor folder"
+    biggest = max(shards, key=lambda p: p.stat().st_size)
+    biggest.write_bytes(biggest.read_bytes()[: biggest.stat().st_size // 3])
+    resumed = ("trainer.total_training_steps=3", "trainer.save_freq=1", "trainer.resume_mode=auto", one_worker)
+    run_ppo(_config(tmp_path, *resumed))
+    assert _logged_steps(tmp_path) == [1, 2, 2, 3]  # resumed after step 1, not step 2
+    assert (tmp_path / TRACKER_FILE).read_text() == "3"  # step 2 saved again over the corrupt folder
+
+
+@pytest.mark.slow
+def test_a_corrupt_only_checkpoint_is_an_error_not_a_fresh_start(ray_cluster, tmp_path):
+    one_worker = "trainer.n_gpus_per_node=1"
+    run_ppo(_config(tmp_path, "trainer.total_training_steps=1", "trainer.save_freq=1", one_worker))
+    (tmp_path / "global_step_1" / "trainer_state.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(Exception, match="global_step_1|trainer_state"):
+        run_ppo(_config(tmp_path, "trainer.total_training_steps=2", "trainer.resume_mode=auto", one_worker))
+    assert _logged_steps(tmp_path) == [1]
+
+
+def _mount_tmpfs(path, size_bytes: int) -> bool:
+    import subprocess
+
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)], capture_output=True, check=False
+    )
+    return done.returncode == 0
+
+
+@pytest.mark.slow
+def test_a_full_disk_names_the_folder_and_keeps_the_last_checkpoint(ray_cluster, tmp_path):
+    """The checkpoint folder on a small tmpfs that holds one checkpoint: the second save fails with an error naming
+    the fault, the folder and the intact checkpoint; the partial folder is removed and the run resumes from step 1."""
+    import shutil
+    import subprocess
+
+    one_worker = "trainer.n_gpus_per_node=1"
+    probe = tmp_path / "probe"
+    run_ppo(_config(probe, "trainer.total_training_steps=1", "trainer.save_freq=1", one_worker))
+    one_checkpoint = sum(f.stat().st_size for f in (probe / "global_step_1").rglob("*") if f.is_file())
+    small = tmp_path / "small"
+    if not _mount_tmpfs(small, int(one_checkpoint * 1.5)):  # room for one checkpoint and the metrics, not two
+        pytest.skip("mounting a tmpfs needs root; the full-disk case was tried by hand (docs/reliability.md)")
+    try:
+        with pytest.raises(Exception, match="No space left on device") as failure:
+            run_ppo(_config(small, "trainer.total_training_steps=2", "trainer.save_freq=1", one_worker))
+        message = str(failure.value)
+        assert "global_step_2" in message and "global_step_1" in message and "trainer.default_local_dir" in message
+        assert not (small / "global_step_2").exists()
+        assert (small / TRACKER_FILE).read_text() == "1" and (small / "global_step_1" / "trainer_state.pt").is_file()
+        shutil.copytree(small, tmp_path / "moved")  # a rerun elsewhere resumes from the intact checkpoint
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+    moved = tmp_path / "moved"
+    run_ppo(_config(moved, "trainer.total_training_steps=2", "trainer.resume_mode=auto", one_worker))
+    assert _logged_steps(moved) == [1, 2]

@@ -7,7 +7,10 @@ Layout under `trainer.default_local_dir`::
     global_step_{k}/trainer_state.pt  global step, dataloader position, weight version, KL coefficient
     latest_checkpointed_iteration.txt the step of the newest complete checkpoint
 
-The tracker file is written last, so a run killed mid-save resumes from the previous complete checkpoint.
+The tracker file is written last, so a run killed mid-save resumes from the previous complete checkpoint. With
+``resume_mode=auto`` a latest checkpoint that cannot be loaded (a corrupt or truncated file) gives way to the
+previous complete one, with a warning naming both (:meth:`TrainerCheckpointer.resume_candidates`); an unreadable
+tracker gives way to the newest complete folder.
 With ``trainer.del_local_ckpt_after_load`` the folder a run resumed from is deleted once it is loaded, and the
 tracker moves back to the newest complete checkpoint left (or goes away when none is left). With
 ``trainer.default_hdfs_dir`` every complete checkpoint is also copied there (:mod:`checkpoint_mirror`).
@@ -15,6 +18,8 @@ tracker moves back to the newest complete checkpoint left (or goes away when non
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import re
 import shutil
@@ -26,10 +31,44 @@ import torch
 from verl.trainer.ppo.checkpoint_mirror import CheckpointMirror
 from verl.utils.config import omega_conf_to_dataclass
 
+logger = logging.getLogger(__name__)
+
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 STATE_FILE = "trainer_state.pt"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 CRITIC_DIR = "critic"
+
+
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM}
+_STORAGE_TEXTS = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "Read-only file system",
+    "File too large",
+    "Permission denied",
+)
+
+
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint could not be written (full disk, quota, read-only or forbidden folder); the previous complete
+    checkpoint is untouched."""
+
+
+def storage_failure(exc: BaseException) -> str | None:
+    """The storage fault behind ``exc`` (an ``OSError`` anywhere in its chain, or a worker's error text naming
+    one), else None: what makes a failed save the disk's fault rather than the program's."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _STORAGE_ERRNOS:
+            return f"{os.strerror(current.errno)}" + (f" ({current.filename})" if current.filename else "")
+        text = str(current)
+        for marker in _STORAGE_TEXTS:
+            if marker in text:
+                return marker
+        current = current.__cause__ or current.__context__ or getattr(current, "cause", None)
+    return None
 
 
 def _newest(steps: list[int], limit: int | None) -> set[int]:
@@ -58,6 +97,41 @@ class TrainerCheckpointer:
 
     def step_dir(self, step: int) -> Path:
         return self.root / f"global_step_{step}"
+
+    def _storage_state(self) -> str | None:
+        """A full or unwritable checkpoint folder, seen from outside: torch's zip writer reports a short write as
+        "unexpected pos ..." rather than the disk's own error, so the free space is what tells."""
+        folder = self.root if self.root.exists() else self.root.parent
+        if not os.access(folder, os.W_OK):
+            return f"no write access to {folder}"
+        free = shutil.disk_usage(folder).free
+        previous = self.latest_step_dir()
+        needed = sum(f.stat().st_size for f in previous.rglob("*") if f.is_file()) if previous else 16 << 20
+        if free < needed:
+            return f"No space left on device ({free} bytes free, a checkpoint takes about {needed})"
+        return None
+
+    def save_failed(self, step: int, exc: BaseException) -> CheckpointSaveError | None:
+        """For a save of ``step`` that failed on storage: remove its partial folder (never a complete or tracked
+        one) and return the error to raise, naming the folder, the fault and the checkpoint a rerun resumes from;
+        None when the failure is not a storage fault (the caller re-raises it as it is)."""
+        fault = storage_failure(exc) or self._storage_state()
+        if fault is None:
+            return None
+        step_dir = self.step_dir(step)
+        if self._tracked_step() != step and not (step_dir / STATE_FILE).is_file():
+            shutil.rmtree(step_dir, ignore_errors=True)
+        previous = self.latest_step_dir()
+        resume = (
+            f"the last complete checkpoint, {previous}, is intact and trainer.resume_mode=auto resumes from it"
+            if previous is not None
+            else "no complete checkpoint exists yet"
+        )
+        return CheckpointSaveError(
+            f"saving the checkpoint of step {step} to {step_dir} failed: {fault}. trainer.default_local_dir="
+            f"{self.root} has no room (or no write access) for it; the partial folder was removed and {resume}. Free "
+            "space or point trainer.default_local_dir elsewhere, then rerun."
+        )
 
     def save_trainer_state(self, step: int, state: dict[str, Any]) -> None:
         step_dir = self.step_dir(step)
@@ -103,9 +177,9 @@ class TrainerCheckpointer:
         tracker = self.root / TRACKER_FILE
         if step_dir.parent.resolve() != self.root.resolve() or not tracker.is_file():
             return
-        if self.step_dir(int(tracker.read_text().strip())).resolve() != step_dir.resolve():
+        if self._tracked_step() is None or self.step_dir(self._tracked_step()).resolve() != step_dir.resolve():
             return
-        complete = [step for step in self._steps() if (self.step_dir(step) / STATE_FILE).is_file()]
+        complete = self.complete_steps()
         if not complete:
             tracker.unlink()
             return
@@ -117,12 +191,39 @@ class TrainerCheckpointer:
         tmp.write_text(str(step))
         os.replace(tmp, self.root / TRACKER_FILE)
 
-    def latest_step_dir(self) -> Path | None:
+    def _tracked_step(self) -> int | None:
+        """The step the tracker names; None without a tracker or, with a warning, when it holds no step number."""
         tracker = self.root / TRACKER_FILE
         if not tracker.is_file():
             return None
-        step_dir = self.step_dir(int(tracker.read_text().strip()))
+        text = tracker.read_text().strip()
+        if not text.isdigit():
+            logger.warning("%s holds %r, not a step number; using the newest complete checkpoint", tracker, text[:40])
+            complete = self.complete_steps()
+            return complete[-1] if complete else None
+        return int(text)
+
+    def complete_steps(self) -> list[int]:
+        """Steps whose folder holds the trainer state (written after every worker's files), oldest first."""
+        return [step for step in self._steps() if (self.step_dir(step) / STATE_FILE).is_file()]
+
+    def latest_step_dir(self) -> Path | None:
+        step = self._tracked_step()
+        if step is None:
+            return None
+        step_dir = self.step_dir(step)
         return step_dir if (step_dir / STATE_FILE).is_file() else None
+
+    def resume_candidates(self) -> list[Path]:
+        """The folders to try in order: ``auto``: the tracked checkpoint, then the older complete ones, newest first
+        (a checkpoint that fails to load gives way to the one before it); ``resume_path``: that folder alone;
+        ``disable``: none."""
+        first = self.find_resume_dir()
+        if first is None or self.resume_mode != "auto":
+            return [] if first is None else [first]
+        tracked = int(_STEP_DIR.match(first.name).group(1))
+        older = [self.step_dir(step) for step in reversed(self.complete_steps()) if step < tracked]
+        return [first, *older]
 
     def find_resume_dir(self) -> Path | None:
         """`disable`: start fresh; `auto`: newest complete checkpoint if any; `resume_path`: the given folder."""

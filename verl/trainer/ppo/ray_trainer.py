@@ -39,6 +39,7 @@ from verl.single_controller.ray import (
     ResourcePoolManager,
     create_colocated_worker_cls,
 )
+from verl.single_controller.ray.errors import WorkerDiedError, is_actor_death
 from verl.trainer.config.legacy_view import add_legacy_view, without_legacy_view
 from verl.trainer.config.ppo_config import PPOConfig, with_total_training_steps
 from verl.trainer.config.resolve import to_ppo_config
@@ -946,15 +947,21 @@ class RayPPOTrainer(RecipeHooks):
         shards written in the background are done (before the next save and when training ends)."""
         self._finish_checkpoint()
         step_dir = self.checkpointer.step_dir(self.global_steps)
-        # Old checkpoints are pruned as whole global_step_* folders by the checkpointer, not per worker.
-        self.actor_rollout_wg.save_checkpoint(local_path=str(step_dir / "actor"), global_step=self.global_steps)
-        if self.use_critic:
-            self.critic_wg.save_checkpoint(local_path=str(step_dir / "critic"), global_step=self.global_steps)
-        state = self._checkpoint_state()
-        if self._async_checkpoint():
-            self._unfinished_checkpoint = (self.global_steps, state)
-        else:
-            self.checkpointer.save_trainer_state(self.global_steps, state)
+        try:
+            # Old checkpoints are pruned as whole global_step_* folders by the checkpointer, not per worker.
+            self.actor_rollout_wg.save_checkpoint(local_path=str(step_dir / "actor"), global_step=self.global_steps)
+            if self.use_critic:
+                self.critic_wg.save_checkpoint(local_path=str(step_dir / "critic"), global_step=self.global_steps)
+            state = self._checkpoint_state()
+            if self._async_checkpoint():
+                self._unfinished_checkpoint = (self.global_steps, state)
+            else:
+                self.checkpointer.save_trainer_state(self.global_steps, state)
+        except Exception as exc:
+            named = self.checkpointer.save_failed(self.global_steps, exc)
+            if named is None:
+                raise
+            raise named from exc
 
     def _async_checkpoint(self) -> bool:
         roles = [self.ppo_config.actor] + ([self.ppo_config.critic] if self.use_critic else [])
@@ -980,10 +987,35 @@ class RayPPOTrainer(RecipeHooks):
         }
 
     def _load_checkpoint(self) -> None:
-        step_dir = self.checkpointer.find_resume_dir()
-        if step_dir is None:
+        """Resume per ``trainer.resume_mode``. With ``auto`` a checkpoint that fails to load (a corrupt or truncated
+        file) gives way to the previous complete one, with a warning naming both; a dead worker is never taken for a
+        bad checkpoint, and when no checkpoint loads the first failure is raised rather than starting afresh."""
+        candidates = self.checkpointer.resume_candidates()
+        if not candidates:
             return
-        self._restore_checkpoint(Path(step_dir), self.checkpointer.load_trainer_state(step_dir))
+        failures: list[str] = []
+        for step_dir in candidates:
+            try:
+                self._restore_checkpoint(Path(step_dir), self.checkpointer.load_trainer_state(step_dir))
+            except Exception as exc:
+                if isinstance(exc, WorkerDiedError) or is_actor_death(exc):
+                    raise
+                failures.append(f"{step_dir}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+                if step_dir == candidates[-1]:
+                    if len(failures) == 1:
+                        raise
+                    raise RuntimeError(
+                        f"no checkpoint under {self.checkpointer.root} could be loaded: {'; '.join(failures)}"
+                    ) from exc
+                logger.warning(
+                    "checkpoint %s cannot be loaded (%s); resuming from the previous complete checkpoint instead",
+                    step_dir,
+                    failures[-1].split(": ", 1)[1],
+                )
+                continue
+            break
+        if failures:
+            logger.warning("resumed from %s after skipping %d unloadable checkpoint(s)", step_dir, len(failures))
         logger.info("resumed from %s at step %d", step_dir, self.global_steps)
         if self.checkpointer.del_after_load:
             self.checkpointer.delete_loaded(step_dir)
