@@ -1,7 +1,8 @@
 """verl's public config helpers, at verl's import path.
 
 :func:`omega_conf_to_dataclass` lives in :mod:`verl.utils.config_builder` (the config packages import it from there);
-:func:`validate_config` is the trainer's start-up check, reached from here only when a recipe calls it.
+:func:`validate_config` is the trainer's start-up check (:mod:`verl.trainer.config.resolve`), served from here on first
+access.
 """
 
 from __future__ import annotations
@@ -10,8 +11,15 @@ from typing import Any
 
 from verl.base_config import ConfigError
 from verl.utils.config_builder import duck_typed_class, omega_conf_to_dataclass
+from verl.utils.import_utils import lazy_exports
 
-__all__ = ["ConfigError", "duck_typed_class", "omega_conf_to_dataclass", "update_dict_with_config", "validate_config"]
+__all__ = [  # noqa: F822 - validate_config is served by __getattr__ below
+    "ConfigError",
+    "duck_typed_class",
+    "omega_conf_to_dataclass",
+    "update_dict_with_config",
+    "validate_config",
+]
 
 
 def update_dict_with_config(dictionary: dict, config: Any) -> None:
@@ -21,16 +29,6 @@ def update_dict_with_config(dictionary: dict, config: Any) -> None:
             dictionary[key] = getattr(config, key)
 
 
-def validate_config(config: Any, use_reference_policy: bool = True, use_critic: bool = True) -> Any:
-    """Run the trainer's start-up checks on a composed config; raises :class:`ConfigError` naming the bad key.
-
-    verl's recipes call this before building workers. The config may use verl's nested spelling
-    (``actor_rollout_ref.actor.*``; translated on a copy, the argument is not modified) or the flattened groups.
-    Every group is checked, so ``use_reference_policy`` / ``use_critic`` (which limit verl's checks to the roles in
-    use) do not narrow anything here. Returns the typed :class:`~verl.trainer.config.PPOConfig`.
-    """
-    # verl's public name re-exported here; the conversion belongs to the trainer's config package, above this one.
-    from verl.trainer.config.resolve import to_ppo_config
-
-    del use_reference_policy, use_critic
-    return to_ppo_config(config)
+# verl's public name, defined by the trainer's config package (above this one) and served from here on first access,
+# so this module imports nothing from verl.trainer.
+__getattr__ = lazy_exports(__name__, {"validate_config": "verl.trainer.config.resolve"})

@@ -1,7 +1,7 @@
 """Build typed config dataclasses from OmegaConf nodes, naming the dotted key of every bad value.
 
 The config packages (`verl/trainer/config`, `verl/workers/config`) import this module, never `verl.utils.config`
-(verl's public facade, whose `validate_config` reaches up into the trainer).
+(verl's public facade, which serves the trainer's `validate_config` by name).
 
 Hydra already rejects unknown keys given on the command line; this module catches what Hydra cannot see: unknown keys
 that arrive through a user's YAML file, values of the wrong type (``actor.ppo_epochs=abc``), and nested groups. The

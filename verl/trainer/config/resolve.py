@@ -23,7 +23,14 @@ from verl.trainer.config.legacy import translate_legacy_config
 from verl.trainer.config.legacy_view import LEGACY_VIEW_KEY, is_legacy_view
 from verl.trainer.config.ppo_config import PPOConfig, build_ppo_config
 
-__all__ = ["as_ppo_config", "attach_ppo_config", "attached_ppo_config", "resolve_composed", "to_ppo_config"]
+__all__ = [
+    "as_ppo_config",
+    "attach_ppo_config",
+    "attached_ppo_config",
+    "resolve_composed",
+    "to_ppo_config",
+    "validate_config",
+]
 
 # Where a DictConfig carries its typed twin: an instance attribute, not a key (it survives pickling to Ray actors;
 # copies made with OmegaConf.create or deepcopy drop it, and are converted again).
@@ -100,3 +107,16 @@ def _fingerprint(config: DictConfig) -> str:
     """A digest of the config's content, interpolations unresolved (about 30 ms for the trainer's config)."""
     content = OmegaConf.to_container(config, resolve=False)
     return hashlib.sha1(pickle.dumps(content, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
+
+
+def validate_config(config: Any, use_reference_policy: bool = True, use_critic: bool = True) -> PPOConfig:
+    """verl's ``verl.utils.config.validate_config``: run the trainer's start-up checks on a composed config; raises
+    :class:`ConfigError` naming the bad key.
+
+    verl's recipes call this before building workers. The config may use verl's nested spelling
+    (``actor_rollout_ref.actor.*``; translated on a copy, the argument is not modified) or the flattened groups.
+    Every group is checked, so ``use_reference_policy`` / ``use_critic`` (which limit verl's checks to the roles in
+    use) do not narrow anything here. Returns the typed :class:`~verl.trainer.config.PPOConfig`.
+    """
+    del use_reference_policy, use_critic
+    return to_ppo_config(config)

@@ -177,7 +177,8 @@ class TrainerCheckpointer:
         tracker = self.root / TRACKER_FILE
         if step_dir.parent.resolve() != self.root.resolve() or not tracker.is_file():
             return
-        if self._tracked_step() is None or self.step_dir(self._tracked_step()).resolve() != step_dir.resolve():
+        tracked = self._tracked_step()
+        if tracked is None or self.step_dir(tracked).resolve() != step_dir.resolve():
             return
         complete = self.complete_steps()
         if not complete:
@@ -221,7 +222,7 @@ class TrainerCheckpointer:
         first = self.find_resume_dir()
         if first is None or self.resume_mode != "auto":
             return [] if first is None else [first]
-        tracked = int(_STEP_DIR.match(first.name).group(1))
+        tracked = int(first.name.removeprefix("global_step_"))
         older = [self.step_dir(step) for step in reversed(self.complete_steps()) if step < tracked]
         return [first, *older]
 
