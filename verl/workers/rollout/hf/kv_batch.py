@@ -27,7 +27,7 @@ from transformers import DynamicCache
 
 from verl.workers.rollout.hf.kv_headroom import HeadroomLayer, with_headroom_layers
 
-__all__ = ["RunningBatch", "compaction_order", "prefill_groups"]
+__all__ = ["RunningBatch", "compaction_order", "left_padded", "prefill_groups"]
 
 
 def compaction_order(alive: Sequence[bool]) -> list[int]:
@@ -74,6 +74,21 @@ def prefill_groups(lengths: Sequence[int], max_tokens: int | None) -> list[slice
     if lengths:
         groups.append(slice(start, len(lengths)))
     return groups
+
+
+def left_padded(
+    prompts: Sequence[Sequence[int]], pad_token_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token ids, attention mask and position ids [n, longest prompt] of ``prompts`` padded on the left, so that
+    every row's last token sits in the last column (the layout both running batches prefill in)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.as_tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    return ids, mask, (mask.cumsum(dim=1) - 1).clamp(min=0)
 
 
 def cache_argument(model: torch.nn.Module) -> str:
@@ -152,14 +167,7 @@ class RunningBatch:
 
     def _admit_group(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
         lengths = [len(p) for p in prompts]
-        width = max(lengths)
-        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            ids[row, width - len(prompt) :] = torch.as_tensor(prompt, dtype=torch.long)
-            mask[row, width - len(prompt) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        ids, mask, positions = left_padded(prompts, self.pad_token_id, self.device)
         cache = DynamicCache()
         logits = self._forward(ids, mask, positions, cache)
         self._check_layers(cache)

@@ -30,7 +30,7 @@ import torch
 from transformers import DynamicCache
 
 from verl.workers.rollout.hf.decode_graphs import DecodeGraphs, decode_attention
-from verl.workers.rollout.hf.kv_batch import cache_argument, compaction_order, prefill_groups
+from verl.workers.rollout.hf.kv_batch import cache_argument, compaction_order, left_padded, prefill_groups
 
 __all__ = ["StaticKVCache", "StaticBatch", "default_batch_buckets", "static_cache_bytes"]
 
@@ -274,13 +274,7 @@ class StaticBatch:
         width = max(lengths)
         if width >= self.capacity:
             raise ValueError(f"static batch: a prompt of {width} tokens does not fit {self.capacity} columns")
-        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            ids[row, width - len(prompt) :] = torch.as_tensor(prompt, dtype=torch.long)
-            mask[row, width - len(prompt) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        ids, mask, positions = left_padded(prompts, self.pad_token_id, self.device)
         prefill_cache = DynamicCache()
         logits = self._forward(ids, mask, positions, prefill_cache)
         self._logits_dtype = logits.dtype
