@@ -17,7 +17,7 @@ from verl.single_controller.ray.node_placement import on_this_node
 from verl.utils.tracking import read_metrics
 
 MULTINODE_WORKER_NODES = 1
-pytestmark = [pytest.mark.ray, pytest.mark.multinode]
+pytestmark = [pytest.mark.ray, pytest.mark.multinode, pytest.mark.slow]  # a learning run: the slow tier
 
 GROUPS = 16  # data.train_batch_size of the demo: prompts per training step
 LAYOUT = (

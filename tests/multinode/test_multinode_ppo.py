@@ -29,7 +29,9 @@ from verl.trainer.ppo.task_runner import TaskRunner, run_ppo
 from verl.utils.tracking import read_metrics
 
 MULTINODE_WORKER_NODES = 2
-pytestmark = [pytest.mark.ray, pytest.mark.multinode]
+# Slow tier: a 30-step reference run plus four more runs (learning, a dead node, a self-healing run) take about a
+# fifth of the default tier's CPU; the chaos soak (tests/chaos) kills nodes and ranks in the same tier.
+pytestmark = [pytest.mark.ray, pytest.mark.multinode, pytest.mark.slow]
 
 TRAINER = "Colocated_actor"  # class name of the colocated training workers
 TWO_NODES = (

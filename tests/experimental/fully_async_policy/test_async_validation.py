@@ -21,7 +21,9 @@ VAL_PROMPTS = 32  # the first rows of the demo's 64 validation prompts
 MAX_IN_FLIGHT = 8
 
 
-@pytest.mark.parametrize("side", ["rollouter", "trainer"])
+# The trainer side validates in the trainer's process between updates; its run is the longer one and the rollouter side
+# checks the same bookkeeping, so it runs in the slow tier.
+@pytest.mark.parametrize("side", ["rollouter", pytest.param("trainer", marks=pytest.mark.slow)])
 def test_validation_steps_metrics_and_in_flight_bound(ray_cluster, tmp_path, side):
     config = recipe_config(
         "fully_async",

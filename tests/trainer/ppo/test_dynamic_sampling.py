@@ -96,7 +96,11 @@ def test_gen_batch_size_sets_the_prompts_of_each_generation_batch(ray_cluster, t
     # without filtering a step trains on its whole generation batch, as verl's trainer does; scored in the agent
     # loop (verl's spelling of the switch), validation included: the generation batch carries the reward columns
     metrics, dumps = _run(
-        tmp_path, "data.gen_batch_size=8", "reward_model.launch_reward_fn_async=true", "trainer.val_before_train=true"
+        tmp_path,
+        "data.gen_batch_size=8",
+        "reward_model.launch_reward_fn_async=true",
+        "trainer.val_before_train=true",
+        "data.val_max_samples=8",
     )
     assert sorted(dumps) == [1, 2]
     for rows in dumps.values():
@@ -108,19 +112,22 @@ def test_gen_batch_size_sets_the_prompts_of_each_generation_batch(ray_cluster, t
 
 @pytest.mark.ray
 def test_filter_groups_fills_the_step_with_groups_that_carry_signal(ray_cluster, tmp_path):
+    # 8 groups per step from generation batches of 4 prompts: every step needs two generation batches or more
     metrics, dumps = _run(
         tmp_path,
-        "data.gen_batch_size=8",
+        "data.train_batch_size=8",
+        "actor.ppo_mini_batch_size=8",
+        "data.gen_batch_size=4",
         "algorithm.filter_groups.enable=true",
         "algorithm.filter_groups.metric=seq_reward",
     )
+    assert sorted(dumps) == [1, 2]
     for step, rows in dumps.items():
         groups = defaultdict(list)
         for row in rows:
             groups[row["uid"]].append(row["score"])
-        assert len(groups) == 16, f"step {step} trained on {len(groups)} groups"
-        assert Counter(len(scores) for scores in groups.values()) == {8: 16}
+        assert len(groups) == 8, f"step {step} trained on {len(groups)} groups"
+        assert Counter(len(scores) for scores in groups.values()) == {8: 8}
         assert all(len(set(scores)) > 1 for scores in groups.values()), f"step {step} kept a group without spread"
-    # 8 prompts per generation batch and 16 groups per step: at least two generation batches each step
     assert all(row["train/num_gen_batches"] >= 2 for row in metrics)
     assert all(0 < row["train/kept_group_ratio"] <= 1 for row in metrics)
