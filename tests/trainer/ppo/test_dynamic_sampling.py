@@ -82,6 +82,7 @@ def _run(tmp_path, *overrides):
                 "trainer.val_before_train=false",
                 "trainer.total_training_steps=2",
                 "trainer.n_gpus_per_node=1",
+                "rollout.agent.num_workers=1",  # each agent-loop worker process costs seconds of CPU to start
                 f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
                 *overrides,
             ]
