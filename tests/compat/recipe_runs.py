@@ -57,8 +57,11 @@ def run_recipe(
     """``python -m module`` with verl's command line and ``overrides``, from the recipes' folder; ``drop_env``
     names variables the recipe must do without."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(RECIPE_ROOT), os.environ.get("PYTHONPATH")]))}
-    for name in ("RAY_ADDRESS", *drop_env):  # the recipe starts its own local cluster, as `python -m` would
+    for name in drop_env:
         env.pop(name, None)
+    # the recipe starts its own local cluster, as `python -m` would on a machine without one: never one that
+    # `ray start` left running here
+    env["RAY_ADDRESS"] = "local"
     return subprocess.run(
         [sys.executable, "-m", module, *verl_command_line(run_dir, seed, steps, overrides)],
         cwd=RECIPE_ROOT,

@@ -31,3 +31,10 @@ def test_ray_address_from_the_environment_wins_and_drops_local_resources(monkeyp
     kwargs = _ray_init_kwargs(_config(address="10.0.0.5:6379", num_cpus=8, num_gpus=0))
     assert kwargs["address"] == "http://10.0.0.9:8265"
     assert "num_cpus" not in kwargs and "num_gpus" not in kwargs  # Ray refuses them when joining a cluster
+
+
+def test_ray_address_local_starts_a_cluster_of_the_given_size(monkeypatch):
+    # RAY_ADDRESS=local keeps a run off any cluster `ray start` left on this machine (benches, recipe tests)
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    kwargs = _ray_init_kwargs(_config(num_cpus=4))
+    assert kwargs["address"] == "local" and kwargs["num_cpus"] == 4

@@ -59,8 +59,9 @@ def _ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
     kwargs["runtime_env"] = runtime_env
     if os.environ.get("RAY_ADDRESS"):
         kwargs["address"] = os.environ["RAY_ADDRESS"]
-        kwargs.pop("num_cpus", None)
-        kwargs.pop("num_gpus", None)
+        if kwargs["address"] != "local":  # "local" starts a new cluster, which takes the resources given
+            kwargs.pop("num_cpus", None)
+            kwargs.pop("num_gpus", None)
     return kwargs
 
 
