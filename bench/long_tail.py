@@ -1,13 +1,13 @@
-"""Long-tailed generations on CPU: TRL against our layouts, and fully async against sync, on one workload.
+"""Time to reward on a long-tailed task: TRL against our layouts, and fully async against sync, on 2 cores.
 
-Workload: the synthetic ``long_tail`` task (``"7x37:"`` -> 37 sevens; the lengths asked for are log-uniform in
-2..256) on a digits-only tiny checkpoint built from random init, up to ``--response-length`` (256) response tokens,
-EOS honoured. The policy decides every length: at random init it stops after a geometric number of tokens (median
-about 16, a tail past 100), and as it learns the task its lengths follow the asked ones, most short and a few at the
-limit. The reward (``verl.utils.reward_score.long_tail``) counts matching characters over the longer of answer and
-response, so it rises as the policy learns both the digit and when to stop.
+Workload: the synthetic ``long_tail_digit`` task (``"7x37:"`` -> 37 sevens; the lengths asked for are log-uniform in
+2..256) from a warm start (``verl.utils.warm_start``): the digits-only tiny checkpoint after a short supervised run
+on the asked lengths written in a random digit. So the policy decides every length and its lengths are long-tailed
+from the first step (median about 20 tokens, some at the 256-token limit), while which digit to write is left to RL:
+the reward (``verl.utils.reward_score.long_tail``, matching characters over the longer of answer and response)
+starts near 0.06 and rises towards the length accuracy of the warm start as the policy learns to copy the digit.
 
-Every side trains on the same checkpoint, parquet rows, reward function, group size, prompts per step, sampling
+Every side trains from the same checkpoint, parquet rows, reward function, group size, prompts per step, sampling
 (temperature 1, no top-k/top-p, stop at EOS or the limit), optimizer and number of updates, with 2 cores in all:
 
 - TRL ``GRPOTrainer``: one process with two torch threads, or two DDP processes (``bench/trl_comparison.py``'s venv);
@@ -17,24 +17,27 @@ Every side trains on the same checkpoint, parquet rows, reward function, group s
   staleness 2 also with the REINFORCE loss weighted by truncated token ratios (``loss_type=reinforce``,
   ``rollout_is=token``) instead of PPO-clip against the generating policy, and with weights every 2 updates.
 
-verl's updates run in micro-batches of ``--micro-batch`` samples (16) cut from the rows in order of length, so a
-padded forward stops at its micro-batch's longest answer (``verl.workers.actor.batching``); the gradient is the
-mini-batch's either way. TRL trains each process's batch in one padded forward.
+The headline is the wall time to reward: each step's mean reward is placed at the moment it was known (verl: when
+the step's generation dump was written, after scoring and before the update; TRL: when its reward function
+returned), counted from the launch of the run's process, so setup (Ray, model loading) is included. A level counts
+as reached at the first step whose running mean over ``--smooth`` steps reaches it; the levels are fractions
+(``--levels``) of the best final reward of all sides, and the time is the median over ``--seeds`` (a seed that never
+gets there counts as infinitely slow). All curves are drawn against wall time in one PNG.
 
-Reported per variant (pooled over ``--seeds``): samples/s over the steps after ``--warmup`` (samples / summed step
-wall time), reward of the last ``--reward-window`` steps (after the same number of samples on every side), and the
-response lengths of every sample (min / median / p90 / max, first step and whole run). The verl runs of the first seed
-record Ray's timeline; ``bench/timeline.py`` turns each into a PNG and a pipeline efficiency, and
-``bench/process_cpu.py`` says how many cores every process of the run (the controller side too) kept busy over the
-same steady window. Also drawn: the length histogram of the first step and of the last steps.
+Also reported per variant (pooled over seeds): samples/s over the steps after ``--warmup``, reward of the first and
+last ``--reward-window`` steps, and the response lengths of every sample (min / median / p90 / max, first step and
+whole run) with their histogram. The verl runs of the first seed record Ray's timeline; ``bench/timeline.py`` turns
+each into a PNG and a pipeline efficiency, and ``bench/process_cpu.py`` says how many cores every process kept busy.
 
     python bench/long_tail.py                       # writes bench/results/long_tail.{json,md} and PNGs
-    python bench/long_tail.py --seeds 0 --steps 12  # a quicker look
+    python bench/long_tail.py --seeds 0 --only verl_sync verl_fa   # a quicker look
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import statistics
 import subprocess
 import sys
@@ -51,9 +54,13 @@ from bench.timeline import analyse  # noqa: E402
 from bench.trl_comparison import Variant, ensure_trl, run_ours, run_trl_child  # noqa: E402
 
 NAME = "long_tail"
-TARGET_VS_TRL = 2.0
-TARGET_ASYNC_VS_SYNC = 1.5
+TASK = "long_tail_digit"
+# fully async's time to the top level, as a fraction of the other side's at most
+TARGET_VS_TRL = 1 / 2
+TARGET_ASYNC_VS_SYNC = 2 / 3
 TARGET_EFFICIENCY = 0.85
+TRL_DDP = "trl_2p1t"
+RUN_SHAPE = ("steps", "prompts", "n", "response_length", "micro_batch", "seeds", "lr", "warm_steps")
 BYPASS = ("algorithm.rollout_correction.bypass_mode=true", "rollout.calculate_log_probs=true")
 # Stale samples weighted by their truncated token ratio instead of PPO-clipped against the policy that generated them
 IS_REINFORCE = ("algorithm.rollout_correction.loss_type=reinforce", "algorithm.rollout_correction.rollout_is=token")
@@ -110,13 +117,13 @@ FULLY_ASYNC = ("verl_fa", "verl_fa_s2", "verl_fa_s2_is", "verl_fa_s2_is_t2")
 
 
 def prepare(args: argparse.Namespace) -> None:
-    """The digits-only checkpoint and the long-tail parquet rows, built once under the cache folder."""
+    """The warm-start checkpoint and the task's parquet rows, built once under the cache folder."""
     from verl.trainer.demo import prepare_task_data
     from verl.utils.synthetic_tasks import LONG_TAIL_CHARSET
-    from verl.utils.tiny_model import tiny_model_path
+    from verl.utils.warm_start import WarmStartConfig, warm_start_path
 
-    args.data = str(prepare_task_data("long_tail")["train"])
-    args.model_dir = str(tiny_model_path(charset=LONG_TAIL_CHARSET))
+    args.data = str(prepare_task_data(TASK)["train"])
+    args.model_dir = str(warm_start_path(WarmStartConfig(TASK, LONG_TAIL_CHARSET, steps=args.warm_steps)))
 
 
 def length_stats(lengths: list[int]) -> dict[str, float]:
@@ -129,6 +136,18 @@ def length_stats(lengths: list[int]) -> dict[str, float]:
         "max": ordered[-1],
         "mean": statistics.fmean(ordered),
     }
+
+
+def reward_curve(run: dict, smooth: int) -> list[tuple[float, float]]:
+    """(seconds from launch, running mean of the last ``smooth`` steps' rewards) at every step of one run."""
+    rewards, times = run["reward"], run["reward_times"]
+    count = min(len(rewards), len(times))
+    return [(times[i], statistics.fmean(rewards[max(0, i - smooth + 1) : i + 1])) for i in range(count)]
+
+
+def time_to_reward(run: dict, level: float, smooth: int) -> float:
+    """Seconds from launch until the running mean reward first reaches ``level``; infinity if it never does."""
+    return next((t for t, reward in reward_curve(run, smooth) if reward >= level), math.inf)
 
 
 def summarize(runs: list[dict], samples_per_step: int, warmup: int, window: int) -> dict[str, Any]:
@@ -144,6 +163,7 @@ def summarize(runs: list[dict], samples_per_step: int, warmup: int, window: int)
         "reward_first": statistics.fmean(statistics.fmean(r["reward"][:window]) for r in runs),
         "reward_last": statistics.fmean(statistics.fmean(r["reward"][-window:]) for r in runs),
         "reward_last_per_seed": [statistics.fmean(r["reward"][-window:]) for r in runs],
+        "first_reward_s": statistics.median(r["reward_times"][0] for r in runs),
         "lengths_first_step": length_stats(first_step),
         "lengths_all": length_stats(every),
         "lengths_last": length_stats(last),
@@ -152,40 +172,78 @@ def summarize(runs: list[dict], samples_per_step: int, warmup: int, window: int)
     }
 
 
-def _best(summary: dict[str, dict], trainer: str, keys: list[str]) -> str:
-    candidates = [k for k in keys if k.startswith(trainer) and k in summary]
-    return max(candidates, key=lambda k: summary[k]["samples_per_s"])
+def reward_levels(summary: dict[str, dict], fractions: list[float]) -> dict[str, float]:
+    """The fixed reward levels: ``fractions`` of the best final reward (seed mean of the last steps) of all sides."""
+    best = max(s["reward_last"] for s in summary.values())
+    return {f"{fraction:.0%}": fraction * best for fraction in fractions}
 
 
-def compare(summary: dict[str, dict], ours: str, theirs: str) -> dict[str, Any]:
-    """Pooled ratio of samples/s, and its range over seeds (seeds paired by position)."""
-    per_seed = [
-        a / b for a, b in zip(summary[ours]["samples_per_s_per_seed"], summary[theirs]["samples_per_s_per_seed"])
-    ]
+def times_to_levels(runs: list[dict], levels: dict[str, float], smooth: int) -> dict[str, dict[str, Any]]:
+    """Per level: every seed's time to reach it and their median (infinity counts as slowest)."""
+    out = {}
+    for name, level in levels.items():
+        per_seed = [time_to_reward(run, level, smooth) for run in runs]
+        training = [t - run["reward_times"][0] for t, run in zip(per_seed, runs)]  # setup left out
+        out[name] = {
+            "level": level,
+            "per_seed": per_seed,
+            "median": statistics.median(per_seed),
+            "median_after_first_step": statistics.median(training),
+        }
+    return out
+
+
+def _json_seconds(value: float) -> float | None:
+    return None if math.isinf(value) else value
+
+
+def compare_times(summary: dict[str, dict], ours: str, theirs: str, level: str, target: float) -> dict[str, Any]:
+    """``ours``'s median time to ``level`` as a fraction of ``theirs``'s; met when at most ``target``."""
+    mine, other = (summary[k]["time_to_level"][level]["median"] for k in (ours, theirs))
+    ratio = mine / other if math.isfinite(other) and other > 0 else (0.0 if math.isfinite(mine) else math.inf)
     return {
         "ours": ours,
         "theirs": theirs,
-        "ratio": summary[ours]["samples_per_s"] / summary[theirs]["samples_per_s"],
-        "ratio_min": min(per_seed),
-        "ratio_max": max(per_seed),
-        "reward_ours": summary[ours]["reward_last"],
-        "reward_theirs": summary[theirs]["reward_last"],
-        "equal_reward": equal_reward(summary, ours, theirs),
+        "level": level,
+        "seconds_ours": _json_seconds(mine),
+        "seconds_theirs": _json_seconds(other),
+        "ratio": _json_seconds(ratio),
+        "target": target,
+        "met": math.isfinite(ratio) and ratio <= target,
     }
 
 
-def equal_reward(summary: dict[str, dict], ours: str, theirs: str) -> bool:
-    """Whether ``ours`` learned as much per sample: its mean reward of the last steps is at least the lowest of
-    ``theirs``'s seeds (the targets ask for speed "at equal reward, within the spread of the seeds")."""
-    return summary[ours]["reward_last"] >= min(summary[theirs]["reward_last_per_seed"])
+def fastest_to(summary: dict[str, dict], candidates: list[str], level: str) -> str:
+    """The candidate with the shortest median time to ``level``."""
+    return min(candidates, key=lambda k: summary[k]["time_to_level"][level]["median"])
 
 
-def fastest_at_equal_reward(summary: dict[str, dict], candidates: list[str], theirs: str) -> list[str]:
-    """The fastest of ``candidates`` that learns as much as ``theirs``, then the fastest of all when that is
-    another one (the second comparison shows what the reward costs)."""
-    by_speed = sorted(candidates, key=lambda k: summary[k]["samples_per_s"], reverse=True)
-    equal = [k for k in by_speed if equal_reward(summary, k, theirs)]
-    return list(dict.fromkeys(equal[:1] + by_speed[:1]))
+def draw_rewards(raw: dict[str, list[dict]], keys: list[str], levels: dict[str, float], smooth: int, out: Path) -> Path:
+    """Reward (running mean over ``smooth`` steps) against seconds from launch: every variant and seed, one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, key in enumerate(keys):
+        for seed_index, run in enumerate(raw[key]):
+            times, rewards = zip(*reward_curve(run, smooth)) if run["reward"] else ((), ())
+            label = key if seed_index == 0 else None
+            ax.plot(times, rewards, color=colors[index % len(colors)], lw=1.2, alpha=0.8, label=label)
+    for (name, level), style in zip(levels.items(), ("--", ":", "-.")):
+        ax.axhline(level, color="grey", ls=style, lw=0.8, label=f"{name} of the best final reward")
+    ax.set_xlim(left=0)  # the blank start is each side's setup
+    ax.set_xlabel("seconds from launch (setup included)")
+    ax.set_ylabel(f"reward (running mean of {smooth} steps)")
+    ax.set_title("long_tail_digit: reward against wall time, every seed", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
 
 
 def draw_lengths(raw: dict[str, list[dict]], keys: list[str], window: int, out: Path) -> Path:
@@ -221,19 +279,53 @@ def _top(cores: dict[str, float], count: int = 6) -> list[tuple[str, float]]:
     return [(name, value) for name, value in cores.items() if name != "total"][:count]
 
 
-def render(args: argparse.Namespace, summary: dict, comparisons: dict, timelines: dict, labels: dict) -> str:
+def _seconds(value: float | None) -> str:
+    return "not reached" if value is None or math.isinf(value) else f"{value:.0f}"
+
+
+def render(
+    args: argparse.Namespace, summary: dict, comparisons: list[dict], timelines: dict, labels: dict, levels: dict
+) -> str:
+    level_names = list(levels)
+    ttr_rows = [
+        [
+            labels[key],
+            *(
+                f"{_seconds(s['time_to_level'][name]['median'])} "
+                f"({', '.join(_seconds(t) for t in s['time_to_level'][name]['per_seed'])}; "
+                f"{_seconds(s['time_to_level'][name]['median_after_first_step'])} after step 1)"
+                for name in level_names
+            ),
+            s["first_reward_s"],
+            s["reward_first"],
+            s["reward_last"],
+        ]
+        for key, s in summary.items()
+    ]
+    ttr_table = markdown_table(
+        [
+            "variant",
+            *(
+                f"s to {name} = {levels[name]:.3f} (per seed; median after the first step's reward)"
+                for name in level_names
+            ),
+            "s to first step's reward",
+            f"reward, first {args.reward_window} steps",
+            f"reward, last {args.reward_window} steps",
+        ],
+        ttr_rows,
+    )
     rows = []
     for key, s in summary.items():
-        first, every = s["lengths_first_step"], s["lengths_all"]
+        first, every, last = s["lengths_first_step"], s["lengths_all"], s["lengths_last"]
         rows.append(
             [
                 labels[key],
                 s["samples_per_s"],
                 f"{min(s['samples_per_s_per_seed']):.1f}-{max(s['samples_per_s_per_seed']):.1f}",
-                s["reward_first"],
-                s["reward_last"],
                 f"{first['min']}/{first['median']:g}/{first['p90']}/{first['max']}",
                 f"{every['min']}/{every['median']:g}/{every['p90']}/{every['max']}",
+                f"{last['min']}/{last['median']:g}/{last['p90']}/{last['max']}",
                 timelines.get(key, {}).get("pipeline_efficiency"),
             ]
         )
@@ -242,20 +334,37 @@ def render(args: argparse.Namespace, summary: dict, comparisons: dict, timelines
             "variant",
             "samples/s",
             "per seed",
-            f"reward, first {args.reward_window} steps",
-            f"reward, last {args.reward_window} steps",
             "lengths step 1 (min/med/p90/max)",
             "lengths all steps",
+            f"lengths last {args.reward_window} steps",
             "pipeline efficiency",
         ],
         rows,
     )
     lines = [
-        f"GRPO on the long-tail task, digits-only tiny model from random init, CPU with 2 cores per side; "
+        f"GRPO on the {TASK} task from a shared warm start (tiny digits-only model), CPU with 2 cores per side; "
         f"{args.prompts} prompts x {args.n} samples per step, up to {args.response_length} response tokens, "
-        f"{args.steps} updates, seeds {', '.join(map(str, args.seeds))}; verl's updates in micro-batches of "
-        f"{args.micro_batch} samples cut in length order, TRL's in one; throughput over steps after {args.warmup} "
-        "warm-up steps; pipeline efficiency from the first seed's Ray timeline (bench/timeline.py).",
+        f"{args.steps} updates, seeds {', '.join(map(str, args.seeds))}. Time to reward: seconds from the launch of "
+        f"the run (setup included) until the running mean of {args.smooth} steps' rewards reaches the level, median "
+        f"over seeds; levels are {', '.join(level_names)} of the best final reward of all sides. Curves: "
+        f"{NAME}_rewards.png.",
+        "",
+        ttr_table,
+        "",
+    ]
+    for c in comparisons:
+        lines.append(
+            f"- {labels[c['ours']]} reaches {c['level']} in {_seconds(c['seconds_ours'])} s against "
+            f"{_seconds(c['seconds_theirs'])} s for {labels[c['theirs']]}: "
+            f"**{_seconds_ratio(c['ratio'])}** of its time, {'meets' if c['met'] else 'misses'} the "
+            f"<= {c['target']:.2f} target."
+        )
+    lines += [
+        "",
+        f"Throughput (steps after {args.warmup} warm-up steps, pooled over seeds), response lengths of every sample "
+        f"(histogram: {NAME}_lengths.png) and pipeline efficiency from the first seed's Ray timeline "
+        "(bench/timeline.py); verl's updates in micro-batches of "
+        f"{args.micro_batch} samples cut in length order, TRL's in one:",
         "",
         table,
         "",
@@ -278,22 +387,16 @@ def render(args: argparse.Namespace, summary: dict, comparisons: dict, timelines
             markdown_table(["variant", "all processes", "largest"], cpu_rows),
             "",
         ]
-    for name, target in (("vs_trl", TARGET_VS_TRL), ("async_vs_sync", TARGET_ASYNC_VS_SYNC)):
-        for c in comparisons.get(name, []):
-            met = c["ratio"] >= target and c["equal_reward"]
-            reward = "within" if c["equal_reward"] else "below"
-            lines.append(
-                f"- {labels[c['ours']]} / {labels[c['theirs']]} = **{c['ratio']:.2f}x** samples/s (seeds "
-                f"{c['ratio_min']:.2f}-{c['ratio_max']:.2f}); reward of the last {args.reward_window} steps "
-                f"{c['reward_ours']:.4f} against {c['reward_theirs']:.4f}, {reward} the other side's seed range: "
-                f"{'meets' if met else 'misses'} the {target:g}x-at-equal-reward target."
-            )
     return "\n".join(lines)
+
+
+def _seconds_ratio(ratio: float | None) -> str:
+    return "never" if ratio is None else f"{ratio:.2f}"
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30, help="updates on each side")
+    parser.add_argument("--steps", type=int, default=40, help="updates on each side")
     parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
     parser.add_argument("--n", type=int, default=8, help="group size")
     parser.add_argument("--response-length", type=int, default=256)
@@ -303,16 +406,31 @@ def main(argv: list[str] | None = None) -> dict | None:
         default=16,
         help="verl's micro-batch per process (cut in length order); TRL trains its batch in one",
     )
+    parser.add_argument(
+        "--verl-override", dest="verl_overrides", action="append", default=[], help="extra Hydra override, verl sides"
+    )
+    parser.add_argument("--lr", type=float, default=1e-3, help="learning rate of every side")
+    parser.add_argument("--warm-steps", type=int, default=300, help="supervised steps of the shared warm start")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--reward-window", type=int, default=10)
+    parser.add_argument("--reward-window", type=int, default=5)
+    parser.add_argument("--smooth", type=int, default=3, help="steps in the running mean a level is read from")
+    parser.add_argument("--levels", type=float, nargs="+", default=[0.5, 0.8], help="fractions of the best reward")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--only", nargs="+", choices=[v.key for v in VARIANTS], help="run only these variants")
     parser.add_argument("--trl-spec", default="trl", help="pip requirement installed into bench/.venv-trl")
     parser.add_argument("--out-dir", type=Path, default=None, help="results folder (default bench/results)")
+    parser.add_argument("--from-json", type=Path, default=None, help="report this results file's runs again")
     args = parser.parse_args(argv)
     if args.steps <= max(args.warmup, args.reward_window):
         parser.error(f"--steps ({args.steps}) must exceed --warmup and --reward-window")
     out_dir = args.out_dir or RESULTS_DIR
+    if args.from_json is not None:  # report a finished run again (its raw runs and timelines), running nothing
+        previous = json.loads(args.from_json.read_text())
+        for key in RUN_SHAPE:  # what the runs were; the analysis settings stay the command line's
+            setattr(args, key, previous["config"].get(key, getattr(args, key)))
+        variants = [v for v in VARIANTS if v.key in previous["raw"]]
+        labels = {key: value["label"] for key, value in previous["variants"].items()}
+        return report(args, out_dir, variants, labels, previous["trl_version"], previous["raw"], previous["timelines"])
     variants = [v for v in VARIANTS if not args.only or v.key in args.only]
     trl_version = None
     if any(v.trainer == "trl" for v in variants):
@@ -344,33 +462,60 @@ def main(argv: list[str] | None = None) -> dict | None:
                         timelines[variant.key] = {**timeline.summary, "png": png.name, "cores_busy": cpu}
                 run["seed"] = seed
                 raw[variant.key].append(run)
-                print(f"seed {seed} {variant.key}: steps {[round(s, 2) for s in run['step_seconds']]}", flush=True)
+                print(
+                    f"seed {seed} {variant.key}: wall {run['wall_s']:.0f} s, rewards "
+                    f"{[round(r, 3) for r in run['reward']]} at {[round(t) for t in run['reward_times']]} s",
+                    flush=True,
+                )
+    return report(args, out_dir, variants, labels, trl_version, raw, timelines)
 
+
+def report(
+    args: argparse.Namespace,
+    out_dir: Path,
+    variants: list[Variant],
+    labels: dict[str, str],
+    trl_version: str | None,
+    raw: dict[str, list[dict]],
+    timelines: dict[str, dict],
+) -> dict:
+    """Summaries, time to reward, the verdicts, the PNGs and the results files of finished runs."""
     samples = args.prompts * args.n
     summary = {key: summarize(runs, samples, args.warmup, args.reward_window) for key, runs in raw.items()}
+    levels = reward_levels(summary, args.levels)
+    for key, runs in raw.items():
+        summary[key]["time_to_level"] = times_to_levels(runs, levels, args.smooth)
     keys = list(summary)
-    comparisons: dict[str, list[dict]] = {}
-    ours = [k for k in keys if k.startswith("verl")]
-    if any(k.startswith("trl") for k in keys) and ours:
-        trl = _best(summary, "trl", keys)
-        comparisons["vs_trl"] = [compare(summary, k, trl) for k in fastest_at_equal_reward(summary, ours, trl)]
+    top = list(levels)[-1]
+    comparisons = []
     fully_async = [k for k in FULLY_ASYNC if k in summary]
-    if fully_async and "verl_sync" in summary:
-        comparisons["async_vs_sync"] = [
-            compare(summary, k, "verl_sync") for k in fastest_at_equal_reward(summary, fully_async, "verl_sync")
-        ]
+    if fully_async:
+        fastest = fastest_to(summary, fully_async, top)
+        trl = TRL_DDP if TRL_DDP in summary else next((k for k in keys if k.startswith("trl")), None)
+        for theirs, target in ((trl, TARGET_VS_TRL), ("verl_sync", TARGET_ASYNC_VS_SYNC)):
+            if theirs in summary:
+                comparisons.append(compare_times(summary, fastest, theirs, top, target))
     histogram = draw_lengths(raw, keys, args.reward_window, out_dir / f"{NAME}_lengths.png")
-    markdown = render(args, summary, comparisons, timelines, labels)
+    curves = draw_rewards(raw, keys, levels, args.smooth, out_dir / f"{NAME}_rewards.png")
+    markdown = render(args, summary, comparisons, timelines, labels, levels)
     print(markdown)
+    for s in summary.values():
+        for entry in s["time_to_level"].values():
+            entry["per_seed"] = [_json_seconds(t) for t in entry["per_seed"]]
+            entry["median"] = _json_seconds(entry["median"])
+            entry["median_after_first_step"] = _json_seconds(entry["median_after_first_step"])
     payload = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "task": TASK,
         "trl_version": trl_version,
         "targets": {"vs_trl": TARGET_VS_TRL, "async_vs_sync": TARGET_ASYNC_VS_SYNC, "efficiency": TARGET_EFFICIENCY},
+        "levels": levels,
         "variants": {v.key: {"label": labels[v.key], "mode": v.mode, "overrides": v.overrides} for v in variants},
         "comparisons": comparisons,
         "timelines": timelines,
         "summary": summary,
         "length_histogram": histogram.name,
+        "reward_curves": curves.name,
         "raw": raw,
     }
     paths = write_results(NAME, payload, markdown, seed=args.seeds[0], out_dir=out_dir)

@@ -86,6 +86,7 @@ ENTRY_POINTS = {
     "fully_async": "recipe.fully_async_policy.fully_async_main",
 }
 SEPARATE_ROLLOUT_MODES = ("one_step_off", "fully_async")  # one process generates, the others train
+OFF_POLICY_METRICS = ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_loss", "fully_async/staleness", "rollout_corr/")
 
 
 def venv_python() -> Path:
@@ -101,6 +102,7 @@ def _env(threads: int = 1) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    env["RAY_ADDRESS"] = "local"  # a cluster of the run's own, never one that `ray start` left on this machine
     return env
 
 
@@ -108,6 +110,7 @@ def _env(threads: int = 1) -> dict[str, str]:
 
 
 COMPLETION_LENGTHS: list[list[int]] = []  # TRL child: token count of each completion (EOS included), per call
+REWARD_EPOCHS: list[float] = []  # TRL child: when each call scored its completions (time.time())
 
 
 def trl_reward(
@@ -127,6 +130,7 @@ def trl_reward(
     for completion, source, rm in zip(completions, data_source, reward_model):
         text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
         scores.append(float(default_compute_score(source, text, rm["ground_truth"])))
+    REWARD_EPOCHS.append(time.time())
     return scores
 
 
@@ -182,7 +186,7 @@ def run_trl(args: argparse.Namespace, out: Path) -> None:
             epsilon=0.2,
             loss_type="dapo",
             scale_rewards="group",
-            learning_rate=LR,
+            learning_rate=getattr(args, "lr", LR),
             lr_scheduler_type="constant",
             warmup_steps=0,
             weight_decay=WEIGHT_DECAY,
@@ -214,6 +218,7 @@ def run_trl(args: argparse.Namespace, out: Path) -> None:
                 "reward": [h["reward"] for h in history],
                 "response_length": [h.get("completions/mean_length") for h in history],
                 "lengths_per_step": COMPLETION_LENGTHS,  # this rank's completions (half of them under 2-rank DDP)
+                "reward_epochs": REWARD_EPOCHS,
                 "setup_s": setup_s,
                 "torch_threads": torch.get_num_threads(),
                 "world_size": world_size,
@@ -238,6 +243,7 @@ def run_trl_child(args: argparse.Namespace, variant: Variant, seed: int) -> dict
             "response_length": args.response_length,
             "seed": seed,
             "threads": variant.threads,
+            "lr": getattr(args, "lr", LR),
         }
         if variant.processes > 1:
             launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={variant.processes}"]
@@ -245,6 +251,7 @@ def run_trl_child(args: argparse.Namespace, variant: Variant, seed: int) -> dict
             launcher = []
         cmd = [str(venv_python()), *launcher, str(Path(__file__).resolve())]
         env = _env(variant.threads) | {CHILD_ENV: json.dumps(child)}
+        launch_epoch = time.time()
         start = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO_ROOT)
         wall = time.perf_counter() - start
@@ -252,6 +259,8 @@ def run_trl_child(args: argparse.Namespace, variant: Variant, seed: int) -> dict
             raise RuntimeError(f"TRL run {variant.key} failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
         result = json.loads(out.read_text())
     result["wall_s"] = wall
+    # when each step's rewards were known, in seconds from the launch (the launch of the process, setup included)
+    result["reward_times"] = [t - launch_epoch for t in result.pop("reward_epochs", [])]
     return result
 
 
@@ -287,7 +296,7 @@ def ours_overrides(args: argparse.Namespace, run_dir: str, variant: Variant, see
         "data.max_prompt_length=16",
         f"data.max_response_length={args.response_length}",
         f"model.path={getattr(args, 'model_dir', None) or 'verl:tiny-demo'}",
-        f"actor.optim.lr={LR}",
+        f"actor.optim.lr={getattr(args, 'lr', LR)}",
         f"actor.optim.weight_decay={WEIGHT_DECAY}",
         "actor.grad_clip=1.0",
         "actor.clip_ratio=0.2",
@@ -328,6 +337,11 @@ def generation_lengths(directory: Path, tokenizer: Any) -> list[list[int]]:
     ]
 
 
+def generation_epochs(directory: Path) -> list[float]:
+    """When each step's generation dump was written (after its rewards, before its update), per step."""
+    return [path.stat().st_mtime for path in sorted(directory.glob("*.jsonl"), key=lambda path: int(path.stem))]
+
+
 def run_ours(
     args: argparse.Namespace,
     variant: Variant,
@@ -350,6 +364,7 @@ def run_ours(
         if timeline is not None:
             overrides.append(f"ray_kwargs.timeline_json_file={timeline}")
         cmd = [sys.executable, "-m", ENTRY_POINTS[variant.mode], *overrides]
+        launch_epoch = time.time()
         start = time.perf_counter()
         proc = subprocess.Popen(
             cmd, env=_env(variant.threads), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT
@@ -370,12 +385,15 @@ def run_ours(
             from transformers import AutoTokenizer
 
             per_step = generation_lengths(generations, AutoTokenizer.from_pretrained(args.model_dir))
+            reward_times = [t - launch_epoch for t in generation_epochs(generations)]
     return {
-        **({"lengths_per_step": per_step} if lengths else {}),
+        **({"lengths_per_step": per_step, "reward_times": reward_times} if lengths else {}),
         **({"cpu_sampler": sampler} if sampler is not None else {}),
         "step_seconds": [r["timing_s/step"] for r in records],
         "reward": [r["critic/score/mean"] for r in records],
         "response_length": [r["response_length/mean"] for r in records],
+        # the off-policy figures of every step (clipped share, ratio spread, sample ages), for the loss comparison
+        "off_policy": [{k: v for k, v in r.items() if k.startswith(OFF_POLICY_METRICS)} for r in records],
         "wall_s": wall,
         "overrides": ours_overrides(args, "<tmp>", variant, seed),
     }

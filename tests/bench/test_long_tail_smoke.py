@@ -1,14 +1,16 @@
 """bench/long_tail.py end to end at toy size: a fully-async verl run on the long-tail workload, with every figure
-the full benchmark reports (throughput, rewards, per-sample lengths, the timeline's efficiency and the PNGs)."""
+the full benchmark reports (time to reward, throughput, rewards, per-sample lengths, the timeline's efficiency and
+the PNGs)."""
 
 import json
+import math
 
 import pytest
 
 from bench.long_tail import main
 
 
-def test_long_tail_smoke_reports_lengths_throughput_and_the_timeline(tmp_path):
+def test_long_tail_smoke_reports_time_to_reward_lengths_and_the_timeline(tmp_path):
     payload = main(
         [
             "--only",
@@ -23,9 +25,13 @@ def test_long_tail_smoke_reports_lengths_throughput_and_the_timeline(tmp_path):
             "2",
             "--response-length",
             "24",
+            "--warm-steps",
+            "2",
             "--warmup",
             "1",
             "--reward-window",
+            "1",
+            "--smooth",
             "1",
             "--out-dir",
             str(tmp_path),
@@ -33,46 +39,48 @@ def test_long_tail_smoke_reports_lengths_throughput_and_the_timeline(tmp_path):
     )
     summary = payload["summary"]["verl_fa"]
     assert summary["samples_per_s"] > 0 and summary["updates"] == 3
+    times = payload["raw"]["verl_fa"][0]["reward_times"]
+    assert len(times) == 3 and 0 < times[0] <= times[1] <= times[2] <= payload["raw"]["verl_fa"][0]["wall_s"]
+    # the best side reaches every level below its own final reward, at one of its steps
+    level = summary["time_to_level"]["50%"]
+    assert level["median"] in times and level["level"] == pytest.approx(0.5 * summary["reward_last"])
     lengths = summary["lengths_all"]
     assert lengths["count"] == 3 * 2 * 2  # every sample of every step, read back from the generation dumps
     assert 1 <= lengths["min"] <= lengths["median"] <= lengths["p90"] <= lengths["max"] <= 24
     timeline = payload["timelines"]["verl_fa"]
     assert 0 < timeline["pipeline_efficiency"] <= 1
     assert {p["actor_class"] for p in timeline["processes"]} >= {"HFRolloutServer"}
-    for png in (timeline["png"], payload["length_histogram"]):
+    for png in (timeline["png"], payload["length_histogram"], payload["reward_curves"]):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
     # every process of the run, the Ray workers under the driver's daemons and the controller side too
     cores = timeline["cores_busy"]
     assert {"HFRolloutServer", "Rollouter", "raylet"} <= set(cores), cores
     assert min(cores.values()) >= 0
     assert cores["total"] == pytest.approx(sum(v for k, v in cores.items() if k != "total"))
+    assert all("actor/pg_clipfrac" in step for step in payload["raw"]["verl_fa"][0]["off_policy"])
     written = json.loads((tmp_path / "long_tail.json").read_text())
     assert written["summary"]["verl_fa"]["lengths_all"] == lengths
     markdown = (tmp_path / "long_tail.md").read_text()
-    assert "verl fully async" in markdown and "Cores busy per process" in markdown
+    assert "verl fully async" in markdown and "Cores busy per process" in markdown and "s to 80%" in markdown
 
 
-def test_the_verdict_takes_the_fastest_layout_that_learns_as_much():
-    """A faster layout whose reward falls below every seed of the other side cannot meet an at-equal-reward
-    target; the fastest layout that learns as much is compared first, the fastest of all beside it."""
-    from bench.long_tail import compare, fastest_at_equal_reward
+def test_time_to_reward_reads_the_running_mean_and_compares_medians():
+    """A level counts as reached at the first step whose running mean reaches it; a seed that never gets there is
+    infinitely slow, so a median over three seeds survives one such seed but not two."""
+    from bench.long_tail import compare_times, time_to_reward, times_to_levels
 
-    def side(samples_per_s: float, rewards: list[float]) -> dict:
-        return {
-            "samples_per_s": samples_per_s,
-            "samples_per_s_per_seed": [samples_per_s] * len(rewards),
-            "reward_last": sum(rewards) / len(rewards),
-            "reward_last_per_seed": rewards,
-        }
-
-    summary = {
-        "trl": side(100.0, [0.015, 0.017]),
-        "fast_but_worse": side(250.0, [0.013, 0.014]),
-        "equal": side(190.0, [0.016, 0.016]),
-        "slow": side(120.0, [0.020, 0.020]),
-    }
-    chosen = fastest_at_equal_reward(summary, ["fast_but_worse", "equal", "slow"], "trl")
-    assert chosen == ["equal", "fast_but_worse"]
-    first, second = (compare(summary, key, "trl") for key in chosen)
-    assert first["equal_reward"] and first["ratio"] == 1.9
-    assert not second["equal_reward"] and second["ratio"] == 2.5
+    run = {"reward": [0.1, 0.5, 0.2, 0.6, 0.7], "reward_times": [10.0, 20.0, 30.0, 40.0, 50.0]}
+    assert time_to_reward(run, 0.5, smooth=1) == 20.0
+    assert time_to_reward(run, 0.5, smooth=2) == 50.0  # running means 0.1, 0.3, 0.35, 0.4, 0.65
+    assert math.isinf(time_to_reward(run, 0.9, smooth=1))
+    never = {"reward": [0.1, 0.1], "reward_times": [5.0, 6.0]}
+    fast = {"reward": [0.6], "reward_times": [8.0]}
+    ours = times_to_levels([fast, run, never], {"80%": 0.5}, smooth=1)["80%"]
+    assert ours["median"] == 20.0 and ours["per_seed"][2] == math.inf
+    theirs = times_to_levels([never, never, run], {"80%": 0.5}, smooth=1)["80%"]
+    assert math.isinf(theirs["median"])
+    summary = {"a": {"time_to_level": {"80%": ours}}, "b": {"time_to_level": {"80%": {"median": 50.0}}}}
+    verdict = compare_times(summary, "a", "b", "80%", target=0.5)
+    assert verdict["ratio"] == pytest.approx(0.4) and verdict["met"]
+    summary["b"]["time_to_level"]["80%"]["median"] = 30.0
+    assert not compare_times(summary, "a", "b", "80%", target=0.5)["met"]

@@ -11,7 +11,7 @@ from verl.utils import synthetic_tasks as st
 from verl.utils.reward_score import default_compute_score
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SINGLE_TURN = ("target_digit", "arith_seq", "addition", "long_tail")
+SINGLE_TURN = ("target_digit", "arith_seq", "addition", "long_tail", "long_tail_digit")
 GARBAGE = "zz"
 
 
@@ -69,6 +69,24 @@ def test_long_tail_lengths_are_log_uniform_and_long_tailed():
     assert set("".join(row["extra_info"]["question"] + row["extra_info"]["answer"] for row in rows)) <= set(
         st.LONG_TAIL_CHARSET
     )
+
+
+def test_long_tail_digit_warm_answers_keep_the_length_and_hide_the_digit():
+    """The warm start learns when to stop, not which digit: its answers have the asked length in a digit drawn
+    independently of the asked one, so they score about 0.1 and the RL rows stay those of long_tail."""
+    assert (
+        st.make_rows("long_tail_digit", 50, seed=3)[0]["prompt"] == st.make_rows("long_tail", 50, seed=3)[0]["prompt"]
+    )
+    pairs = st.make_warm_start_pairs("long_tail_digit", 3000, seed=0)
+    assert pairs == st.make_warm_start_pairs("long_tail_digit", 3000, seed=0)
+    same_digit = 0
+    for question, answer in pairs:
+        digit, repeats = re.fullmatch(r"(\d)x(\d+):", question).groups()
+        assert len(answer) == int(repeats) and len(set(answer)) == 1
+        same_digit += answer[0] == digit
+    assert same_digit / len(pairs) == pytest.approx(0.1, abs=0.02)
+    with pytest.raises(ValueError, match="no warm-start answers"):
+        st.make_warm_start_pairs("long_tail", 1)
 
 
 def test_tool_mul3_has_fixed_widths_and_covers_its_range():

@@ -10,6 +10,8 @@ examples into the row format every verl data set uses, so the trainer reads them
     extra_info: {"split", "index", "task", "question", "answer"}   # question/answer also feed SFT warm starts
 
 The single-turn tasks share one ``extra_info`` schema, so their parquet files can be concatenated.
+A task with a ``warm_answer`` also names the answers a short supervised warm start trains on
+(``verl.utils.warm_start``), for tasks that RL should start from a checkpoint knowing their format.
 The tool tasks (``tool_calc``, ``tool_mul``, ``tool_mul3``) add ``need_tools_kwargs``/``tools_kwargs`` and an
 ``agent_name`` column for the multi-turn tool agent.
 """
@@ -43,6 +45,8 @@ class TaskSpec:
     ability: str
     make: Callable[[random.Random], Example]
     description: str
+    # the answer a supervised warm start is trained on for an example (None: the task starts from random init)
+    warm_answer: Callable[[random.Random, Example], str] | None = None
 
     @property
     def data_source(self) -> str:
@@ -116,6 +120,13 @@ def long_tail(rng: random.Random) -> Example:
     return Example(question=f"{digit}x{repeats}:", answer=digit * repeats)
 
 
+def long_tail_digit_warm_answer(rng: random.Random, example: Example) -> str:
+    """The asked length in a random digit: a warm start on these learns when to stop (the long tail) but not which
+    digit to write, which is left for RL to learn (reward about 0.06 at the start; once the digit is learned, up to
+    how well the warm start matches the asked lengths)."""
+    return str(rng.randrange(10)) * len(example.answer)
+
+
 TOOL_TASKS = ("tool_calc", "tool_mul", "tool_mul3")
 
 TASKS: dict[str, TaskSpec] = {
@@ -125,6 +136,13 @@ TASKS: dict[str, TaskSpec] = {
         TaskSpec("arith_seq", "math", arith_seq, '"2,5,8," -> "11,14,17" (next 3 terms)'),
         TaskSpec("addition", "math", addition, '"12+35=" -> "47" (operands below 50)'),
         TaskSpec("long_tail", "pattern", long_tail, '"7x37:" -> 37 sevens (lengths log-uniform in 2..256)'),
+        TaskSpec(
+            "long_tail_digit",
+            "pattern",
+            long_tail,
+            '"7x37:" -> 37 sevens, RL from a warm start that writes the asked length in a random digit',
+            long_tail_digit_warm_answer,
+        ),
         TaskSpec("tool_calc", "math", tool_calc, '"What is 23*17?" -> "391" (multi-turn, calculator tool)'),
         TaskSpec("tool_mul", "math", tool_mul, '"What is 47*6?" -> "282" (multi-turn, calculator tool)'),
         TaskSpec(
@@ -174,6 +192,19 @@ def make_rows(task: str, size: int, seed: int = 0, split: str = "train") -> list
         raise ValueError(f"size must be a non-negative int, got {size!r}")
     rng = _split_rng(seed, split)
     return [make_row(spec, spec.make(rng), split, i) for i in range(size)]
+
+
+def make_warm_start_pairs(task: str, size: int, seed: int = 0) -> list[tuple[str, str]]:
+    """``size`` (question, warm-start answer) pairs of a task with a ``warm_answer``, from a split of their own."""
+    spec = get_task(task)
+    if spec.warm_answer is None:
+        raise ValueError(f"synthetic task {task!r} has no warm-start answers")
+    rng = _split_rng(seed, "warm_start")
+    pairs = []
+    for _ in range(size):
+        example = spec.make(rng)
+        pairs.append((example.question, spec.warm_answer(rng, example)))
+    return pairs
 
 
 def write_rows(rows: list[dict], path: str | os.PathLike) -> Path:

@@ -22,6 +22,7 @@ SYNTHETIC_SCORERS: dict[str, Callable[[str, str], float]] = {
     "synthetic/arith_seq": arith_seq.compute_score,
     "synthetic/addition": addition.compute_score,
     "synthetic/long_tail": long_tail.compute_score,
+    "synthetic/long_tail_digit": long_tail.compute_score,
     "synthetic/tool_calc": tool_calc.compute_score,
     "synthetic/tool_mul": tool_calc.compute_score,
     "synthetic/tool_mul3": tool_calc.compute_score,
