@@ -1,4 +1,4 @@
-.PHONY: test test-all fast multinode lint verl-suite bench bench-gpu
+.PHONY: test test-all fast multinode lint verl-suite bench bench-gpu chaos
 
 # The default tier, as CI runs it (slow learning/resume runs left out), in two processes taking whole files.
 test:
@@ -33,3 +33,10 @@ bench:
 # The GPU set; needs a CUDA device (skips cleanly without one).
 bench-gpu:
 	python -m bench --only gpu_suite gpu_engine_overhead
+
+# The chaos soak: a self-healing fully-async run on a local 2-node cluster, 10 SIGKILLs per seed (a rollout server,
+# the agent-loop worker, a training rank, the rollouter, a reward process, a node's raylet, a kill mid weight sync),
+# checked for lost or twice-trained prompts and the replicas' checksums; about 25 minutes per seed on 2 cores.
+# Writes bench/results/chaos.{json,md,png}. Its shortened form is tests/chaos (slow tier: make test-all, nightly).
+chaos:
+	python bench/chaos.py --seeds 0 1 2 --faults 10 --steps 300 --every 28

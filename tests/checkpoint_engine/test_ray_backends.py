@@ -114,12 +114,16 @@ def test_dtype_mismatch_and_a_dead_replica_are_named(actors):
     trainer, replicas = actors
     pair = {name: replicas[name] for name in ("beta", "half")}
     manager = CheckpointEngineManager("ray", trainer, pair, bucket_megabytes=BUCKET_MB, timeout_s=60)
-    with pytest.raises(WeightSyncError, match=r"replica 'half' checksum \w+ differs from the trainer's"):
+    with pytest.raises(WeightSyncError, match=r"replica 'half' checksum \w+ differs from the trainer's") as other:
         manager.update_weights(9)
+    assert other.value.lost_replicas == []  # other bytes: a restart would not help
     replicas["half"].kill()
     with pytest.raises(WeightSyncError, match=r"(?s)replica 'half' failed: .*Actor") as info:
         manager.update_weights(10)
     assert list(info.value.failures) == ["half"]
+    # a dead replica: a restart may help, once the cluster has marked its actor dead
+    assert info.value.lost_replicas == ["half"]
+    assert info.value.lost_actor_ids == [replicas["half"].actor._actor_id.hex()]
     assert ray.get(replicas["beta"].actor.get_version.remote()) == 10  # the healthy replica was still updated
     collective = CheckpointEngineManager("collective", trainer, pair, bucket_megabytes=BUCKET_MB, timeout_s=10)
     with pytest.raises(RuntimeError, match=r"cannot start receiving on replica 'half'"):

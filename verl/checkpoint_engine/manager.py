@@ -48,11 +48,37 @@ def as_checkpoint_engine_config(config: Any) -> CheckpointEngineConfig:
 
 
 class WeightSyncError(RuntimeError):
-    """One or more replicas failed to load a version or loaded different bytes; ``failures`` maps name -> reason."""
+    """One or more replicas failed to load a version or loaded different bytes; ``failures`` maps name -> reason.
+    ``lost_replicas`` names those whose process (or node) is gone: a restart can help there, not elsewhere."""
 
-    def __init__(self, message: str, failures: dict[str, str]):
+    def __init__(self, message: str, failures: dict[str, str], lost_actor_ids: Sequence[str] = ()):
         super().__init__(message)
         self.failures = failures
+        self.lost_replicas = sorted(name for name, why in failures.items() if _names_a_dead_actor(why))
+        self.lost_actor_ids = list(lost_actor_ids)  # of the lost replicas: a restart waits until they are marked dead
+
+    def __reduce__(self) -> tuple[Any, ...]:  # every argument: Ray re-creates it on the caller's side
+        return (type(self), (str(self), self.failures, self.lost_actor_ids))
+
+
+def _actor_id(replica: Any) -> str | None:
+    """The Ray actor id (hex) behind a replica, when it is one."""
+    handle = getattr(replica, "actor", replica)
+    actor_id = getattr(handle, "_actor_id", None)
+    return actor_id.hex() if actor_id is not None else None
+
+
+def _names_a_dead_actor(reason: str) -> bool:
+    """Whether a failure reason (``failed: Type: message`` from ``describe_error``) is a Ray actor death."""
+    import ray.exceptions
+
+    dead = {
+        name
+        for name, cls in vars(ray.exceptions).items()
+        if isinstance(cls, type) and issubclass(cls, ray.exceptions.RayActorError | ray.exceptions.NodeDiedError)
+    }
+    kind = reason.removeprefix("failed: ").split(":", 1)[0].strip()
+    return kind in dead
 
 
 def call_trainer_ranks(trainer: Any, request: WeightSyncRequest, timeout_s: float) -> list[Any]:
@@ -247,7 +273,10 @@ class CheckpointEngineManager:
                 )
         if failures:
             detail = "; ".join(f"replica {name!r} {why}" for name, why in failures.items())
-            raise WeightSyncError(f"checkpoint engine {self.backend!r}, version {version}: {detail}", failures)
+            error = WeightSyncError(f"checkpoint engine {self.backend!r}, version {version}: {detail}", failures)
+            ids = [_actor_id(self.replicas.get(name)) for name in error.lost_replicas]
+            error.lost_actor_ids = [actor_id for actor_id in ids if actor_id]
+            raise error
         self.last_metrics = {
             "timing_s/update_weights": elapsed,
             "checkpoint_engine/num_buckets": float(trainer.get("num_buckets", 0)),

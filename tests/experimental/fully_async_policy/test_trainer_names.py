@@ -157,7 +157,7 @@ def test_trainer_side_validation_is_the_hook_validate_calls(monkeypatch):
     assert trainer._validate() == {"val/score": 1.0, "recipe": 1.0}
 
 
-def test_task_runners_sit_at_verl_paths_and_run_in_verl_steps(monkeypatch):
+def test_task_runners_sit_at_verl_paths_and_run_in_verl_steps(monkeypatch, tmp_path):
     from verl.experimental.fully_async_policy.fully_async_main import FullyAsyncTaskRunner
     from verl.experimental.one_step_off_policy.main_ppo import OneStepTaskRunner
     from verl.experimental.separation.task_runner import TASK_RUNNERS, AsyncTaskRunner, _load
@@ -190,9 +190,28 @@ def test_task_runners_sit_at_verl_paths_and_run_in_verl_steps(monkeypatch):
     runner = Runner()
     assert not runner.running and runner.components == {} and not runner.shutdown_event.is_set()
     config = OmegaConf.create({"trainer": {"max_restarts": 0}})
-    assert runner.run(config) == {"trained": True}
+    assert runner.run(config) == {"trained": True, "restarts": 0, "restart_causes": []}
     assert calls == ["add_workers", "_create_trainer", "fit"]
     assert runner.components["rollouter"] == "rollouter" and runner.components["message_queue_client"] == "client"
     assert runner.components["total_train_steps"] == 4 and runner.shutdown_event.is_set() and not runner.running
-    with pytest.raises(ValueError, match="max_restarts=1"):
-        Runner().run(OmegaConf.create({"trainer": {"max_restarts": 1}}))
+
+    # a lost process: the runner rebuilds trainer and rollout once (trainer.max_restarts=1) and trains again
+    from verl.single_controller.ray.errors import WorkerDiedError
+
+    died = WorkerDiedError("actor rank 0 died during update_actor()", role="actor", rank=0, method="update_actor")
+    fits = iter([died, None])
+
+    def fit() -> None:
+        calls.append("fit")
+        error = next(fits)
+        if error is not None:
+            raise error
+
+    calls.clear()
+    trainer.fit = fit
+    summary = Runner().run(OmegaConf.create({"trainer": {"max_restarts": 1, "default_local_dir": str(tmp_path)}}))
+    assert calls == ["add_workers", "_create_trainer", "fit"] * 2
+    assert summary["restarts"] == 1 and summary["restart_causes"] == [str(died)]
+    with pytest.raises(WorkerDiedError):  # no restart left
+        fits = iter([died, died])
+        Runner().run(OmegaConf.create({"trainer": {"max_restarts": 1, "default_local_dir": str(tmp_path)}}))

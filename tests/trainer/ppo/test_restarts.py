@@ -48,6 +48,13 @@ def test_only_a_lost_process_is_worth_a_restart():
     assert not is_lost_process(WorkerError("rank 0 raised ValueError", role="actor", rank=0, method="m"))
     assert not is_lost_process(_died(rank=None))  # a group shut down on purpose
     assert not is_lost_process(ValueError("bad row 7"))
+    # a weight sync whose replica died with its node (found by the chaos soak) is a lost process; a replica that
+    # loaded other bytes is not
+    from verl.checkpoint_engine.manager import WeightSyncError
+
+    lost = WeightSyncError("version 31", {"replica0": "failed: ActorUnavailableError: The actor 4970 is unavailable"})
+    assert is_lost_process(lost) and lost.lost_replicas == ["replica0"]
+    assert not is_lost_process(WeightSyncError("version 31", {"replica0": "checksum ab differs from the trainer's"}))
 
 
 def test_a_restart_resumes_from_the_newest_checkpoint_of_this_run(tmp_path):
@@ -72,9 +79,9 @@ def test_the_budget_and_other_errors_reraise(tmp_path):
         RestartPolicy(_config(tmp_path, max_restarts=0)).next_attempt(_died())
 
 
-def test_the_async_recipes_refuse_max_restarts_naming_the_key(tmp_path):
+def test_the_one_step_off_recipe_refuses_max_restarts_naming_the_key(tmp_path):
     from verl.experimental.separation.task_runner import run_async_training
 
     config = OmegaConf.create({"trainer": {"max_restarts": 2, "default_local_dir": str(tmp_path)}})
-    with pytest.raises(ValueError, match=r"trainer.max_restarts=2: the fully_async recipe does not restart itself"):
-        run_async_training(config, "fully_async")
+    with pytest.raises(ValueError, match=r"trainer.max_restarts=2: the one_step_off recipe does not restart itself"):
+        run_async_training(config, "one_step_off")

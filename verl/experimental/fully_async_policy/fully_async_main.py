@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import ray
 from omegaconf import DictConfig, OmegaConf
 
 from verl.experimental.separation.entry import recipe_main
-from verl.experimental.separation.task_runner import AsyncTaskRunner, refuse_restarts
+from verl.experimental.separation.task_runner import AsyncTaskRunner
 
 __all__ = ["CONFIG_DIR", "CONFIG_NAME", "FullyAsyncTaskRunner", "main"]
 
@@ -39,18 +40,51 @@ class FullyAsyncTaskRunner(AsyncTaskRunner):
         self.running = False
         self.components: dict[str, Any] = {}
         self.shutdown_event = threading.Event()  # set once the run has ended, however it ended
+        self.restarts = 0  # attempts rebuilt so far (trainer.max_restarts)
 
     def run(self, config: DictConfig | dict) -> dict[str, Any]:
+        """Build and train; returns the run's summary. With ``trainer.max_restarts`` a lost process (a training
+        rank, a rollout server, the rollouter, the queue, a whole node) tears everything down, and the next attempt
+        rebuilds trainer, replicas, queue and rollouter and resumes from the newest checkpoint this run wrote: its
+        consumed prompt indices and weight version (the same :class:`RestartPolicy` as ``main_ppo``)."""
+        from verl.trainer.ppo.restarts import RestartPolicy
+
         config = config if isinstance(config, DictConfig) else OmegaConf.create(config)
-        refuse_restarts(config, self.kind)
+        policy = RestartPolicy(config)
+        attempt = config
         try:
-            self._initialize_components(config)
-            return self._run_training_loop()
+            while True:
+                self.restarts = policy.restarts
+                try:
+                    self._initialize_components(attempt)
+                    summary = self._run_training_loop()
+                except Exception as err:  # noqa: BLE001 - the policy re-raises whatever a restart cannot help
+                    self._tear_down()
+                    attempt = policy.next_attempt(err)
+                    continue
+                summary.update(restarts=policy.restarts, restart_causes=list(policy.causes))
+                return summary
         finally:
-            manager = self.components.get("resource_pool_manager")
-            if manager is not None:
-                manager.release_all()
+            self._release_pools()
             self.shutdown_event.set()
+
+    def _tear_down(self) -> None:
+        """After a failed attempt: kill the rollouter (with the agent-loop worker in its process) and the queue, and
+        free the pools (training ranks, rollout servers), so the next attempt starts on a clean cluster."""
+        trainer = self.components.pop("trainer", None)
+        actors = [self.components.pop(key, None) for key in ("rollouter", "message_queue")]
+        actors += [getattr(trainer, "rollouter", None), getattr(trainer, "queue", None)]  # init_workers failed
+        for actor in {id(a): a for a in actors if a is not None and hasattr(a, "_actor_id")}.values():
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        self._release_pools()
+
+    def _release_pools(self) -> None:
+        manager = self.components.pop("resource_pool_manager", None)
+        if manager is not None:
+            manager.release_all()
 
     def _initialize_components(self, config: DictConfig) -> None:
         """Worker classes and pools, then the trainer and its rollout."""
@@ -65,6 +99,7 @@ class FullyAsyncTaskRunner(AsyncTaskRunner):
         manager = self.init_resource_pool_mgr(config)
         self.components["resource_pool_manager"] = manager
         trainer = self.build_trainer(config, manager, self.components["ray_worker_group_cls"])
+        trainer.restarts = self.restarts  # logged as training/restarts
         self.components.update(trainer=trainer, tokenizer=trainer.tokenizer, processor=trainer.processor)
         trainer.init_workers()
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from verl.experimental.agent_loop.server_manager import AllReplicasDeadError
 from verl.experimental.fully_async_policy.detach_utils import MetricsAggregator, assemble_batch_from_rollout_samples
 from verl.experimental.fully_async_policy.dynamic_schedule import DynamicScheduleContext
 from verl.experimental.fully_async_policy.message_queue import (
@@ -356,6 +357,8 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
                     error_cls=RolloutDiedError,
                 )
             cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) and exc.cause is not None else exc
+            if isinstance(cause, AllReplicasDeadError):  # names each dead replica already; a lost process
+                return cause
             return RolloutFailedError(f"rollouter failed: {type(cause).__name__}: {cause}")
         return None
 
@@ -548,6 +551,8 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
 
     def _sync_rollouter(self, metrics: dict) -> dict[str, Any]:
         start = time.perf_counter()
+        # a sync's start in the log: where a run that died mid-sync stopped (the chaos soak aims a kill at it)
+        logger.info("weight sync started at step %d (version %d)", self.global_steps, self.weight_version)
         report = self._call(ROLLOUTER, "pause")
         metrics.update(report)
         if self._weights_unpushed:

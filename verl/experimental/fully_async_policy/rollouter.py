@@ -289,7 +289,9 @@ class Rollouter:
 
     def _raise_if_failed(self) -> None:
         error = getattr(self, FAILURE_ATTR, None)
-        if isinstance(error, WorkerDiedError):  # a dead actor (the queue), already named: raised as it is
+        # a dead actor (the queue) or every replica gone, already named: raised as it is, so that the trainer (and
+        # a restart) sees a lost process, not a failure
+        if isinstance(error, WorkerDiedError | AllReplicasDeadError):
             raise error
         if error is not None:
             raise RuntimeError(f"rollouter: a rollout group task failed: {type(error).__name__}: {error}") from error

@@ -264,5 +264,7 @@ class SeparateRayPPOTrainer(RayPPOTrainer):
         self.weight_version += 1
         report = self.weight_sync.update_weights(self.weight_version)
         self.weight_checksums[self.weight_version] = str(report.get("checksum"))
+        # what each replica reported loading (the manager already refused one differing from the trainer's)
+        self.replica_checksums = {name: r.get("checksum") for name, r in report.get("replicas", {}).items()}
         metrics.update(report.get("metrics", {}))
         metrics["rollout/weight_version"] = self.weight_version

@@ -27,6 +27,8 @@ TASK_RUNNERS = {
     "fully_async": "verl.experimental.fully_async_policy.fully_async_main:FullyAsyncTaskRunner",
     "one_step_off": "verl.experimental.one_step_off_policy.main_ppo:OneStepTaskRunner",
 }
+# the recipes whose task runner restarts after a lost process (trainer.max_restarts)
+SELF_HEALING = frozenset({"fully_async"})
 TRAINER_POOL = GLOBAL_POOL  # the trainer side's pool: main_ppo's global pool
 
 
@@ -71,6 +73,7 @@ class AsyncTaskRunner(TaskRunner):
             "global_steps": trainer.global_steps,
             "weight_version": trainer.weight_version,
             "weight_checksums": dict(trainer.weight_checksums),
+            "replica_checksums": dict(getattr(trainer, "replica_checksums", {})),  # of the last publish
         }
         actors = [getattr(r, "actor", r) for r in getattr(trainer, "replicas", [])]
         summary["replica_versions"] = ray.get([a.get_version.remote() for a in actors], timeout=60)
@@ -93,13 +96,14 @@ def build_trainer(config: DictConfig, kind: str, trainer_cls: type | None = None
 
 
 def refuse_restarts(config: DictConfig, kind: str) -> None:
-    """The async recipes do not rebuild their workers after a loss: ``trainer.max_restarts`` must be 0."""
+    """A recipe that does not rebuild its workers after a loss (one-step-off): ``trainer.max_restarts`` must be 0.
+    The fully-async recipe restarts itself (``FullyAsyncTaskRunner.run``)."""
     max_restarts = int(config.trainer.max_restarts)
     if max_restarts:
         raise ValueError(
             f"trainer.max_restarts={max_restarts}: the {kind} recipe does not restart itself (main_ppo's task runner "
-            "does); set trainer.max_restarts=0 and rerun with trainer.resume_mode=auto to continue from the last "
-            "checkpoint after a lost worker"
+            "and the fully_async recipe do); set trainer.max_restarts=0 and rerun with trainer.resume_mode=auto to "
+            "continue from the last checkpoint after a lost worker"
         )
 
 
@@ -112,9 +116,10 @@ def run_async_training(config: DictConfig, kind: str, trainer_cls: type | None =
     from verl.experimental.separation.deaths import worker_error_in
     from verl.trainer.ppo.task_runner import run_task_runner
 
-    refuse_restarts(config, kind)
     if kind not in TASK_RUNNERS:
         raise ValueError(f"unknown async recipe {kind!r}; known: {sorted(TASK_RUNNERS)}")
+    if kind not in SELF_HEALING:
+        refuse_restarts(config, kind)  # here, before Ray starts
     try:
         return run_task_runner(config, _load(TASK_RUNNERS[kind]), trainer_cls=trainer_cls)
     except ray.exceptions.RayTaskError as err:

@@ -37,11 +37,14 @@ def is_lost_process(err: BaseException) -> bool:
     """True when ``err`` (or an error it was raised from) says a worker process or its node is gone."""
     from ray.exceptions import NodeDiedError, RayActorError
 
+    from verl.checkpoint_engine.manager import WeightSyncError
     from verl.experimental.agent_loop.server_manager import AllReplicasDeadError
     from verl.single_controller.ray.errors import WorkerDiedError
 
     for current in _chain(err):
         if isinstance(current, WorkerDiedError) and current.rank is not None:  # rank None: shut down on purpose
+            return True
+        if isinstance(current, WeightSyncError) and current.lost_replicas:  # a replica died mid-sync
             return True
         if isinstance(current, RayActorError | NodeDiedError | AllReplicasDeadError):
             return True
@@ -53,18 +56,23 @@ def wait_until_confirmed_dead(err: BaseException, timeout_s: float = CONFIRM_DEA
 
     A killed process is confirmed at once; a lost node only after the cluster's health checks give up on it, and
     until then the node still counts as alive, so a rebuild would place workers on it and wait there in vain."""
+    from verl.checkpoint_engine.manager import WeightSyncError
     from verl.single_controller.ray.errors import WorkerDiedError
     from verl.single_controller.ray.node_placement import actor_record
 
-    actor_id = next((e.actor_id for e in _chain(err) if isinstance(e, WorkerDiedError) and e.actor_id), None)
-    if actor_id is None:
-        return
+    actor_ids: list[str] = []
+    for current in _chain(err):
+        if isinstance(current, WorkerDiedError) and current.actor_id:
+            actor_ids.append(current.actor_id)
+        elif isinstance(current, WeightSyncError):  # replicas lost mid-sync (their node, often)
+            actor_ids.extend(current.lost_actor_ids)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if actor_record(actor_id).get("State", "DEAD") == "DEAD":
-            return
-        time.sleep(0.5)
-    logger.warning("actor %s not yet marked dead after %.0fs; rebuilding anyway", actor_id, timeout_s)
+    for actor_id in dict.fromkeys(actor_ids):
+        while actor_record(actor_id).get("State", "DEAD") != "DEAD":
+            if time.monotonic() > deadline:
+                logger.warning("actor %s not yet marked dead after %.0fs; rebuilding anyway", actor_id, timeout_s)
+                return
+            time.sleep(0.5)
 
 
 class RestartPolicy:
