@@ -47,21 +47,10 @@ SCORE = "critic/score/mean"
 def soak_overrides(run_dir: Path, seed: int, steps: int, save_freq: int, max_restarts: int) -> list[str]:
     """The demo's GRPO run, fully async over one training rank and one rollout server, one epoch of
     ``steps x PROMPTS_PER_STEP`` prompts, self-healing."""
-    from verl.trainer.demo import demo_overrides
+    from verl.trainer.demo import demo_overrides, replace_overrides
 
-    skip = (
-        "trainer.total_training_steps",
-        "trainer.default_local_dir",
-        "trainer.logger",
-        "trainer.test_freq",
-        "trainer.val_before_train",
-        "trainer.n_gpus_per_node",
-        "data.train_batch_size",
-        "actor.ppo_mini_batch_size",
-        "rollout.n",
-        "actor.optim.lr",
-    )
-    return [o for o in demo_overrides() if not o.startswith(skip)] + [
+    soak = [
+        "trainer.total_training_steps=null",  # one epoch of the prompts below
         f"trainer.default_local_dir={run_dir}",
         f"trainer.rollout_data_dir={run_dir / 'rollout_data'}",
         "trainer.logger=[file]",
@@ -87,6 +76,7 @@ def soak_overrides(run_dir: Path, seed: int, steps: int, save_freq: int, max_res
         "async_training.partial_rollout=true",
         f"rollout.total_rollout_steps={steps * PROMPTS_PER_STEP}",
     ]
+    return replace_overrides(demo_overrides(), soak)
 
 
 def soak_config(run_dir: Path, seed: int, steps: int, save_freq: int, max_restarts: int) -> Any:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from verl.trainer.demo import prepare_demo_data
+from verl.trainer.demo import prepare_demo_data, replace_overrides
 
 RECIPE_ROOT = Path(__file__).resolve().parent / "upstream_recipe"
 
@@ -47,8 +47,7 @@ def verl_command_line(run_dir: Path, seed: int, steps: int, overrides: tuple[str
         "ray_kwargs.ray_init.num_cpus=4",
         f"hydra.run.dir={run_dir / 'hydra'}",
     ]
-    replaced = {override.split("=", 1)[0].lstrip("+") for override in overrides}
-    return [arg for arg in defaults if arg.split("=", 1)[0] not in replaced] + list(overrides)
+    return replace_overrides(defaults, list(overrides))
 
 
 def run_recipe(

@@ -80,3 +80,10 @@ def test_task_runner_trains_with_the_config_built_trainer(ray_cluster, tmp_path)
     kinds = {call.kind for lane in timeline.lanes for call in lane.calls}
     assert {GENERATION, TRAINING} <= kinds
     assert 0 < timeline.summary["pipeline_efficiency"] <= 1
+
+
+def test_replace_overrides_puts_each_key_once_with_the_new_value():
+    from verl.trainer.demo import replace_overrides
+
+    merged = replace_overrides(["a.b=1", "+c=2", "d=3"], ["c=5", "a.b=null"])
+    assert merged == ["d=3", "c=5", "a.b=null"]

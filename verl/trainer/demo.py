@@ -83,6 +83,13 @@ def demo_overrides(cache_dir: Path | None = None) -> list[str]:
     return overrides
 
 
+def replace_overrides(base: list[str], overrides: list[str]) -> list[str]:
+    """``base`` with ``overrides`` appended, each taking the place of ``base``'s override of the same key (Hydra
+    refuses a key given twice); ``key=null`` restores the config's default."""
+    keys = {override.split("=", 1)[0].lstrip("+") for override in overrides}
+    return [arg for arg in base if arg.split("=", 1)[0].lstrip("+") not in keys] + list(overrides)
+
+
 def format_reward_curve(run_dir: str | os.PathLike, key: str = "critic/score/mean", window: int = CURVE_WINDOW) -> str:
     """A text chart of the mean reward per `window` steps, from the run's metrics.jsonl."""
     from verl.utils.tracking import read_metrics
