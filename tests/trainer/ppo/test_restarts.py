@@ -85,3 +85,23 @@ def test_the_one_step_off_recipe_refuses_max_restarts_naming_the_key(tmp_path):
     config = OmegaConf.create({"trainer": {"max_restarts": 2, "default_local_dir": str(tmp_path)}})
     with pytest.raises(ValueError, match=r"trainer.max_restarts=2: the one_step_off recipe does not restart itself"):
         run_async_training(config, "one_step_off")
+
+
+def test_run_retries_a_lost_process_after_clearing_the_failed_attempt(tmp_path):
+    policy = RestartPolicy(_config(tmp_path, max_restarts=1))
+    newest = None
+    seen, cleared = [], []
+
+    def attempt(config):
+        nonlocal newest
+        seen.append(config.trainer.resume_mode)
+        if len(seen) == 1:
+            newest = _save(tmp_path, 4)
+            raise _died()
+        return "done"
+
+    assert policy.run(attempt, after_failure=lambda: cleared.append(True)) == "done"
+    assert seen == ["disable", "resume_path"] and cleared == [True] and policy.restarts == 1
+    assert newest is not None
+    with pytest.raises(ValueError, match="bad row"):  # not a lost process: no second attempt
+        RestartPolicy(_config(tmp_path)).run(lambda config: (_ for _ in ()).throw(ValueError("bad row 7")))

@@ -51,19 +51,16 @@ class FullyAsyncTaskRunner(AsyncTaskRunner):
 
         config = config if isinstance(config, DictConfig) else OmegaConf.create(config)
         policy = RestartPolicy(config)
-        attempt = config
+
+        def attempt(attempt_config: DictConfig) -> dict[str, Any]:
+            self.restarts = policy.restarts
+            self._initialize_components(attempt_config)
+            summary = self._run_training_loop()
+            summary.update(restarts=policy.restarts, restart_causes=list(policy.causes))
+            return summary
+
         try:
-            while True:
-                self.restarts = policy.restarts
-                try:
-                    self._initialize_components(attempt)
-                    summary = self._run_training_loop()
-                except Exception as err:  # noqa: BLE001 - the policy re-raises whatever a restart cannot help
-                    self._tear_down()
-                    attempt = policy.next_attempt(err)
-                    continue
-                summary.update(restarts=policy.restarts, restart_causes=list(policy.causes))
-                return summary
+            return policy.run(attempt, after_failure=self._tear_down)
         finally:
             self._release_pools()
             self.shutdown_event.set()

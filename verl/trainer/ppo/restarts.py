@@ -12,13 +12,16 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from omegaconf import DictConfig, open_dict, read_write
 
 __all__ = ["RestartPolicy", "is_lost_process", "wait_until_confirmed_dead"]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # How long a restart waits for the cluster to confirm a death (Ray's node health checks take tens of seconds)
 CONFIRM_DEATH_TIMEOUT_S = 90.0
@@ -90,6 +93,18 @@ class RestartPolicy:
         self.checkpointer = TrainerCheckpointer(trainer)
         self.start_checkpoint = self.checkpointer.latest_step_dir()
         self.causes: list[str] = []
+
+    def run(self, attempt: Callable[[DictConfig], T], after_failure: Callable[[], None] | None = None) -> T:
+        """``attempt(config)`` with the run's config and, after each lost process the budget allows, with the next
+        attempt's config; ``after_failure`` clears what a failed attempt left (actors, pools) before the next."""
+        config = self.config
+        while True:
+            try:
+                return attempt(config)
+            except Exception as err:  # noqa: BLE001 - next_attempt re-raises whatever a restart cannot help
+                if after_failure is not None:
+                    after_failure()
+                config = self.next_attempt(err)
 
     def next_attempt(self, err: Exception) -> DictConfig:
         """The config of the next attempt after ``err``; re-raises ``err`` when no restart is allowed or useful."""

@@ -189,8 +189,8 @@ class TaskRunner:
         from verl.utils.ray_utils import settle_task_events
 
         policy = RestartPolicy(config)
-        attempt_config = config
-        while True:
+
+        def attempt(attempt_config: DictConfig) -> Any:
             resource_pool_manager = self.init_resource_pool_mgr(attempt_config)
             trainer = self.build_trainer(attempt_config, resource_pool_manager, worker_group_cls)
             trainer.restarts = policy.restarts
@@ -200,10 +200,10 @@ class TaskRunner:
                 result = self.result(config, trainer)
                 settle_task_events(config)  # a requested timeline gets the workers' last calls
                 return result
-            except Exception as err:  # noqa: BLE001 - the policy re-raises whatever a restart cannot help
-                attempt_config = policy.next_attempt(err)
             finally:
                 resource_pool_manager.release_all()
+
+        return policy.run(attempt)
 
     def result(self, config: DictConfig, trainer: Any) -> Any:
         """What ``run`` returns once ``trainer`` has finished: the run folder (``trainer.default_local_dir``)."""
