@@ -113,7 +113,39 @@ VARIANTS = (
         ),
     ),
 )
-FULLY_ASYNC = ("verl_fa", "verl_fa_s2", "verl_fa_s2_is", "verl_fa_s2_is_t2")
+# docs/performance.md section 11's pipeline levers, each alone on the staleness-2 PPO-clip layout
+STALENESS_2 = (*BYPASS, "async_training.staleness_threshold=2.0")
+LEVERS = (
+    Variant(
+        "verl_fa_s2_keep",
+        "verl",
+        2,
+        1,
+        "verl fully async (staleness 2), requests kept in the engine through a weight sync",
+        "fully_async",
+        (*STALENESS_2, "async_training.keep_requests_through_sync=true"),
+    ),
+    Variant(
+        "verl_fa_s2_trainer_gen",
+        "verl",
+        2,
+        1,
+        "verl fully async (staleness 2), the trainer's process generates while it waits",
+        "fully_async",
+        (*STALENESS_2, "async_training.trainer_generates_while_waiting=true"),
+    ),
+    Variant(
+        "verl_fa_s2_per_group",
+        "verl",
+        2,
+        1,
+        "verl fully async (staleness 2), one queue call and object-store put per group (not per burst)",
+        "fully_async",
+        (*STALENESS_2, "async_training.coalesce_queue_puts=false"),
+    ),
+)
+VARIANTS = (*VARIANTS, *LEVERS)
+FULLY_ASYNC = ("verl_fa", "verl_fa_s2", "verl_fa_s2_is", "verl_fa_s2_is_t2", *(v.key for v in LEVERS))
 
 
 def prepare(args: argparse.Namespace) -> None:
@@ -163,6 +195,9 @@ def summarize(runs: list[dict], samples_per_step: int, warmup: int, window: int)
         "reward_first": statistics.fmean(statistics.fmean(r["reward"][:window]) for r in runs),
         "reward_last": statistics.fmean(statistics.fmean(r["reward"][-window:]) for r in runs),
         "reward_last_per_seed": [statistics.fmean(r["reward"][-window:]) for r in runs],
+        # the warm start's own reward: step 1's samples are generated before any update
+        "reward_start": statistics.fmean(r["reward"][0] for r in runs),
+        "rise_per_seed": [statistics.fmean(r["reward"][-window:]) / max(r["reward"][0], 1e-9) for r in runs],
         "first_reward_s": statistics.median(r["reward_times"][0] for r in runs),
         "lengths_first_step": length_stats(first_step),
         "lengths_all": length_stats(every),
@@ -200,8 +235,11 @@ def _json_seconds(value: float) -> float | None:
 def compare_times(summary: dict[str, dict], ours: str, theirs: str, level: str, target: float) -> dict[str, Any]:
     """``ours``'s median time to ``level`` as a fraction of ``theirs``'s; met when at most ``target``."""
     mine, other = (summary[k]["time_to_level"][level]["median"] for k in (ours, theirs))
-    ratio = mine / other if math.isfinite(other) and other > 0 else (0.0 if math.isfinite(mine) else math.inf)
+    ratio = _ratio(mine, other)
+    training = [summary[k]["time_to_level"][level]["median_after_first_step"] for k in (ours, theirs)]
     return {
+        # setup left out: from each side's first scored step
+        "ratio_after_first_step": _json_seconds(_ratio(*training)),
         "ours": ours,
         "theirs": theirs,
         "level": level,
@@ -211,6 +249,10 @@ def compare_times(summary: dict[str, dict], ours: str, theirs: str, level: str, 
         "target": target,
         "met": math.isfinite(ratio) and ratio <= target,
     }
+
+
+def _ratio(mine: float, other: float) -> float:
+    return mine / other if math.isfinite(other) and other > 0 else (0.0 if math.isfinite(mine) else math.inf)
 
 
 def fastest_to(summary: dict[str, dict], candidates: list[str], level: str) -> str:
@@ -297,8 +339,11 @@ def render(
                 for name in level_names
             ),
             s["first_reward_s"],
+            s["reward_start"],
             s["reward_first"],
             s["reward_last"],
+            f"{s['reward_last'] / max(s['reward_start'], 1e-9):.1f}x "
+            f"({', '.join(f'{r:.1f}' for r in s['rise_per_seed'])})",
         ]
         for key, s in summary.items()
     ]
@@ -310,8 +355,10 @@ def render(
                 for name in level_names
             ),
             "s to first step's reward",
+            "reward, step 1 (the warm start)",
             f"reward, first {args.reward_window} steps",
             f"reward, last {args.reward_window} steps",
+            f"rise: last {args.reward_window} / step 1 (per seed)",
         ],
         ttr_rows,
     )
@@ -357,7 +404,8 @@ def render(
             f"- {labels[c['ours']]} reaches {c['level']} in {_seconds(c['seconds_ours'])} s against "
             f"{_seconds(c['seconds_theirs'])} s for {labels[c['theirs']]}: "
             f"**{_seconds_ratio(c['ratio'])}** of its time, {'meets' if c['met'] else 'misses'} the "
-            f"<= {c['target']:.2f} target."
+            f"<= {c['target']:.2f} target; counted from each side's first scored step (setup left out) "
+            f"{_seconds_ratio(c['ratio_after_first_step'])}."
         )
     lines += [
         "",
@@ -394,6 +442,40 @@ def _seconds_ratio(ratio: float | None) -> str:
     return "never" if ratio is None else f"{ratio:.2f}"
 
 
+def merge_results(results: list[dict]) -> dict:
+    """One results payload from several runs of this bench (say, one per seed, each taken when the machine was free):
+    runs of a variant are pooled in seed order, the timeline kept is that of the lowest seed; the runs must share
+    their shape (``RUN_SHAPE`` but the seeds)."""
+    first = results[0]
+    shape = [key for key in RUN_SHAPE if key != "seeds"]
+    for other in results[1:]:
+        differ = [key for key in shape if other["config"].get(key) != first["config"].get(key)]
+        if differ:
+            raise ValueError(f"--from-json: the results differ in {differ}; only runs of one shape can be merged")
+    raw: dict[str, list[dict]] = {}
+    timelines: dict[str, tuple[int, dict]] = {}
+    variants: dict[str, dict] = {}
+    for result in results:
+        variants.update(result["variants"])
+        for key, runs in result["raw"].items():
+            raw.setdefault(key, []).extend(runs)
+        lowest = min(result["config"]["seeds"])
+        for key, timeline in result["timelines"].items():
+            if key not in timelines or lowest < timelines[key][0]:
+                timelines[key] = (lowest, timeline)
+    for runs in raw.values():
+        runs.sort(key=lambda run: run["seed"])
+    seeds = sorted({run["seed"] for runs in raw.values() for run in runs})
+    trl_version = next((r["trl_version"] for r in results if r.get("trl_version")), None)
+    return {
+        "config": {**first["config"], "seeds": seeds},
+        "variants": variants,
+        "raw": raw,
+        "timelines": {key: timeline for key, (_, timeline) in timelines.items()},
+        "trl_version": trl_version,
+    }
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40, help="updates on each side")
@@ -419,13 +501,19 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--only", nargs="+", choices=[v.key for v in VARIANTS], help="run only these variants")
     parser.add_argument("--trl-spec", default="trl", help="pip requirement installed into bench/.venv-trl")
     parser.add_argument("--out-dir", type=Path, default=None, help="results folder (default bench/results)")
-    parser.add_argument("--from-json", type=Path, default=None, help="report this results file's runs again")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="report these results files' runs again, merged (e.g. one file per seed or per variant)",
+    )
     args = parser.parse_args(argv)
     if args.steps <= max(args.warmup, args.reward_window):
         parser.error(f"--steps ({args.steps}) must exceed --warmup and --reward-window")
     out_dir = args.out_dir or RESULTS_DIR
-    if args.from_json is not None:  # report a finished run again (its raw runs and timelines), running nothing
-        previous = json.loads(args.from_json.read_text())
+    if args.from_json is not None:  # report finished runs again (their raw runs and timelines), running nothing
+        previous = merge_results([json.loads(path.read_text()) for path in args.from_json])
         for key in RUN_SHAPE:  # what the runs were; the analysis settings stay the command line's
             setattr(args, key, previous["config"].get(key, getattr(args, key)))
         variants = [v for v in VARIANTS if v.key in previous["raw"]]

@@ -84,3 +84,24 @@ def test_time_to_reward_reads_the_running_mean_and_compares_medians():
     assert verdict["ratio"] == pytest.approx(0.4) and verdict["met"]
     summary["b"]["time_to_level"]["80%"]["median"] = 30.0
     assert not compare_times(summary, "a", "b", "80%", target=0.5)["met"]
+
+
+def test_results_of_separate_runs_merge_by_seed_and_refuse_another_shape():
+    """Seeds run one at a time (when the machine is free) report as one run: runs pooled in seed order, the lowest
+    seed's timeline kept; runs of another shape (here more updates) are refused by name."""
+    from bench.long_tail import merge_results
+
+    def result(seed: int, steps: int = 80) -> dict:
+        return {
+            "config": {"steps": steps, "prompts": 16, "seeds": [seed]},
+            "variants": {"verl_fa_s2": {"label": "fa"}},
+            "raw": {"verl_fa_s2": [{"seed": seed, "reward": [seed]}]},
+            "timelines": {"verl_fa_s2": {"seed": seed}},
+            "trl_version": None,
+        }
+
+    merged = merge_results([result(2), result(0), result(1)])
+    assert [run["seed"] for run in merged["raw"]["verl_fa_s2"]] == [0, 1, 2]
+    assert merged["timelines"]["verl_fa_s2"] == {"seed": 0} and merged["config"]["seeds"] == [0, 1, 2]
+    with pytest.raises(ValueError, match="steps"):
+        merge_results([result(0), result(1, steps=40)])
