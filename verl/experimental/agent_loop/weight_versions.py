@@ -2,7 +2,10 @@
 
 A server manager that survives weight syncs (``PartialRolloutServerManager``) reports on every call, in
 ``TokenOutput.extra``, the weight version the call's first token came from (``min_global_steps``, verl's name), the
-one its last token came from (``max_global_steps``) and how many syncs interrupted it (``num_aborts``). Agent loops
+one its last token came from (``max_global_steps``) and how many syncs interrupted it (``num_aborts``). A sync that
+keeps requests (``async_training.keep_requests_through_sync``) interrupts nothing: a call then starts under one
+version and ends under a later one with ``num_aborts`` 0, and the start stays the version it started under (the
+staleness account) while the end is the version of its last token. Agent loops
 fold the calls of one trajectory into its ``AgentLoopOutput.extra_fields`` with :func:`merge_version_tags`; the
 worker turns ``extra_fields`` into batch columns, which the rollouter reads. Calls that report no versions (the
 synchronous trainer's manager) leave the fields unset; a custom loop that does not merge them gets the rollouter's

@@ -10,6 +10,9 @@ Checkpoints add the rollout position: which prompt indices the trainer has consu
 actor to the replicas, then the rollouter skips the consumed indices and generates every other one; groups that were
 queued or in flight at the kill are regenerated under the resumed weights (none lost, none trained on twice).
 
+With ``async_training.trainer_generates_while_waiting`` (ours) the actor ranks host rollout engines that serve the
+rollouter while this trainer waits for groups and hand their requests on while it computes (:mod:`trainer_replica`).
+
 verl's names: a step pulls its batch in ``_get_samples_from_queue`` and measures it in
 ``_collect_metrics_from_samples``; ``_fit_update_local_step`` counts the update into the period
 (``local_trigger_step``) and ``_fit_update_weights`` syncs at its end; ``_fit_postprocess_step`` adds the step to the
@@ -41,6 +44,11 @@ from verl.experimental.fully_async_policy.message_queue import (
 from verl.experimental.fully_async_policy.policy_snapshots import PolicySnapshots, row_versions
 from verl.experimental.fully_async_policy.rollouter import Rollouter, groups_per_update
 from verl.experimental.fully_async_policy.sample import RolloutSample
+from verl.experimental.fully_async_policy.trainer_replica import (
+    TRAINER_REPLICA_KEY,
+    TrainerReplicaRollouter,
+    check_trainer_replica_config,
+)
 from verl.experimental.separation.deaths import (
     MESSAGE_QUEUE,
     ROLLOUTER,
@@ -104,6 +112,10 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
     """
 
     rollouter_class: type = Rollouter
+    # async_training.trainer_generates_while_waiting (set by __init__; class defaults for trainers built without it)
+    trainer_generates: bool = False
+    trainer_replicas: tuple[Any, ...] | list[Any] = ()
+    _trainer_replicas_open: bool = False
 
     # Stages whose time is training compute (absent ones count 0): the numerator of the trainer's utilisation.
     _TRAIN_COMPUTE_TIMING_KEYS = (
@@ -128,6 +140,11 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.partial_rollout = async_cfg.partial_rollout
         self.use_rollout_log_probs = async_cfg.use_rollout_log_probs
         self.use_trainer_do_validate = async_cfg.use_trainer_do_validate
+        # async_training.trainer_generates_while_waiting (see trainer_replica): the actor ranks are replicas too
+        self.trainer_generates = check_trainer_replica_config(async_cfg)
+        self.trainer_replicas: list[Any] = []
+        self._trainer_replicas_open = False
+        self._trainer_engines_checked = False  # the first load into them was checked against the actor
         trainer_cfg = self.ppo_config.trainer
         if not self.use_trainer_do_validate and (trainer_cfg.validation_data_dir or trainer_cfg.log_val_generations):
             logger.warning(
@@ -163,8 +180,9 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         # waits for the queue within the current sync period: seconds, and groups not already queued
         self._step_wait_times: list[float] = []
         self._step_wait_samples: list[int] = []
-        # Every rollout replica stands alone on the rollout pool here: there are no hybrid (trainer-side) replicas
-        # and no dynamic resource scheduling; the context records what such a decision would look at, per sync.
+        # The rollout replicas stand alone on the rollout pool (the trainer's ranks join them, while it waits, only
+        # with trainer_generates_while_waiting) and there is no dynamic resource scheduling; the context records
+        # what such a decision would look at, per sync.
         self.dynamic_schedule_enabled = False
         self.only_hybrid = False
         self.dynamic_schedule_ctx = DynamicScheduleContext(
@@ -271,6 +289,65 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
             old_log_prob_pass=not self.bypass_mode,
         )
         self.policy_snapshots.pushed(self.weight_version)
+        if self.trainer_generates:
+            self._start_trainer_replicas()
+
+    def _create_actor_rollout_classes(self) -> None:
+        """The actor; with ``trainer_generates_while_waiting`` a hybrid actor+rollout worker whose engine takes
+        prompts as long as a resumed request's (as the standalone replicas do)."""
+        if not self.trainer_generates:
+            return super()._create_actor_rollout_classes()
+        import dataclasses
+
+        from verl.experimental.separation.rollout_pool import continuation_rollout_config
+        from verl.single_controller.ray import RayClassWithInitArgs
+
+        config = self.worker_config
+        config = dataclasses.replace(config, rollout=continuation_rollout_config(config.rollout))
+        pool = self.resource_pool_manager.get_resource_pool(self.actor_role)
+        cls = RayClassWithInitArgs(self.role_worker_mapping[self.actor_role], config=config, role="actor_rollout")
+        self.resource_pool_to_cls.setdefault(pool, {})[self.actor_role_name] = cls
+
+    def _start_trainer_replicas(self) -> None:
+        """Hand the actor ranks' engines to the rollouter (closed until the trainer waits) with the trainer's
+        current weights in them."""
+        from verl.workers.rollout.replica import worker_rank_replicas
+
+        self.trainer_replicas = worker_rank_replicas(self.actor_wg, call_timeout_s=self.sync_wait_timeout_s)
+        self._load_trainer_engines()
+        self._call(ROLLOUTER, "add_trainer_replicas", self.trainer_replicas)
+
+    def _load_trainer_engines(self) -> None:
+        """Load the actor's weights into its ranks' engines as ``weight_version`` (their tokens carry it). The first
+        load is checked against the actor's own checksum in the engine's dtype (the path is the same afterwards)."""
+        from verl.experimental.separation.rollout_pool import checkpoint_engine_dtype
+
+        version = int(self.weight_version)
+        reports = self.actor_wg.update_rollout_weights(version)
+        if self._trainer_engines_checked:
+            return
+        expected = self.actor_wg.actor_weights_checksum(checkpoint_engine_dtype(self.config))[0]
+        for rank, report in enumerate(reports):
+            got = None if report is None else report.get("checksum")
+            if str(got) != str(expected):
+                raise RuntimeError(
+                    f"{TRAINER_REPLICA_KEY}: the engine of trainer rank {rank} loaded weights with checksum {got} "
+                    f"as version {version}, but the actor's weights hash to {expected}"
+                )
+        self._trainer_engines_checked = True
+
+    def _rollouter_body(self) -> type:
+        """``rollouter_class``, or with ``trainer_generates_while_waiting`` the rollouter that serves the trainer's
+        ranks too (a recipe's class must then derive from :class:`TrainerReplicaRollouter`)."""
+        cls = self.rollouter_class
+        if not self.trainer_generates or issubclass(cls, TrainerReplicaRollouter):
+            return cls
+        if cls is Rollouter:
+            return TrainerReplicaRollouter
+        raise TypeError(
+            f"{TRAINER_REPLICA_KEY}=true: rollouter_class {cls.__name__} must derive from "
+            "verl.experimental.fully_async_policy.trainer_replica.TrainerReplicaRollouter"
+        )
 
     def _init_rollout(self, pool: Any) -> None:
         max_queue = max(1, self._budget_groups() * 2)
@@ -279,7 +356,7 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         self.message_queue_client = MessageQueueClient(self.queue, timeout_s=self.queue_timeout_s)
         self.replicas = start_rollout_replicas(self.config, pool)
         self.rollouter = (
-            ray.remote(self.rollouter_class)
+            ray.remote(self._rollouter_body())
             .options(**controller_side)
             .remote(
                 self.config,
@@ -410,6 +487,8 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
     # ------------------------------------------------------------------ stages
 
     def _fit_start(self) -> None:
+        if self.trainer_generates:  # the first update waits for every group: the first ones spread over them too
+            self._open_trainer_replicas()
         self._rollouter_ref = self.rollouter.fit.remote()
 
     def _fit_finish(self, error: BaseException | None) -> None:
@@ -454,7 +533,14 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         ``batch.meta_info`` carries its start version (``trajectory_param_versions``), aborts and failures."""
         start = time.perf_counter()
         queued = int(self._call(MESSAGE_QUEUE, "size"))
-        items = self._pull_groups(self.groups_per_update)
+        if self.trainer_generates and queued < self.groups_per_update:
+            self._open_trainer_replicas()
+        try:
+            items = self._pull_groups(self.groups_per_update)
+        except BaseException:
+            self._close_trainer_replicas(quiet=True)  # the pull's error is the one to report
+            raise
+        trainer_replica = self._close_trainer_replicas()
         samples: list[RolloutSample] = [item for item in items if item != END_OF_STREAM]
         if len(samples) < self.groups_per_update:
             self.leftover_groups = len(samples)
@@ -476,6 +562,8 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
                 "fully_async/total_wait_time": wait_s,
             }
         )
+        if self.trainer_generates:
+            batch.meta_info.update({f"fully_async/trainer_replica/{k}": float(v) for k, v in trainer_replica.items()})
         prompts_per_epoch = max(1, len(self.train_dataloader) * int(self.ppo_config.data.train_batch_size))
         return ordered[0].index // prompts_per_epoch, batch
 
@@ -558,6 +646,9 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
         if self._weights_unpushed:
             self._push_weights(metrics)
             self._weights_unpushed = False
+        if self.trainer_generates:
+            # open before the resume: the groups it starts and the requests the pause aborted spread over them too
+            self._open_trainer_replicas()
         self._call(ROLLOUTER, "resume", self.weight_version)
         self.stale_groups_per_sync.append(self._stale_this_period)
         self._stale_this_period = 0
@@ -583,8 +674,31 @@ class FullyAsyncTrainer(SeparateRayPPOTrainer):
 
     def _push_weights(self, metrics: dict) -> None:
         super()._push_weights(metrics)
+        if self.trainer_replicas:  # closed here (the trainer computes, or the rollouter is paused for this sync)
+            self._load_trainer_engines()
         if self.policy_snapshots is not None:
             self.policy_snapshots.pushed(self.weight_version)
+
+    def _open_trainer_replicas(self) -> None:
+        if self.trainer_replicas and not self._trainer_replicas_open:
+            self._call(ROLLOUTER, "open_trainer_replicas")
+            self._trainer_replicas_open = True
+
+    def _close_trainer_replicas(self, quiet: bool = False) -> dict[str, float]:
+        """Close the trainer-side replicas before the trainer computes; how long they were open and what they
+        generated meanwhile (zeros when they were closed). ``quiet``: on the way out of an error, a failure here
+        is logged, not raised."""
+        closed = {"open_s": 0.0, "requests": 0.0, "tokens": 0.0}
+        if not self._trainer_replicas_open:
+            return closed
+        self._trainer_replicas_open = False
+        try:
+            return self._call(ROLLOUTER, "close_trainer_replicas")
+        except Exception as exc:
+            if not quiet:
+                raise
+            logger.info("could not close the trainer-side replicas: %s", str(exc).splitlines()[0] if str(exc) else exc)
+            return closed
 
     def _fit_postprocess_step(self) -> None:
         """The step's share of the trainer's utilisation, the queue's length, and the step's metrics into the

@@ -114,12 +114,14 @@ class CoalescingQueueWriter:
     """The producer's side of a MessageQueue actor: puts made in the same turn of the caller's event loop travel in
     one ``put_many`` call (a Ray actor call costs more than a small sample's bytes) and, with ``by_reference``, are
     put into the object store together (:func:`by_reference_many`); each caller still waits for its own item to be
-    queued and sees the call's error."""
+    queued and sees the call's error. ``coalesce=False`` (``async_training.coalesce_queue_puts=false``) sends every
+    item in a call and an object-store put of its own, to measure what coalescing saves."""
 
-    def __init__(self, queue: Any, timeout_s: float, by_reference: bool = True) -> None:
+    def __init__(self, queue: Any, timeout_s: float, by_reference: bool = True, *, coalesce: bool = True) -> None:
         self.queue = queue
         self.timeout_s = float(timeout_s)
         self.by_reference = bool(by_reference)
+        self.coalesce = bool(coalesce)
         self._pending: list[tuple[Any, int | None, asyncio.Future]] = []
         self._sends: set[asyncio.Task] = set()
         self.call_sizes: collections.deque[int] = collections.deque(maxlen=1024)  # items per recent call
@@ -128,18 +130,25 @@ class CoalescingQueueWriter:
         """Queue ``item`` (``index`` goes into its SampleRef); returns once it is in the queue."""
         loop = asyncio.get_running_loop()
         queued: asyncio.Future = loop.create_future()
+        if not self.coalesce:
+            await self._send([(item, index, queued)], what)
+            await queued
+            return
         self._pending.append((item, index, queued))
         if len(self._pending) == 1:  # the first put of this turn schedules the send
-            task = loop.create_task(self._send(what))
+            task = loop.create_task(self._send_turn(what))
             self._sends.add(task)
             task.add_done_callback(self._sends.discard)
         await queued
 
-    async def _send(self, what: str) -> None:
-        from verl.experimental.separation.deaths import MESSAGE_QUEUE, await_from
-
+    async def _send_turn(self, what: str) -> None:
         await asyncio.sleep(0)  # let the other puts of this turn join
         pending, self._pending = self._pending, []
+        await self._send(pending, what)
+
+    async def _send(self, pending: list[tuple[Any, int | None, asyncio.Future]], what: str) -> None:
+        from verl.experimental.separation.deaths import MESSAGE_QUEUE, await_from
+
         self.call_sizes.append(len(pending))
         label = what if len(pending) == 1 else f"{what} (with {len(pending) - 1} more)"
         try:

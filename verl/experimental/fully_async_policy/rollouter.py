@@ -6,6 +6,10 @@ samples) is generated concurrently with the others and put into the MessageQueue
 with the parameter versions it started and ended under. How many groups may be open at once is bounded by the
 staleness budget (:mod:`staleness`); the trainer drives weight syncs through :meth:`pause` / :meth:`resume`.
 
+A sync aborts the requests in flight and re-issues them afterwards with the tokens they have (``partial_rollout``),
+or, with ``async_training.keep_requests_through_sync``, only holds the engines between two decode steps while the
+weights load, so requests continue on the new weights with their KV cache (no abort, no re-prefill).
+
 Liveness: every wait has a timeout naming what it waited for; a failed group task marks the rollouter failed
 (via ``spawn_logged``) and ``fit`` then closes the queue with the root cause, which the trainer reports.
 """
@@ -32,7 +36,7 @@ from verl.protocol import DataProto
 from verl.single_controller.ray.errors import WorkerDiedError
 from verl.utils.async_utils import FAILURE_ATTR, await_ray, spawn_logged
 
-__all__ = ["Rollouter", "groups_per_update", "total_rollout_prompts"]
+__all__ = ["Rollouter", "check_sync_mode", "groups_per_update", "total_rollout_prompts"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +47,19 @@ _WAIT_SLICE_S = 0.5
 def groups_per_update(config: Any) -> int:
     """Prompt groups one trainer update consumes: ``require_batches x actor.ppo_mini_batch_size``."""
     return int(config.async_training.require_batches) * int(config.actor.ppo_mini_batch_size)
+
+
+def check_sync_mode(async_cfg: Any) -> bool:
+    """Whether weight syncs keep in-flight requests (``keep_requests_through_sync``); refuses it without
+    ``partial_rollout``, which is what lets a request span two weight versions at all."""
+    keep = bool(getattr(async_cfg, "keep_requests_through_sync", False))
+    if keep and not bool(async_cfg.partial_rollout):
+        raise ValueError(
+            "async_training.keep_requests_through_sync=true needs async_training.partial_rollout=true: keeping "
+            "requests through a weight sync lets one sample span two weight versions, which partial_rollout=false "
+            "forbids (set one of them differently)"
+        )
+    return keep
 
 
 def total_rollout_prompts(config: Any, batches_per_epoch: int) -> int:
@@ -79,6 +96,9 @@ class Rollouter:
         from verl.trainer.ppo.dataloaders import build_dataloaders
         from verl.workers.fsdp.model_loader import load_tokenizer, resolve_model_path
 
+        self.keep_requests = check_sync_mode(config.async_training)
+        if self.keep_requests:
+            _check_engine_keeps_requests(config.rollout)
         self.config = config
         self.queue = queue
         self.replicas = list(replicas)
@@ -94,7 +114,8 @@ class Rollouter:
         self.partial_rollout = bool(async_cfg.partial_rollout)
         self.sync_wait_timeout_s = float(sync_wait_timeout_s)
         self.put_timeout_s = float(put_timeout_s)
-        self.queue_writer = CoalescingQueueWriter(queue, self.put_timeout_s)
+        self.coalesce_puts = bool(getattr(async_cfg, "coalesce_queue_puts", True))
+        self.queue_writer = CoalescingQueueWriter(queue, self.put_timeout_s, coalesce=self.coalesce_puts)
         self.worker = build_agent_worker(
             config, self.replicas, resume_timeout_s=resume_timeout_s, request_timeout_s=request_timeout_s
         )
@@ -115,6 +136,7 @@ class Rollouter:
             "syncs": 0,
             "max_open_groups": 0,
             "groups_skipped_consumed": 0,
+            "samples_across_syncs": 0,  # started under one weight version, ended under a later one
         }
 
     # ------------------------------------------------------------------ public (remote) methods
@@ -130,7 +152,7 @@ class Rollouter:
         if self.stats["groups_started"]:
             raise RuntimeError("rollouter.set_message_queue_client must be called before fit starts generating")
         self.queue = message_queue_client.queue_actor
-        self.queue_writer = CoalescingQueueWriter(self.queue, self.put_timeout_s)
+        self.queue_writer = CoalescingQueueWriter(self.queue, self.put_timeout_s, coalesce=self.coalesce_puts)
 
     async def fit(self) -> dict[str, Any]:
         """Generate every prompt of the stream, then put END_OF_STREAM; returns the final statistics."""
@@ -189,12 +211,16 @@ class Rollouter:
         self.worker.server_manager.resume(self.version)
 
     async def pause(self) -> dict[str, Any]:
-        """Stop starting groups before a weight sync. With partial rollout, abort in-flight requests (they resume
-        by themselves after :meth:`resume`); without, wait until every in-flight group is in the queue."""
+        """Stop starting groups before a weight sync. Keeping requests, hold the engines between two decode steps
+        (requests keep running after :meth:`resume`, on the new weights); with partial rollout, abort in-flight
+        requests (they resume by themselves after :meth:`resume`); otherwise wait until every in-flight group is in
+        the queue."""
         self._paused = True
         self._notify()
         start = time.perf_counter()
-        if self.partial_rollout:
+        if self.keep_requests:
+            await asyncio.gather(*(_pause_generation(r) for r in self.replicas))
+        elif self.partial_rollout:
             self.worker.server_manager.pause()
             await asyncio.gather(*(r.abort_all() for r in self.replicas))
         else:
@@ -214,13 +240,16 @@ class Rollouter:
         self.version = int(version)
         self.worker.server_manager.version = self.version
         # the queue is counted while the replicas re-open (one round trip instead of two on the sync's path); the
-        # aborted requests stay at the manager's gate until after the count
+        # aborted requests stay at the manager's gate until after the count. Groups still finish meanwhile (all of
+        # them when requests are kept): the in-flight ones are counted before the queue is, so a group that moves
+        # from one to the other in between is counted once or twice, never missed (the staleness bound holds).
+        in_flight = len(self._in_flight)
         queued_ref = self.queue.size.remote()
         if self.partial_rollout:
             await asyncio.gather(*(r.resume() for r in self.replicas))
         queued = await await_from(queued_ref, role=MESSAGE_QUEUE, method="size", actor=self.queue, timeout_s=60)
         self.worker.server_manager.resume(self.version)
-        self._open_groups = int(queued) + len(self._in_flight)
+        self._open_groups = int(queued) + in_flight
         self.stats["syncs"] += 1
         self._paused = False
         self._notify()
@@ -387,6 +416,7 @@ class Rollouter:
                 logger.warning("rollout group %d: all %d samples failed; dropped", index, self.n)
                 self._open_groups = max(0, self._open_groups - 1)
                 return
+            self.stats["samples_across_syncs"] += sum(int(end != begin) for begin, end in zip(starts, ends))
             batch = DataProto.concat(rows)
             batch.non_tensor_batch["param_version_start"] = np.array(starts, dtype=object)
             batch.non_tensor_batch["param_version_end"] = np.array(ends, dtype=object)
@@ -414,6 +444,30 @@ class Rollouter:
         finally:
             self._in_flight.pop(index, None)
             self._notify()
+
+
+def _check_engine_keeps_requests(rollout_config: Any) -> None:
+    """Refuse, before anything starts, an engine whose server cannot hold generation without aborting."""
+    from verl.workers.rollout.replica import server_class
+
+    cls = server_class(rollout_config)
+    if not callable(getattr(cls, "pause_generation", None)):
+        raise ValueError(
+            f"async_training.keep_requests_through_sync=true: the rollout server {cls.__name__} "
+            f"(rollout.name={rollout_config.name!r}) has no pause_generation, so it cannot keep requests through a "
+            "weight sync (the hf engine can); set keep_requests_through_sync=false"
+        )
+
+
+async def _pause_generation(replica: Any) -> None:
+    """``pause_generation`` on ``replica`` (a server in this process, or a :class:`RemoteReplica` forwarding it)."""
+    pause = getattr(replica, "pause_generation", None)
+    if pause is None:
+        raise NotImplementedError(
+            f"async_training.keep_requests_through_sync: rollout replica {replica!r} cannot pause generation while "
+            "keeping its requests (the hf engine can)"
+        )
+    await pause()
 
 
 def _first(batch: DataProto, key: str) -> Any:

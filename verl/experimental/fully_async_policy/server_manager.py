@@ -13,6 +13,10 @@ trajectory's ``extra_fields`` (:mod:`verl.experimental.agent_loop.weight_version
 the ``weight_version`` the replica reports it generated under (the hf server does): a request already on its way to
 a replica when a sync began waits there and runs on the new weights, so the version this manager had when it sent
 the call would be wrong. Replicas that report no version fall back to the manager's.
+
+Replicas can also be closed to new requests (:meth:`PartialRolloutServerManager.close_replicas`) while staying
+live: the trainer-side replica of ``async_training.trainer_generates_while_waiting`` is closed while the trainer
+computes, and the requests it held come back aborted and resume, with their tokens, on the open replicas.
 """
 
 from __future__ import annotations
@@ -46,6 +50,42 @@ class PartialRolloutServerManager(AsyncLLMServerManager):
         self._paused = False
         self.num_aborted = 0
         self.num_resumed = 0
+        self._closed: set[int] = set()
+
+    # ------------------------------------------------------------------ replicas closed to new requests
+
+    def add_replicas(self, replicas: list[Any], *, closed: bool = True) -> list[int]:
+        """Append ``replicas`` to the routing (closed to new requests unless ``closed`` is False); returns their
+        indices."""
+        start = len(self.replicas)
+        self.replicas.extend(replicas)
+        self._in_flight.extend([0] * len(replicas))
+        self._routed.extend([0] * len(replicas))
+        indices = list(range(start, len(self.replicas)))
+        if closed:
+            self._closed.update(indices)
+        return indices
+
+    def close_replicas(self, indices: list[int]) -> None:
+        """Route no new request (nor a later turn of a sticky session) to ``indices``; what they hold keeps running
+        until aborted."""
+        self._closed.update(int(i) for i in indices)
+        for rid in [rid for rid, i in self._sessions.items() if i in self._closed]:
+            del self._sessions[rid]
+
+    def open_replicas(self, indices: list[int]) -> None:
+        self._closed.difference_update(int(i) for i in indices)
+
+    def in_flight_on(self, indices: list[int]) -> int:
+        """Requests sent to ``indices`` that have not come back yet."""
+        return sum(self._in_flight[int(i)] for i in indices)
+
+    def _live(self) -> list[int]:
+        """Live replicas open to new requests; the closed live ones when no open one is left (a closed replica
+        still serves, which beats failing the request)."""
+        live = super()._live()
+        open_live = [i for i in live if i not in self._closed]
+        return open_live or live
 
     def _gate(self) -> asyncio.Event:
         if self._open is None:
@@ -101,13 +141,16 @@ class PartialRolloutServerManager(AsyncLLMServerManager):
             if aborts and seed is not None:
                 params["seed"] = int(seed) + 7919 * aborts  # a fresh stream for the continuation
             out = await super().generate(request_id, prompt_ids=prompt + tokens, sampling_params=params)
-            reported = (out.extra or {}).get("weight_version")
+            extra = out.extra or {}
+            reported = extra.get("weight_version")
             if reported is not None:
                 version = int(reported)
             if not token_versions and not tokens:
                 start_version = version
             tokens.extend(out.token_ids)
-            token_versions.extend([version] * len(out.token_ids))
+            # a sync that keeps requests swaps weights mid-call: the replica then reports each token's version
+            token_versions.extend(extra.get("token_versions") or [version] * len(out.token_ids))
+            version = int(extra.get("weight_version_end", version))
             if log_probs is not None:
                 if out.log_probs is None:
                     raise RuntimeError(f"request {request_id}: logprobs were asked for but the replica returned none")

@@ -8,6 +8,10 @@ Budget: the rollouter counts the groups it started since the last sync plus thos
 (queued or in flight), and starts a new group only while the count is below ``R*T + floor(s*R*T)``. Since the
 trainer consumes exactly ``R*T`` groups per sync period, at most ``floor(s*R*T)`` groups are left over at a sync,
 so **at most floor(s*R*T) stale groups are consumed in any sync period** (0 when s = 0: the run is on-policy).
+
+The same holds when a sync keeps requests running (``keep_requests_through_sync``) instead of aborting them: a
+group in flight at a sync is a leftover either way, it keeps the version it started under, and no group starts while
+the sync runs.
 """
 
 from __future__ import annotations

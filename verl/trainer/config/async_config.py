@@ -20,6 +20,13 @@ class AsyncTrainingConfig(BaseConfig):
     ``partial_rollout`` lets a sync abort in-flight requests and resume them with the tokens they already have.
     ``use_rollout_log_probs`` trains against the rollout's log-probs as the old policy.
     ``use_trainer_do_validate`` runs validation on the trainer side instead of the rollouter.
+
+    Pipeline levers of the fully-async recipe (ours; upstream has no such keys), each off by default until measured:
+    ``keep_requests_through_sync`` swaps weights into the engines between decode steps instead of aborting and
+    re-issuing in-flight requests (needs ``partial_rollout``); ``trainer_generates_while_waiting`` gives the
+    trainer's own processes a rollout replica that generates while the trainer waits for samples and pauses while
+    it trains; ``coalesce_queue_puts`` sends the groups that finish together to the message queue in one call and
+    one object-store put (false: one call per group).
     """
 
     staleness_threshold: float = 0.0
@@ -28,6 +35,9 @@ class AsyncTrainingConfig(BaseConfig):
     partial_rollout: bool = True
     use_rollout_log_probs: bool = True
     use_trainer_do_validate: bool = False
+    keep_requests_through_sync: bool = False
+    trainer_generates_while_waiting: bool = False
+    coalesce_queue_puts: bool = True
 
     def __post_init__(self) -> None:
         check(self.staleness_threshold >= 0, "staleness_threshold", f"must be >= 0, got {self.staleness_threshold}")

@@ -164,6 +164,11 @@ class RemoteReplica(RolloutReplica):
     async def resume(self) -> None:
         await self._call("resume")
 
+    async def pause_generation(self) -> None:
+        """Hold decoding between two steps, keeping the requests (``async_training.keep_requests_through_sync``);
+        only servers that define it (the hf engine) answer."""
+        await self._call("pause_generation")
+
     async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
         items = named_tensors.items() if isinstance(named_tensors, dict) else named_tensors
         return await self._call("update_weights", [(n, t.detach().cpu()) for n, t in items], version)

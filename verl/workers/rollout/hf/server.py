@@ -5,6 +5,11 @@ One background task drives the engine. Between decode steps it admits waiting re
 futures. Forwards run on a single worker thread so the event loop stays responsive (abort, new
 requests, agent-loop I/O) while the model computes; every mutation of the batch happens under one
 lock, either on that thread or on the loop while the thread is idle.
+
+A weight sync either aborts what runs (``abort_all``, then ``update_weights``, then ``resume``) or keeps it
+(``pause_generation``, then ``update_weights``, then ``resume``): the rows stop between two decode steps with their KV
+cache, the weights are copied in place (so a captured decode graph still reads the right memory), and decoding goes
+on under the new weights. Each call's result says which weight version produced which of its tokens.
 """
 
 from __future__ import annotations
@@ -136,7 +141,10 @@ class HFRolloutServer(RolloutServer):
         self._interrupt = threading.Event()
         self.max_steps_per_call = max_steps_per_call
         self._version = 0
+        # request id -> (index of its first token sampled under the new weights, version) per sync it lived through
+        self._version_marks: dict[str, list[tuple[int, int]]] = {}
         self._paused = False
+        self._held = False
         self._sleeping = False
         self._error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -184,8 +192,9 @@ class HFRolloutServer(RolloutServer):
         if params.max_tokens > budget:
             params = replace(params, max_tokens=budget)
         await self._wait_open(request_id)
-        # Weights change only while the server is paused (abort_all first), so every token of this call comes from
-        # the version current once the gate let it through; the caller tags tokens with it.
+        # The version current once the gate let the call through is its start version (the staleness account). A sync
+        # that keeps requests (pause_generation) swaps weights under running rows: update_weights marks where each
+        # row's tokens of the new version begin, and the result reports the version of every token.
         version = self._version
         if request_id in self._active:
             raise ValueError(f"request {request_id}: a request with this id is already in flight")
@@ -206,10 +215,15 @@ class HFRolloutServer(RolloutServer):
         self._interrupt.set()  # let the worker thread hand back so the newcomer can be admitted
         try:
             out = await request.future
+            token_versions = _token_versions(version, self._version_marks.get(request_id, ()), len(out.token_ids))
             out.extra.setdefault("weight_version", version)
+            out.extra.setdefault("weight_version_end", token_versions[-1] if token_versions else version)
+            if token_versions and token_versions[-1] != version:
+                out.extra.setdefault("token_versions", token_versions)
             return out
         finally:
             self._active.discard(request_id)
+            self._version_marks.pop(request_id, None)
             if not request.future.done() or request.future.cancelled():
                 self._interrupt.set()  # the caller gave up: its row must leave the batch
 
@@ -221,9 +235,22 @@ class HFRolloutServer(RolloutServer):
         async with self._lock:
             self._abort_in_flight()
 
+    async def pause_generation(self) -> None:
+        """Stop decoding between two steps, keeping every request and its KV cache (a weight sync that keeps requests:
+        the push may come in several ``update_weights`` calls, and no token may be sampled from half-loaded weights).
+        New requests wait at the gate; ``resume`` continues. Returns once no step is running."""
+        self._bind_loop()
+        self._held = True
+        self._open.clear()
+        self._interrupt.set()
+        async with self._lock:
+            pass
+
     async def resume(self) -> None:
+        """Re-open after ``abort_all`` or ``pause_generation``."""
         self._bind_loop()
         self._paused = False
+        self._held = False
         self._refresh_gate()
 
     async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> dict[str, Any]:
@@ -234,6 +261,8 @@ class HFRolloutServer(RolloutServer):
         self._interrupt.set()
         async with self._lock:
             checksum = await self._loop.run_in_executor(self._executor, load_named_tensors, self.model, named)
+            if version != self._version:
+                self._mark_new_version(version)
             self._version = version
         return {"version": version, "checksum": checksum}
 
@@ -289,7 +318,7 @@ class HFRolloutServer(RolloutServer):
         self._task = spawn_logged(self._engine_loop(), owner=self, name="hf rollout engine loop")
 
     def _refresh_gate(self) -> None:
-        if self._paused or self._sleeping:
+        if self._paused or self._held or self._sleeping:
             self._open.clear()
         else:
             self._open.set()
@@ -304,7 +333,7 @@ class HFRolloutServer(RolloutServer):
             state = "asleep" if self._sleeping else "paused"
             raise TimeoutError(
                 f"request {request_id}: the rollout server stayed {state} for {self.pause_timeout_s}s "
-                "(abort_all/sleep without resume/wake_up)"
+                "(abort_all/pause_generation/sleep without resume/wake_up)"
             ) from None
 
     def _raise_if_failed(self) -> None:
@@ -335,6 +364,13 @@ class HFRolloutServer(RolloutServer):
                 )
         return prompt
 
+    def _mark_new_version(self, version: int) -> None:
+        """Record, for every request still running or waiting, that its tokens from here on come from ``version``.
+        Caller holds the lock (no step is running)."""
+        for request in [*self._rows, *self._waiting]:
+            if not request.future.done():
+                self._version_marks.setdefault(request.request_id, []).append((len(request.token_ids), version))
+
     def _abort_in_flight(self) -> None:
         """Resolve every running and waiting request as aborted and drop the cache. Caller holds the lock."""
         for request in self._rows:
@@ -347,12 +383,12 @@ class HFRolloutServer(RolloutServer):
 
     async def _engine_loop(self) -> None:
         while True:
-            if self._paused or self._sleeping or not (self._rows or self._waiting):
+            if self._paused or self._held or self._sleeping or not (self._rows or self._waiting):
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             async with self._lock:
-                if self._paused or self._sleeping:
+                if self._paused or self._held or self._sleeping:
                     continue
                 while self._waiting and self._waiting[0].future.done():
                     self._waiting.popleft()  # the caller gave up before admission
@@ -428,3 +464,11 @@ class HFRolloutServer(RolloutServer):
             order = self.batch.retire(alive)
             self._rows = [self._rows[i] for i in order]
             self._row_state = None
+
+
+def _token_versions(start: int, marks: Iterable[tuple[int, int]], count: int) -> list[int]:
+    """The weight version of each of ``count`` tokens: ``start``, then each mark's version from its token on."""
+    versions = [start] * count
+    for first, version in marks:
+        versions[first:] = [version] * max(0, count - first)
+    return versions
