@@ -478,7 +478,7 @@ def merge_results(results: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=40, help="updates on each side")
+    parser.add_argument("--steps", type=int, default=80, help="updates on each side")
     parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
     parser.add_argument("--n", type=int, default=8, help="group size")
     parser.add_argument("--response-length", type=int, default=256)
