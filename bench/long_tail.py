@@ -21,8 +21,8 @@ The headline is the wall time to reward: each step's mean reward is placed at th
 the step's generation dump was written, after scoring and before the update; TRL: when its reward function
 returned), counted from the launch of the run's process, so setup (Ray, model loading) is included. A level counts
 as reached at the first step whose running mean over ``--smooth`` steps reaches it; the levels are fractions
-(``--levels``) of the best final reward of all sides, and the time is the median over ``--seeds`` (a seed that never
-gets there counts as infinitely slow). All curves are drawn against wall time in one PNG.
+(``--levels``) of the best final reward of the sides run on every seed, and the time is the median over ``--seeds``
+(a seed that never gets there counts as infinitely slow). All curves are drawn against wall time in one PNG.
 
 Also reported per variant (pooled over seeds): samples/s over the steps after ``--warmup``, reward of the first and
 last ``--reward-window`` steps, and the response lengths of every sample (min / median / p90 / max, first step and
@@ -208,7 +208,8 @@ def summarize(runs: list[dict], samples_per_step: int, warmup: int, window: int)
 
 
 def reward_levels(summary: dict[str, dict], fractions: list[float]) -> dict[str, float]:
-    """The fixed reward levels: ``fractions`` of the best final reward (seed mean of the last steps) of all sides."""
+    """The fixed reward levels: ``fractions`` of the best final reward (seed mean of the last steps) of ``summary``'s
+    sides."""
     best = max(s["reward_last"] for s in summary.values())
     return {f"{fraction:.0%}": fraction * best for fraction in fractions}
 
@@ -393,7 +394,8 @@ def render(
         f"{args.prompts} prompts x {args.n} samples per step, up to {args.response_length} response tokens, "
         f"{args.steps} updates, seeds {', '.join(map(str, args.seeds))}. Time to reward: seconds from the launch of "
         f"the run (setup included) until the running mean of {args.smooth} steps' rewards reaches the level, median "
-        f"over seeds; levels are {', '.join(level_names)} of the best final reward of all sides. Curves: "
+        f"over seeds; levels are {', '.join(level_names)} of the best final reward of the sides run on every seed "
+        "(a variant run on fewer seeds is reported, but sets no level and stands in no comparison). Curves: "
         f"{NAME}_rewards.png.",
         "",
         ttr_table,
@@ -570,13 +572,17 @@ def report(
     """Summaries, time to reward, the verdicts, the PNGs and the results files of finished runs."""
     samples = args.prompts * args.n
     summary = {key: summarize(runs, samples, args.warmup, args.reward_window) for key, runs in raw.items()}
-    levels = reward_levels(summary, args.levels)
+    # a variant run on fewer seeds (a lever probed on one) neither sets the levels nor stands in the comparisons: one
+    # lucky seed's final reward would raise the bar for everyone
+    most_seeds = max(len(runs) for runs in raw.values())
+    headline = {key: s for key, s in summary.items() if len(raw[key]) == most_seeds}
+    levels = reward_levels(headline, args.levels)
     for key, runs in raw.items():
         summary[key]["time_to_level"] = times_to_levels(runs, levels, args.smooth)
     keys = list(summary)
     top = list(levels)[-1]
     comparisons = []
-    fully_async = [k for k in FULLY_ASYNC if k in summary]
+    fully_async = [k for k in FULLY_ASYNC if k in headline]
     if fully_async:
         fastest = fastest_to(summary, fully_async, top)
         trl = TRL_DDP if TRL_DDP in summary else next((k for k in keys if k.startswith("trl")), None)
