@@ -79,9 +79,12 @@ def test_time_to_reward_reads_the_running_mean_and_compares_medians():
     assert ours["median"] == 20.0 and ours["per_seed"][2] == math.inf
     theirs = times_to_levels([never, never, run], {"80%": 0.5}, smooth=1)["80%"]
     assert math.isinf(theirs["median"])
-    summary = {"a": {"time_to_level": {"80%": ours}}, "b": {"time_to_level": {"80%": {"median": 50.0}}}}
+    their_level = {"median": 50.0, "median_after_first_step": 25.0}
+    summary = {"a": {"time_to_level": {"80%": ours}}, "b": {"time_to_level": {"80%": their_level}}}
     verdict = compare_times(summary, "a", "b", "80%", target=0.5)
     assert verdict["ratio"] == pytest.approx(0.4) and verdict["met"]
+    # setup left out: ours 20 s from launch is 10 s after its first scored step (at 10 s)
+    assert verdict["ratio_after_first_step"] == pytest.approx(ours["median_after_first_step"] / 25.0)
     summary["b"]["time_to_level"]["80%"]["median"] = 30.0
     assert not compare_times(summary, "a", "b", "80%", target=0.5)["met"]
 
