@@ -219,7 +219,7 @@ class Rollouter:
         self._notify()
         start = time.perf_counter()
         if self.keep_requests:
-            await asyncio.gather(*(_pause_generation(r) for r in self.replicas))
+            await asyncio.gather(*(r.pause_generation() for r in self.replicas))
         elif self.partial_rollout:
             self.worker.server_manager.pause()
             await asyncio.gather(*(r.abort_all() for r in self.replicas))
@@ -457,17 +457,6 @@ def _check_engine_keeps_requests(rollout_config: Any) -> None:
             f"(rollout.name={rollout_config.name!r}) has no pause_generation, so it cannot keep requests through a "
             "weight sync (the hf engine can); set keep_requests_through_sync=false"
         )
-
-
-async def _pause_generation(replica: Any) -> None:
-    """``pause_generation`` on ``replica`` (a server in this process, or a :class:`RemoteReplica` forwarding it)."""
-    pause = getattr(replica, "pause_generation", None)
-    if pause is None:
-        raise NotImplementedError(
-            f"async_training.keep_requests_through_sync: rollout replica {replica!r} cannot pause generation while "
-            "keeping its requests (the hf engine can)"
-        )
-    await pause()
 
 
 def _first(batch: DataProto, key: str) -> Any:
